@@ -1,0 +1,227 @@
+"""`Attention`: projections and heads around `attend()`; self-attention, or cross-attention with `context`.
+
+Notation: B batch, Lq query tokens, Lk key tokens, C model width, Cc context width, H query heads,
+Hkv key/value heads, D head dim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from .backends import attend, check_backend_name
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+
+_capture: list[list[Tensor]] = []  # a stack of active `capture_attention()` lists
+
+
+class Attention(nn.Module):
+    """Multi-head attention with grouped-query heads, optional qk-norm, patterns, biases and rotary.
+
+    State-dict compatible with timm's `Attention` (`qkv`, `q_norm`, `k_norm`, `proj`) for self-attention
+    with `num_kv_heads == num_heads`; cross-attention uses `q` and `kv` projections instead of `qkv`.
+    Pass the class itself as timm's `attn_layer` (or `Attention.configure(...)` for non-default options).
+
+    Args:
+        dim: model width C (input and output).
+        num_heads: query heads H; `dim` must be divisible by it.
+        context_dim: width of `context` for cross-attention; None means self-attention (or context of width C).
+        num_kv_heads: key/value heads (grouped-query attention); must divide `num_heads`. Default `num_heads`.
+        qkv_bias: bias in the q/k/v projections.
+        qk_norm: normalize q and k per head (`norm_layer`, default LayerNorm) before the dot product.
+        attn_drop: dropout on attention weights (training only).
+        proj_drop: dropout after the output projection.
+        pattern: which (query, key) pairs may interact (`attnzoo.attention.patterns`); None means all.
+        bias: a bias module adding to scores (`attnzoo.attention.biases`), or None.
+        rotary: a rotary embedding applied to q and k (`attnzoo.attention.rotary`), or None.
+        backend: "auto" or a backend name from `attnzoo.attention.backends.BACKENDS`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        *,
+        context_dim: int | None = None,
+        num_kv_heads: int | None = None,
+        qkv_bias: bool = False,
+        qk_norm: bool = False,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        proj_bias: bool = True,
+        norm_layer: type[nn.Module] | None = None,
+        pattern: Any | None = None,
+        bias: nn.Module | None = None,
+        rotary: nn.Module | None = None,
+        backend: str = "auto",
+        scale_norm: bool = False,
+        device: Any = None,
+        dtype: Any = None,
+        **unsupported: Any,
+    ) -> None:
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads <= 0 or dim % num_heads:
+            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads}), and num_heads must be > 0")
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+        if not 0.0 <= attn_drop < 1.0 or not 0.0 <= proj_drop < 1.0:
+            raise ValueError(f"attn_drop ({attn_drop}) and proj_drop ({proj_drop}) must be in [0, 1)")
+        if scale_norm:
+            raise ValueError("scale_norm=True (timm's attention-output norm) is not supported by attnzoo Attention")
+        unsupported.pop("depth", None)  # timm passes a block index to some attention layers
+        if any(v not in (None, False) for v in unsupported.values()):
+            raise ValueError(f"unsupported Attention arguments: {sorted(unsupported)}")
+        check_backend_name(backend)
+        dd = {"device": device, "dtype": dtype}
+
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim**-0.5
+        self.is_cross = context_dim is not None
+        self.attn_drop = attn_drop
+        self.backend = backend
+        self.pattern = pattern
+        self.bias = bias
+        self.rotary = rotary
+        self.backend_used: str | None = None  # what the last forward ran on (for run summaries)
+
+        kv_dim = num_kv_heads * self.head_dim
+        if self.is_cross:
+            self.q = nn.Linear(dim, dim, bias=qkv_bias, **dd)
+            self.kv = nn.Linear(context_dim, 2 * kv_dim, bias=qkv_bias, **dd)
+        else:
+            self.qkv = nn.Linear(dim, dim + 2 * kv_dim, bias=qkv_bias, **dd)
+        norm_layer = norm_layer or nn.LayerNorm
+        self.q_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
+        self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
+        self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    @classmethod
+    def configure(cls, **defaults: Any) -> type[Attention]:
+        """A subclass whose constructor defaults are `defaults`: a class to hand to timm's `attn_layer`."""
+        for key in defaults:
+            if key in ("dim", "num_heads"):
+                raise ValueError(f"configure() sets options, not {key!r}; timm passes dim and num_heads itself")
+
+        def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:
+            cls.__init__(self, dim, num_heads, **{**defaults, **kwargs})
+
+        return type(f"Configured{cls.__name__}", (cls,), {"__init__": __init__, "__module__": cls.__module__})
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        return_weights: bool = False,
+        *,
+        bias: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attend from x [B, Lq, C] to itself or to `context` [B, Lk, Cc].
+
+        Args:
+            key_padding_mask: bool [B, Lk], True marks padding (as in `nn.MultiheadAttention`).
+            return_weights: also return weights [B, H, Lq, Lk] (runs the eager backend).
+            bias: a precomputed additive bias broadcastable to [B, H, Lq, Lk], used instead of the bias
+                module (to share one bias across layers, computed once per forward).
+            attn_mask, is_causal: timm's calling convention; a float `attn_mask` adds to scores, a bool one
+                marks allowed pairs with True.
+        """
+        b, lq, _ = x.shape
+        q, k, v = self._project(x, context)  # [B, H, Lq, D], [B, Hkv, Lk, D] x2
+        q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q, k)
+
+        pattern = self.pattern
+        if is_causal:
+            from .patterns import Causal
+
+            pattern = Causal() if pattern is None else pattern & Causal()
+        bias = self.bias if bias is None else bias
+        if attn_mask is not None:
+            extra = (
+                attn_mask
+                if attn_mask.dtype != torch.bool
+                else torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
+            )
+            bias = extra if bias is None else _dense(bias, q, k) + extra
+
+        capturing = bool(_capture)
+        out, weights, self.backend_used = attend(
+            q,
+            k,
+            v,
+            pattern=pattern,
+            bias=bias,
+            key_padding_mask=key_padding_mask,
+            dropout_p=self.attn_drop if self.training else 0.0,
+            scale=self.scale,
+            backend="auto" if capturing else self.backend,
+            return_weights=return_weights or capturing,
+        )
+        if capturing:
+            _capture[-1].append(weights.detach())
+        out = out.transpose(1, 2).reshape(b, lq, -1)  # [B, H, Lq, D] -> [B, Lq, C]
+        out = self.proj_drop(self.proj(out))
+        return (out, weights) if return_weights else out
+
+    def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        b, lq, _ = x.shape
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.is_cross:
+            if context is None:
+                raise ValueError("this Attention was built for cross-attention (context_dim set): pass context")
+            q = self.q(x).view(b, lq, h, d).transpose(1, 2)  # [B, H, Lq, D]
+            kv = self.kv(context).view(b, context.shape[1], 2, hkv, d).permute(2, 0, 3, 1, 4)  # [2, B, Hkv, Lk, D]
+            return q, kv[0], kv[1]
+        if context is not None:
+            raise ValueError("this Attention was built for self-attention; build it with context_dim to pass context")
+        qkv = self.qkv(x)  # [B, Lq, (H + 2 Hkv) D]
+        if hkv == h:
+            q, k, v = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # 3 x [B, H, Lq, D]
+            return q, k, v
+        q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
+        q = q.view(b, lq, h, d).transpose(1, 2)  # [B, H, Lq, D]
+        k = k.view(b, lq, hkv, d).transpose(1, 2)  # [B, Hkv, Lq, D]
+        v = v.view(b, lq, hkv, d).transpose(1, 2)
+        return q, k, v
+
+    def extra_repr(self) -> str:
+        parts = [f"heads={self.num_heads}", f"kv_heads={self.num_kv_heads}", f"backend={self.backend}"]
+        if self.pattern is not None:
+            parts.append(f"pattern={self.pattern!r}")
+        return ", ".join(parts)
+
+
+def _dense(bias: Any, q: Tensor, k: Tensor) -> Tensor:
+    if isinstance(bias, Tensor):
+        return bias
+    return bias.dense(q.shape[-2], k.shape[-2], device=q.device, dtype=q.dtype)
+
+
+@contextlib.contextmanager
+def capture_attention() -> Iterator[list[Tensor]]:
+    """Record the weights [B, H, Lq, Lk] of every `Attention` call inside the block, in call order.
+
+    Captured calls run on the eager backend (the only one that returns weights); this is logged.
+    """
+    records: list[Tensor] = []
+    log.info("capture_attention: attention calls run on the eager backend while capturing weights")
+    _capture.append(records)
+    try:
+        yield records
+    finally:
+        _capture.remove(records)

@@ -1,0 +1,298 @@
+"""`attend()`: the one dispatch point from (q, k, v, pattern, bias, padding) to an attention kernel.
+
+Notation: B batch, H query heads, Hkv key/value heads (H % Hkv == 0), Lq query length, Lk key length,
+D head dim. Inputs are q [B, H, Lq, D], k and v [B, Hkv, Lk, D]; the output is [B, H, Lq, D].
+
+Masks follow one convention inside this file: an *allowed* bool tensor, True where a query may read a
+key, broadcastable to [B, H, Lq, Lk]. (`key_padding_mask` from users is the opposite, True = padding,
+as in `torch.nn.MultiheadAttention`; it is flipped once, in `allowed_mask`.)
+
+A query with no allowed key returns zeros (and zero gradients), never NaN, on every backend.
+
+Backends join the capability table `BACKENDS`; `backend="auto"` walks `AUTO_ORDER` and takes the first
+backend whose `supports()` has no objection, logging the choice once per distinct situation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger("attnzoo")
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one attention call needs; `auto` decides from this alone."""
+
+    device_type: str
+    needs_grad: bool
+    return_weights: bool
+    pattern: Any | None
+    bias: Any | None
+    has_padding: bool
+    lq: int
+    lk: int
+
+    def describe(self) -> str:
+        pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
+        bias = type(self.bias).__name__ if self.bias is not None else "none"
+        mode = "train" if self.needs_grad else "inference"
+        return f"device={self.device_type}, {mode}, pattern={pattern}, bias={bias}, weights={self.return_weights}"
+
+
+class Backend(Protocol):
+    name: str
+
+    def supports(self, req: Request) -> str | None:
+        """None when this backend can run `req`, else a short reason why not."""
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        pattern: Any | None,
+        bias: Tensor | Any | None,
+        key_padding_mask: Tensor | None,
+        dropout_p: float,
+        scale: float,
+        return_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]: ...
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, lk: int, device) -> Tensor | None:
+    """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed."""
+    allowed = None
+    if pattern is not None:
+        allowed = pattern.dense_mask(lq, lk, device=device)[None, None]  # [1, 1, Lq, Lk]
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
+        allowed = keep if allowed is None else allowed & keep
+    return allowed
+
+
+def dense_bias(bias: Tensor | Any | None, lq: int, lk: int, device, dtype) -> Tensor | None:
+    """A bias module or tensor as an additive tensor broadcastable to [B, H, Lq, Lk]."""
+    if bias is None or isinstance(bias, Tensor):
+        return bias
+    return bias.dense(lq, lk, device=device, dtype=dtype)
+
+
+def rescue_empty_rows(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Open every key for rows that have none, so kernels stay finite; returns (mask, rows_alive or None).
+
+    The caller multiplies the output by `rows_alive` ([..., Lq, 1]), which turns those rows into zeros
+    with zero gradient.
+    """
+    alive = allowed.any(dim=-1, keepdim=True)  # [B|1, 1, Lq, 1]
+    if bool(alive.all()):
+        return allowed, None
+    return allowed | ~alive, alive
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """[B, Hkv, L, D] -> [B, Hkv * groups, L, D], each kv head serving `groups` query heads."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def is_plain_causal(pattern: Any | None, lq: int, lk: int) -> bool:
+    return pattern is not None and getattr(pattern, "is_causal", False) and lq == lk
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# eager: the correctness oracle
+
+
+class Eager:
+    """Explicit scores and an fp32 softmax; returns weights. Every other backend is tested against this."""
+
+    name = "eager"
+
+    def supports(self, req: Request) -> str | None:
+        return None
+
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
+        lq, lk = q.shape[-2], k.shape[-2]
+        groups = q.shape[1] // k.shape[1]
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
+        scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, Lq, Lk]
+        b = dense_bias(bias, lq, lk, q.device, torch.float32)
+        if b is not None:
+            scores = scores + b.float()
+        allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
+        alive = None
+        if allowed is not None:
+            allowed, alive = rescue_empty_rows(allowed)
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        if alive is not None:
+            weights = weights * alive
+        weights = weights.to(q.dtype)
+        dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+        out = dropped @ v.to(q.dtype)  # [B, H, Lq, D]
+        return out, (weights if return_weights else None)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sdpa: torch's fused kernels
+
+
+class Sdpa:
+    """`F.scaled_dot_product_attention` (flash / memory-efficient / cuDNN on GPU, flash on CPU)."""
+
+    name = "sdpa"
+
+    def supports(self, req: Request) -> str | None:
+        if req.return_weights:
+            return "fused kernels do not return attention weights"
+        return None
+
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
+        if return_weights:
+            raise ValueError("backend 'sdpa' cannot return attention weights; use backend='eager' or 'auto'")
+        lq, lk = q.shape[-2], k.shape[-2]
+        gqa = q.shape[1] != k.shape[1]
+        b = dense_bias(bias, lq, lk, q.device, q.dtype)
+        if b is None and key_padding_mask is None and (pattern is None or is_plain_causal(pattern, lq, lk)):
+            causal = pattern is not None
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale, enable_gqa=gqa
+            ), None
+        allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
+        alive = None
+        if allowed is not None:
+            allowed, alive = rescue_empty_rows(allowed)
+        if b is None:
+            mask = allowed
+        else:
+            mask = b.to(q.dtype)
+            if allowed is not None:
+                mask = mask.masked_fill(~allowed, float("-inf"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+        if alive is not None:
+            out = out * alive
+        return out, None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the capability table and dispatch
+
+BACKENDS: dict[str, Backend] = {"eager": Eager(), "sdpa": Sdpa()}
+# `auto` tries these in order; later backends (flash, flex, blocked) insert themselves where they belong.
+AUTO_ORDER: list[str] = ["sdpa", "eager"]
+
+_logged: set[tuple[str, str]] = set()
+
+
+def register_backend(backend: Backend, *, before: str | None = None) -> None:
+    """Add a backend to the table and to `auto`'s order (ahead of `before`, else last but eager)."""
+    BACKENDS[backend.name] = backend
+    if backend.name in AUTO_ORDER:
+        AUTO_ORDER.remove(backend.name)
+    at = AUTO_ORDER.index(before) if before in AUTO_ORDER else len(AUTO_ORDER) - 1
+    AUTO_ORDER.insert(at, backend.name)
+
+
+def check_backend_name(name: str) -> None:
+    if name != "auto" and name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; valid: {['auto', *BACKENDS]}")
+
+
+def choose_backend(req: Request, backend: str = "auto") -> str:
+    """The backend name that will run `req`. Explicit choices that cannot run raise; `auto` logs once."""
+    check_backend_name(backend)
+    if backend != "auto":
+        reason = BACKENDS[backend].supports(req)
+        if reason is not None:
+            raise ValueError(f"attention backend {backend!r} cannot run this call ({req.describe()}): {reason}")
+        return backend
+    skipped = []
+    for name in AUTO_ORDER:
+        reason = BACKENDS[name].supports(req)
+        if reason is None:
+            key = (name, req.describe())
+            if key not in _logged:
+                _logged.add(key)
+                why = "; ".join(f"not {n}: {r}" for n, r in skipped)
+                log.info("attention backend auto -> %s for %s%s", name, req.describe(), f" ({why})" if why else "")
+            return name
+        skipped.append((name, reason))
+    raise RuntimeError(f"no attention backend can run {req.describe()}: {skipped}")  # eager accepts everything
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    pattern: Any | None = None,
+    bias: Tensor | Any | None = None,
+    key_padding_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    backend: str = "auto",
+    return_weights: bool = False,
+) -> tuple[Tensor, Tensor | None, str]:
+    """Attention over q [B, H, Lq, D] and k, v [B, Hkv, Lk, D]; returns (out [B, H, Lq, D], weights, backend).
+
+    Args:
+        pattern: which (query, key) pairs interact (see `patterns.py`); None means all.
+        bias: additive scores, a tensor broadcastable to [B, H, Lq, Lk] or a bias module (see `biases.py`).
+        key_padding_mask: bool [B, Lk], True marks padding keys.
+        scale: score scale, default 1/sqrt(D).
+        backend: "auto" or a name in `BACKENDS`.
+        return_weights: also return the [B, H, Lq, Lk] weights (only the eager backend can).
+    """
+    check_inputs(q, k, v, key_padding_mask)
+    req = Request(
+        device_type=q.device.type,
+        needs_grad=torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad),
+        return_weights=return_weights,
+        pattern=pattern,
+        bias=bias,
+        has_padding=key_padding_mask is not None,
+        lq=q.shape[-2],
+        lk=k.shape[-2],
+    )
+    name = choose_backend(req, backend)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    out, weights = BACKENDS[name](
+        q,
+        k,
+        v,
+        pattern=pattern,
+        bias=bias,
+        key_padding_mask=key_padding_mask,
+        dropout_p=dropout_p,
+        scale=scale,
+        return_weights=return_weights,
+    )
+    return out, weights, name
+
+
+def check_inputs(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be [B, H, L, D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"k and v must be [B, Hkv, Lk, D] matching q {tuple(q.shape)}; got {tuple(k.shape)}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be a multiple of key/value heads ({k.shape[1]})")
+    if key_padding_mask is not None:
+        expected = (q.shape[0], k.shape[-2])
+        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != expected:
+            raise ValueError(
+                f"key_padding_mask must be a bool tensor of shape [B, Lk] = {list(expected)} with True marking "
+                f"padding; got dtype {key_padding_mask.dtype}, shape {list(key_padding_mask.shape)}"
+            )

@@ -225,3 +225,7 @@ def capture_attention() -> Iterator[list[Tensor]]:
         yield records
     finally:
         _capture.remove(records)
+
+
+# config short names -> attention kinds (see attnzoo.attention.factory); variants/ add theirs
+ATTENTION_KINDS: dict[str, type[nn.Module]] = {"mha": Attention}

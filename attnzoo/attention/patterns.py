@@ -68,3 +68,7 @@ class Or(Pattern):
         for p in self.parts[1:]:
             out = out | p.mask_mod(b, h, q_idx, kv_idx)
         return out
+
+
+# config short names -> classes (see attnzoo.attention.factory)
+PATTERNS: dict[str, type[Pattern]] = {"causal": Causal}

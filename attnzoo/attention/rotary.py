@@ -2,8 +2,8 @@
 
 Interface used by `Attention`: `rotary(q, k) -> (q, k)`, after qk-norm. Channel pairs (c, c + D/2) of each
 head are rotated by angle position * frequency_c (the "rotate half" layout), so the score between a query
-at position m and a key at position n depends on m - n only. Angles are computed in fp32 and the result
-is cast back to the input dtype. Query and key positions are separate (cross-attention, odd lengths,
+at position m and a key at position n depends on m - n only. The rotation runs in fp32 (fp64 for fp64 inputs) and the result
+is cast back to the input dtype (angles in fp64, so large positions stay exact). Query and key positions are separate (cross-attention, odd lengths,
 grouped-query heads all work: the rotation depends on the position, not on the head).
 
 Notation: B batch, H query heads, Hkv key/value heads, L tokens, D head dim.
@@ -20,8 +20,9 @@ Tensor = torch.Tensor
 def rotate(x: Tensor, angles: Tensor) -> Tensor:
     """Rotate channel pairs (c, c + D/2) of x [..., L, D] by angles [L, D/2] (or [B, 1, L, D/2])."""
     half = x.shape[-1] // 2
-    cos, sin = angles.cos(), angles.sin()
-    x1, x2 = x[..., :half].float(), x[..., half:].float()
+    work = torch.promote_types(x.dtype, torch.float32)
+    cos, sin = angles.cos().to(work), angles.sin().to(work)
+    x1, x2 = x[..., :half].to(work), x[..., half:].to(work)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
 
@@ -43,11 +44,11 @@ class Rotary(nn.Module):
         if head_dim % 2 or head_dim <= 0:
             raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim}")
         self.head_dim, self.base = head_dim, base
-        self.register_buffer("inv_freq", inverse_frequencies(head_dim, base).float(), persistent=False)  # [D/2]
 
     def angles(self, positions: Tensor) -> Tensor:
         """positions [L] or [B, L] -> angles [L, D/2] or [B, 1, L, D/2]."""
-        out = positions.to(self.inv_freq.device, torch.float32)[..., None] * self.inv_freq
+        inv_freq = inverse_frequencies(self.head_dim, self.base).to(positions.device)  # [D/2]
+        out = positions.to(torch.float64)[..., None] * inv_freq
         return out if positions.dim() == 1 else out[:, None]
 
     def forward(
@@ -88,7 +89,6 @@ class Rotary2D(nn.Module):
             raise ValueError(f"num_prefix_tokens must be an int >= 0; got {num_prefix_tokens!r}")
         self.head_dim, self.base, self.num_prefix_tokens = head_dim, base, num_prefix_tokens
         self.set_grid_size(grid_size)
-        self.register_buffer("inv_freq", inverse_frequencies(head_dim // 2, base).float(), persistent=False)  # [D/4]
 
     def set_grid_size(self, grid_size: int | tuple[int, int]) -> None:
         pair = (grid_size, grid_size) if isinstance(grid_size, int) else tuple(grid_size)
@@ -104,8 +104,9 @@ class Rotary2D(nn.Module):
 
     def angles(self, positions: Tensor) -> Tensor:
         """(row, col) positions [N, 2] -> angles [P + N, D/2], zero for the prefix tokens."""
-        pos = positions.to(self.inv_freq.device, torch.float32)
-        grid = torch.cat([pos[:, :1] * self.inv_freq, pos[:, 1:] * self.inv_freq], dim=-1)  # [N, D/2]
+        inv_freq = inverse_frequencies(self.head_dim // 2, self.base).to(positions.device)  # [D/4]
+        pos = positions.to(torch.float64)
+        grid = torch.cat([pos[:, :1] * inv_freq, pos[:, 1:] * inv_freq], dim=-1)  # [N, D/2]
         return torch.cat([grid.new_zeros(self.num_prefix_tokens, grid.shape[-1]), grid], dim=0)
 
     def forward(

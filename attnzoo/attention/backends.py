@@ -86,10 +86,14 @@ def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, 
 
 
 def dense_bias(bias: Tensor | Any | None, lq: int, lk: int, device, dtype) -> Tensor | None:
-    """A bias module or tensor as an additive tensor broadcastable to [B, H, Lq, Lk]."""
-    if bias is None or isinstance(bias, Tensor):
-        return bias
-    return bias.dense(lq, lk, device=device, dtype=dtype)
+    """A bias module or tensor as an additive 4-D tensor broadcastable to [B, H, Lq, Lk].
+
+    Always 4-D: given a 3-D [H, Lq, Lk] mask, CPU sdpa leaves its fused kernel (measured 1.7x slower).
+    """
+    if bias is None:
+        return None
+    out = bias if isinstance(bias, Tensor) else bias.dense(lq, lk, device=device, dtype=dtype)
+    return out.reshape((1,) * (4 - out.dim()) + tuple(out.shape)) if out.dim() < 4 else out
 
 
 def trains(bias: Tensor | Any | None) -> bool:

@@ -56,20 +56,26 @@ class _SdpaBiasGrad(torch.autograd.Function):
         dk = torch.zeros_like(k3)
         dv = torch.zeros_like(v3)
         dbias = torch.empty(bias.shape, device=bias.device, dtype=bias.dtype)
+        direct = dbias.dtype == f32 and tuple(bias.shape[:2]) == (b, h)  # dS can be written into dbias in place
         full = bias.expand(b, h, lq, lk)
         rows = max(1, min(lq, _CHUNK_ELEMENTS // (b * h * lk)))
+        scores = torch.empty(b * h, rows, lk, dtype=f32, device=q.device)  # reused by every chunk
+        grads = None if direct else torch.empty_like(scores)
         for r0 in range(0, lq, rows):
             r1 = min(lq, r0 + rows)
             c = r1 - r0
-            s = torch.empty(b * h, c, lk, dtype=f32, device=q.device)
+            s = scores[:, :c]
             s.view(b, h, c, lk).copy_(full[:, :, r0:r1])
             s.baddbmm_(q3[:, r0:r1], k3.transpose(1, 2), alpha=scale)  # scores [BH, c, Lk]
             p = s.sub_(lse3[:, r0:r1]).exp_()  # weights
             dv.baddbmm_(p.transpose(1, 2), do3[:, r0:r1])
-            ds = torch.bmm(do3[:, r0:r1], v3.transpose(1, 2)).sub_(delta[:, r0:r1]).mul_(p)  # dScores
+            ds = dbias[:, :, r0:r1].view(b * h, c, lk) if direct else grads[:, :c]
+            torch.bmm(do3[:, r0:r1], v3.transpose(1, 2), out=ds)
+            ds.sub_(delta[:, r0:r1]).mul_(p)  # dScores = P * (dP - rowsum(dO * O))
             dq[:, r0:r1] = torch.bmm(ds, k3)
             dk.baddbmm_(ds.transpose(1, 2), q3[:, r0:r1])
-            dbias[..., r0:r1, :] = ds.view(b, h, c, lk).sum_to_size(*bias.shape[:-2], c, lk)
+            if not direct:
+                dbias[..., r0:r1, :] = ds.view(b, h, c, lk).sum_to_size(*bias.shape[:-2], c, lk)
         dq = (dq * scale).view(b, h, lq, d).to(q.dtype)
         dk = (dk * scale).view(b, h, lk, d).to(k.dtype)
         return dq, dk, dv.view(b, h, lk, d).to(v.dtype), dbias, None

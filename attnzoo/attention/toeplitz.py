@@ -60,7 +60,7 @@ class _RelativeDense(torch.autograd.Function):
         h = table.shape[0]
         ctx.save_for_backward(prefix if p else None)
         ctx.shape = (grid_q, grid_k, p, table.dtype)
-        t = table.detach().to(dtype)
+        t = table.detach().to(dtype).contiguous()  # a head-last table would give a head-last dense
         # rows[h, dy, xq, xk] = t[h, dy, xk - xq + Gwq - 1]: a Toeplitz block per row offset dy
         rows = t.unfold(2, gwk, 1).flip(2)  # [H, DY, Gwq, Gwk]
         if ghq == ghk == 1 and p == 0:

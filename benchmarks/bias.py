@@ -111,9 +111,10 @@ def run(args):
     write_results(
         "bias",
         rows,
-        notes=f"fwd+bwd of one attention call with a position bias, B={B}, H={H}, D={D}, CPU; `vs plain` = time / "
-        "plain F.scaled_dot_product_attention; `eager/this` = attnzoo eager with the same kind of bias (t5 or 2d) / "
-        "this; `gather+eager/this` = the pre-attnzoo eager baseline (gathered T5 bias) / this. Targets: fixed bias (alibi, t5 frozen) <= 1.15x plain; learned t5/2d on sdpa <= 3x plain and "
-        ">= 1.6x faster than eager with the bias. bf16 rows feed bf16 q, k, v (as from autocast linears).",
+        notes=f"fwd+bwd of one attention call with a position bias, B={B}, H={H}, D={D}, CPU; "
+        "`vs plain` = time / plain F.scaled_dot_product_attention; `eager/this` = attnzoo eager with the same "
+        "kind of bias (t5 or 2d) / this; `gather+eager/this` = the pre-attnzoo eager baseline (gathered T5 "
+        "bias) / this. Targets: fixed bias (alibi, t5 frozen) <= 1.15x plain; learned t5/2d on sdpa <= 3x plain "
+        "and >= 1.6x faster than eager with the bias. bf16 rows feed bf16 q, k, v (as from autocast linears).",
     )
     return rows

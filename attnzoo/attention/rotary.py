@@ -2,9 +2,10 @@
 
 Interface used by `Attention`: `rotary(q, k) -> (q, k)`, after qk-norm. Channel pairs (c, c + D/2) of each
 head are rotated by angle position * frequency_c (the "rotate half" layout), so the score between a query
-at position m and a key at position n depends on m - n only. The rotation runs in fp32 (fp64 for fp64 inputs) and the result
-is cast back to the input dtype (angles in fp64, so large positions stay exact). Query and key positions are separate (cross-attention, odd lengths,
-grouped-query heads all work: the rotation depends on the position, not on the head).
+at position m and a key at position n depends on m - n only. Angles are computed in fp64 (large positions
+stay exact), the rotation in fp32 (fp64 for fp64 inputs), and the result has the input dtype. Query and key
+positions are separate (cross-attention, odd lengths, grouped-query heads all work: the rotation depends on
+the position, not on the head).
 
 Notation: B batch, H query heads, Hkv key/value heads, L tokens, D head dim.
 """

@@ -16,6 +16,7 @@ copy per shape, not one per call. Built-ins are listed in `BIASES` (config short
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import weakref
@@ -33,6 +34,7 @@ Tensor = torch.Tensor
 
 DENSE_CACHE_BYTES = 512 * 2**20
 _cache: OrderedDict[Hashable, Tensor] = OrderedDict()
+_tokens = itertools.count()  # cache owners: never reused, unlike id()
 
 
 def _cache_get(key: Hashable, make: Callable[[], Tensor]) -> Tensor:
@@ -71,13 +73,12 @@ class Bias(nn.Module):
         if not isinstance(num_heads, int) or num_heads <= 0:
             raise ValueError(f"num_heads must be a positive int; got {num_heads!r}")
         self.num_heads = num_heads
-        weakref.finalize(self, _evict, id(self))
 
     def values(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         raise NotImplementedError
 
     def dense(self, lq: int, lk: int, device=None, dtype=None) -> Tensor:
-        """[H, Lq, Lk] additive scores (cached when no gradient is needed)."""
+        """[H, Lq, Lk] additive scores (cached and shared when no gradient is needed: never modify in place)."""
         tensors = [*self.parameters(), *self.buffers()]
         device = torch.device(device) if device is not None else (tensors[0].device if tensors else None)
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
@@ -93,8 +94,12 @@ class Bias(nn.Module):
 
     def _cache_identity(self) -> tuple:
         """What the dense result depends on besides shapes: this module's tensors and their in-place versions."""
+        token = self.__dict__.get("_cache_token")
+        if token is None:
+            token = self._cache_token = next(_tokens)
+            weakref.finalize(self, _evict, token)  # drop this module's entries when it goes
         state = tuple((t.data_ptr(), t._version) for t in [*self.parameters(), *self.buffers()])
-        return (id(self), state, self.extra_repr())
+        return (token, state, self.extra_repr())
 
     def score_mod(self, lq: int, lk: int) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
         """FlexAttention `score_mod(score, b, h, q_idx, kv_idx)` adding this bias."""

@@ -99,3 +99,21 @@ def test_vit_with_2d_positions_runs_at_another_grid_and_is_unchanged_at_the_trai
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_attnzoo_vit_with_relative_2d_fine_tunes_at_another_image_size():
+    from attnzoo.models.vit import ViT
+
+    cfg = dict(patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=3, pos_embed="none",
+               attention={"bias": "relative_2d", "backend": "sdpa"})  # fmt: skip
+    small = ViT(img_size=32, **cfg).eval()  # 4 x 4 patches + cls
+    x = torch.randn(2, 3, 32, 32)
+    before = small(x)
+    big = ViT(img_size=48, **cfg)  # 6 x 6 patches: each block's 7 x 7 table is resized to 11 x 11 on load
+    big.load_state_dict(small.state_dict())
+    big(torch.randn(2, 3, 48, 48)).sum().backward()
+    table = big.encoder.blocks[0].attn.bias.table
+    assert table.shape == (4, 11, 11) and table.grad.abs().sum() > 0
+    again = ViT(img_size=32, **cfg).eval()
+    again.load_state_dict(small.state_dict())
+    assert torch.equal(again(x), before)

@@ -19,7 +19,7 @@ import torch
 
 Tensor = torch.Tensor
 
-_BUFFER_ELEMENTS = 1 << 20  # skew buffer size per chunk (4 MiB in fp32): stays in cache
+_BUFFER_ELEMENTS = 1 << 22  # skew buffer size per chunk (16 MiB in fp32): fits L3, few ops
 
 
 def diagonal_sums(g: Tensor) -> Tensor:

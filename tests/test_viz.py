@@ -1,0 +1,111 @@
+"""`attnzoo.viz`: attention rollout against its definition, captured maps, and the command on a saved run."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnzoo.config import load
+from attnzoo.fit import build
+from attnzoo.viz import capture, main, rollout
+
+ROOT = Path(__file__).resolve().parent.parent
+VIT = ROOT / "recipes" / "vit.yaml"
+TINY = ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "model.mlp_ratio=1.0", "data.batch_size=8"]
+
+
+def _maps(layers: int, b: int = 2, h: int = 3, n: int = 5) -> list[torch.Tensor]:
+    return [torch.randn(b, h, n, n).softmax(-1) for _ in range(layers)]
+
+
+def test_rollout_of_one_layer_without_residual_is_the_head_mean():
+    (a,) = _maps(1)
+    torch.testing.assert_close(rollout([a], residual=0.0), a.mean(1))
+    torch.testing.assert_close(rollout([a], residual=0.0, head_fusion="max"), a.amax(1) / a.amax(1).sum(-1, True))
+
+
+def test_rollout_multiplies_residual_corrected_layers_in_order():
+    maps, residual = _maps(3), 0.3
+    eye = torch.eye(5)
+    expected = eye.expand(2, 5, 5)
+    for a in maps:  # definition (Abnar & Zuidema, 2020): A_l' = r I + (1 - r) mean_h A_l, rollout = A_L' ... A_1'
+        step = residual * eye + (1 - residual) * a.mean(1)
+        expected = step @ expected
+    out = rollout(maps, residual=residual)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.sum(-1), torch.ones(2, 5))
+    assert not torch.allclose(rollout(maps[::-1], residual=residual), out)  # the order matters
+
+
+@pytest.mark.parametrize(
+    ("maps", "kwargs", "message"),
+    [
+        ([], {}, "at least one"),
+        ([torch.rand(1, 2, 4, 6)], {}, "square"),
+        (_maps(1), {"residual": 1.5}, "residual"),
+        (_maps(1), {"head_fusion": "sum"}, "head_fusion"),
+    ],
+)
+def test_rollout_rejects_bad_input(maps, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        rollout(maps, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A run directory as `attnzoo fit` writes it (config.yaml, checkpoints/best.ckpt), without training."""
+    path = tmp_path_factory.mktemp("run")
+    cfg = load([VIT], TINY)
+    _, task, _ = build(cfg)
+    (path / "config.yaml").write_text(cfg.to_yaml())
+    (path / "checkpoints").mkdir()
+    torch.save({"state_dict": task.state_dict()}, path / "checkpoints" / "best.ckpt")
+    return path
+
+
+def test_captured_maps_are_one_per_layer_and_do_not_change_the_output(run_dir):
+    from attnzoo.viz import load_run
+
+    data, net = load_run(run_dir)
+    image = next(iter(data.val_dataloader()))["image"][:2]
+    net.eval()
+    with torch.no_grad():
+        plain = net(image=image)
+    logits, maps = capture(net, {"image": image})
+    torch.testing.assert_close(logits, plain, rtol=1e-4, atol=1e-5)  # eager while capturing, sdpa otherwise
+    assert len(maps) == 2 and all(m.shape == (2, 2, 17, 17) for m in maps)  # 4x4 patches + class token
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 2, 17))
+    assert not torch.allclose(maps[0], maps[1])
+
+
+def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_path, capsys):
+    from PIL import Image
+
+    out = tmp_path / "val"
+    assert main([str(run_dir), "--index", "3", "--out", str(out)]) == 0
+    written = capsys.readouterr().out.split()
+    assert [Path(p).name for p in written] == ["attention_matrices.png", "class_token.png", "rollout.png", "maps.pt"]
+    for name in written[:3]:
+        data = Path(name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    saved = torch.load(out / "maps.pt")
+    assert len(saved["maps"]) == 2 and saved["rollout"].shape == (1, 17, 17)
+    torch.testing.assert_close(saved["rollout"], rollout(saved["maps"]))
+
+    digit = tmp_path / "digit.png"
+    Image.fromarray((torch.rand(40, 40) * 255).byte().numpy(), mode="L").save(digit)  # resized to 28x28
+    assert main([str(run_dir), "--input", str(digit), "--out", str(tmp_path / "file")]) == 0
+    assert (tmp_path / "file" / "rollout.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "notes.txt"], "is not a file"),
+        (["--index", "100000"], "the validation split has 500 examples"),
+        (["--checkpoint", "last"], "no checkpoint file"),
+    ],
+)
+def test_viz_command_errors_name_the_problem(run_dir, args, message, capsys):
+    assert main([str(run_dir), *args]) == 2
+    assert message in capsys.readouterr().err

@@ -142,9 +142,11 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
-    if cfg.section("run").get("test") and best is not None and best.best_model_path:
-        tested = trainer.test(task, datamodule=data, ckpt_path=best.best_model_path, verbose=False)
-        result["test"] = {k: float(v) for k, v in (tested[0] if tested else {}).items()}
+    if cfg.section("run").get("test"):
+        tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
+        out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+        result["test"] = {k: float(v) for k, v in (out[0] if out else {}).items()}
+        result["test"]["checkpoint"] = tested or "final weights (no validation ran, so no best checkpoint)"
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir
@@ -161,7 +163,7 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
         configs = args.config

@@ -164,7 +164,12 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
 
     overrides = [*QUICK, *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=3", f"run.dir={tmp_path}"]
     overrides += ["trainer.limit_val_batches=2"]
-    overrides += ["trainer.num_sanity_val_steps=0", "run.test=true", "data.batch_size=16", "trainer.limit_test_batches=3"]
+    overrides += [
+        "trainer.num_sanity_val_steps=0",
+        "run.test=true",
+        "data.batch_size=16",
+        "trainer.limit_test_batches=3",
+    ]
     run_dir = fit(load([VIT], overrides))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert evaluate([str(run_dir), "--checkpoint", "best", "trainer.limit_test_batches=3"]) == 0

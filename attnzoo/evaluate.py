@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError, load
-from .fit import build
+from .fit import _show_attnzoo_log, build
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
@@ -51,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", action="append", default=[], help="overlays on the run's config")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. data.root=/other/images")
     args = p.parse_intermixed_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    _show_attnzoo_log()
     try:
         report = evaluate(args.run_dir, args.checkpoint, args.split, args.config, args.overrides)
     except ConfigError as err:

@@ -65,6 +65,11 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     import lightning as L
 
     L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    threads = cfg.section("trainer").get("num_threads")
+    if threads:  # intra-op threads of each process (torch.set_num_threads)
+        import torch
+
+        torch.set_num_threads(threads)
     data = build_data(cfg)
     context = data.model_context()
     net = build_net(cfg, context)
@@ -154,6 +159,16 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     return run_dir
 
 
+def _show_attnzoo_log() -> None:
+    """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
+    logger = logging.getLogger("attnzoo")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--config", action="append", default=[], help="a recipe YAML; repeat to overlay more files")
@@ -166,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
     args = p.parse_intermixed_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    _show_attnzoo_log()
     try:
         configs = args.config
         if args.resume and not configs:

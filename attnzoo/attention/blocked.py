@@ -1,0 +1,238 @@
+"""`blocked`: block-sparse attention in plain PyTorch, so sparse patterns train on any device.
+
+Queries are cut into blocks of `block_size`; each query block gathers only the key blocks its pattern reads
+(`Pattern.block_layout`) and runs SDPA over them, with the pattern's exact mask (plus key padding and the
+internal padding to whole blocks) inside the gathered keys. Memory and work are O(N * keys per query).
+Query blocks are grouped by how many key blocks they read, so a few dense rows (global tokens) do not make
+every row dense. SDPA inputs stay 4-D, [B * blocks, H, block, D]: CPU SDPA takes its flash kernel for 4-D
+inputs with a bool mask and drops to its math path for 5-D ones.
+
+Notation as in backends.py, plus nQb / nKb query / key blocks, bq / bk their sizes, nb query blocks in a
+group and K key blocks each of them reads.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .backends import Request, register_backend
+from .patterns import Pattern, num_blocks
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Group:
+    """Query blocks that read the same number K of key blocks (rows with fewer are padded, masked)."""
+
+    q_blocks: Tensor  # long [nb]
+    kv_blocks: Tensor  # long [nb, K]
+    q_tok: Tensor  # long [nb, bq]: query positions (clamped to Lq - 1)
+    kv_tok: Tensor  # long [nb, K * bk]: key positions (clamped to Lk - 1)
+    kv_real: Tensor  # bool [nb, K * bk]: slot holds a real key (not block padding, not past Lk)
+    mask: Tensor | None  # bool [nb, bq, K * bk]: the pattern inside the gathered blocks (None: per-batch)
+
+
+class Full(Pattern):
+    """Every pair (the blocked backend's stand-in for pattern=None)."""
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return torch.ones_like(q_idx - kv_idx, dtype=torch.bool)
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        return torch.ones(num_blocks(lq, block_q), num_blocks(lk, block_k), dtype=torch.bool, device=device)
+
+
+_FULL = Full()
+
+
+def group_rows(counts: Tensor, slack: float = 0.75) -> list[Tensor]:
+    """Query-block indices grouped by key-block count; a group's rows read >= `slack` x its widest row."""
+    groups, order = [], torch.argsort(counts, descending=True, stable=True)
+    sorted_counts = counts[order].tolist()
+    start = 0
+    while start < len(sorted_counts) and sorted_counts[start] > 0:
+        end = start
+        while end < len(sorted_counts) and sorted_counts[end] >= slack * sorted_counts[start]:
+            end += 1
+        groups.append(order[start:end].sort().values)
+        start = end
+    return groups  # rows with no key block at all are in no group: their output stays zero
+
+
+def plan(pattern: Pattern, lq: int, lk: int, bq: int, bk: int, device) -> list[Group]:
+    """The groups for one (pattern, lengths, blocks, device)."""
+    bound = pattern.bind(lq, lk)
+    kv_blocks, counts = bound.block_layout(lq, lk, bq, bk, device=device)  # [nQb, K], [nQb]
+    out = []
+    for rows in group_rows(counts.cpu()):
+        rows = rows.to(device)
+        width = int(counts[rows].max())
+        blocks = kv_blocks[rows, :width]  # [nb, K]
+        slot_used = torch.arange(width, device=device)[None, :] < counts[rows, None]  # [nb, K]
+        q_pos = rows[:, None] * bq + torch.arange(bq, device=device)  # [nb, bq]
+        kv_pos = (blocks[:, :, None] * bk + torch.arange(bk, device=device)).flatten(1)  # [nb, K * bk]
+        kv_real = (kv_pos < lk) & slot_used.repeat_interleave(bk, dim=1)
+        q_tok, kv_tok = q_pos.clamp(max=lq - 1), kv_pos.clamp(max=lk - 1)
+        mask = None
+        if bound.batch_size is None:
+            mask = bound.dense_rows(q_tok[:, :, None], kv_tok[:, None, :]) & kv_real[:, None, :]  # [nb, bq, K*bk]
+        out.append(Group(rows, blocks, q_tok, kv_tok, kv_real, mask))
+    return out
+
+
+class Blocked:
+    """Block-sparse attention: per query block, SDPA over only the key blocks its pattern reads.
+
+    Args:
+        block_size: query and key block size (shorter sequences use one block of their length).
+        max_density: `auto` passes this backend over when the pattern reads more than this fraction of
+            key blocks (dense sdpa is faster there); an explicit `backend="blocked"` always runs.
+    """
+
+    name = "blocked"
+
+    def __init__(self, *, block_size: int = 128, max_density: float = 0.5) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.max_density = max_density
+        self._plans: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
+
+    def blocks(self, lq: int, lk: int) -> tuple[int, int]:
+        return min(self.block_size, lq), min(self.block_size, lk)
+
+    def supports(self, req: Request) -> str | None:
+        if req.return_weights:
+            return "block-sparse attention does not return attention weights"
+        return None
+
+    def avoid_in_auto(self, req: Request) -> str | None:
+        if req.pattern is None:
+            return "no pattern: nothing to skip, dense kernels are faster"
+        bq, bk = self.blocks(req.lq, req.lk)
+        density = float(req.pattern.block_mask(req.lq, req.lk, bq, bk).float().mean())
+        if density > self.max_density:
+            return f"the pattern reads {density:.0%} of key blocks (> {self.max_density:.0%}): dense is faster"
+        return None
+
+    def groups(self, pattern: Pattern, lq: int, lk: int, device) -> list[Group]:
+        """Cached per (pattern object, lengths, device); per-batch patterns are planned on every call."""
+        bq, bk = self.blocks(lq, lk)
+        if pattern.batch_size is not None:
+            return plan(pattern, lq, lk, bq, bk, device)
+        cache = self._plans.setdefault(pattern, {})
+        key = (lq, lk, bq, bk, str(device))
+        if key not in cache:
+            cache[key] = plan(pattern, lq, lk, bq, bk, device)
+        return cache[key]
+
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
+        if return_weights:
+            raise ValueError("backend 'blocked' cannot return attention weights; use backend='eager' or 'auto'")
+        pattern = _FULL if pattern is None else pattern
+        b, h, lq, d = q.shape
+        hkv, lk = k.shape[1], k.shape[2]
+        bq, bk = self.blocks(lq, lk)
+        nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
+        # heads first, so that (batch, block) pairs are one dim we can gather along and hand to SDPA as a view
+        qb = _to_blocks(q, nqb * bq, bq)  # [H, B * nQb, bq, D]
+        kb, vb = _to_blocks(k, nkb * bk, bk), _to_blocks(v, nkb * bk, bk)  # [Hkv, B * nKb, bk, D]
+        keep = None if key_padding_mask is None else ~key_padding_mask  # [B, Lk]
+        bound = pattern.bind(lq, lk)
+        out = None
+        groups = self.groups(pattern, lq, lk, q.device)
+        for g in groups:
+            nb, width = g.kv_blocks.shape
+            batch = torch.arange(b, device=q.device)
+            q_rows = (batch[:, None] * nqb + g.q_blocks).flatten()  # [B * nb]
+            kv_rows = (batch[:, None, None] * nkb + g.kv_blocks).flatten()  # [B * nb * K]
+            qg = qb.index_select(1, q_rows).transpose(0, 1)  # [B * nb, H, bq, D]
+            kg = kb.index_select(1, kv_rows).view(hkv, b * nb, width * bk, d).transpose(0, 1)  # [B*nb, Hkv, K*bk, D]
+            vg = vb.index_select(1, kv_rows).view(hkv, b * nb, width * bk, d).transpose(0, 1)
+            allowed = self._allowed(bound, g, keep, b)  # [B * nb, 1, bq, K * bk]
+            alive = allowed.any(dim=-1, keepdim=True)  # [B * nb, 1, bq, 1]
+            all_alive = bool(alive.all())
+            if not all_alive:
+                allowed = allowed | ~alive  # keep kernels finite; those rows are zeroed below
+            mask = allowed
+            add = _gathered_bias(bias, g, b, h, q.dtype)  # [B * nb, H | 1, bq, K * bk] or None
+            if add is not None:
+                mask = add.masked_fill(~allowed, float("-inf"))
+            if add is not None and add.requires_grad:  # SDPA's CPU kernels do not train a mask: explicit math
+                o = _eager(qg, kg, vg, mask, dropout_p, scale)
+            else:
+                o = F.scaled_dot_product_attention(
+                    qg, kg, vg, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=hkv != h
+                )  # [B * nb, H, bq, D]
+            if not all_alive:
+                o = o * alive
+            o = o.reshape(b, nb, h, bq, d)
+            if len(groups) == 1 and nb == nqb:
+                out = o
+            else:
+                out = q.new_zeros(b, nqb, h, bq, d) if out is None else out
+                out = out.index_copy(1, g.q_blocks, o)
+        if out is None:  # no query reads any key
+            return q.new_zeros(q.shape), None
+        out = out.permute(0, 2, 1, 3, 4).reshape(b, h, nqb * bq, d)  # [B, H, nQb * bq, D]
+        return out[:, :, :lq], None
+
+    @staticmethod
+    def _allowed(bound: Pattern, g: Group, keep: Tensor | None, b: int) -> Tensor:
+        nb, bq, width = len(g.q_blocks), g.q_tok.shape[1], g.kv_tok.shape[1]
+        if g.mask is not None:
+            allowed = g.mask[None]  # [1, nb, bq, K * bk]
+        else:  # a per-batch pattern: evaluate its mask with the batch index
+            zero = torch.zeros((), dtype=torch.long, device=g.q_tok.device)
+            batch = torch.arange(b, device=g.q_tok.device)[:, None, None, None]
+            allowed = bound.mask_mod(batch, zero, g.q_tok[None, :, :, None], g.kv_tok[None, :, None, :])
+            allowed = allowed & g.kv_real[None, :, None, :]  # [B, nb, bq, K * bk]
+        if keep is not None:
+            allowed = allowed & keep[:, g.kv_tok][:, :, None, :]  # [B, nb, 1, K * bk]
+        return allowed.expand(b, nb, bq, width).reshape(b * nb, 1, bq, width)
+
+
+def _eager(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float) -> Tensor:
+    """Softmax attention over one group of blocks with an additive float mask: [B * nb, H, bq, D]."""
+    n, h, bq, d = q.shape
+    hkv = k.shape[1]
+    qg = q.reshape(n, hkv, h // hkv, bq, d)  # [B * nb, Hkv, groups, bq, D]
+    scores = (qg.float() @ k.float()[:, :, None].transpose(-2, -1)) * scale  # [B * nb, Hkv, groups, bq, K * bk]
+    scores = scores.reshape(n, h, bq, -1) + mask.float()  # [B * nb, H, bq, K * bk]
+    weights = scores.softmax(dim=-1).to(q.dtype)
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = weights.reshape(n, hkv, h // hkv, bq, -1) @ v[:, :, None].to(q.dtype)  # [B * nb, Hkv, groups, bq, D]
+    return out.reshape(n, h, bq, d)
+
+
+def _to_blocks(x: Tensor, padded: int, block: int) -> Tensor:
+    """[B, H, L, D] -> [H, B * nBlocks, block, D], zero padded to `padded` positions."""
+    b, h, length, d = x.shape
+    x = x.transpose(0, 1)  # [H, B, L, D]
+    if padded != length:
+        x = F.pad(x, (0, 0, 0, padded - length))
+    return x.reshape(h, b * (padded // block), block, d)
+
+
+def _gathered_bias(bias, g: Group, b: int, h: int, dtype) -> Tensor | None:
+    """The bias at the gathered (query, key) pairs: [B * nb, H | 1, bq, K * bk]."""
+    if bias is None:
+        return None
+    nb, bq, width = len(g.q_blocks), g.q_tok.shape[1], g.kv_tok.shape[1]
+    q_idx, kv_idx = g.q_tok[:, :, None], g.kv_tok[:, None, :]  # [nb, bq, 1], [nb, 1, K * bk]
+    if isinstance(bias, Tensor):
+        full = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))  # [B|1, H|1, Lq, Lk]
+        vals = full[:, :, q_idx, kv_idx].transpose(1, 2)  # [B|1, nb, H|1, bq, K * bk]
+    else:
+        vals = bias.values(q_idx, kv_idx).expand(-1, nb, bq, width).transpose(0, 1)[None]  # [1, nb, H, bq, K*bk]
+    heads = vals.shape[2]
+    return vals.to(dtype).expand(b, nb, heads, bq, width).reshape(b * nb, heads, bq, width)
+
+
+register_backend(Blocked(), before="sdpa")

@@ -1,6 +1,7 @@
 """`blocked`: block-sparse attention in plain PyTorch, so sparse patterns train on any device.
 
-Queries are cut into blocks of `block_size`; each query block gathers only the key blocks its pattern reads
+Queries are cut into blocks (64, 128 or 256 positions, whichever a cost model finds cheapest for the
+pattern, see `Blocked.blocks`); each query block gathers only the key blocks its pattern reads
 (`Pattern.block_layout`) and runs SDPA over them, with the pattern's exact mask (plus key padding and the
 internal padding to whole blocks) inside the gathered keys. Memory and work are O(N * keys per query).
 Query blocks are grouped by how many key blocks they read, so a few dense rows (global tokens) do not make
@@ -14,7 +15,7 @@ group and K key blocks each of them reads.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,19 @@ class Group:
     kv_tok: Tensor  # long [nb, K * bk]: key positions (clamped to Lk - 1)
     kv_real: Tensor  # bool [nb, K * bk]: slot holds a real key (not block padding, not past Lk)
     mask: Tensor | None  # bool [nb, bq, K * bk]: the pattern inside the gathered blocks (None: per-batch)
+    additive: dict = field(default_factory=dict)  # (dtype, B) -> (0/-inf mask [B * nb, 1, bq, K * bk], alive)
+
+    def additive_mask(self, dtype, b: int) -> tuple[Tensor, Tensor | None]:
+        """The pattern mask as SDPA's additive float mask, cached (SDPA would convert a bool mask every call);
+        with the rows that read some key, [B * nb, 1, bq, 1], or None when all do."""
+        if (dtype, b) not in self.additive:
+            alive = self.mask.any(dim=-1, keepdim=True)  # [nb, bq, 1]
+            allowed = self.mask | ~alive
+            zero = torch.zeros((), dtype=dtype, device=allowed.device)
+            add = torch.where(allowed, zero, torch.tensor(float("-inf"), dtype=dtype, device=allowed.device))
+            rows = None if bool(alive.all()) else alive[:, None].repeat(b, 1, 1, 1)
+            self.additive[(dtype, b)] = (add[:, None].repeat(b, 1, 1, 1), rows)
+        return self.additive[(dtype, b)]
 
 
 class Full(Pattern):
@@ -48,6 +62,17 @@ class Full(Pattern):
 
 
 _FULL = Full()
+
+
+_densities: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
+
+
+def block_density(pattern: Pattern, lq: int, lk: int, bq: int, bk: int) -> float:
+    """The fraction of (query block, key block) pairs the pattern reads; cached per pattern object."""
+    cache = _densities.setdefault(pattern, {})
+    if (lq, lk, bq, bk) not in cache:
+        cache[(lq, lk, bq, bk)] = float(pattern.block_mask(lq, lk, bq, bk).float().mean())
+    return cache[(lq, lk, bq, bk)]
 
 
 def group_rows(counts: Tensor, slack: float = 0.75) -> list[Tensor]:
@@ -89,22 +114,40 @@ class Blocked:
     """Block-sparse attention: per query block, SDPA over only the key blocks its pattern reads.
 
     Args:
-        block_size: query and key block size (shorter sequences use one block of their length).
+        block_sizes: candidate block sizes (queries and keys alike); per pattern and lengths the one with the
+            least estimated work is used (shorter sequences use one block of their length).
         max_density: `auto` passes this backend over when the pattern reads more than this fraction of
             key blocks (dense sdpa is faster there); an explicit `backend="blocked"` always runs.
     """
 
     name = "blocked"
 
-    def __init__(self, *, block_size: int = 128, max_density: float = 0.5) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        self.block_size = block_size
+    # per-block overhead of one SDPA tile, in key positions: fitted on CPU fwd+bwd (block 64 costs ~1.24x per pair
+    # of block 128 at equal work), so work(b) ~ pairs read * (1 + OVERHEAD / b)
+    OVERHEAD = 40
+
+    def __init__(self, *, block_sizes: tuple[int, ...] = (64, 128, 256), max_density: float = 0.5) -> None:
+        if not block_sizes or min(block_sizes) < 1:
+            raise ValueError(f"block_sizes must be positive integers, got {block_sizes}")
+        self.block_sizes = tuple(block_sizes)
         self.max_density = max_density
         self._plans: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
+        self._sizes: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
 
-    def blocks(self, lq: int, lk: int) -> tuple[int, int]:
-        return min(self.block_size, lq), min(self.block_size, lk)
+    def blocks(self, pattern: Pattern | None, lq: int, lk: int) -> tuple[int, int]:
+        """(bq, bk) for this pattern and lengths: the candidate size with the least estimated work."""
+        if pattern is None or pattern.batch_size is not None or len(self.block_sizes) == 1:
+            b = self.block_sizes[len(self.block_sizes) // 2]
+            return min(b, lq), min(b, lk)
+        cache = self._sizes.setdefault(pattern, {})
+        if (lq, lk) not in cache:
+            work = {}
+            for b in self.block_sizes:
+                bq, bk = min(b, lq), min(b, lk)
+                pairs = block_density(pattern, lq, lk, bq, bk) * num_blocks(lq, bq) * num_blocks(lk, bk) * bq * bk
+                work[(bq, bk)] = pairs * (1 + self.OVERHEAD / b)
+            cache[(lq, lk)] = min(work, key=work.get)
+        return cache[(lq, lk)]
 
     def supports(self, req: Request) -> str | None:
         if req.return_weights:
@@ -114,15 +157,15 @@ class Blocked:
     def avoid_in_auto(self, req: Request) -> str | None:
         if req.pattern is None:
             return "no pattern: nothing to skip, dense kernels are faster"
-        bq, bk = self.blocks(req.lq, req.lk)
-        density = float(req.pattern.block_mask(req.lq, req.lk, bq, bk).float().mean())
+        bq, bk = self.blocks(req.pattern, req.lq, req.lk)
+        density = block_density(req.pattern, req.lq, req.lk, bq, bk)
         if density > self.max_density:
             return f"the pattern reads {density:.0%} of key blocks (> {self.max_density:.0%}): dense is faster"
         return None
 
     def groups(self, pattern: Pattern, lq: int, lk: int, device) -> list[Group]:
         """Cached per (pattern object, lengths, device); per-batch patterns are planned on every call."""
-        bq, bk = self.blocks(lq, lk)
+        bq, bk = self.blocks(pattern, lq, lk)
         if pattern.batch_size is not None:
             return plan(pattern, lq, lk, bq, bk, device)
         cache = self._plans.setdefault(pattern, {})
@@ -137,32 +180,43 @@ class Blocked:
         pattern = _FULL if pattern is None else pattern
         b, h, lq, d = q.shape
         hkv, lk = k.shape[1], k.shape[2]
-        bq, bk = self.blocks(lq, lk)
+        bq, bk = self.blocks(pattern, lq, lk)
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
         # heads first, so that (batch, block) pairs are one dim we can gather along and hand to SDPA as a view
         qb = _to_blocks(q, nqb * bq, bq)  # [H, B * nQb, bq, D]
         kb, vb = _to_blocks(k, nkb * bk, bk), _to_blocks(v, nkb * bk, bk)  # [Hkv, B * nKb, bk, D]
         keep = None if key_padding_mask is None else ~key_padding_mask  # [B, Lk]
         bound = pattern.bind(lq, lk)
-        out = None
         groups = self.groups(pattern, lq, lk, q.device)
-        for g in groups:
+        if not groups:  # no query reads any key
+            return q.new_zeros(q.shape), None
+        # one gather for all groups (one zero-fill + index_add in backward), then a view per group
+        batch = torch.arange(b, device=q.device)
+        q_rows = [(batch[:, None] * nqb + g.q_blocks).flatten() for g in groups]  # [B * nb] per group
+        kv_rows = [(batch[:, None, None] * nkb + g.kv_blocks).flatten() for g in groups]  # [B * nb * K] per group
+        in_order = len(groups) == 1 and len(groups[0].q_blocks) == nqb
+        q_all = qb if in_order else qb.index_select(1, torch.cat(q_rows))  # [H, sum B * nb, bq, D]
+        k_all = kb.index_select(1, torch.cat(kv_rows))  # [Hkv, sum B * nb * K, bk, D]
+        v_all = vb.index_select(1, torch.cat(kv_rows))
+        q_parts = q_all.split([len(r) for r in q_rows], dim=1)
+        k_parts, v_parts = k_all.split([len(r) for r in kv_rows], dim=1), v_all.split([len(r) for r in kv_rows], dim=1)
+        pieces = []
+        for g, qg, kg, vg in zip(groups, q_parts, k_parts, v_parts, strict=True):
             nb, width = g.kv_blocks.shape
-            batch = torch.arange(b, device=q.device)
-            q_rows = (batch[:, None] * nqb + g.q_blocks).flatten()  # [B * nb]
-            kv_rows = (batch[:, None, None] * nkb + g.kv_blocks).flatten()  # [B * nb * K]
-            qg = qb.index_select(1, q_rows).transpose(0, 1)  # [B * nb, H, bq, D]
-            kg = kb.index_select(1, kv_rows).view(hkv, b * nb, width * bk, d).transpose(0, 1)  # [B*nb, Hkv, K*bk, D]
-            vg = vb.index_select(1, kv_rows).view(hkv, b * nb, width * bk, d).transpose(0, 1)
-            allowed = self._allowed(bound, g, keep, b)  # [B * nb, 1, bq, K * bk]
-            alive = allowed.any(dim=-1, keepdim=True)  # [B * nb, 1, bq, 1]
-            all_alive = bool(alive.all())
-            if not all_alive:
-                allowed = allowed | ~alive  # keep kernels finite; those rows are zeroed below
-            mask = allowed
+            qg = qg.transpose(0, 1)  # [B * nb, H, bq, D]
+            kg = kg.reshape(hkv, b * nb, width * bk, d).transpose(0, 1)  # [B * nb, Hkv, K * bk, D]
+            vg = vg.reshape(hkv, b * nb, width * bk, d).transpose(0, 1)
             add = _gathered_bias(bias, g, b, h, q.dtype)  # [B * nb, H | 1, bq, K * bk] or None
-            if add is not None:
-                mask = add.masked_fill(~allowed, float("-inf"))
+            if add is None and keep is None and g.mask is not None:  # the common case, all cached
+                mask, alive = g.additive_mask(q.dtype, b)  # [B * nb, 1, bq, K * bk], [B * nb, 1, bq, 1] or None
+                all_alive = alive is None
+            else:
+                allowed = self._allowed(bound, g, keep, b)  # [B * nb, 1, bq, K * bk]
+                alive = allowed.any(dim=-1, keepdim=True)  # [B * nb, 1, bq, 1]
+                all_alive = bool(alive.all())
+                if not all_alive:
+                    allowed = allowed | ~alive  # keep kernels finite; those rows are zeroed below
+                mask = allowed if add is None else add.masked_fill(~allowed, float("-inf"))
             if add is not None and add.requires_grad:  # SDPA's CPU kernels do not train a mask: explicit math
                 o = _eager(qg, kg, vg, mask, dropout_p, scale)
             else:
@@ -171,16 +225,24 @@ class Blocked:
                 )  # [B * nb, H, bq, D]
             if not all_alive:
                 o = o * alive
-            o = o.reshape(b, nb, h, bq, d)
-            if len(groups) == 1 and nb == nqb:
-                out = o
-            else:
-                out = q.new_zeros(b, nqb, h, bq, d) if out is None else out
-                out = out.index_copy(1, g.q_blocks, o)
-        if out is None:  # no query reads any key
-            return q.new_zeros(q.shape), None
-        out = out.permute(0, 2, 1, 3, 4).reshape(b, h, nqb * bq, d)  # [B, H, nQb * bq, D]
-        return out[:, :, :lq], None
+            pieces.append(o.transpose(1, 2).reshape(b, nb, bq, h, d))  # CPU SDPA's own layout: usually a view
+        if in_order:
+            out = pieces[0]
+        else:
+            rows = sum(len(g.q_blocks) for g in groups)
+            if rows < nqb:  # query blocks that read nothing point at one zero block
+                pieces.append(q.new_zeros(b, 1, bq, h, d))
+            out = torch.cat(pieces, dim=1).index_select(1, self._positions(groups, nqb, q.device))
+        out = out.reshape(b, nqb * bq, h, d)[:, :lq]  # [B, Lq, H, D]
+        return out.transpose(1, 2), None  # [B, H, Lq, D]: a view, free for `Attention` to transpose back
+
+    @staticmethod
+    def _positions(groups: list[Group], nqb: int, device) -> Tensor:
+        """For each query block, its place among the concatenated group outputs (or the zero block after them)."""
+        order = torch.cat([g.q_blocks for g in groups])
+        pos = torch.full((nqb,), len(order), dtype=torch.long, device=device)
+        pos[order] = torch.arange(len(order), device=device)
+        return pos
 
     @staticmethod
     def _allowed(bound: Pattern, g: Group, keep: Tensor | None, b: int) -> Tensor:

@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from .backends import Request, register_backend
-from .blocked import _FULL
+from .blocked import _FULL, block_density
 from .patterns import KeyPadding, Pattern
 
 Tensor = torch.Tensor
@@ -65,7 +65,7 @@ class Flex:
             return "on CPU flex compiles per new shape (~20 s); 'blocked' needs no compile (ask for 'flex' to use it)"
         if req.pattern is None:
             return "no pattern: dense kernels are faster"
-        density = float(req.pattern.block_mask(req.lq, req.lk, BLOCK, BLOCK).float().mean())
+        density = block_density(req.pattern, req.lq, req.lk, BLOCK, BLOCK)
         if density > self.max_density:
             return f"the pattern reads {density:.0%} of key blocks (> {self.max_density:.0%}): dense is faster"
         return None
@@ -112,6 +112,8 @@ def _build(bound: Pattern, lq: int, lk: int, device):
     flex = _flex_module()
     kv_blocks, counts = bound.block_layout(lq, lk, BLOCK, BLOCK, device=device)  # [nQb, K], [nQb]
     batch = 1 if bound.batch_size is None else bound.batch_size
+    nkb = -(-lk // BLOCK)
+    kv_blocks = torch.nn.functional.pad(kv_blocks, (0, nkb - kv_blocks.shape[1]))  # [nQb, nKb]: CPU flex wants all
 
     def mask_mod(b, h, q_idx, kv_idx):
         inside = (q_idx < lq) & (kv_idx < lk)

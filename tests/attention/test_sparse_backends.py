@@ -218,3 +218,14 @@ def test_explicit_flex_training_on_cpu_names_blocked():
     with pytest.raises(ValueError, match="'flex' cannot run.*no backward on CPU.*backend='blocked'"):
         attend(q, k, v, pattern=WINDOW, backend="flex")
     assert BACKENDS["flex"].supports(req(grad=False, pattern=WINDOW)) is None
+
+
+def test_blocked_rows_emptied_by_the_pattern_alone_are_zero():
+    pattern = SlidingWindow(window=2) & GlobalTokens(tokens=[0])  # only queries 0..2 read anything
+    q, k, v, _ = inputs(700)
+    out, _, _ = attend(q, k, v, pattern=pattern, backend="blocked")
+    ref, _, _ = attend(q, k, v, pattern=pattern, backend="eager")
+    torch.testing.assert_close(out, ref)
+    assert (out[:, :, 3:] == 0).all() and (out[:, :, :3] != 0).any()
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[:, :, 3:] == 0).all()

@@ -75,18 +75,28 @@ def block_density(pattern: Pattern, lq: int, lk: int, bq: int, bk: int) -> float
     return cache[(lq, lk, bq, bk)]
 
 
-def group_rows(counts: Tensor, slack: float = 0.75) -> list[Tensor]:
-    """Query-block indices grouped by key-block count; a group's rows read >= `slack` x its widest row."""
-    groups, order = [], torch.argsort(counts, descending=True, stable=True)
-    sorted_counts = counts[order].tolist()
-    start = 0
-    while start < len(sorted_counts) and sorted_counts[start] > 0:
-        end = start
-        while end < len(sorted_counts) and sorted_counts[end] >= slack * sorted_counts[start]:
-            end += 1
-        groups.append(order[start:end].sort().values)
-        start = end
-    return groups  # rows with no key block at all are in no group: their output stays zero
+def group_rows(counts: Tensor, min_saving: float = 0.1) -> list[Tensor]:
+    """Query-block indices grouped by how many key blocks they read.
+
+    Rows in a group are padded to its widest row. Starting from one group, the narrower tail is split off where
+    that saves the most padded work, as long as it saves at least `min_saving` of the group's work (each extra
+    group costs a gather, a concat and a reorder).
+    """
+    order = torch.argsort(counts, descending=True, stable=True)
+    sorted_counts = counts[order]
+    n = int((sorted_counts > 0).sum())  # rows with no key block are in no group: their output stays zero
+    groups, start = [], 0
+    while start < n:
+        width = sorted_counts[start]
+        j = torch.arange(start + 1, n)
+        saving = (n - j) * (width - sorted_counts[start + 1 : n])  # padded work saved by splitting before row j
+        best = int(saving.argmax()) if len(j) else 0
+        if not len(j) or int(saving[best]) < min_saving * (n - start) * int(width):
+            groups.append(order[start:n].sort().values)
+            break
+        groups.append(order[start : start + 1 + best].sort().values)
+        start += 1 + best
+    return groups
 
 
 def plan(pattern: Pattern, lq: int, lk: int, bq: int, bk: int, device) -> list[Group]:

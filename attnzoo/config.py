@@ -238,7 +238,9 @@ def validate(cfg: Config) -> None:
     ):
         target = check_kind(cfg, section, table)
         options = {k: v for k, v in cfg.section(section).items() if k != "kind"}
-        check_options(cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}")
+        check_options(
+            cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}"
+        )
     attention = cfg.section("model").get("attention")
     if attention is not None:
         from .attention.factory import attention_layer

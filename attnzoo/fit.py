@@ -27,7 +27,9 @@ RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running this com
 
 
 def _is_rank_zero() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    return (
+        int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    )
 
 
 def new_run_dir(cfg: Config) -> Path:

@@ -192,30 +192,18 @@ class Blocked:
         hkv, lk = k.shape[1], k.shape[2]
         bq, bk = self.blocks(pattern, lq, lk)
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
-        # heads first, so that (batch, block) pairs are one dim we can gather along and hand to SDPA as a view
-        qb = _to_blocks(q, nqb * bq, bq)  # [H, B * nQb, bq, D]
-        kb, vb = _to_blocks(k, nkb * bk, bk), _to_blocks(v, nkb * bk, bk)  # [Hkv, B * nKb, bk, D]
         keep = None if key_padding_mask is None else ~key_padding_mask  # [B, Lk]
         bound = pattern.bind(lq, lk)
         groups = self.groups(pattern, lq, lk, q.device)
         if not groups:  # no query reads any key
             return q.new_zeros(q.shape), None
-        # one gather for all groups (one zero-fill + index_add in backward), then a view per group
-        batch = torch.arange(b, device=q.device)
-        q_rows = [(batch[:, None] * nqb + g.q_blocks).flatten() for g in groups]  # [B * nb] per group
-        kv_rows = [(batch[:, None, None] * nkb + g.kv_blocks).flatten() for g in groups]  # [B * nb * K] per group
-        in_order = len(groups) == 1 and len(groups[0].q_blocks) == nqb
-        q_all = qb if in_order else qb.index_select(1, torch.cat(q_rows))  # [H, sum B * nb, bq, D]
-        k_all = kb.index_select(1, torch.cat(kv_rows))  # [Hkv, sum B * nb * K, bk, D]
-        v_all = vb.index_select(1, torch.cat(kv_rows))
-        q_parts = q_all.split([len(r) for r in q_rows], dim=1)
-        k_parts, v_parts = k_all.split([len(r) for r in kv_rows], dim=1), v_all.split([len(r) for r in kv_rows], dim=1)
+        # heads first, so that (batch, block) pairs are one dim to gather along and to hand to SDPA as a view
+        qb = _to_blocks(q, nqb * bq, bq)  # [H, B * nQb, bq, D]
+        kb, vb = _to_blocks(k, nkb * bk, bk), _to_blocks(v, nkb * bk, bk)  # [Hkv, B * nKb, bk, D]
+        parts = self._gather(groups, qb, kb, vb, nqb, nkb)
         pieces = []
-        for g, qg, kg, vg in zip(groups, q_parts, k_parts, v_parts, strict=True):
-            nb, width = g.kv_blocks.shape
-            qg = qg.transpose(0, 1)  # [B * nb, H, bq, D]
-            kg = kg.reshape(hkv, b * nb, width * bk, d).transpose(0, 1)  # [B * nb, Hkv, K * bk, D]
-            vg = vg.reshape(hkv, b * nb, width * bk, d).transpose(0, 1)
+        for g, (qg, kg, vg) in zip(groups, parts, strict=True):  # [B * nb, H, bq, D], [B * nb, Hkv, K * bk, D] x2
+            nb = len(g.q_blocks)
             add = _gathered_bias(bias, g, b, h, q.dtype)  # [B * nb, H | 1, bq, K * bk] or None
             if add is None and keep is None and g.mask is not None:  # the common case, all cached
                 mask, alive = g.additive_mask(q.dtype, b)  # [B * nb, 1, bq, K * bk], [B * nb, 1, bq, 1] or None
@@ -236,7 +224,7 @@ class Blocked:
             if not all_alive:
                 o = o * alive
             pieces.append(o.transpose(1, 2).reshape(b, nb, bq, h, d))  # CPU SDPA's own layout: usually a view
-        if in_order:
+        if len(groups) == 1 and len(groups[0].q_blocks) == nqb:
             out = pieces[0]
         else:
             rows = sum(len(g.q_blocks) for g in groups)
@@ -245,6 +233,35 @@ class Blocked:
             out = torch.cat(pieces, dim=1).index_select(1, self._positions(groups, nqb, q.device))
         out = out.reshape(b, nqb * bq, h, d)[:, :lq]  # [B, Lq, H, D]
         return out.transpose(1, 2), None  # [B, H, Lq, D]: a view, free for `Attention` to transpose back
+
+    @staticmethod
+    def _gather(groups: list[Group], qb: Tensor, kb: Tensor, vb: Tensor, nqb: int, nkb: int) -> list[tuple]:
+        """Per group (q, k, v) of its blocks; one gather for all groups (one zero-fill + index_add in backward)."""
+        hkv, d, bk = kb.shape[0], qb.shape[-1], kb.shape[2]
+        b = qb.shape[1] // nqb
+        batch = torch.arange(b, device=qb.device)
+        q_rows = [(batch[:, None] * nqb + g.q_blocks).flatten() for g in groups]  # [B * nb] per group
+        kv_rows = [(batch[:, None, None] * nkb + g.kv_blocks).flatten() for g in groups]  # [B * nb * K] per group
+        in_order = len(groups) == 1 and len(groups[0].q_blocks) == nqb
+        q_all = qb if in_order else qb.index_select(1, torch.cat(q_rows))  # [H, sum B * nb, bq, D]
+        k_all = kb.index_select(1, torch.cat(kv_rows))  # [Hkv, sum B * nb * K, bk, D]
+        v_all = vb.index_select(1, torch.cat(kv_rows))
+        if len(groups) > 1:
+            sizes, kv_sizes = [len(r) for r in q_rows], [len(r) for r in kv_rows]
+            qs, ks, vs = q_all.split(sizes, dim=1), k_all.split(kv_sizes, dim=1), v_all.split(kv_sizes, dim=1)
+        else:  # no split: its backward would be one more copy
+            qs, ks, vs = [q_all], [k_all], [v_all]
+        out = []
+        for g, qg, kg, vg in zip(groups, qs, ks, vs, strict=True):
+            nb, width = g.kv_blocks.shape
+            out.append(
+                (
+                    qg.transpose(0, 1),  # [B * nb, H, bq, D]
+                    kg.reshape(hkv, b * nb, width * bk, d).transpose(0, 1),  # [B * nb, Hkv, K * bk, D]
+                    vg.reshape(hkv, b * nb, width * bk, d).transpose(0, 1),
+                )
+            )
+        return out
 
     @staticmethod
     def _positions(groups: list[Group], nqb: int, device) -> Tensor:

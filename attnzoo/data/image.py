@@ -105,7 +105,9 @@ class ImageDataModule(L.LightningDataModule):
             if not Path(root).expanduser().is_dir():
                 raise ValueError(f"data.root: directory {str(root)!r} does not exist")
         elif dataset != EMBEDDED:
-            raise ValueError(f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded")
+            raise ValueError(
+                f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded"
+            )
         if dataset == "folder" and img_size is None:
             raise ValueError("data.img_size is required for dataset 'folder' (images are resized to it)")
         if not 0.0 < val_fraction < 1.0:
@@ -184,7 +186,9 @@ class ImageDataModule(L.LightningDataModule):
         try:
             out = {s: ImageFolder(str(d)) for s, d in split_dirs.items()}
         except (FileNotFoundError, RuntimeError) as err:
-            raise ValueError(f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}") from err
+            raise ValueError(
+                f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}"
+            ) from err
         self.class_names = list(out["train"].classes)
         for s, d in out.items():
             if d.classes != self.class_names:

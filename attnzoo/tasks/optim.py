@@ -23,7 +23,9 @@ def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> No
     kind = spec.get("kind", "adamw")
     valid = timm.optim.list_optimizers()
     if kind not in valid:
-        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: timm optimizers, e.g. {valid[:12]}{suggest(kind, valid)}")
+        raise ValueError(
+            f"{what}.kind: unknown {kind!r}; valid: timm optimizers, e.g. {valid[:12]}{suggest(kind, valid)}"
+        )
     cls = timm.optim.get_optimizer_class(kind)
     params = set(inspect.signature(cls).parameters) - {"params", "self"}
     accepted = sorted(params | set(_FACTORY_OPTIONS))

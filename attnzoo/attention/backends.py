@@ -39,6 +39,8 @@ class Request:
     has_padding: bool
     lq: int
     lk: int
+    dtype: torch.dtype | None = None  # of q (under autocast: what the projections produced)
+    head_dim: int = 0
 
     def describe(self) -> str:
         pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
@@ -265,6 +267,8 @@ def attend(
         has_padding=key_padding_mask is not None,
         lq=q.shape[-2],
         lk=k.shape[-2],
+        dtype=q.dtype,
+        head_dim=q.shape[-1],
     )
     name = choose_backend(req, backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale

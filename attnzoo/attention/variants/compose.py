@@ -121,16 +121,36 @@ class HeadComposition(nn.Module):
             return self._compose(a.float(), rows, state)
 
     def _compose(self, a: Tensor, rows: slice, state: dict[str, Tensor]) -> Tensor:
-        out = torch.einsum("bhck,hg->bgck", a, self.static.float())
+        out = torch.einsum("bhck,hg->bgck", a, self.static.float())  # one [H, H] matmul over all pairs
         if not self.dynamic:
             return out
         f = {name: t.float() for name, t in state.items()}
-        qw1, qw2 = f["qw1"][:, rows], f["qw2"][:, rows]  # [B, c, H, R], [B, c, R, H]
-        low = torch.einsum("bhck,bchr->brck", a, qw1)  # [B, R, c, Lk]
-        out = out + torch.einsum("brck,bcrg->bgck", low, qw2)
-        low = torch.einsum("bhck,bkhr->brck", a, f["kw1"])  # kw1 [B, Lk, H, R]
-        out = out + torch.einsum("brck,bkrg->bgck", low, f["kw2"])  # kw2 [B, Lk, R, H]
-        return out + a * (f["qg"][:, :, rows] + f["kg"])  # gates [B, H, c, 1] + [B, H, 1, Lk]
+        # per-pair weights, broadcast against a [B, H, c, Lk]: query-wise over keys, key-wise over queries
+        qw1 = f["qw1"][:, rows].permute(0, 2, 3, 1)[..., None]  # [B, H, R, c, 1]
+        qw2 = f["qw2"][:, rows].permute(0, 2, 3, 1)[..., None]  # [B, R, H, c, 1]
+        kw1 = f["kw1"].permute(0, 2, 3, 1)[..., None, :]  # [B, H, R, 1, Lk]
+        kw2 = f["kw2"].permute(0, 2, 3, 1)[..., None, :]  # [B, R, H, 1, Lk]
+        gates = f["qg"][:, :, rows] + f["kg"]  # [B, H, c, 1] + [B, H, 1, Lk]
+        return out + _low_rank(a, qw1, qw2) + _low_rank(a, kw1, kw2) + a * gates
+
+
+def _low_rank(a: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    """sum_r (sum_h a[h] w1[h, r]) w2[r, g] for a [B, H, c, Lk] and per-pair w1 [B, H, R, ...], w2 [B, R, H, ...].
+
+    Written as H x R broadcast multiply-adds over [B, c, Lk] slices: on CPU this beat einsum and batched
+    matmul (whose tiny per-pair matrices fall off the fast paths, 2-5x slower here).
+    """
+    heads, rank = w1.shape[1], w1.shape[2]
+    low = [_sum(a[:, h] * w1[:, h, r] for h in range(heads)) for r in range(rank)]  # R x [B, c, Lk]
+    return torch.stack([_sum(low[r] * w2[:, r, g] for r in range(rank)) for g in range(heads)], dim=1)
+
+
+def _sum(terms) -> Tensor:
+    terms = iter(terms)
+    total = next(terms)
+    for t in terms:
+        total = total + t
+    return total
 
 
 class ComposedAttention(Attention):

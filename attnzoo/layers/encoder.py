@@ -1,0 +1,105 @@
+"""`Encoder`: a stack of blocks with an optional shared bias and activation checkpointing.
+
+Notation: B batch, L tokens, C width, H heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+Tensor = torch.Tensor
+
+
+class Encoder(nn.Module):
+    """Runs `blocks` in order; `norm` at the end.
+
+    Args:
+        blocks: `TransformerBlock`s (anything called as `block(x, key_padding_mask=..., bias=...)`).
+        norm: final normalization, or None.
+        shared_bias: a bias module (`attnzoo.attention.biases`) computed once per forward and given to
+            every block (T5 style); None when each attention has its own.
+    """
+
+    def __init__(
+        self, blocks: Sequence[nn.Module], *, norm: nn.Module | None = None, shared_bias: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.norm = norm if norm is not None else nn.Identity()
+        self.shared_bias = shared_bias
+        self.checkpoint_every = 0  # 0: off; k: every k-th block (blocks 0, k, 2k, ...)
+
+    def set_grad_checkpointing(self, enabled: bool = True, *, every: int = 1, attention_only: bool = False) -> None:
+        """Recompute activations in backward instead of storing them (non-reentrant; same outputs and grads).
+
+        Args:
+            every: checkpoint blocks 0, every, 2*every, ... (1 = all blocks).
+            attention_only: checkpoint only the attention sub-layer of those blocks (selective checkpointing).
+        """
+        if every < 1:
+            raise ValueError(f"every ({every}) must be >= 1")
+        chosen = [enabled and i % every == 0 for i in range(len(self.blocks))]
+        for block, on in zip(self.blocks, chosen, strict=True):
+            if attention_only and not hasattr(block, "checkpoint_attention"):
+                raise ValueError(f"attention_only checkpointing needs blocks with `checkpoint_attention`: {block}")
+            if hasattr(block, "checkpoint_attention"):
+                block.checkpoint_attention = on and attention_only
+        self.checkpoint_every = every if enabled and not attention_only else 0
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """x [B, L, C] -> [B, L, C]; `key_padding_mask` bool [B, L], True = pad."""
+        bias = None
+        if self.shared_bias is not None:
+            bias = self.shared_bias.dense(x.shape[1], x.shape[1], device=x.device, dtype=x.dtype)  # [H, L, L]
+        for i, block in enumerate(self.blocks):
+            if self.checkpoint_every and i % self.checkpoint_every == 0 and torch.is_grad_enabled():
+                x = checkpoint(block, x, key_padding_mask, bias, use_reentrant=False)
+            else:
+                x = block(x, key_padding_mask, bias)
+        return self.norm(x)
+
+
+def make_encoder(
+    *,
+    dim: int,
+    depth: int,
+    num_heads: int,
+    mlp_ratio: float = 4.0,
+    attention: dict | None = None,
+    drop_path_rate: float = 0.0,
+    layer_scale: float | None = None,
+    proj_drop: float = 0.0,
+    final_norm: bool = True,
+    **context,
+) -> Encoder:
+    """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config.
+
+    Args:
+        attention: the `model.attention` config (see `attnzoo.attention.factory.attention_layer`).
+        drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
+        context: what the model knows that attention parts may need (grid_size, num_prefix_tokens, ...).
+    """
+    from timm.layers import Mlp
+
+    from ..attention.factory import attention_layer
+    from .block import TransformerBlock
+
+    if depth < 1:
+        raise ValueError(f"depth ({depth}) must be >= 1")
+    attn_cls = attention_layer(attention, **context)
+    rates = torch.linspace(0, drop_path_rate, depth).tolist()
+    blocks = [
+        TransformerBlock(
+            dim=dim,
+            attn=attn_cls(dim, num_heads),
+            mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
+            drop_path=rate,
+            layer_scale=layer_scale,
+        )
+        for rate in rates
+    ]
+    return Encoder(blocks, norm=nn.LayerNorm(dim) if final_norm else None)

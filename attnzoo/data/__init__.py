@@ -1,0 +1,11 @@
+"""DataModules: `DATAMODULES` maps a config `data.kind` to a LightningDataModule class.
+
+After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_context()` (what the model
+builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches are dicts.
+"""
+
+from .image import ImageDataModule
+
+DATAMODULES = {"image": ImageDataModule}
+
+__all__ = ["DATAMODULES", "ImageDataModule"]

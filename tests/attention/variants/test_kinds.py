@@ -211,3 +211,22 @@ def test_plugs_into_timm_vision_transformer(kind):
         to_mha(block.attn)
     ours.eval()
     torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_trains_in_attnzoo_vit(kind):
+    from attnzoo.models import vit
+
+    model = vit(
+        img_size=16,
+        patch_size=4,
+        in_chans=1,
+        num_classes=3,
+        embed_dim=DIM,
+        depth=1,
+        num_heads=HEADS,
+        attention={"kind": kind},
+    )  # linformer takes seq_len (17 tokens) from the model
+    assert isinstance(model.encoder.blocks[0].attn, ATTENTION_KINDS[kind])
+    model(torch.randn(2, 1, 16, 16)).sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -1,7 +1,7 @@
 """The shared attention core: no Lightning import anywhere in here."""
 
-from . import blocked, flex  # noqa: F401  (backends register themselves in backends.BACKENDS)
-from .attention import Attention, capture_attention
+from . import blocked, flash, flex, variants  # noqa: F401  (backends and attention kinds register themselves)
+from .attention import ATTENTION_KINDS, Attention, capture_attention
 from .backends import AUTO_ORDER, BACKENDS, attend, choose_backend, register_backend
 from .interop import from_multihead_attention
 from .patterns import (
@@ -18,6 +18,7 @@ from .patterns import (
 )
 
 __all__ = [
+    "ATTENTION_KINDS",
     "AUTO_ORDER",
     "BACKENDS",
     "PATTERNS",

@@ -42,6 +42,8 @@ class Request:
     lq: int
     lk: int
     dropout_p: float = 0.0
+    dtype: torch.dtype | None = None  # of q (under autocast: what the projections produced)
+    head_dim: int = 0
 
     def describe(self) -> str:
         pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
@@ -293,6 +295,8 @@ def attend(
         lq=q.shape[-2],
         lk=k.shape[-2],
         dropout_p=dropout_p,
+        dtype=q.dtype,
+        head_dim=q.shape[-1],
     )
     name = choose_backend(req, backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale

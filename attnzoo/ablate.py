@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, load
+from .fit import _show_attnzoo_log
 from .grid import Grid, Variant, load_grid
 
 log = logging.getLogger("attnzoo")
@@ -281,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true", help="write the report from the runs already done")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run, e.g. trainer.max_epochs=3")
     args = p.parse_intermixed_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    _show_attnzoo_log()
     if not args.config:
         p.error("--config is required")
     out = Path(args.out or f"runs/ablate/{Path(args.config[0]).stem}-{Path(args.grid).stem}")

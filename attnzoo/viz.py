@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .config import ConfigError, load
+from .fit import _show_attnzoo_log
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -300,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--residual", type=float, default=0.5, help="rollout: weight of the residual connection")
     p.add_argument("--head-fusion", default="mean", choices=("mean", "max", "min"), help="rollout: how heads combine")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    _show_attnzoo_log()
     try:
         written = visualize(
             args.run_dir,

@@ -54,7 +54,7 @@ class Planned:
 def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path) -> list[Planned]:
     """Every run of the grid, each config validated (an invalid one raises ConfigError naming the variant)."""
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides])
-    clash = sorted(k for k in grid.axes if any(o.split("=", 1)[0] == k for o in overrides))
+    clash = sorted(k for k in grid.keys() if any(o.split("=", 1)[0] == k for o in overrides))
     if clash:
         raise ConfigError(f"overrides {clash} set keys that are axes of the grid {grid.path}")
     runs = []

@@ -14,6 +14,9 @@ axes:                          # every combination of these runs
   model.attention.pattern:     # a mapping names each value (the label in variant ids)
     full: none
     window4: {kind: sliding_window, window: 4}
+  position:                    # a name without a dot: each value is a set of overrides applied together
+    learned: {model.pos_embed: learned}
+    rope_2d: {model.pos_embed: none, model.attention.rotary: rope_2d}
 ```
 
 A value that is a mapping replaces the recipe's mapping at that key (it is not merged into it).
@@ -63,6 +66,10 @@ class Grid:
     mode: str | None = None
     recipes: list[str] | None = None
 
+    def keys(self) -> set[str]:
+        """Every config key an axis sets."""
+        return {k for axis, values in self.axes.items() for k in (_set_keys(values) if is_named(axis) else [axis])}
+
     def variants(self, default_seed: int = 0) -> list[Variant]:
         """Every combination of the axes, times the seeds, in grid order (the last axis varies fastest)."""
         keys = list(self.axes)
@@ -80,8 +87,22 @@ class Grid:
         return [o for key, value in self.fixed.items() for o in override(key, value)]
 
 
+def is_named(axis: str) -> bool:
+    """An axis whose name is not a dotted config key: its values are sets of overrides."""
+    return "." not in axis
+
+
+def _set_keys(values: dict[str, Any]) -> list[str]:
+    return sorted({k for overrides in values.values() for k in overrides})
+
+
 def override(key: str, value: Any) -> list[str]:
-    """`key=value` dotlist items setting `key` to `value`; a mapping replaces (not merges into) what was there."""
+    """`key=value` dotlist items setting `key` to `value`; a mapping replaces (not merges into) what was there.
+
+    A named axis (`is_named`) gives a set of overrides `{dotted key: value}` as `value`.
+    """
+    if is_named(key):
+        return [o for k, v in value.items() for o in override(k, v)]
     item = f"{key}={json.dumps(value)}"
     return [f"{key}=null", item] if isinstance(value, Mapping) else [item]
 
@@ -145,6 +166,8 @@ def load_grid(path: str | Path) -> Grid:
     axes_raw = raw.get("axes") or {}
     if not isinstance(axes_raw, dict):
         raise _fail(path, "axes: expected a mapping of dotted config keys to lists (or mappings) of values")
+    if "seed" in axes_raw or "seed" in (raw.get("fixed") or {}):
+        raise _fail(path, "set seeds with the `seeds:` list, not as an axis or fixed override")
     axes: dict[str, dict[str, Any]] = {}
     for key, values in axes_raw.items():
         if isinstance(values, dict):
@@ -155,6 +178,15 @@ def load_grid(path: str | Path) -> Grid:
             raise _fail(path, f"axes.{key}: expected a list of values or a mapping label -> value, got {values!r}")
         if not named or len(named) != len(values):
             raise _fail(path, f"axes.{key}: needs at least one value, each with a distinct label; got {values!r}")
+        if is_named(str(key)) and not (
+            isinstance(values, dict)
+            and all(isinstance(v, dict) and v and all("." in k for k in v) for v in named.values())
+        ):
+            raise _fail(
+                path,
+                f"axes.{key}: an axis named without a dot maps labels to sets of overrides "
+                f"({{label: {{section.key: value, ...}}}}), got {values!r}",
+            )
         axes[str(key)] = named
     seeds = raw.get("seeds")
     if seeds is not None and (
@@ -168,15 +200,18 @@ def load_grid(path: str | Path) -> Grid:
     fixed = raw.get("fixed") or {}
     if not isinstance(fixed, dict):
         raise _fail(path, f"fixed: expected a mapping of dotted config keys to values, got {fixed!r}")
-    both = sorted(set(fixed) & set(axes))
-    if both:
-        raise _fail(path, f"{both} set both in fixed and in axes")
-    if "seed" in axes or "seed" in fixed:
-        raise _fail(path, "set seeds with the `seeds:` list, not as an axis or fixed override")
     mode = raw.get("mode")
     if mode not in (None, "max", "min"):
         raise _fail(path, f"mode: {mode!r} is not 'max' or 'min'")
     recipes = raw.get("recipes")
     if recipes is not None and not (isinstance(recipes, list) and all(isinstance(r, str) for r in recipes)):
         raise _fail(path, f"recipes: expected a list of recipe names (e.g. [vit, ast]), got {recipes!r}")
-    return Grid(path, axes, axis_labels(list(axes)), seeds, fixed, raw.get("metric"), mode, recipes)
+    grid = Grid(path, axes, axis_labels(list(axes)), seeds, fixed, raw.get("metric"), mode, recipes)
+    both = sorted(set(fixed) & grid.keys())
+    if both:
+        raise _fail(path, f"{both} set both in fixed and in axes")
+    counts = [k for axis, values in axes.items() for k in (_set_keys(values) if is_named(axis) else [axis])]
+    twice = sorted({k for k in counts if counts.count(k) > 1})
+    if twice:
+        raise _fail(path, f"{twice} set by more than one axis")
+    return grid

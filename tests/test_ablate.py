@@ -1,6 +1,7 @@
 """`attnzoo.ablate`: grid expansion, every shipped grid validated, failures recorded, report, resume after a kill."""
 
 import csv
+import functools
 import json
 import os
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnzoo.ablate import ablate, plan, status
-from attnzoo.config import ConfigError
+from attnzoo.config import ConfigError, build_data, build_net, load
 from attnzoo.grid import axis_labels, load_grid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,6 +69,19 @@ def test_variants_are_every_combination_times_seeds_with_readable_safe_ids(tmp_p
     assert mqa[-1] == "seed=1"
 
 
+def test_a_named_axis_applies_each_value_as_a_set_of_overrides(tmp_path):
+    axes = {"position": {"learned": {"model.pos_embed": "learned"}, "rel": {"model.pos_embed": "none",
+            "model.attention.bias": {"kind": "relative_2d"}}}}  # fmt: skip
+    grid = load_grid(_grid(tmp_path, axes))
+    assert grid.keys() == {"model.pos_embed", "model.attention.bias"}
+    learned, rel = grid.variants()
+    assert (learned.id, rel.id) == ("position=learned,seed=0", "position=rel,seed=0")
+    assert rel.overrides == ('model.pos_embed="none"', "model.attention.bias=null",
+                             'model.attention.bias={"kind": "relative_2d"}', "seed=0")  # fmt: skip
+    with pytest.raises(ConfigError, match="axes of the grid"):
+        plan([VIT], grid, ["model.pos_embed=none"], tmp_path / "out")
+
+
 def test_a_very_long_id_is_cut_and_stays_unique(tmp_path):
     values = {f"w{'x' * 150}{i}": {"kind": "mha"} for i in range(2)}
     ids = [v.id for v in load_grid(_grid(tmp_path, {"model.attention": values})).variants()]
@@ -99,6 +113,9 @@ def test_axis_labels_are_the_shortest_distinct_suffix(keys, labels):
         ("axes: {seed: [1, 2]}", "seeds:"),
         ("axes: {model.depth: [1]}\nmode: best", "mode: 'best'"),
         ("[1, 2]", "expected a mapping"),
+        ("axes: {position: [learned, none]}", "axes.position: an axis named without a dot maps labels to sets"),
+        ("axes: {position: {a: {pos_embed: none}}}", "axes.position: an axis named without a dot"),
+        ("axes: {position: {a: {model.depth: 1}}, model.depth: [2, 3]}", "['model.depth'] set by more than one axis"),
     ],
 )
 def test_a_malformed_grid_names_the_file_and_the_problem(tmp_path, text, message):
@@ -125,13 +142,30 @@ def _grid_cases():
             yield pytest.param(path, name, id=f"{path.stem}-{name}")
 
 
+@functools.cache
+def _data(recipe: str):
+    """(model context, a batch of 2 training examples) of a recipe's data."""
+    data = build_data(load([RECIPES[recipe]]))
+    batch = next(iter(data.train_dataloader()))
+    return data.model_context(), {k: v[:2] for k, v in batch.items()}
+
+
 @pytest.mark.parametrize(("grid_path", "recipe"), list(_grid_cases()))
-def test_every_shipped_grid_expands_to_valid_configs_for_its_recipes(grid_path, recipe, tmp_path):
+def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_path, recipe, tmp_path):
     assert recipe in RECIPES, f"{grid_path} names recipe {recipe!r}; recipes are {sorted(RECIPES)}"
     grid = load_grid(grid_path)
     runs = plan([RECIPES[recipe]], grid, [], tmp_path)  # validates every combination's config, trains nothing
     assert len(runs) == len(grid.variants()) >= 2, "an ablation grid should compare at least two runs"
     assert len({r.config_sha for r in runs}) == len(runs), "two variants of the grid produce the same config"
+    context, batch = _data(recipe)
+    for run in {r.variant.name: r for r in runs}.values():  # one forward and backward per variant (not per seed)
+        cfg = load([RECIPES[recipe]], run.overrides)
+        net = build_net(cfg, context)
+        if cfg.section("trainer").get("grad_checkpointing"):
+            net.set_grad_checkpointing(True)
+        logits = net(**{k: v for k, v in batch.items() if k != "label"})
+        logits.float().logsumexp(-1).sum().backward()
+        assert all(p.grad is not None for p in net.parameters() if p.requires_grad), run.variant.name
 
 
 _FAKE_FIT = """

@@ -279,13 +279,16 @@ def visualize(
     square = [m for m in maps if m.shape[-1] == m.shape[-2]]
     written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix)]
     saved: dict[str, Any] = {"maps": maps, "logits": logits, "class_names": names}
-    if "image" in inputs and grid is not None and all(m.shape[-1] == prefix + grid[0] * grid[1] for m in maps):
+    # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
+    projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
+    over_patches = grid is not None and all(m.shape[-1] == prefix + grid[0] * grid[1] for m in maps)
+    if "image" in inputs and over_patches and not projected:
         image = inputs["image"][0]
         written.append(plot_query_maps(maps, image, tuple(grid), prefix, out / "class_token.png", title=title))
         saved["rollout"] = rollout(square, residual=residual, head_fusion=head_fusion)
         written.append(plot_rollout(saved["rollout"], image, tuple(grid), prefix, out / "rollout.png", title=title))
     else:
-        log.info("viz: no patch grid over an image input here: attention matrices only")
+        log.info("viz: the maps are not over an image's patch grid (e.g. linformer's projected keys): matrices only")
     torch.save(saved, out / "maps.pt")
     written.append(out / "maps.pt")
     return written

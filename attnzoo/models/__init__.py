@@ -1,0 +1,7 @@
+"""Model builders. `MODELS`: config kind -> builder (a function or class taking keyword arguments)."""
+
+from .ast import AST
+
+MODELS = {
+    "ast": AST,
+}

@@ -117,6 +117,11 @@ class AST(nn.Module):
         )
         return fp * tp
 
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        """Parameters timm's optimizer factory keeps out of weight decay."""
+        return {"pos_embed", "prefix"}
+
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         self.encoder.set_grad_checkpointing(enabled, **kwargs)
 

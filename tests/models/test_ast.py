@@ -89,9 +89,9 @@ ATTENTION = {
 def test_attention_from_config_trains(name):
     model = tiny(attention=ATTENTION[name], spec_augment={"freq_mask": 4, "time_mask": 8}).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    x, y = torch.randn(4, RATE) * 0.1, torch.tensor([0, 1, 2, 3])
+    x, y = torch.randn(4, RATE // 2) * 0.1, torch.tensor([0, 1, 2, 3])
     losses = []
-    for _ in range(8):
+    for _ in range(5):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -19,6 +19,7 @@ from timm.layers import resample_abs_pos_embed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import nn
 
+from ..attention.patterns import Pattern
 from ..data.audio_features import LogMel, SpecAugment
 from ..layers.encoder import make_encoder
 
@@ -30,6 +31,26 @@ def patch_grid(n_mels: int, frames: int, patch_size: int = 16, fstride: int = 10
     if n_mels < patch_size or frames < patch_size:
         raise ValueError(f"features of {n_mels} mel bins x {frames} frames are smaller than a {patch_size} patch")
     return (n_mels - patch_size) // fstride + 1, (frames - patch_size) // tstride + 1
+
+
+class TimeWindow(Pattern):
+    """Sliding window over time for AST tokens: a patch reads patches at most `steps` time steps away (any
+    frequency); prefix tokens (cls, distillation) read and are read by every token.
+
+    Use it from config by import path: `pattern: {kind: attnzoo.models.ast.TimeWindow, steps: 2}`; the model
+    supplies `grid_size` and `num_prefix_tokens`. It holds for any clip length (only the time rows change).
+    """
+
+    def __init__(self, *, steps: int, grid_size: tuple[int, int], num_prefix_tokens: int = 0) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+        self.steps, self.freq_patches, self.num_prefix_tokens = steps, int(grid_size[1]), num_prefix_tokens
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        p = self.num_prefix_tokens
+        tq = (q_idx - p).div(self.freq_patches, rounding_mode="floor")  # time step of each token (time-major)
+        tk = (kv_idx - p).div(self.freq_patches, rounding_mode="floor")
+        return ((tq - tk).abs() <= self.steps) | (q_idx < p) | (kv_idx < p)
 
 
 class AST(nn.Module):
@@ -104,6 +125,7 @@ class AST(nn.Module):
             grid_size=(self.grid[1], self.grid[0]),
             num_prefix_tokens=self.num_prefix_tokens,
         )
+        self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes)
         trunc_normal_(self.pos_embed, std=0.02)
@@ -141,6 +163,11 @@ class AST(nn.Module):
         fp, tp = x.shape[2], x.shape[3]
         x = x.permute(0, 3, 2, 1).flatten(1, 2)  # [B, Tp * Fp, D], time-major
         pos = self.pos_embed
+        if (tp, fp) != self._grid_now:  # grid-aware attention parts (2D relative bias) follow the clip length
+            for module in self.encoder.modules():
+                if hasattr(module, "set_grid_size"):
+                    module.set_grid_size((tp, fp))
+            self._grid_now = (tp, fp)
         if (fp, tp) != self.grid:
             pos = resample_abs_pos_embed(
                 pos, new_size=[tp, fp], old_size=[self.grid[1], self.grid[0]], num_prefix_tokens=self.num_prefix_tokens

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnzoo.models import MODELS
-from attnzoo.models.ast import AST, patch_grid
+from attnzoo.models.ast import AST, TimeWindow, patch_grid
 
 RATE = 8000
 TINY = dict(sample_rate=RATE, n_mels=32, embed_dim=32, depth=2, num_heads=2)
@@ -82,6 +82,7 @@ ATTENTION = {
     "full": None,
     "full_eager": {"backend": "eager"},
     "gqa_qknorm": {"num_kv_heads": 1, "qk_norm": True},
+    "time_window": {"pattern": {"kind": "attnzoo.models.ast.TimeWindow", "steps": 1}},
 }
 
 
@@ -129,3 +130,13 @@ def test_errors_name_the_problem():
         tiny().eval()(torch.randn(1, RATE // 10))
     with pytest.raises(ValueError, match=r"features kind 'mfcc' is not one of"):
         tiny(features="mfcc")
+
+
+def test_time_window_reads_nearby_time_steps_and_prefix_tokens_read_all():
+    pattern = TimeWindow(steps=1, grid_size=(5, 2), num_prefix_tokens=2)  # 5 time steps x 2 frequency patches
+    mask = pattern.dense_mask(12, 12)
+    assert mask[:2].all() and mask[:, :2].all()  # cls and distillation tokens
+    step = (torch.arange(10) // 2)[:, None]
+    torch.testing.assert_close(mask[2:, 2:], (step - step.T).abs() <= 1)
+    model = tiny(attention={"pattern": {"kind": "attnzoo.models.ast.TimeWindow", "steps": 1}}).eval()
+    assert model(torch.randn(1, 2 * RATE)).shape == (1, 5)  # longer clips: the window still holds

@@ -1,7 +1,12 @@
-"""DataModules, one per modality, each with an embedded default dataset. `DATAMODULES`: config kind -> class."""
+"""DataModules: `DATAMODULES` maps a config `data.kind` to a LightningDataModule class.
+
+After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_context()` (what the model
+builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches are dicts.
+"""
 
 from .audio import AudioDataModule
+from .image import ImageDataModule
 
-DATAMODULES = {
-    "audio": AudioDataModule,
-}
+DATAMODULES = {"image": ImageDataModule, "audio": AudioDataModule}
+
+__all__ = ["DATAMODULES", "AudioDataModule", "ImageDataModule"]

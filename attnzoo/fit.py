@@ -27,7 +27,9 @@ RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running this com
 
 
 def _is_rank_zero() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    return (
+        int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    )
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -128,6 +130,8 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (e.g. audio statistics)
+            data.save_artifacts(run_dir)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     try:

@@ -373,6 +373,7 @@ class AudioDataModule(L.LightningDataModule):
             "target_frames": self.logmel.num_frames(self.num_samples),
             "feature_mean": stats["mean"],
             "feature_std": stats["std"],
+            "multilabel": self.multilabel,
         }
 
     def save_artifacts(self, run_dir: str | Path) -> Path:

@@ -298,3 +298,44 @@ def test_logmel_frame_count_and_fp32_under_autocast(kind):
             x[1:2] * 32768, sample_frequency=RATE, num_mel_bins=32, htk_compat=True, window_type="hanning", dither=0.0
         )
         torch.testing.assert_close(out[1], ref.T)
+
+
+QUICK_FIT = [
+    "trainer.max_steps=2",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "model.embed_dim=32",
+    "model.depth=1",
+    "model.num_heads=2",
+    "data.n_mels=32",
+    "data.batch_size=4",
+]
+
+
+@pytest.mark.parametrize("setting", ["folder", "csv_multilabel_mixup"])
+def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
+    from attnzoo.config import load
+    from attnzoo.fit import fit
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "ast.yaml"
+    if setting == "folder":
+        speech_commands(tmp_path / "clips")  # 8, 16 and 44.1 kHz; mono and stereo; 16-bit and float
+        extra = ["data.source=folder", f"data.root={tmp_path / 'clips'}"]
+    else:
+        meta = esc50(tmp_path / "esc", multilabel=True)
+        extra = ["data.source=csv", f"data.csv={meta}", f"data.root={tmp_path / 'esc' / 'audio'}",
+                 "data.multilabel=true", "data.mixup_alpha=0.4", "data.val_folds=[3]", "data.test_folds=[4]",
+                 "data.columns={path: filename, label: category}", "task.objective=multilabel"]  # fmt: skip
+    cfg = load([recipe], [*QUICK_FIT, *extra, "data.clip_seconds=0.5", f"run.dir={tmp_path / 'runs'}"])
+    run_dir = fit(cfg)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 2
+    monitor = "val/map" if setting != "folder" else "val/acc"
+    assert monitor in summary["metrics"]
+    stats = json.loads((run_dir / "audio_stats.json").read_text())
+    assert stats["features"]["sample_rate"] == 8000 and stats["std"] > 0
+    assert stats["mean"] == pytest.approx(load([run_dir / "config.yaml"]).section("model")["feature_mean"])

@@ -26,7 +26,7 @@ from .attention.factory import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
-TRAINER_EXTRAS: dict[str, Any] = {"grad_checkpointing": bool, "compile": bool}
+TRAINER_EXTRAS: dict[str, Any] = {"grad_checkpointing": bool, "compile": bool, "threads": int | None}
 # lightning.Trainer arguments that attnzoo sets itself
 TRAINER_RESERVED = ("logger", "callbacks", "default_root_dir", "plugins", "profiler", "model_registry")
 RUN_OPTIONS: dict[str, Any] = {

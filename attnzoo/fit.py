@@ -11,13 +11,12 @@ Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `co
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +65,11 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     import lightning as L
 
     L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    threads = cfg.section("trainer").get("num_threads")
+    if threads:  # intra-op threads of each process (torch.set_num_threads)
+        import torch
+
+        torch.set_num_threads(threads)
     data = build_data(cfg)
     context = data.model_context()
     net = build_net(cfg, context)
@@ -116,31 +120,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     return trainer, summary
 
 
-@contextlib.contextmanager
-def cpu_threads(threads: int | None) -> Iterator[None]:
-    """torch's intra-op CPU threads set to `threads` (None: unchanged) for the duration; restored afterwards.
-
-    On a machine whose cores are oversubscribed, 1 thread can be several times faster than 2 (measured here).
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(int(threads))
-        log.info("trainer.threads: torch uses %d CPU thread(s)", torch.get_num_threads())
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Sequence[Any] = ()) -> Path:
     """Train `cfg`; returns the run directory."""
-    with cpu_threads(cfg.section("trainer").get("threads")):
-        return _fit(cfg, resume=resume, extra_callbacks=extra_callbacks)
-
-
-def _fit(cfg: Config, *, resume: str | Path | None, extra_callbacks: Sequence[Any]) -> Path:
     ckpt_path = None
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
@@ -170,12 +151,24 @@ def _fit(cfg: Config, *, resume: str | Path | None, extra_callbacks: Sequence[An
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
-    if cfg.section("run").get("test") and best is not None and best.best_model_path:
-        tested = trainer.test(task, datamodule=data, ckpt_path=best.best_model_path, verbose=False)
-        result["test"] = {k: float(v) for k, v in (tested[0] if tested else {}).items()}
+    if cfg.section("run").get("test"):
+        tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
+        out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+        result["test"] = {k: float(v) for k, v in (out[0] if out else {}).items()}
+        result["test"]["checkpoint"] = tested or "final weights (no validation ran, so no best checkpoint)"
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir
+
+
+def _show_attnzoo_log() -> None:
+    """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
+    logger = logging.getLogger("attnzoo")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -189,8 +182,8 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = p.parse_intermixed_args(argv)
+    _show_attnzoo_log()
     try:
         configs = args.config
         if args.resume and not configs:

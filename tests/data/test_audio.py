@@ -331,9 +331,7 @@ def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
                  "data.multilabel=true", "data.mixup_alpha=0.4", "data.val_folds=[3]", "data.test_folds=[4]",
                  "data.columns={path: filename, label: category}", "task.objective=multilabel"]  # fmt: skip
     cfg = load([recipe], [*QUICK_FIT, *extra, "data.clip_seconds=0.5", f"run.dir={tmp_path / 'runs'}"])
-    threads = torch.get_num_threads()
     run_dir = fit(cfg)
-    assert torch.get_num_threads() == threads  # the recipe's trainer.threads holds for the run only
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == 2
     monitor = "val/map" if setting != "folder" else "val/acc"

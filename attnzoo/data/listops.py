@@ -107,9 +107,7 @@ def generate(
     return out
 
 
-def generate_splits(
-    sizes: dict[str, int], *, seed: int = 0, **options: int
-) -> dict[str, list[tuple[str, int]]]:
+def generate_splits(sizes: dict[str, int], *, seed: int = 0, **options: int) -> dict[str, list[tuple[str, int]]]:
     """Train/val/test splits; val and test hold no expression that occurs in train (or in each other).
 
     Args:

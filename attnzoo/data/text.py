@@ -154,7 +154,9 @@ class TextDataModule(L.LightningDataModule):
         sizes = {"train": opts.pop("num_train"), "val": opts.pop("num_val"), "test": opts.pop("num_test")}
         generated = listops.generate_splits(sizes, **opts)
         self.class_names = [str(d) for d in range(10)]
-        return {name: ([t for t, _ in ex], [str(v) for _, v in ex], f"ListOps {name}") for name, ex in generated.items()}
+        return {
+            name: ([t for t, _ in ex], [str(v) for _, v in ex], f"ListOps {name}") for name, ex in generated.items()
+        }
 
     def _file_splits(self) -> dict[str, tuple[list[str], list[str], str]]:
         cols = {"text_column": self.text_column, "label_column": self.label_column}
@@ -258,4 +260,3 @@ class TextDataModule(L.LightningDataModule):
     def _require_setup(self) -> None:
         if not self.datasets:
             raise RuntimeError("call TextDataModule.setup() first")
-

@@ -50,9 +50,7 @@ def _column_error(path: Path, what: str, column: str, columns: Sequence[str], wh
     )
 
 
-def read_text_file(
-    path: str | Path, *, text_column: str, label_column: str
-) -> tuple[list[str], list[str]]:
+def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> tuple[list[str], list[str]]:
     """Texts and labels (as strings) of one file.
 
     Raises:

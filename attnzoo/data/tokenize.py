@@ -80,7 +80,8 @@ class FileTokenizer:
     def __init__(self, *, path: str | Path) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise ValueError(f"data.tokenizer: no tokenizer file {str(self.path)!r}; valid: {list(TOKENIZERS)} or a path")
+            valid = list(TOKENIZERS)
+            raise ValueError(f"data.tokenizer: no tokenizer file {str(self.path)!r}; valid: {valid} or a file path")
         try:
             from tokenizers import Tokenizer as HFTokenizer
         except ImportError as err:
@@ -133,4 +134,5 @@ def make_tokenizer(spec: str) -> Tokenizer:
     from ..attention.factory import suggest
 
     valid = list(TOKENIZERS)
-    raise ValueError(f"data.tokenizer: unknown {spec!r}; valid: {valid} or a tokenizer .json file{suggest(spec, valid)}")
+    hint = suggest(spec, valid)
+    raise ValueError(f"data.tokenizer: unknown {spec!r}; valid: {valid} or a `tokenizers` .json file{hint}")

@@ -117,4 +117,3 @@ class TextClassifier(nn.Module):
             keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # [B, L, 1]
             pooled = (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
         return self.head(self.drop(pooled))
-

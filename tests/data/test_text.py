@@ -172,8 +172,15 @@ def test_bucket_batches_cover_every_index_once(drop_last):
 def test_bucket_batches_shard_under_ddp():
     ds = TokenDataset([torch.ones(n, dtype=torch.int32) for n in range(1, 41)], [0] * 40)
     ranks = [
-        list(BucketBatchSampler(DistributedSampler(ds, num_replicas=2, rank=r, shuffle=False), 4, False,
-                                lengths=ds.lengths, shuffle=False))
+        list(
+            BucketBatchSampler(
+                DistributedSampler(ds, num_replicas=2, rank=r, shuffle=False),
+                4,
+                False,
+                lengths=ds.lengths,
+                shuffle=False,
+            )
+        )
         for r in range(2)
     ]
     flat = [sorted(i for b in batches for i in b) for batches in ranks]
@@ -181,9 +188,8 @@ def test_bucket_batches_shard_under_ddp():
 
 
 def test_lightning_can_inject_a_distributed_sampler():
-    from lightning.pytorch.utilities.data import _update_dataloader
-
     from lightning.fabric.utilities.data import _replace_dunder_methods
+    from lightning.pytorch.utilities.data import _update_dataloader
 
     dm = _small_listops()
     with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):  # as the Trainer does
@@ -231,7 +237,7 @@ def test_listops_bytes_tokenizer_and_length_check():
 # ----------------------------------------------------------------------------------------------------------------
 # the DataModule: files
 
-ROWS = [("a fine film", "pos"), ("dull, \"very\" dull", "neg"), ("great\tfun", "pos"), ("bad", "neg"), ("ok", "mid")]
+ROWS = [("a fine film", "pos"), ('dull, "very" dull', "neg"), ("great\tfun", "pos"), ("bad", "neg"), ("ok", "mid")]
 
 
 def _write(path, rows, text_col="sentence", label_col="label"):
@@ -275,7 +281,8 @@ def test_misspelled_label_column_lists_columns_found(tmp_path, suffix):
 
 def test_file_errors_name_file_row_and_column(tmp_path):
     with pytest.raises(ValueError, match=r"train.csv line 3: empty text in column 'sentence'"):
-        TextDataModule(train=_write(tmp_path / "train.csv", [("fine", "a"), ("  ", "b")]), text_column="sentence").setup()
+        empty = _write(tmp_path / "train.csv", [("fine", "a"), ("  ", "b")])
+        TextDataModule(train=empty, text_column="sentence").setup()
     train = _write(tmp_path / "t.csv", ROWS)
     val = _write(tmp_path / "v.csv", [("x", "pos"), ("y", "meh")])
     with pytest.raises(ValueError, match=r"v.csv: labels \['meh'\] in column 'label' never occur in the train split"):

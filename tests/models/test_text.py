@@ -14,8 +14,17 @@ ATTENTION_POSITIONS = {"plain": {}}
 def _model(position="sinusoidal", pooling="cls", backend="eager", attention=None, **kw):
     attention = {**(attention or {}), "backend": backend}
     model = TextClassifier(
-        vocab_size=50, num_classes=5, pad_id=0, max_len=200, dim=32, depth=2, num_heads=4,
-        position=position, pooling=pooling, attention=attention, **kw,
+        vocab_size=50,
+        num_classes=5,
+        pad_id=0,
+        max_len=200,
+        dim=32,
+        depth=2,
+        num_heads=4,
+        position=position,
+        pooling=pooling,
+        attention=attention,
+        **kw,
     )
     return model.eval()
 

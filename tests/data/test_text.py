@@ -336,3 +336,20 @@ def test_registered_tokenizers_build():
     for name in TOKENIZERS:
         tok = make_tokenizer(name)
         assert 0 <= tok.pad_id < tok.vocab_size and tok.describe()["pad_id"] == tok.pad_id
+
+
+def test_text_recipe_on_a_user_csv_saves_its_label_vocabulary(tmp_path):
+    from attnzoo.config import ConfigError, load
+    from attnzoo.fit import fit
+
+    train = _write(tmp_path / "train.csv", ROWS * 4)
+    recipe = "recipes/text_cls.yaml"
+    quick = ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "run.test=false"]
+    quick += ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", f"run.dir={tmp_path}"]
+    files = [f"data.train={train}", "data.text_column=sentence", "data.batch_size=4", "model.depth=1"]
+    run_dir = fit(load([recipe], files + quick))
+    saved = json.loads((run_dir / "labels.json").read_text())
+    assert saved["class_names"] == ["mid", "neg", "pos"] and saved["source"] == train
+    assert load([run_dir / "config.yaml"]).data.model.num_classes == 3  # derived from the data, recorded
+    with pytest.raises(ConfigError, match=r"no label column 'lable'; columns found: \['sentence', 'label'\]"):
+        fit(load([recipe], [*files, "data.label_column=lable", *quick]))

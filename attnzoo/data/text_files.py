@@ -21,7 +21,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise ValueError(f"{path}: unknown text file format {suffix!r}; valid: {list(FORMATS)}")
-    with path.open(newline="", encoding="utf-8") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: drop the byte-order mark Excel writes
         if suffix == ".jsonl":
             for n, line in enumerate(f, start=1):
                 if not line.strip():

@@ -279,6 +279,14 @@ def test_misspelled_label_column_lists_columns_found(tmp_path, suffix):
     assert "did you mean 'label'" in msg
 
 
+def test_csv_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffsentence,label\nvery good,pos\nbad,neg\n".encode())
+    dm = TextDataModule(train=str(path), val=str(path), text_column="sentence")
+    dm.setup()
+    assert dm.class_names == ["neg", "pos"]
+
+
 def test_file_errors_name_file_row_and_column(tmp_path):
     with pytest.raises(ValueError, match=r"train.csv line 3: empty text in column 'sentence'"):
         empty = _write(tmp_path / "train.csv", [("fine", "a"), ("  ", "b")])

@@ -91,17 +91,35 @@ def test_learns_listops_examples():
     """A few optimizer steps on a fixed ListOps batch cut the loss: the pieces train together."""
     from attnzoo.data.text import TextDataModule
 
-    dm = TextDataModule(batch_size=64, listops={"num_train": 64, "num_val": 16, "num_test": 16, "max_len": 20})
+    dm = TextDataModule(batch_size=32, listops={"num_train": 32, "num_val": 8, "num_test": 8, "max_len": 20})
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
     labels = batch.pop("label")
     model = TextClassifier(**dm.model_context(), dim=32, depth=1, num_heads=2).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
     losses = []
-    for _ in range(40):
+    for _ in range(25):
         loss = torch.nn.functional.cross_entropy(model(**batch), labels)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.slow
+def test_listops_4k_trains_with_sliding_window_on_cpu(tmp_path):
+    """The long overlay: >= 4,096 tokens, sliding-window attention on the blocked backend, a few optimizer steps."""
+    import json
+
+    from attnzoo.config import load
+    from attnzoo.fit import fit
+
+    files = ["recipes/text_cls.yaml", "configs/data/listops_4k.yaml", "configs/attention/sliding_window.yaml"]
+    small = ["data.listops.num_train=16", "data.listops.num_val=4", "data.listops.num_test=4", "run.test=false"]
+    small += ["trainer.max_steps=3", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0"]
+    cfg = load(files, [*small, "trainer.enable_progress_bar=false", f"run.dir={tmp_path}"])
+    run_dir = fit(cfg)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 3 and set(summary["attention_backends"]) == {"blocked"}
+    assert cfg.data.data.listops.min_len >= 4096

@@ -28,7 +28,9 @@ RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running this com
 
 
 def _is_rank_zero() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    return (
+        int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    )
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -64,6 +66,11 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     import lightning as L
 
     L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    threads = cfg.section("trainer").get("num_threads")
+    if threads:  # intra-op threads of each process (torch.set_num_threads)
+        import torch
+
+        torch.set_num_threads(threads)
     data = build_data(cfg)
     context = data.model_context()
     net = build_net(cfg, context)
@@ -145,12 +152,24 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
-    if cfg.section("run").get("test") and best is not None and best.best_model_path:
-        tested = trainer.test(task, datamodule=data, ckpt_path=best.best_model_path, verbose=False)
-        result["test"] = {k: float(v) for k, v in (tested[0] if tested else {}).items()}
+    if cfg.section("run").get("test"):
+        tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
+        out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+        result["test"] = {k: float(v) for k, v in (out[0] if out else {}).items()}
+        result["test"]["checkpoint"] = tested or "final weights (no validation ran, so no best checkpoint)"
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir
+
+
+def _show_attnzoo_log() -> None:
+    """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
+    logger = logging.getLogger("attnzoo")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -164,8 +183,8 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = p.parse_intermixed_args(argv)
+    _show_attnzoo_log()
     try:
         configs = args.config
         if args.resume and not configs:

@@ -2,31 +2,23 @@
 
 Notation: B batch, L tokens (plus one when a cls token is prepended), C width.
 Rotary embeddings and relative biases are attention parts: set them in the attention config
-(`attention: {rotary: ..., bias: ...}`, usually with `position: none`).
+(`attention: {rotary: rope}` or `{bias: t5}`, usually with `position: none`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..attention.factory import build
+from ..attention.positions import POSITIONS
 from ..layers.encoder import make_encoder
 
 Tensor = torch.Tensor
 
-POSITIONS = ("sinusoidal", "learned", "none")
 POOLINGS = ("cls", "mean")
-
-
-def sinusoids(length: int, dim: int, device=None) -> Tensor:
-    """[length, dim] fixed sin/cos position encodings (Vaswani et al.), dim even."""
-    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # [L, 1]
-    freq = torch.exp(torch.arange(0, dim, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    angles = pos * freq  # [L, C/2]
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # [L, C]
 
 
 class TextClassifier(nn.Module):
@@ -35,7 +27,8 @@ class TextClassifier(nn.Module):
     Args:
         vocab_size, pad_id: from the tokenizer (`TextDataModule.model_context()`).
         max_len: the longest input in tokens (sizes a learned position table).
-        position: absolute positions added to embeddings: "sinusoidal", "learned" or "none".
+        position: absolute positions added to embeddings, a `POSITIONS` spec: "sinusoidal", "learned", "none",
+            or a mapping such as {kind: sinusoidal, base: 500}.
         pooling: "cls" (a learned token prepended) or "mean" (over non-pad tokens).
         attention: the attention config (`attnzoo.attention.factory.attention_layer`): kind, pattern, bias, ...
         drop_rate: dropout on embeddings, in the MLPs and before the head.
@@ -52,7 +45,7 @@ class TextClassifier(nn.Module):
         depth: int = 4,
         num_heads: int = 4,
         mlp_ratio: float = 4.0,
-        position: str = "sinusoidal",
+        position: str | dict[str, Any] = "sinusoidal",
         pooling: str = "cls",
         attention: dict[str, Any] | None = None,
         drop_rate: float = 0.0,
@@ -60,21 +53,17 @@ class TextClassifier(nn.Module):
         layer_scale: float | None = None,
     ) -> None:
         super().__init__()
-        if position not in POSITIONS:
-            raise ValueError(f"model.position: unknown {position!r}; valid: {list(POSITIONS)}")
         if pooling not in POOLINGS:
             raise ValueError(f"model.pooling: unknown {pooling!r}; valid: {list(POOLINGS)}")
         if not 0 <= pad_id < vocab_size:
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
-        if position == "sinusoidal" and dim % 2:
-            raise ValueError(f"sinusoidal positions need an even dim, got {dim}")
-        self.pad_id, self.max_len, self.position, self.pooling = pad_id, max_len, position, pooling
+        self.pad_id, self.max_len, self.pooling = pad_id, max_len, pooling
         self.num_prefix_tokens = 1 if pooling == "cls" else 0
         positions = max_len + self.num_prefix_tokens
 
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim)) if pooling == "cls" else None
-        self.pos_embed = nn.Parameter(torch.randn(1, positions, dim) * 0.02) if position == "learned" else None
+        self.pos_embed = build(position, POSITIONS, "model.position", dim=dim, max_len=positions)  # None for "none"
         self.drop = nn.Dropout(drop_rate)
         self.encoder = make_encoder(
             dim=dim,
@@ -86,6 +75,7 @@ class TextClassifier(nn.Module):
             layer_scale=layer_scale,
             proj_drop=drop_rate,
             max_len=positions,
+            seq_len=positions,  # linformer's longest key sequence
             num_prefix_tokens=self.num_prefix_tokens,
         )
         self.head = nn.Linear(dim, num_classes)
@@ -105,9 +95,7 @@ class TextClassifier(nn.Module):
             if padding_mask is not None:
                 padding_mask = torch.cat([padding_mask.new_zeros(b, 1), padding_mask], dim=1)  # [B, 1 + L]
         if self.pos_embed is not None:
-            x = x + self.pos_embed[:, : x.shape[1]]
-        elif self.position == "sinusoidal":
-            x = x + sinusoids(x.shape[1], x.shape[2], device=x.device).to(x.dtype)
+            x = self.pos_embed(x)
         x = self.encoder(self.drop(x), key_padding_mask=padding_mask)  # [B, L', C]
         if self.pooling == "cls":
             pooled = x[:, 0]

@@ -3,16 +3,42 @@
 import pytest
 import torch
 
+from attnzoo.attention.attention import ATTENTION_KINDS
+from attnzoo.attention.biases import BIASES
+from attnzoo.attention.factory import build
+from attnzoo.attention.positions import POSITIONS
+from attnzoo.attention.rotary import ROTARY
 from attnzoo.data.batching import PadCollate
-from attnzoo.models.text import POOLINGS, POSITIONS, TextClassifier
+from attnzoo.models.text import POOLINGS, TextClassifier
 
 BACKENDS = ["eager", "sdpa"]
-# attention configs whose meaning does not depend on the padded length (relative positions only)
-ATTENTION_POSITIONS = {"plain": {}}
+CONTEXT = {"num_heads": 4, "head_dim": 8, "dim": 32, "max_len": 201, "num_prefix_tokens": 1}
+
+
+def _sequence_kinds(table: dict, what: str) -> list[str]:
+    """The kinds of `table` that build from what a text model knows (1D ones; 2D ones need a grid)."""
+    kinds = []
+    for kind in table:
+        try:
+            build(kind, table, what, **CONTEXT)
+        except ValueError:
+            continue
+        kinds.append(kind)
+    return kinds
+
+
+POSITION_KINDS = _sequence_kinds(POSITIONS, "model.position")
+# attention parts and kinds a text model can use; none may let padding change a sequence's result
+ATTENTION = {
+    **{f"bias={k}": {"bias": k} for k in _sequence_kinds(BIASES, "bias")},
+    **{f"rotary={k}": {"rotary": k} for k in _sequence_kinds(ROTARY, "rotary")},
+    **{f"kind={k}": {"kind": k} for k in ATTENTION_KINDS if k != "mha"},
+    "sliding_window+blocked": {"pattern": {"kind": "sliding_window", "window": 4}, "backend": "blocked"},
+}
 
 
 def _model(position="sinusoidal", pooling="cls", backend="eager", attention=None, **kw):
-    attention = {**(attention or {}), "backend": backend}
+    attention = {"backend": backend, **(attention or {})}
     model = TextClassifier(
         vocab_size=50,
         num_classes=5,
@@ -29,18 +55,25 @@ def _model(position="sinusoidal", pooling="cls", backend="eager", attention=None
     return model.eval()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("pooling", POOLINGS)
-@pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("attention", ATTENTION_POSITIONS.values(), ids=ATTENTION_POSITIONS.keys())
-def test_padding_does_not_change_logits(position, pooling, backend, attention):
-    model = _model(position, pooling, backend, attention)
+def _check_padding_invariance(model):
     short, long = torch.randint(1, 50, (7,)), torch.randint(1, 50, (150,))
     batch = PadCollate(pad_id=0)([(short, torch.tensor(0)), (long, torch.tensor(1))])
     alone = model(short[None])
     together = model(batch["tokens"], batch["padding_mask"])
     torch.testing.assert_close(together[0], alone[0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(together[1], model(long[None])[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("position", POSITION_KINDS)
+def test_padding_does_not_change_logits(position, pooling, backend):
+    _check_padding_invariance(_model(position, pooling, backend))
+
+
+@pytest.mark.parametrize("attention", ATTENTION.values(), ids=ATTENTION.keys())
+def test_padding_does_not_change_logits_with_attention_variants(attention):
+    _check_padding_invariance(_model("none", "mean", "auto", attention))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -74,7 +107,7 @@ def test_backends_agree_forward_and_backward():
 
 
 def test_bad_arguments_and_inputs():
-    with pytest.raises(ValueError, match=r"model.position: unknown 'rope'"):
+    with pytest.raises(ValueError, match=r"model.position.kind: unknown 'rope'"):
         _model(position="rope")
     with pytest.raises(ValueError, match=r"model.pooling: unknown 'max'"):
         _model(pooling="max")
@@ -117,7 +150,7 @@ def test_listops_4k_trains_with_sliding_window_on_cpu(tmp_path):
 
     files = ["recipes/text_cls.yaml", "configs/data/listops_4k.yaml", "configs/attention/sliding_window.yaml"]
     small = ["data.listops.num_train=16", "data.listops.num_val=4", "data.listops.num_test=4", "run.test=false"]
-    small += ["trainer.max_steps=3", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0"]
+    small += ["trainer.limit_train_batches=3", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0"]
     cfg = load(files, [*small, "trainer.enable_progress_bar=false", f"run.dir={tmp_path}"])
     run_dir = fit(cfg)
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from torch import nn
 
 from .ast import AST
+from .text import TextClassifier
 from .vit import ViT, vit
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "ast": AST}
+MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "text": TextClassifier, "ast": AST}
 
-__all__ = ["AST", "MODELS", "ViT", "vit"]
+__all__ = ["AST", "MODELS", "TextClassifier", "ViT", "vit"]

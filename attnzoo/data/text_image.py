@@ -97,7 +97,7 @@ class TextImageDataModule(L.LightningDataModule):
         train, val, test: JSONL files; all None for generated scenes. `train` needs `val`.
         classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
         image_size: images are resized to this square size.
-        max_length: texts are cut to this many bytes (how many were cut is logged).
+        max_len: texts are cut to this many bytes (how many were cut is logged).
         on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
             and logs how many were skipped.
         blank_image: feed a constant image (the text-only baseline).
@@ -115,7 +115,7 @@ class TextImageDataModule(L.LightningDataModule):
         test: str | None = None,
         classes: list[str] | None = None,
         image_size: int = 48,
-        max_length: int = 64,
+        max_len: int = 64,
         on_bad_image: str = "error",
         blank_image: bool = False,
         batch_size: int = 64,
@@ -135,11 +135,11 @@ class TextImageDataModule(L.LightningDataModule):
             raise ValueError(f"data.train ({train}) and data.val ({val}) go together: give both JSONL files or neither")
         if test is not None and train is None:
             raise ValueError(f"data.test ({test}) needs data.train and data.val")
-        for name, value in {"image_size": image_size, "max_length": max_length, "batch_size": batch_size}.items():
+        for name, value in {"image_size": image_size, "max_len": max_len, "batch_size": batch_size}.items():
             if value < 1:
                 raise ValueError(f"data.{name} ({value}) must be >= 1")
         self.task, self.files = task, {"train": train, "val": val, "test": test}
-        self.classes, self.image_size, self.max_length = classes, image_size, max_length
+        self.classes, self.image_size, self.max_len = classes, image_size, max_len
         self.on_bad_image, self.blank_image = on_bad_image, blank_image
         self.batch_size, self.num_workers = batch_size, num_workers
         self.num_train, self.num_val, self.grid, self.held_out, self.seed = num_train, num_val, grid, held_out, seed
@@ -158,7 +158,7 @@ class TextImageDataModule(L.LightningDataModule):
             "img_size": self.image_size,
             "in_chans": 3,
             "vocab_size": VOCAB_SIZE,
-            "max_length": self.max_length,
+            "max_len": self.max_len,
         }
 
     def setup(self, stage: str | None = None) -> None:
@@ -236,16 +236,16 @@ class TextImageDataModule(L.LightningDataModule):
         return self.class_names.index(str(label))
 
     def _cut(self, texts: list[str], split: str) -> list[str]:
-        long = sum(len(t.encode("utf-8")) > self.max_length for t in texts)
+        long = sum(len(t.encode("utf-8")) > self.max_len for t in texts)
         if long:
             log.warning(
-                "%s: %d of %d texts are longer than data.max_length=%d bytes and were cut",
+                "%s: %d of %d texts are longer than data.max_len=%d bytes and were cut",
                 split,
                 long,
                 len(texts),
-                self.max_length,
+                self.max_len,
             )
-        return [t.encode("utf-8")[: self.max_length].decode("utf-8", errors="ignore") for t in texts]
+        return [t.encode("utf-8")[: self.max_len].decode("utf-8", errors="ignore") for t in texts]
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:

@@ -33,7 +33,7 @@ class TextImageNet(nn.Module):
         num_classes: outputs of the head.
         img_size, patch_size, in_chans: the image and its square patches.
         vocab_size: token ids are in [0, vocab_size).
-        max_length: longest text (learned text positions).
+        max_len: longest text (learned text positions).
         image_dim, image_depth: width and blocks of the image encoder (Ci).
         text_dim, text_depth: width and blocks of the text encoder before fusion (Ct).
         fusion_depth: cross-attention blocks, each followed by a text self-attention block.
@@ -57,7 +57,7 @@ class TextImageNet(nn.Module):
         patch_size: int = 8,
         in_chans: int = 3,
         vocab_size: int = 257,
-        max_length: int = 64,
+        max_len: int = 64,
         image_dim: int = 64,
         image_depth: int = 2,
         text_dim: int = 64,
@@ -80,10 +80,10 @@ class TextImageNet(nn.Module):
             raise ValueError(f"image_pos {image_pos!r} is not one of {IMAGE_POSITIONS}")
         if pooling not in POOLING:
             raise ValueError(f"pooling {pooling!r} is not one of {POOLING}")
-        for name, value in {"fusion_depth": fusion_depth, "max_length": max_length, "num_classes": num_classes}.items():
+        for name, value in {"fusion_depth": fusion_depth, "max_len": max_len, "num_classes": num_classes}.items():
             if value < 1:
                 raise ValueError(f"{name} ({value}) must be >= 1")
-        self.img_size, self.max_length, self.pooling = img_size, max_length, pooling
+        self.img_size, self.max_len, self.pooling = img_size, max_len, pooling
         grid = img_size // patch_size
         self.grid_size = (grid, grid)
 
@@ -108,7 +108,7 @@ class TextImageNet(nn.Module):
         )
 
         self.token_embed = nn.Embedding(vocab_size, text_dim)
-        self.text_pos = nn.Parameter(torch.zeros(1, max_length, text_dim))
+        self.text_pos = nn.Parameter(torch.zeros(1, max_len, text_dim))
         trunc_normal_(self.text_pos, std=0.02)
         self.text_encoder = make_encoder(
             dim=text_dim,
@@ -151,8 +151,8 @@ class TextImageNet(nn.Module):
 
     def encode_text(self, tokens: Tensor, padding_mask: Tensor | None) -> Tensor:
         """[B, L] ids -> [B, L, Ct]."""
-        if tokens.shape[1] > self.max_length:
-            raise ValueError(f"text of {tokens.shape[1]} tokens; this model takes at most max_length={self.max_length}")
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"text of {tokens.shape[1]} tokens; this model takes at most max_len={self.max_len}")
         x = self.token_embed(tokens) + self.text_pos[:, : tokens.shape[1]]  # [B, L, Ct]
         return self.text_encoder(x, key_padding_mask=padding_mask)
 

@@ -101,7 +101,7 @@ def test_scene_batches_follow_the_contract():
         "img_size": 48,
         "in_chans": 3,
         "vocab_size": 257,
-        "max_length": 64,
+        "max_len": 64,
     }
     blank = _dm(blank_image=True)
     assert (next(iter(blank.train_dataloader()))["image"] == 0).all()
@@ -200,7 +200,7 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_long_texts_are_cut(caplog):
-    dm = _dm(max_length=12)
+    dm = _dm(max_len=12)
     assert max(len(t) for t in dm.datasets["train"].tokens) == 12
-    assert "longer than data.max_length=12" in caplog.text
+    assert "longer than data.max_len=12" in caplog.text
     assert SHAPES  # texts name shapes; cutting keeps valid UTF-8 (ASCII here)

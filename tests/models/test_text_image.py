@@ -5,7 +5,7 @@ import torch
 
 from attnzoo.models.text_image import IMAGE_POSITIONS, POOLING, TextImageNet
 
-SMALL = dict(num_classes=5, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_length=24)
+SMALL = dict(num_classes=5, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_len=24)
 
 
 def _net(**kw) -> TextImageNet:
@@ -95,7 +95,7 @@ def test_bad_inputs():
     image, tokens, pad = _inputs()
     with pytest.raises(ValueError, match=r"image of size \(20, 20\); this model was built for 16"):
         net(torch.randn(3, 3, 20, 20), tokens, pad)
-    with pytest.raises(ValueError, match=r"text of 30 tokens; this model takes at most max_length=24"):
+    with pytest.raises(ValueError, match=r"text of 30 tokens; this model takes at most max_len=24"):
         net(image, torch.ones(3, 30, dtype=torch.long), None)
     with pytest.raises(ValueError, match=r"padding_mask must have the shape of tokens"):
         net(image, tokens, pad[:, :2])

@@ -1,7 +1,12 @@
-"""DataModules: `DATAMODULES` maps a config `data.kind` to a LightningDataModule class."""
+"""DataModules: `DATAMODULES` maps a config `data.kind` to a LightningDataModule class.
 
+After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_context()` (what the model
+builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches are dicts.
+"""
+
+from .image import ImageDataModule
 from .text_image import TextImageDataModule
 
-DATAMODULES = {"text_image": TextImageDataModule}
+DATAMODULES = {"image": ImageDataModule, "text_image": TextImageDataModule}
 
-__all__ = ["DATAMODULES", "TextImageDataModule"]
+__all__ = ["DATAMODULES", "ImageDataModule", "TextImageDataModule"]

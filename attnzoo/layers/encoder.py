@@ -74,6 +74,7 @@ def make_encoder(
     layer_scale: float | None = None,
     proj_drop: float = 0.0,
     final_norm: bool = True,
+    norm_layer=nn.LayerNorm,
     **context,
 ) -> Encoder:
     """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config.
@@ -81,6 +82,7 @@ def make_encoder(
     Args:
         attention: the `model.attention` config (see `attnzoo.attention.factory.attention_layer`).
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
+        norm_layer: normalization constructor called with `dim` (timm's ViT uses LayerNorm with eps=1e-6).
         context: what the model knows that attention parts may need (grid_size, num_prefix_tokens, ...).
     """
     from timm.layers import Mlp
@@ -97,9 +99,10 @@ def make_encoder(
             dim=dim,
             attn=attn_cls(dim, num_heads),
             mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
+            norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,
         )
         for rate in rates
     ]
-    return Encoder(blocks, norm=nn.LayerNorm(dim) if final_norm else None)
+    return Encoder(blocks, norm=norm_layer(dim) if final_norm else None)

@@ -1,11 +1,16 @@
-"""Model builders: `MODELS` maps a config `model.kind` to a function returning an `nn.Module`."""
+"""Model builders: `MODELS` maps a config `model.kind` to a function returning an `nn.Module`.
+
+A builder takes keyword arguments only; it receives the `model:` config keys plus the data's
+`model_context()` keys it accepts (num_classes, in_chans, img_size, ...).
+"""
 
 from collections.abc import Callable
 
 from torch import nn
 
 from .text_image import TextImageNet
+from .vit import ViT, vit
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"text_image": TextImageNet}
+MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "text_image": TextImageNet}
 
-__all__ = ["MODELS", "TextImageNet"]
+__all__ = ["MODELS", "TextImageNet", "ViT", "vit"]

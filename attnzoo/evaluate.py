@@ -1,0 +1,66 @@
+"""`python -m attnzoo.evaluate <run dir> [--checkpoint best|last|FILE] [--split test|val] [key=value ...]`
+
+Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
+`--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
+them to `<run dir>/evaluate-<checkpoint>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import ConfigError, load
+from .fit import build
+
+
+def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
+    import lightning as L
+
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
+    if not ckpt.is_file():
+        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    cfg = load([run_dir / "config.yaml", *configs], overrides)
+    try:
+        data, task, _ = build(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    trainer_cfg = {k: v for k, v in cfg.section("trainer").items() if k in ("accelerator", "precision")}
+    progress = cfg.section("trainer").get("enable_progress_bar", True)
+    trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, enable_progress_bar=progress)
+    run = trainer.test if split == "test" else trainer.validate
+    results = run(task, datamodule=data, ckpt_path=str(ckpt), verbose=False)
+    metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    report = {"checkpoint": str(ckpt), "split": split, "metrics": metrics}
+    name = checkpoint if checkpoint in ("best", "last") else ckpt.stem
+    (run_dir / f"evaluate-{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="attnzoo evaluate", description="Metrics of a saved checkpoint.")
+    p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit")
+    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--split", choices=("test", "val"), default="test")
+    p.add_argument("--config", action="append", default=[], help="overlays on the run's config")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. data.root=/other/images")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    try:
+        report = evaluate(args.run_dir, args.checkpoint, args.split, args.config, args.overrides)
+    except ConfigError as err:
+        print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
+        return 2
+    for key, value in sorted(report["metrics"].items()):
+        print(f"{key:20s} {value:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""ViT built from attnzoo's Encoder, state-dict compatible with timm's `VisionTransformer`.
+
+Notation: B batch, C width, N patches (grid gh x gw), P prefix tokens (class token).
+Parameter names follow timm (`patch_embed`, `cls_token`, `pos_embed`, `fc_norm`, `head`) except that the
+blocks and final norm live in `encoder` (`encoder.blocks.N.*`, `encoder.norm.*`); `load_timm_state_dict`
+maps timm's `blocks.N.*` / `norm.*` onto them, so a timm checkpoint on disk fine-tunes with any attnzoo attention.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
+from torch import nn
+
+from ..layers.encoder import make_encoder
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+
+
+class ViT(nn.Module):
+    """Vision transformer classifier: patches -> [class token] + position -> Encoder -> pool -> head.
+
+    Args:
+        attention: the `model.attention` config (`attnzoo.attention.factory.attention_layer`); its parts
+            receive `grid_size` (gh, gw) and `num_prefix_tokens` as context.
+        global_pool: "token" (class token) or "avg" (mean of patch tokens, with `fc_norm` as in timm).
+        pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
+        layer_scale: initial LayerScale value, None for none.
+    """
+
+    def __init__(
+        self,
+        *,
+        img_size: int = 224,
+        patch_size: int = 16,
+        in_chans: int = 3,
+        num_classes: int = 1000,
+        embed_dim: int = 192,
+        depth: int = 12,
+        num_heads: int = 3,
+        mlp_ratio: float = 4.0,
+        class_token: bool = True,
+        global_pool: Literal["token", "avg"] = "token",
+        pos_embed: Literal["learned", "none"] = "learned",
+        drop_rate: float = 0.0,
+        pos_drop_rate: float = 0.0,
+        proj_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        layer_scale: float | None = None,
+        attention: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if global_pool not in ("token", "avg"):
+            raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
+        if global_pool == "token" and not class_token:
+            raise ValueError("global_pool='token' needs class_token=True")
+        if pos_embed not in ("learned", "none"):
+            raise ValueError(f"pos_embed must be 'learned' or 'none', got {pos_embed!r}")
+        if img_size % patch_size:
+            raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
+        norm_layer = partial(nn.LayerNorm, eps=1e-6)  # timm's ViT norm
+        self.num_classes, self.global_pool = num_classes, global_pool
+        self.num_prefix_tokens = 1 if class_token else 0
+        self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
+        self.grid_size = tuple(self.patch_embed.grid_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
+        n_pos = self.patch_embed.num_patches + self.num_prefix_tokens
+        self.pos_embed = nn.Parameter(torch.randn(1, n_pos, embed_dim) * 0.02) if pos_embed == "learned" else None
+        self.pos_drop = nn.Dropout(pos_drop_rate)
+        self.encoder = make_encoder(
+            dim=embed_dim,
+            depth=depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            attention={"qkv_bias": True, **(attention or {})},  # timm's ViT default: qkv bias on
+            drop_path_rate=drop_path_rate,
+            layer_scale=layer_scale,
+            proj_drop=proj_drop_rate,
+            final_norm=global_pool == "token",
+            norm_layer=norm_layer,
+            grid_size=self.grid_size,
+            num_prefix_tokens=self.num_prefix_tokens,
+        )
+        self.fc_norm = norm_layer(embed_dim) if global_pool == "avg" else nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+        self.apply(_init_weights)
+
+    def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
+        self.encoder.set_grad_checkpointing(enabled, **kwargs)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return {"pos_embed", "cls_token"}
+
+    def forward_features(self, image: Tensor) -> Tensor:
+        """image [B, in_chans, S, S] -> tokens [B, P + N, C]."""
+        x = self.patch_embed(image)  # [B, N, C]
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)  # [B, P + N, C]
+        if self.pos_embed is not None:
+            x = x + self.pos_embed
+        return self.encoder(self.pos_drop(x))
+
+    def forward(self, image: Tensor) -> Tensor:
+        """image [B, in_chans, S, S] -> logits [B, num_classes]."""
+        x = self.forward_features(image)
+        x = x[:, 0] if self.global_pool == "token" else x[:, self.num_prefix_tokens :].mean(dim=1)  # [B, C]
+        return self.head(self.head_drop(self.fc_norm(x)))
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+def timm_to_attnzoo(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Rename timm `VisionTransformer` keys to `ViT` keys (`blocks.N.*` -> `encoder.blocks.N.*`, `norm.*` -> ...)."""
+    out = {}
+    for key, value in state.items():
+        if key.startswith("blocks.") or key.startswith("norm."):
+            key = "encoder." + key
+        out[key] = value
+    return out
+
+
+def load_timm_state_dict(model: ViT, state: dict[str, Tensor], *, source: str = "state dict") -> None:
+    """Load a timm ViT state dict into `model`, adapting what fine-tuning changes.
+
+    A different image size resamples `pos_embed`; a different number of input channels adapts the patch
+    projection (timm's `adapt_input_conv`); a head of a different size is left at its initialization. Each
+    adaptation is logged; any other mismatch raises ValueError naming the keys.
+    """
+    from timm.models._manipulate import adapt_input_conv
+
+    state = timm_to_attnzoo(state)
+    own = model.state_dict()
+    if "pos_embed" in state and model.pos_embed is not None and state["pos_embed"].shape != own["pos_embed"].shape:
+        old = state["pos_embed"]
+        state["pos_embed"] = resample_abs_pos_embed(
+            old, new_size=list(model.grid_size), num_prefix_tokens=model.num_prefix_tokens
+        )
+        log.info("%s: pos_embed resampled %s -> %s", source, tuple(old.shape), tuple(state["pos_embed"].shape))
+    key = "patch_embed.proj.weight"
+    if key in state and state[key].shape[1] != own[key].shape[1]:
+        in_chans = own[key].shape[1]
+        state[key] = adapt_input_conv(in_chans, state[key], base_chans=state[key].shape[1])
+        log.info("%s: patch projection adapted to %d input channels", source, in_chans)
+    for key in ("head.weight", "head.bias"):
+        if key in state and (key not in own or state[key].shape != own[key].shape):
+            log.info("%s: %s %s does not fit this head; keeping a new one", source, key, tuple(state[key].shape))
+            del state[key]
+    missing = sorted(set(own) - set(state) - {"head.weight", "head.bias"})
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        raise ValueError(
+            f"{source} does not fit this ViT: missing {missing[:8]}, unexpected {unexpected[:8]}, "
+            f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in wrong[:8]]}"
+        )
+    model.load_state_dict(state, strict=False)
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
+    """A state dict from a file: a bare state dict, or a dict holding one under "state_dict" or "model"."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"model.pretrained: checkpoint file {str(path)!r} does not exist")
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("state_dict", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
+        raise ValueError(f"model.pretrained: {str(path)!r} holds no state dict of tensors")
+    return obj
+
+
+def vit(*, pretrained: str | None = None, **kwargs: Any) -> ViT:
+    """Build a `ViT` (keyword arguments as `ViT`); `pretrained` is a timm ViT checkpoint file to start from."""
+    model = ViT(**kwargs)
+    if pretrained:
+        load_timm_state_dict(model, read_checkpoint(pretrained), source=str(pretrained))
+    return model
+
+
+# the config validates `model:` keys against this: `pretrained` plus every `ViT` argument
+_own, _vit = inspect.signature(vit, eval_str=True), inspect.signature(ViT, eval_str=True)
+vit.__signature__ = _own.replace(parameters=[_own.parameters["pretrained"], *_vit.parameters.values()])

@@ -1,0 +1,90 @@
+"""`ClassificationTask`: the LightningModule of every classification recipe; the network is injected.
+
+Batches are dicts; the net is called as `net(**inputs)` with inputs = batch without "label".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+
+from ..attention.factory import build
+from .objectives import OBJECTIVES, Objective
+from .optim import SCHEDULES, check_optimizer, make_optimizer
+
+Tensor = torch.Tensor
+
+
+class ClassificationTask(L.LightningModule):
+    """Loss and metrics from `objective`, optimizer and schedule from config; logs `{split}/{metric}`.
+
+    Args:
+        net: the model, called as `net(**inputs)` -> logits [B, K].
+        num_classes: K (from the data).
+        objective: `{kind: multiclass, label_smoothing: ...}` (see `attnzoo.tasks.objectives.OBJECTIVES`).
+        optimizer: `{kind: adamw, lr: ..., weight_decay: ..., ...}`, any timm optimizer and its options.
+        scheduler: `{kind: cosine | constant, warmup: ...}` stepped every optimizer step, or None.
+    """
+
+    def __init__(
+        self,
+        *,
+        net: nn.Module,
+        num_classes: int,
+        objective: Mapping[str, Any] | str = "multiclass",
+        optimizer: Mapping[str, Any] | None = None,
+        scheduler: Mapping[str, Any] | str | None = "cosine",
+    ) -> None:
+        super().__init__()
+        self.net = net
+        built: Objective = build(objective, OBJECTIVES, "task.objective", num_classes=num_classes)
+        self.loss_fn = built.loss
+        self.monitor, self.monitor_mode = built.monitor, built.mode
+        self.train_metrics = built.metrics.clone(prefix="train/")
+        self.val_metrics = built.metrics.clone(prefix="val/")
+        self.test_metrics = built.metrics.clone(prefix="test/")
+        self.optimizer_spec = dict(optimizer or {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.05})
+        check_optimizer(self.optimizer_spec)
+        self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
+
+    def forward(self, **inputs: Tensor) -> Tensor:
+        return self.net(**inputs)
+
+    def _step(self, batch: dict[str, Tensor], split: str) -> Tensor:
+        inputs = {k: v for k, v in batch.items() if k != "label"}
+        logits = self.net(**inputs)
+        loss = self.loss_fn(logits, batch["label"])
+        n = batch["label"].shape[0]
+        metrics = getattr(self, f"{split}_metrics")
+        if split == "train":  # only the monitored metric per step; the full set would cost every step
+            metric = metrics[self.monitor]
+            metric(logits.detach(), batch["label"])
+            self.log(f"train/{self.monitor}", metric, on_step=True, on_epoch=False, batch_size=n)
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
+        else:
+            metrics.update(logits, batch["label"])
+            self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=n, prog_bar=split == "val")
+            self.log(f"{split}/loss", loss, on_step=False, on_epoch=True, sync_dist=True, batch_size=n)
+        return loss
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._step(batch, "test")
+
+    def configure_optimizers(self) -> Any:
+        optimizer = make_optimizer(self.net, self.optimizer_spec)
+        if self.schedule is None:
+            return optimizer
+        total = int(self.trainer.estimated_stepping_batches)
+        lr_lambda = lambda step: self.schedule(step, total)  # noqa: E731
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,67 @@
+"""Optimizer (timm's factory) and learning-rate schedule (linear warmup, then cosine or constant) from config."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import timm.optim
+import torch
+from torch import nn
+
+from ..attention.factory import suggest
+
+# options timm's create_optimizer_v2 takes itself; the rest go to the optimizer class
+_FACTORY_OPTIONS = ("lr", "weight_decay", "momentum", "filter_bias_and_bn", "layer_decay", "foreach")
+
+
+def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> None:
+    """Raise ValueError for an unknown optimizer kind or option, before anything is built."""
+    import inspect
+
+    kind = spec.get("kind", "adamw")
+    valid = timm.optim.list_optimizers()
+    if kind not in valid:
+        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: timm optimizers, e.g. {valid[:12]}{suggest(kind, valid)}")
+    cls = timm.optim.get_optimizer_class(kind)
+    params = set(inspect.signature(cls).parameters) - {"params", "self"}
+    accepted = sorted(params | set(_FACTORY_OPTIONS))
+    for key in spec:
+        if key != "kind" and key not in accepted:
+            raise ValueError(f"{what}: {kind!r} takes no option {key!r}; valid: {accepted}{suggest(key, accepted)}")
+
+
+def make_optimizer(net: nn.Module, spec: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """timm's `create_optimizer_v2`: no weight decay on norms, biases and the model's `no_weight_decay()`."""
+    spec = dict(spec)
+    return timm.optim.create_optimizer_v2(net, opt=spec.pop("kind", "adamw"), **spec)
+
+
+def warmup_cosine(*, warmup: float = 0.05, min_lr_ratio: float = 0.0) -> Callable[[int, int], float]:
+    """Linear warmup over `warmup` (a fraction of all steps if < 1, else a step count), then cosine to `min_lr_ratio`."""
+    return _schedule(warmup, min_lr_ratio, cosine=True)
+
+
+def warmup_constant(*, warmup: float = 0.0) -> Callable[[int, int], float]:
+    """Linear warmup, then the base learning rate."""
+    return _schedule(warmup, 1.0, cosine=False)
+
+
+def _schedule(warmup: float, min_lr_ratio: float, *, cosine: bool) -> Callable[[int, int], float]:
+    if warmup < 0 or not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"warmup ({warmup}) must be >= 0 and min_lr_ratio ({min_lr_ratio}) in [0, 1]")
+
+    def factor(step: int, total: int) -> float:
+        n_warm = int(warmup * total) if warmup < 1 else int(warmup)
+        if step < n_warm:
+            return (step + 1) / (n_warm + 1)  # > 0 from the first step
+        if not cosine:
+            return 1.0
+        progress = min(1.0, (step - n_warm) / max(1, total - n_warm))
+        return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+SCHEDULES = {"cosine": warmup_cosine, "constant": warmup_constant}

@@ -1,0 +1,95 @@
+"""Config loading and validation: every recipe and overlay validates; bad keys and values stop with clear errors."""
+
+from pathlib import Path
+
+import pytest
+
+from attnzoo.config import ConfigError, load, smoke_overrides
+from attnzoo.fit import main
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+OVERLAYS = sorted((ROOT / "configs").rglob("*.yaml"))
+VIT = ROOT / "recipes" / "vit.yaml"
+
+
+def test_there_are_recipes_and_overlays():
+    assert VIT in RECIPES and len(OVERLAYS) >= 4
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_validates_with_and_without_its_smoke_overrides(recipe):
+    cfg = load([recipe])
+    assert {"data", "model", "task", "trainer"} <= set(cfg.data.keys())
+    load([recipe], smoke_overrides(cfg))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_every_overlay_validates_on_a_recipe(overlay):
+    load([VIT, overlay])
+
+
+@pytest.mark.parametrize(
+    "override, fragments",
+    [
+        ("model.atention.backend=sdpa", ["model.atention", "unknown key", "did you mean 'model.attention'"]),
+        ("trainer.max_epoch=3", ["trainer.max_epoch", "did you mean 'trainer.max_epochs'"]),
+        ("trainer.max_epochs=three", ["trainer.max_epochs", "'three'"]),
+        ("trainer.precision=bf15", ["trainer.precision", "'bf16-mixed'"]),
+        ("data.kind=imag", ["data.kind", "'imag'", "did you mean 'image'"]),
+        ("data.batch_size=1.5", ["data.batch_size", "1.5"]),
+        ("model.global_pool=max", ["model.global_pool", "'token'", "'avg'"]),
+        ("model.attention.backnd=sdpa", ["model.attention", "backnd", "did you mean 'backend'"]),
+        ("task.optimizer.kind=adamww", ["task.optimizer.kind", "did you mean 'adamw'"]),
+        ("task.optimizer.lrate=0.1", ["task.optimizer", "lrate"]),
+        ("run.nme=x", ["run.nme", "did you mean 'run.name'"]),
+        ("trainr.max_epochs=1", ["trainr", "unknown section", "did you mean 'trainer'"]),
+        ("trainer.logger=false", ["trainer.logger", "unknown key"]),  # attnzoo sets the logger itself
+        ("seed=abc", ["seed", "'abc'"]),
+    ],
+)
+def test_bad_override_names_key_origin_and_choices(override, fragments):
+    with pytest.raises(ConfigError) as err:
+        load([VIT], [override])
+    message = str(err.value)
+    for fragment in [*fragments, "command line"]:
+        assert fragment in message, message
+
+
+def test_error_names_the_file_that_set_the_key(tmp_path):
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text("model:\n  dept: 3\n")
+    with pytest.raises(ConfigError, match=r"model\.dept.*mine\.yaml.*did you mean 'model\.depth'"):
+        load([VIT, overlay])
+
+
+def test_overlays_then_overrides_win_in_order(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("trainer: {max_epochs: 2}\nmodel: {depth: 2}\n")
+    b.write_text("trainer: {max_epochs: 3}\n")
+    cfg = load([VIT, a, b], ["model.depth=5"])
+    assert cfg.data.trainer.max_epochs == 3 and cfg.data.model.depth == 5
+    assert cfg.data.model.embed_dim == load([VIT]).data.model.embed_dim  # untouched keys survive
+    assert "b.yaml" in cfg.where("trainer.max_epochs") and "command line" in cfg.where("model.depth")
+
+
+@pytest.mark.parametrize(
+    "files, overrides, match",
+    [
+        (["missing.yaml"], [], "does not exist"),
+        ([VIT], ["noequals"], "expected key=value"),
+        ([], [], "no config given"),
+    ],
+)
+def test_unusable_inputs(files, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load(files, overrides)
+
+
+def test_cli_reports_errors_without_traceback_and_prints_config(capsys):
+    assert main(["--config", str(VIT), "model.atention.backend=sdpa"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'model.attention'" in err and "Traceback" not in err
+    assert main(["--config", str(VIT), "--print-config", "model.depth=3"]) == 0
+    out = capsys.readouterr().out
+    assert "depth: 3" in out and "kind: vit" in out

@@ -1,0 +1,156 @@
+"""`attnzoo.fit` end to end: every recipe's smoke run, resume after a kill, DDP equals one process, evaluate."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnzoo.config import load, smoke_overrides
+from attnzoo.fit import fit
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+VIT = ROOT / "recipes" / "vit.yaml"
+QUICK = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.accelerator=cpu",
+    "trainer.devices=1",
+    "trainer.precision=32-true",
+]
+# a ViT small enough that a few optimizer steps take well under a second
+TINY = ["model.embed_dim=16", "model.depth=1", "model.num_heads=2", "model.patch_size=7", "model.mlp_ratio=1.0"]
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_runs_a_smoke_run(recipe, tmp_path):
+    cfg = load([recipe])
+    steps = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
+    steps += ["trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "trainer.log_every_n_steps=1"]
+    cfg = load([recipe], [*smoke_overrides(cfg), *QUICK, *steps, f"run.dir={tmp_path}"])
+    run_dir = fit(cfg)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 2 and summary["parameters"] > 0
+    assert summary["attention_backends"], "no attention module reported the backend it ran on"
+    assert summary["train_samples_per_second"] > 0 and summary["peak_rss_bytes"] > 0
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "config.yaml").is_file()
+    assert any(r.get("train/loss") for r in _rows(run_dir))
+    assert load([run_dir / "config.yaml"]).to_yaml() == cfg.to_yaml()  # the saved config reproduces the run
+
+
+_KILLED = """
+import os, sys
+import lightning as L
+from attnzoo.config import load
+from attnzoo.fit import fit
+
+class Kill(L.Callback):  # dies like a killed process: no cleanup, no flush
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == {at}:
+            os._exit(9)
+
+fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Kill()])
+"""
+
+
+def test_resume_after_a_kill_mid_epoch_continues_steps_without_losing_or_repeating_rows(tmp_path):
+    overrides = [
+        *QUICK,
+        *TINY,
+        "data.batch_size=16",
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=5",
+        "trainer.limit_val_batches=2",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.log_every_n_steps=1",
+        "run.save_every_n_steps=3",
+        "run.test=false",
+        f"run.dir={tmp_path}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED.format(at=8), str(VIT), *overrides], env=env, capture_output=True, text=True
+    )
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    (run_dir,) = [p for p in (tmp_path / "vit").iterdir()]
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 6  # the step-6 checkpoint, mid way through the second epoch
+
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 10 and summary["epochs"] == 2
+    rows = _rows(run_dir)
+    train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert sorted(train_steps) == train_steps and len(set(train_steps)) == len(train_steps) == 10, train_steps
+    assert [r["epoch"] for r in rows if r.get("val/acc")] == ["0", "1"]  # one validation row per epoch
+
+
+_TRAIN_AND_SAVE = """
+import sys, torch
+from attnzoo.config import load
+from attnzoo.fit import fit
+import lightning as L
+
+class Save(L.Callback):
+    def on_train_start(self, trainer, module):
+        self.init = {k: v.detach().clone() for k, v in module.net.state_dict().items()}
+
+    def on_train_end(self, trainer, module):
+        if trainer.is_global_zero:
+            final = {k: v.detach().clone() for k, v in module.net.state_dict().items()}
+            torch.save({"init": self.init, "final": final}, sys.argv[1])
+
+fit(load([sys.argv[2]], sys.argv[3:]), extra_callbacks=[Save()])
+"""
+
+
+def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
+    base = [
+        *QUICK[:2],
+        *TINY,
+        "data.shuffle=false",
+        "trainer.accelerator=cpu",
+        "trainer.max_steps=1",
+        "trainer.limit_val_batches=0",
+        "trainer.num_sanity_val_steps=0",
+        "task.optimizer={kind: sgd, lr: 0.5, weight_decay: 0.0}",
+        "task.scheduler=null",
+        "run.test=false",
+        f"run.dir={tmp_path}",
+    ]
+    runs = {
+        "ddp": ["trainer.devices=2", "trainer.strategy=ddp", "data.batch_size=4"],
+        "single": ["trainer.devices=1", "data.batch_size=8"],
+    }
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    weights = {}
+    for name, extra in runs.items():
+        out = tmp_path / f"{name}.pt"
+        done = subprocess.run(
+            [sys.executable, "-c", _TRAIN_AND_SAVE, str(out), str(VIT), *base, *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        weights[name] = torch.load(out)
+    summaries = [json.loads(p.read_text()) for p in tmp_path.glob("vit/*/summary.json")]
+    assert sorted(s["world_size"] for s in summaries) == [1, 2]
+    single, ddp = weights["single"], weights["ddp"]
+    for key, value in single["init"].items():
+        torch.testing.assert_close(ddp["init"][key], value, atol=0, rtol=0, msg=key)  # same start
+    moved = max((single["final"][k] - single["init"][k]).abs().max().item() for k in single["init"])
+    assert moved > 1e-3, "the optimizer step did not change the weights; the comparison would be vacuous"
+    for key, value in single["final"].items():
+        torch.testing.assert_close(ddp["final"][key], value, atol=1e-6, rtol=0, msg=key)

@@ -8,17 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from timm.layers import Mlp, PatchEmbed, build_sincos2d_pos_embed, trunc_normal_
+from timm.layers import Mlp, trunc_normal_
 from torch import nn
 
 from ..attention import capture_attention
 from ..attention.factory import attention_layer
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
+from .vit import ViT
 
 Tensor = torch.Tensor
 
-IMAGE_POSITIONS = ("learned", "sincos", "none")
+IMAGE_POSITIONS = ("learned", "none")
 POOLING = ("mean", "first")
 
 
@@ -40,8 +41,8 @@ class TextImageNet(nn.Module):
         num_heads: heads of every attention.
         mlp_ratio: hidden width of the MLPs as a multiple of the width.
         gated: tanh gates on the cross-attention branches, starting at 0 (Flamingo): the net starts text-only.
-        image_pos: "learned" 2D grid positions, fixed 2D "sincos", or "none" (then a 2D attention bias can
-            carry position: the image encoder's attention gets `grid_size` as context).
+        image_pos: "learned" (one position embedding per patch of the 2D grid) or "none" (then a 2D attention
+            bias or axial rotary can carry position: the image encoder's attention gets `grid_size` as context).
         pooling: "mean" over non-pad tokens, or the "first" token.
         attention: self-attention config of both encoders and the fusion blocks (`attnzoo.attention.factory`).
         cross_attention: cross-attention config.
@@ -84,28 +85,24 @@ class TextImageNet(nn.Module):
             if value < 1:
                 raise ValueError(f"{name} ({value}) must be >= 1")
         self.img_size, self.max_len, self.pooling = img_size, max_len, pooling
-        grid = img_size // patch_size
-        self.grid_size = (grid, grid)
 
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, image_dim)  # [B, N, Ci]
-        if image_pos == "learned":
-            self.image_pos = nn.Parameter(torch.zeros(1, grid * grid, image_dim))
-            trunc_normal_(self.image_pos, std=0.02)
-        elif image_pos == "sincos":
-            pos = build_sincos2d_pos_embed([grid, grid], dim=image_dim)  # [N, Ci]
-            self.register_buffer("image_pos", pos[None], persistent=False)
-        else:
-            self.image_pos = None
-        self.image_encoder = make_encoder(
-            dim=image_dim,
+        # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
+        self.image_encoder = ViT(
+            img_size=img_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            num_classes=0,
+            embed_dim=image_dim,
             depth=image_depth,
             num_heads=num_heads,
             mlp_ratio=mlp_ratio,
-            attention=attention,
+            class_token=False,
+            global_pool="avg",
+            pos_embed=image_pos,
             drop_path_rate=drop_path_rate,
-            grid_size=self.grid_size,
-            num_prefix_tokens=0,
+            attention=attention,
         )
+        self.grid_size = self.image_encoder.grid_size
 
         self.token_embed = nn.Embedding(vocab_size, text_dim)
         self.text_pos = nn.Parameter(torch.zeros(1, max_len, text_dim))
@@ -144,10 +141,8 @@ class TextImageNet(nn.Module):
         """[B, C, H, W] -> patch tokens [B, N, Ci]."""
         if tuple(image.shape[-2:]) != (self.img_size, self.img_size):
             raise ValueError(f"image of size {tuple(image.shape[-2:])}; this model was built for {self.img_size}")
-        x = self.patch_embed(image)  # [B, N, Ci]
-        if self.image_pos is not None:
-            x = x + self.image_pos.to(x.dtype)
-        return self.image_encoder(x)
+        vit = self.image_encoder
+        return vit.fc_norm(vit.forward_features(image))  # [B, N, Ci]; with avg pooling the ViT norms with fc_norm
 
     def encode_text(self, tokens: Tensor, padding_mask: Tensor | None) -> Tensor:
         """[B, L] ids -> [B, L, Ct]."""

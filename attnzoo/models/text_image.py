@@ -137,6 +137,11 @@ class TextImageNet(nn.Module):
         self.head_drop = nn.Dropout(head_drop)
         self.head = nn.Linear(text_dim, num_classes)
 
+    def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
+        """Checkpoint the image and text encoders (`Encoder.set_grad_checkpointing`); fusion blocks are not."""
+        self.image_encoder.set_grad_checkpointing(enabled, **kwargs)
+        self.text_encoder.set_grad_checkpointing(enabled, **kwargs)
+
     def encode_image(self, image: Tensor) -> Tensor:
         """[B, C, H, W] -> patch tokens [B, N, Ci]."""
         if tuple(image.shape[-2:]) != (self.img_size, self.img_size):

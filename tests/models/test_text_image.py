@@ -99,3 +99,21 @@ def test_bad_inputs():
         net(image, torch.ones(3, 30, dtype=torch.long), None)
     with pytest.raises(ValueError, match=r"padding_mask must have the shape of tokens"):
         net(image, tokens, pad[:, :2])
+
+
+def test_grad_checkpointing_is_identical():
+    net = _net().train()
+    image, tokens, pad = _inputs()
+
+    def run():
+        net.zero_grad()
+        out = net(image, tokens, pad)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+    ref = run()
+    net.set_grad_checkpointing(True)
+    got = run()
+    torch.testing.assert_close(got[0], ref[0], atol=0, rtol=0)
+    for a, b in zip(got[1], ref[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

@@ -1,13 +1,15 @@
 """`python -m attnzoo.viz <run dir> [--input FILE] [--index N] [--checkpoint best|last|FILE] [--out DIR]`
 
-Attention maps of a trained run for one input: every layer's and head's attention matrix, what the class
-token reads from each patch (drawn over the input), and attention rollout over the input. The input is an
-image file (image recipes) or, without `--input`, example `--index` of the run's validation split.
+Attention maps of a trained run for one input: every layer's and head's attention matrix, what the prefix
+tokens (class token; AST's class and distillation tokens) read from each patch, drawn over the input, and
+attention rollout over the input. The input is an image file (ViT), a WAV file (AST, drawn over its log-mel
+spectrogram), or, without `--input`, example `--index` of the run's validation split (any recipe; runs
+whose tokens are not patches of the input, such as text, get the matrices).
 
 Maps come from `attnzoo.attention.capture_attention`: the captured calls run on the eager backend (the one
 that returns weights), whatever backend the run trained with; the weights are the same up to rounding.
 
-Notation: B batch (1 here), H heads, L tokens (P prefix tokens, then the N = gh * gw patches).
+Notation: B batch (1 here), H heads, L tokens (P prefix tokens, then the N patches).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from .config import ConfigError, load
 from .fit import _show_attnzoo_log
+from .viz_draw import Canvas, image_canvas, plot_matrices, plot_prefix_maps, plot_rollout, spectrogram_canvas
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -95,8 +98,34 @@ def image_input(data: Any, path: Path) -> dict[str, Tensor]:
     return {"image": image[None]}
 
 
-# data kind -> how a file (or text) becomes the net's inputs; recipes of other modalities add theirs
-INPUTS: dict[str, Callable[[Any, Path], dict[str, Tensor]]] = {"image": image_input}
+def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
+    """A WAV file as mono audio at the run's sample rate, at its own length: {"audio": [1, T]}."""
+    from .data.audio_io import load_clip
+
+    return {"audio": load_clip(path, sample_rate=data.sample_rate)[None]}
+
+
+# data kind -> (file suffixes, how such a file becomes the net's inputs); other modalities add theirs
+INPUTS: dict[str, tuple[tuple[str, ...], Callable[[Any, Path], dict[str, Tensor]]]] = {
+    "image": (IMAGE_SUFFIXES, image_input),
+    "audio": ((".wav",), audio_input),
+}
+
+
+def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> Canvas | None:
+    """How to draw per-patch values over this input, or None when the tokens are not patches of it."""
+    prefix = int(getattr(net, "num_prefix_tokens", 0))
+    if "image" in inputs and getattr(net, "grid_size", None) is not None:
+        grid = tuple(net.grid_size)
+        if prefix + grid[0] * grid[1] == length:
+            return image_canvas(inputs["image"][0], grid)
+    if "audio" in inputs and hasattr(net, "features") and getattr(net, "_grid_now", None) is not None:
+        grid = tuple(net._grid_now)  # (time, frequency) patches of the clip just run
+        if prefix + grid[0] * grid[1] == length:
+            with torch.no_grad():
+                features = net.features(inputs["audio"])[0]  # [F, T]
+            return spectrogram_canvas(features, grid)
+    return None
 
 
 def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
@@ -107,115 +136,6 @@ def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
     batch = loader.collate_fn([loader.dataset[index]])
     label = batch.pop("label", None)
     return batch, None if label is None else label[0]
-
-
-# ---------------------------------------------------------------------------------------------- drawing
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _to_display(image: Tensor) -> Any:
-    """[C, H, W] (normalized) -> [H, W] or [H, W, 3] in [0, 1] for imshow, stretched per channel."""
-    x = image.detach().float().cpu()
-    lo = x.flatten(1).amin(1)[:, None, None]
-    hi = x.flatten(1).amax(1)[:, None, None]
-    x = (x - lo) / (hi - lo).clamp_min(1e-8)
-    return x[0].numpy() if x.shape[0] == 1 else x.permute(1, 2, 0).numpy()
-
-
-def _upsample(grid_values: Tensor, size: Sequence[int]) -> Any:
-    """[gh, gw] -> [H, W] (nearest: each patch stays a visible block)."""
-    return torch.nn.functional.interpolate(grid_values[None, None], size=tuple(size), mode="nearest")[0, 0].numpy()
-
-
-def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int = 0) -> Path:
-    """Layers x heads of [Lq, Lk] attention matrices (example 0), one color scale per panel."""
-    plt = _pyplot()
-    layers, heads = len(maps), maps[0].shape[1]
-    fig, axes = plt.subplots(layers, heads, figsize=(1.9 * heads + 0.8, 1.9 * layers + 0.7), squeeze=False)
-    for i, m in enumerate(maps):
-        for h in range(heads):
-            ax = axes[i, h]
-            ax.imshow(m[0, h].cpu().numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
-            if prefix:  # separate the prefix tokens (class token) from the patches
-                ax.axhline(prefix - 0.5, color="white", lw=0.6)
-                ax.axvline(prefix - 0.5, color="white", lw=0.6)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if i == 0:
-                ax.set_title(f"head {h}", fontsize=9)
-            if h == 0:
-                ax.set_ylabel(f"layer {i}\nquery", fontsize=9)
-            if i == layers - 1:
-                ax.set_xlabel("key", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_query_maps(
-    maps: Sequence[Tensor], image: Tensor, grid: tuple[int, int], prefix: int, path: Path, *, title: str, query: int = 0
-) -> Path:
-    """Layers x heads: what token `query` (the class token) reads from each patch, over the input."""
-    plt = _pyplot()
-    shown = _to_display(image)
-    size = image.shape[-2:]
-    layers, heads = len(maps), maps[0].shape[1]
-    fig, axes = plt.subplots(layers, heads + 1, figsize=(1.9 * (heads + 1), 1.9 * layers + 0.7), squeeze=False)
-    for i, m in enumerate(maps):
-        axes[i, 0].imshow(shown, cmap="gray")
-        axes[i, 0].set_ylabel(f"layer {i}", fontsize=9)
-        for h in range(heads):
-            row = m[0, h, query, prefix:].reshape(grid)  # [gh, gw]
-            ax = axes[i, h + 1]
-            ax.imshow(shown, cmap="gray")
-            ax.imshow(_upsample(row, size), cmap="inferno", alpha=0.6, vmin=0.0)
-            ax.set_xlabel(f"to prefix {m[0, h, query, :prefix].sum():.2f}" if prefix else "", fontsize=7)
-            if i == 0:
-                ax.set_title(f"head {h}", fontsize=9)
-    axes[0, 0].set_title("input", fontsize=9)
-    for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_rollout(roll: Tensor, image: Tensor, grid: tuple[int, int], prefix: int, path: Path, *, title: str) -> Path:
-    """Input | rollout of the class token over the patches | both overlaid."""
-    plt = _pyplot()
-    shown, size = _to_display(image), image.shape[-2:]
-    heat = roll[0, 0, prefix:] if prefix else roll[0].mean(0)  # [N]: class token, or the mean over patch tokens
-    heat = _upsample(heat.reshape(grid) / heat.max().clamp_min(1e-12), size)
-    fig, axes = plt.subplots(1, 3, figsize=(8, 3.2))
-    axes[0].imshow(shown, cmap="gray")
-    axes[0].set_title("input", fontsize=9)
-    im = axes[1].imshow(heat, cmap="inferno", vmin=0.0, vmax=1.0)
-    axes[1].set_title("rollout (relative)", fontsize=9)
-    fig.colorbar(im, ax=axes[1], fraction=0.046)
-    axes[2].imshow(shown, cmap="gray")
-    axes[2].imshow(heat, cmap="inferno", alpha=0.55, vmin=0.0, vmax=1.0)
-    axes[2].set_title("overlay", fontsize=9)
-    for ax in axes:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------- command
@@ -260,11 +180,12 @@ def visualize(
     else:
         if kind not in INPUTS:
             raise ConfigError(f"--input: runs with data kind {kind!r} take no input files yet; valid: {sorted(INPUTS)}")
+        suffixes, make = INPUTS[kind]
         if not input_path.is_file():
             raise ConfigError(f"--input: {str(input_path)!r} is not a file")
-        if kind == "image" and input_path.suffix.lower() not in IMAGE_SUFFIXES:
-            raise ConfigError(f"--input: {input_path.name} is not an image file ({', '.join(IMAGE_SUFFIXES)})")
-        inputs, name = INPUTS[kind](data, input_path), input_path.stem
+        if input_path.suffix.lower() not in suffixes:
+            raise ConfigError(f"--input: {input_path.name} is not a {kind} file ({', '.join(suffixes)})")
+        inputs, name = make(data, input_path), input_path.stem
     logits, maps = capture(net, inputs)
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
     probs = logits.float().softmax(-1)[0]
@@ -275,20 +196,17 @@ def visualize(
     out = out or run_dir / "viz" / name
     out.mkdir(parents=True, exist_ok=True)
     prefix = int(getattr(net, "num_prefix_tokens", 0))
-    grid = getattr(net, "grid_size", None)
-    square = [m for m in maps if m.shape[-1] == m.shape[-2]]
     written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix)]
     saved: dict[str, Any] = {"maps": maps, "logits": logits, "class_names": names}
     # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
     projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
-    over_patches = grid is not None and all(m.shape[-1] == prefix + grid[0] * grid[1] for m in maps)
-    if "image" in inputs and over_patches and not projected:
-        image = inputs["image"][0]
-        written.append(plot_query_maps(maps, image, tuple(grid), prefix, out / "class_token.png", title=title))
-        saved["rollout"] = rollout(square, residual=residual, head_fusion=head_fusion)
-        written.append(plot_rollout(saved["rollout"], image, tuple(grid), prefix, out / "rollout.png", title=title))
+    canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1])
+    if canvas is not None and prefix and all(m.shape[-2:] == maps[0].shape[-2:] for m in maps):
+        written.append(plot_prefix_maps(maps, canvas, prefix, out / "prefix_attention.png", title=title))
+        saved["rollout"] = rollout(maps, residual=residual, head_fusion=head_fusion)
+        written.append(plot_rollout(saved["rollout"], canvas, prefix, out / "rollout.png", title=title))
     else:
-        log.info("viz: the maps are not over an image's patch grid (e.g. linformer's projected keys): matrices only")
+        log.info("viz: the keys are not patches of the input (e.g. text, or linformer's projected keys): matrices only")
     torch.save(saved, out / "maps.pt")
     written.append(out / "maps.pt")
     return written

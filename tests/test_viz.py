@@ -12,6 +12,7 @@ from attnzoo.viz import capture, main, rollout
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
+AST = ROOT / "recipes" / "ast.yaml"
 TINY = ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "model.mlp_ratio=1.0", "data.batch_size=8"]
 
 
@@ -52,16 +53,19 @@ def test_rollout_rejects_bad_input(maps, kwargs, message):
         rollout(maps, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+def _saved_run(path: Path, recipe: Path, overrides: list[str]) -> Path:
     """A run directory as `attnzoo fit` writes it (config.yaml, checkpoints/best.ckpt), without training."""
-    path = tmp_path_factory.mktemp("run")
-    cfg = load([VIT], TINY)
+    cfg = load([recipe], overrides)
     _, task, _ = build(cfg)
     (path / "config.yaml").write_text(cfg.to_yaml())
     (path / "checkpoints").mkdir()
     torch.save({"state_dict": task.state_dict()}, path / "checkpoints" / "best.ckpt")
     return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return _saved_run(tmp_path_factory.mktemp("vit"), VIT, TINY)
 
 
 @pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
@@ -86,7 +90,12 @@ def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_p
     out = tmp_path / "val"
     assert main([str(run_dir), "--index", "3", "--out", str(out)]) == 0
     written = capsys.readouterr().out.split()
-    assert [Path(p).name for p in written] == ["attention_matrices.png", "class_token.png", "rollout.png", "maps.pt"]
+    assert [Path(p).name for p in written] == [
+        "attention_matrices.png",
+        "prefix_attention.png",
+        "rollout.png",
+        "maps.pt",
+    ]
     for name in written[:3]:
         data = Path(name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
@@ -111,3 +120,22 @@ def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_p
 def test_viz_command_errors_name_the_problem(run_dir, args, message, capsys):
     assert main([str(run_dir), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_path, capsys):
+    from scipy.io import wavfile
+
+    small = ["data.synthetic.per_class={train: 2, val: 1, test: 1}", "model.depth=2", "model.embed_dim=32"]
+    (tmp_path / "ast").mkdir()
+    run = _saved_run(tmp_path / "ast", AST, small)
+    wav = tmp_path / "tone.wav"
+    t = torch.arange(16000 * 2) / 16000  # 2 s at 16 kHz: resampled to the run's 8 kHz, longer than its 1 s clips
+    wavfile.write(wav, 16000, (0.3 * torch.sin(2 * torch.pi * 440 * t)).numpy().astype("float32"))
+    assert main([str(run), "--input", str(wav), "--out", str(tmp_path / "out")]) == 0
+    written = [Path(p).name for p in capsys.readouterr().out.split()]
+    assert written == ["attention_matrices.png", "prefix_attention.png", "rollout.png", "maps.pt"]
+    saved = torch.load(tmp_path / "out" / "maps.pt")
+    (time_patches, freq_patches) = (31, 2)  # 198 frames -> (198 - 16) // 6 + 1 time patches; 32 mels -> 2
+    assert saved["maps"][0].shape == (1, 4, 2 + time_patches * freq_patches, 2 + time_patches * freq_patches)
+    assert main([str(run), "--input", str(tmp_path / "out" / "rollout.png")]) == 2  # not a WAV file
+    assert "is not a audio file (.wav)" in capsys.readouterr().err

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from . import sdpa_bias
+
 log = logging.getLogger("attnzoo")
 
 Tensor = torch.Tensor
@@ -39,6 +41,9 @@ class Request:
     has_padding: bool
     lq: int
     lk: int
+    dropout_p: float = 0.0
+    dtype: torch.dtype | None = None  # of q (under autocast: what the projections produced)
+    head_dim: int = 0
 
     def describe(self) -> str:
         pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
@@ -52,6 +57,9 @@ class Backend(Protocol):
 
     def supports(self, req: Request) -> str | None:
         """None when this backend can run `req`, else a short reason why not."""
+
+    # optional: `avoid_in_auto(req) -> str | None`, a reason for `auto` to pass over a backend that would run
+    # `req` when asked explicitly (e.g. a compile per shape, or a pattern too dense to gain from sparsity)
 
     def __call__(
         self,
@@ -76,7 +84,8 @@ def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, 
     """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed."""
     allowed = None
     if pattern is not None:
-        allowed = pattern.dense_mask(lq, lk, device=device)[None, None]  # [1, 1, Lq, Lk]
+        allowed = pattern.dense_mask(lq, lk, device=device)  # [Lq, Lk], or [B, Lq, Lk] for per-batch patterns
+        allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq, Lk]
     if key_padding_mask is not None:
         keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
         allowed = keep if allowed is None else allowed & keep
@@ -84,10 +93,21 @@ def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, 
 
 
 def dense_bias(bias: Tensor | Any | None, lq: int, lk: int, device, dtype) -> Tensor | None:
-    """A bias module or tensor as an additive tensor broadcastable to [B, H, Lq, Lk]."""
-    if bias is None or isinstance(bias, Tensor):
-        return bias
-    return bias.dense(lq, lk, device=device, dtype=dtype)
+    """A bias module or tensor as an additive 4-D tensor broadcastable to [B, H, Lq, Lk].
+
+    Always 4-D: given a 3-D [H, Lq, Lk] mask, CPU sdpa leaves its fused kernel (measured 1.7x slower).
+    """
+    if bias is None:
+        return None
+    out = bias if isinstance(bias, Tensor) else bias.dense(lq, lk, device=device, dtype=dtype)
+    return out.reshape((1,) * (4 - out.dim()) + tuple(out.shape)) if out.dim() < 4 else out
+
+
+def trains(bias: Tensor | Any | None) -> bool:
+    """True when `bias` (a tensor or a bias module) carries a gradient: a backend must then train it."""
+    if isinstance(bias, Tensor):
+        return bias.requires_grad
+    return bias is not None and any(p.requires_grad for p in getattr(bias, "parameters", list)())
 
 
 def rescue_empty_rows(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -180,7 +200,14 @@ class Sdpa:
             mask = b.to(q.dtype)
             if allowed is not None:
                 mask = mask.masked_fill(~allowed, float("-inf"))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa)
+        if mask.dtype != torch.bool and sdpa_bias.supported(q, mask, dropout_p):
+            # a learned bias: the fused kernel plus a chunked backward, not the math path (see sdpa_bias.py)
+            groups = q.shape[1] // k.shape[1]
+            out = sdpa_bias.sdpa_with_bias_grad(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, scale)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+            )
         if alive is not None:
             out = out * alive
         return out, None
@@ -221,6 +248,8 @@ def choose_backend(req: Request, backend: str = "auto") -> str:
     skipped = []
     for name in AUTO_ORDER:
         reason = BACKENDS[name].supports(req)
+        if reason is None and hasattr(BACKENDS[name], "avoid_in_auto"):
+            reason = BACKENDS[name].avoid_in_auto(req)
         if reason is None:
             key = (name, req.describe())
             if key not in _logged:
@@ -258,13 +287,16 @@ def attend(
     check_inputs(q, k, v, key_padding_mask)
     req = Request(
         device_type=q.device.type,
-        needs_grad=torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad),
+        needs_grad=torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or trains(bias)),
         return_weights=return_weights,
         pattern=pattern,
         bias=bias,
         has_padding=key_padding_mask is not None,
         lq=q.shape[-2],
         lk=k.shape[-2],
+        dropout_p=dropout_p,
+        dtype=q.dtype,
+        head_dim=q.shape[-1],
     )
     name = choose_backend(req, backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale

@@ -4,8 +4,9 @@ After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_con
 builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches are dicts.
 """
 
+from .audio import AudioDataModule
 from .image import ImageDataModule
 
-DATAMODULES = {"image": ImageDataModule}
+DATAMODULES = {"image": ImageDataModule, "audio": AudioDataModule}
 
-__all__ = ["DATAMODULES", "ImageDataModule"]
+__all__ = ["DATAMODULES", "AudioDataModule", "ImageDataModule"]

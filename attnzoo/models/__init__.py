@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from torch import nn
 
+from .ast import AST
 from .vit import ViT, vit
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit}
+MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "ast": AST}
 
-__all__ = ["MODELS", "ViT", "vit"]
+__all__ = ["AST", "MODELS", "ViT", "vit"]

@@ -62,7 +62,21 @@ def test_dense_gradient_equals_gather_gradient(name, grid, prefix):
 
 
 def _claims(backend, needs_grad, pattern, bias, n):
-    return BACKENDS[backend].supports(Request("cpu", needs_grad, False, pattern, bias, True, n, n)) is None
+    return (
+        BACKENDS[backend].supports(
+            Request(
+                device_type="cpu",
+                needs_grad=needs_grad,
+                return_weights=False,
+                pattern=pattern,
+                bias=bias,
+                has_padding=True,
+                lq=n,
+                lk=n,
+            )
+        )
+        is None
+    )
 
 
 def _claims_any(backend, name, grid, prefix, causal):

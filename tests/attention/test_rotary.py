@@ -70,7 +70,21 @@ def test_rotary_2d_leaves_prefix_tokens_and_uses_rows_and_columns():
 
 
 def _claims(backend, n, lk):
-    return BACKENDS[backend].supports(Request("cpu", True, False, None, None, False, n, lk)) is None
+    return (
+        BACKENDS[backend].supports(
+            Request(
+                device_type="cpu",
+                needs_grad=True,
+                return_weights=False,
+                pattern=None,
+                bias=None,
+                has_padding=False,
+                lq=n,
+                lk=lk,
+            )
+        )
+        is None
+    )
 
 
 CASES = [  # (rotary, lq, lk, num_kv_heads, cross)

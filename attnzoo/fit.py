@@ -136,7 +136,7 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
-        if hasattr(data, "save_artifacts"):  # what the data derived and a later run needs (e.g. label vocabulary)
+        if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (label vocabulary, audio stats)
             data.save_artifacts(run_dir)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it

@@ -25,7 +25,7 @@ class Strided(Pattern):
         return (q_idx - kv_idx) % 2 == 0
 
 
-CUDA_OK = Request("cuda", True, False, None, None, False, 64, 64, torch.bfloat16, 64)
+CUDA_OK = Request("cuda", True, False, None, None, False, 64, 64, dtype=torch.bfloat16, head_dim=64)
 
 
 def test_registered_and_tried_before_sdpa():

@@ -89,6 +89,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from . import reliability
     from .config import TRAINER_EXTRAS
     from .runlog import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
@@ -104,6 +105,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ),
         MetricsCheckpointSync(logger),
         summary,
+        *reliability.callbacks(ckpt_dir / "last.ckpt"),
         *extra_callbacks,
     ]
     if run.get("save_every_n_steps"):
@@ -116,7 +118,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, default_root_dir=str(run_dir))
+    plugins = [reliability.AtomicCheckpointIO()]
+    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
     return trainer, summary
 
 
@@ -195,11 +198,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    from .reliability import Interrupted, NonFiniteLossError
+
     try:
         run_dir = fit(cfg, resume=args.resume)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
+        return err.exit_code
+    except NonFiniteLossError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
     if _is_rank_zero():
         print(f"attnzoo: done; summary in {run_dir / 'summary.json'}", file=sys.stderr)
     return 0

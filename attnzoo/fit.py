@@ -2,7 +2,8 @@
 
 Builds data -> model -> task -> Trainer from the config and trains. Each run gets a directory
 `<run.dir>/<run.name>/<timestamp>/` holding `config.yaml` (resolved, with derived values), `checkpoints/`
-(`last.ckpt`, `best.ckpt`), `metrics.csv` and `summary.json`.
+(`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's `save_artifacts(run_dir)`
+writes, if it has one (the text data's label vocabulary, `labels.json`).
 
 Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `config.yaml` (or the
 `--config` files given), its directory, and continues from `last.ckpt` (or the given checkpoint).
@@ -138,7 +139,7 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
-        if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (e.g. audio statistics)
+        if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (label vocabulary, audio stats)
             data.save_artifacts(run_dir)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it

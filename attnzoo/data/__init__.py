@@ -6,7 +6,14 @@ builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches
 
 from .audio import AudioDataModule
 from .image import ImageDataModule
+from .text import TextDataModule
+from .text_image import TextImageDataModule
 
-DATAMODULES = {"image": ImageDataModule, "audio": AudioDataModule}
+DATAMODULES = {
+    "image": ImageDataModule,
+    "text": TextDataModule,
+    "audio": AudioDataModule,
+    "text_image": TextImageDataModule,
+}
 
-__all__ = ["DATAMODULES", "AudioDataModule", "ImageDataModule"]
+__all__ = ["DATAMODULES", "AudioDataModule", "ImageDataModule", "TextDataModule", "TextImageDataModule"]

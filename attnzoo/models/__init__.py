@@ -9,8 +9,10 @@ from collections.abc import Callable
 from torch import nn
 
 from .ast import AST
+from .text import TextClassifier
+from .text_image import TextImageNet
 from .vit import ViT, vit
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "ast": AST}
+MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "text": TextClassifier, "ast": AST, "text_image": TextImageNet}
 
-__all__ = ["AST", "MODELS", "ViT", "vit"]
+__all__ = ["AST", "MODELS", "TextClassifier", "TextImageNet", "ViT", "vit"]

@@ -135,6 +135,13 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    if ckpt_path is not None:
+        from .reliability import check_checkpoint_shapes
+
+        try:
+            check_checkpoint_shapes(ckpt_path, task)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from err
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -231,3 +231,24 @@ def describe_batch(batch: Any) -> str:
 def callbacks(checkpoint: str | Path) -> list[L.Callback]:
     """The reliability callbacks `attnzoo.fit` adds to every run."""
     return [FiniteLoss(), GracefulStop(checkpoint=checkpoint), ResumeDataPosition()]
+
+
+def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module) -> None:
+    """Raise ValueError naming every parameter whose shape differs between `module` and the checkpoint at `path`,
+    and the keys only one of them has (a checkpoint of another model or model size)."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
+    except Exception as err:  # noqa: BLE001 (any unreadable file gets the same message)
+        raise ValueError(f"checkpoint {str(path)!r} cannot be read ({type(err).__name__}: {err})") from None
+    own = module.state_dict()
+    shapes = [f"{k} {list(saved[k].shape)} in the checkpoint vs {list(v.shape)} here" for k, v in own.items()
+              if k in saved and saved[k].shape != v.shape]  # fmt: skip
+    missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
+    if shapes or missing or unexpected:
+        parts = [f"shape mismatch: {'; '.join(shapes[:8])}" + (" ..." if len(shapes) > 8 else "")] if shapes else []
+        parts += [f"missing from the checkpoint: {missing[:8]}"] if missing else []
+        parts += [f"not in this model: {unexpected[:8]}"] if unexpected else []
+        raise ValueError(
+            f"checkpoint {str(path)!r} is from a model of another shape ({len(shapes)} mismatched, {len(missing)} "
+            f"missing, {len(unexpected)} unexpected keys): {' | '.join(parts)}. Resume with the run's own config.yaml."
+        )

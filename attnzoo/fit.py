@@ -21,7 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from .config import Config, ConfigError, build_data, build_net, build_task, load
+from .perf import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running this command) find rank 0's run dir
@@ -61,11 +64,22 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     return run_dir, ckpt
 
 
+def _resolve_precision(cfg: Config) -> None:
+    """`trainer.precision: auto` -> the value for this machine, logged and written into `cfg` (the saved config)."""
+    trainer_cfg = cfg.section("trainer")
+    if trainer_cfg.get("precision") != "auto":
+        return
+    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
+    log.info("trainer.precision: auto -> %s (%s)", value, why)
+    OmegaConf.update(cfg.data, "trainer.precision", value)
+
+
 def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     """(data, task, context): the DataModule (set up), the LightningModule with its network, the data context."""
     import lightning as L
 
     L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    _resolve_precision(cfg)
     threads = cfg.section("trainer").get("num_threads")
     if threads:  # intra-op threads of each process (torch.set_num_threads)
         import torch
@@ -75,12 +89,9 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     context = data.model_context()
     net = build_net(cfg, context)
     trainer_cfg = cfg.section("trainer")
-    if trainer_cfg.get("grad_checkpointing"):
-        if not hasattr(net, "set_grad_checkpointing"):
-            raise ConfigError(f"trainer.grad_checkpointing: {type(net).__name__} has no set_grad_checkpointing()")
-        net.set_grad_checkpointing(True)
+    apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
     if trainer_cfg.get("compile"):
-        raise ConfigError("trainer.compile: not supported yet (reserved); set it to false")
+        compile_net(net)
     task = build_task(cfg, net, context)
     return data, task, context
 

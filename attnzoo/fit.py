@@ -101,6 +101,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from . import reliability
     from .config import TRAINER_EXTRAS
     from .runlog import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
@@ -116,6 +117,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ),
         MetricsCheckpointSync(logger),
         summary,
+        *reliability.callbacks(ckpt_dir / "last.ckpt"),
         *extra_callbacks,
     ]
     if run.get("save_every_n_steps"):
@@ -128,7 +130,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, default_root_dir=str(run_dir))
+    plugins = [reliability.AtomicCheckpointIO()]
+    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
     return trainer, summary
 
 
@@ -143,6 +146,13 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    if ckpt_path is not None:
+        from .reliability import check_checkpoint_shapes
+
+        try:
+            check_checkpoint_shapes(ckpt_path, task)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from err
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -207,11 +217,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    from .reliability import Interrupted, NonFiniteLossError
+
     try:
         run_dir = fit(cfg, resume=args.resume)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
+        return err.exit_code
+    except NonFiniteLossError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
     if _is_rank_zero():
         print(f"attnzoo: done; summary in {run_dir / 'summary.json'}", file=sys.stderr)
     return 0

@@ -26,7 +26,11 @@ from .attention.factory import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
-TRAINER_EXTRAS: dict[str, Any] = {"grad_checkpointing": bool, "compile": bool, "num_threads": int | None}
+TRAINER_EXTRAS: dict[str, Any] = {
+    "grad_checkpointing": bool | dict,  # true, or {enabled, every, attention_only} (attnzoo.perf)
+    "compile": bool,
+    "num_threads": int | None,
+}
 # lightning.Trainer arguments that attnzoo sets itself
 TRAINER_RESERVED = ("logger", "callbacks", "default_root_dir", "plugins", "profiler", "model_registry")
 RUN_OPTIONS: dict[str, Any] = {
@@ -258,7 +262,17 @@ def validate(cfg: Config) -> None:
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
-    check_options(cfg, "trainer", cfg.section("trainer"), trainer_schema)
+    trainer = cfg.section("trainer")
+    if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.perf)
+        trainer.pop("precision")
+    check_options(cfg, "trainer", trainer, trainer_schema)
+    if "grad_checkpointing" in trainer:
+        from .perf import checkpointing_options
+
+        try:
+            checkpointing_options(trainer["grad_checkpointing"])
+        except ValueError as err:
+            raise ConfigError(f"{err} (set in {cfg.where('trainer.grad_checkpointing')})") from err
     check_options(cfg, "run", cfg.section("run"), RUN_OPTIONS)
     smoke = cfg.section("smoke")
     for key in smoke:

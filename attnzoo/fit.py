@@ -21,7 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from .config import Config, ConfigError, build_data, build_net, build_task, load
+from .perf import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running this command) find rank 0's run dir
@@ -61,11 +64,22 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     return run_dir, ckpt
 
 
+def _resolve_precision(cfg: Config) -> None:
+    """`trainer.precision: auto` -> the value for this machine, logged and written into `cfg` (the saved config)."""
+    trainer_cfg = cfg.section("trainer")
+    if trainer_cfg.get("precision") != "auto":
+        return
+    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
+    log.info("trainer.precision: auto -> %s (%s)", value, why)
+    OmegaConf.update(cfg.data, "trainer.precision", value)
+
+
 def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     """(data, task, context): the DataModule (set up), the LightningModule with its network, the data context."""
     import lightning as L
 
     L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    _resolve_precision(cfg)
     threads = cfg.section("trainer").get("num_threads")
     if threads:  # intra-op threads of each process (torch.set_num_threads)
         import torch
@@ -75,12 +89,9 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     context = data.model_context()
     net = build_net(cfg, context)
     trainer_cfg = cfg.section("trainer")
-    if trainer_cfg.get("grad_checkpointing"):
-        if not hasattr(net, "set_grad_checkpointing"):
-            raise ConfigError(f"trainer.grad_checkpointing: {type(net).__name__} has no set_grad_checkpointing()")
-        net.set_grad_checkpointing(True)
+    apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
     if trainer_cfg.get("compile"):
-        raise ConfigError("trainer.compile: not supported yet (reserved); set it to false")
+        compile_net(net)
     task = build_task(cfg, net, context)
     return data, task, context
 
@@ -90,6 +101,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from . import reliability
     from .config import TRAINER_EXTRAS
     from .runlog import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
@@ -105,6 +117,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ),
         MetricsCheckpointSync(logger),
         summary,
+        *reliability.callbacks(ckpt_dir / "last.ckpt"),
         *extra_callbacks,
     ]
     if run.get("save_every_n_steps"):
@@ -117,7 +130,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, default_root_dir=str(run_dir))
+    plugins = [reliability.AtomicCheckpointIO()]
+    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
     return trainer, summary
 
 
@@ -138,6 +152,13 @@ def fit(
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    if ckpt_path is not None:
+        from .reliability import check_checkpoint_shapes
+
+        try:
+            check_checkpoint_shapes(ckpt_path, task)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from err
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -205,11 +226,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    from .reliability import Interrupted, NonFiniteLossError
+
     try:
         run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
+        return err.exit_code
+    except NonFiniteLossError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
     if _is_rank_zero():
         print(f"attnzoo: done; summary in {run_dir / 'summary.json'}", file=sys.stderr)
     return 0

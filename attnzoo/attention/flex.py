@@ -14,6 +14,7 @@ import weakref
 import torch
 
 from .backends import Request, register_backend
+from .biases import Bias
 from .blocked import _FULL, block_density
 from .patterns import KeyPadding, Pattern
 
@@ -120,8 +121,8 @@ def _build(bound: Pattern, lq: int, lk: int, device):
         return inside & bound.mask_mod(b, h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
 
     return flex.BlockMask.from_kv_blocks(
-        counts.to(torch.int32).expand(batch, 1, -1),  # [B|1, 1, nQb]
-        kv_blocks.to(torch.int32).expand(batch, 1, -1, -1),  # [B|1, 1, nQb, K]
+        counts.to(torch.int32).expand(batch, 1, -1).contiguous(),  # [B|1, 1, nQb]
+        kv_blocks.to(torch.int32).expand(batch, 1, -1, -1).contiguous(),  # [B|1, 1, nQb, nKb]
         BLOCK_SIZE=BLOCK,
         mask_mod=mask_mod,
         seq_lengths=(lq, lk),
@@ -129,8 +130,16 @@ def _build(bound: Pattern, lq: int, lk: int, device):
 
 
 def _score_mod(bias, lq: int, lk: int, device, dtype):
+    """A flex score_mod adding `bias`: the module's own `score_mod` when it has one, else a dense table lookup."""
     if bias is None:
         return None
+    if not isinstance(bias, Tensor) and type(bias).score_mod is not Bias.score_mod:
+        inner = bias.score_mod(lq, lk)
+
+        def bounded(score, b, h, q_idx, kv_idx):  # flex may visit indices past the lengths inside the last block
+            return inner(score, b, h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
+
+        return bounded
     if not isinstance(bias, Tensor):
         table = bias.dense(lq, lk, device=device, dtype=torch.float32)  # [H, Lq, Lk]
     else:

@@ -5,7 +5,7 @@ image path relative to the JSONL file. Two tasks: `vqa` (the label is an answer 
 `match` (the label says whether the text fits the image: true/false, 1/0 or "match"/"mismatch").
 
 Batches: {"image": [B, C, H, W] float, "tokens": [B, L] long, "padding_mask": [B, L] bool (True = pad),
-"label": [B] long}; texts are UTF-8 bytes (`byte_tokens`).
+"label": [B] long}; texts are tokenized by `data.tokenizer` (UTF-8 bytes by default, `attnzoo.data.tokenize`).
 """
 
 from __future__ import annotations
@@ -22,45 +22,49 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
 from .scenes import MATCH_ANSWERS, SceneGenerator
+from .tokenize import make_tokenizer
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 TASKS = ("vqa", "match")
 ON_BAD_IMAGE = ("error", "skip")
-PAD_ID = 0
-VOCAB_SIZE = 257  # byte b -> id b + 1; 0 is padding
 
 
-def byte_tokens(text: str) -> list[int]:
-    """UTF-8 bytes of `text` shifted by one (0 is padding)."""
-    return [b + 1 for b in text.encode("utf-8")]
+class Collate:
+    """Stack images and labels; right-pad token ids with `pad_id` to the longest text of the batch."""
 
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
 
-def collate(items: list[dict[str, Any]]) -> dict[str, Tensor]:
-    """Stack images and labels; right-pad token ids to the longest text of the batch."""
-    length = max(len(it["tokens"]) for it in items)
-    tokens = torch.full((len(items), length), PAD_ID, dtype=torch.long)
-    for i, it in enumerate(items):
-        tokens[i, : len(it["tokens"])] = torch.as_tensor(it["tokens"], dtype=torch.long)
-    padding_mask = torch.arange(length)[None, :] >= torch.tensor([len(it["tokens"]) for it in items])[:, None]
-    return {
-        "image": torch.stack([it["image"] for it in items]),
-        "tokens": tokens,
-        "padding_mask": padding_mask,  # [B, L], True = pad
-        "label": torch.tensor([it["label"] for it in items], dtype=torch.long),
-    }
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Tensor]:
+        lengths = torch.tensor([len(it["tokens"]) for it in items])
+        tokens = torch.full((len(items), int(lengths.max())), self.pad_id, dtype=torch.long)  # [B, L]
+        for i, it in enumerate(items):
+            tokens[i, : len(it["tokens"])] = torch.as_tensor(it["tokens"], dtype=torch.long)
+        return {
+            "image": torch.stack([it["image"] for it in items]),  # [B, C, H, W]
+            "tokens": tokens,
+            "padding_mask": torch.arange(tokens.shape[1])[None, :] >= lengths[:, None],  # [B, L], True = pad
+            "label": torch.tensor([it["label"] for it in items], dtype=torch.long),
+        }
 
 
 class PairDataset(Dataset):
     """Pairs of an image (uint8 array, or a file read on access) and a text, with a class index."""
 
     def __init__(
-        self, images: np.ndarray | list[Path], texts: list[str], labels: list[int], *, image_size: int, blank: bool
+        self,
+        images: np.ndarray | list[Path],
+        texts: list[str],
+        tokens: list[list[int]],
+        labels: list[int],
+        *,
+        image_size: int,
+        blank: bool,
     ) -> None:
-        self.images, self.texts, self.labels = images, texts, labels
+        self.images, self.texts, self.tokens, self.labels = images, texts, tokens, labels
         self.image_size, self.blank = image_size, blank
-        self.tokens = [byte_tokens(t) for t in texts]
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -97,7 +101,8 @@ class TextImageDataModule(L.LightningDataModule):
         train, val, test: JSONL files; all None for generated scenes. `train` needs `val`.
         classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
         image_size: images are resized to this square size.
-        max_len: texts are cut to this many bytes (how many were cut is logged).
+        tokenizer: "bytes" (UTF-8 bytes) or a `tokenizers` JSON file (`attnzoo.data.tokenize.make_tokenizer`).
+        max_len: texts are cut to this many tokens (how many were cut is logged).
         on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
             and logs how many were skipped.
         blank_image: feed a constant image (the text-only baseline).
@@ -115,6 +120,7 @@ class TextImageDataModule(L.LightningDataModule):
         test: str | None = None,
         classes: list[str] | None = None,
         image_size: int = 48,
+        tokenizer: str = "bytes",
         max_len: int = 64,
         on_bad_image: str = "error",
         blank_image: bool = False,
@@ -139,6 +145,7 @@ class TextImageDataModule(L.LightningDataModule):
             if value < 1:
                 raise ValueError(f"data.{name} ({value}) must be >= 1")
         self.task, self.files = task, {"train": train, "val": val, "test": test}
+        self.tokenizer = make_tokenizer(tokenizer)
         self.classes, self.image_size, self.max_len = classes, image_size, max_len
         self.on_bad_image, self.blank_image = on_bad_image, blank_image
         self.batch_size, self.num_workers = batch_size, num_workers
@@ -157,7 +164,8 @@ class TextImageDataModule(L.LightningDataModule):
             "num_classes": self.num_classes,
             "img_size": self.image_size,
             "in_chans": 3,
-            "vocab_size": VOCAB_SIZE,
+            "vocab_size": self.tokenizer.vocab_size,
+            "pad_id": self.tokenizer.pad_id,
             "max_len": self.max_len,
         }
 
@@ -176,11 +184,9 @@ class TextImageDataModule(L.LightningDataModule):
         for split, n in {"train": self.num_train, "val": self.num_val, "test": self.num_val}.items():
             examples = gen.examples(n, split=split)
             images = gen.images(examples, image_size=self.image_size, split=split)
-            texts = self._cut([ex.text for ex in examples], split)
+            texts = [ex.text for ex in examples]
             labels = [index[ex.label] for ex in examples]
-            self.datasets[split] = PairDataset(
-                images, texts, labels, image_size=self.image_size, blank=self.blank_image
-            )
+            self.datasets[split] = self._dataset(split, images, texts, labels)
 
     def _setup_jsonl(self) -> None:
         records = {split: _load_jsonl(Path(path)) for split, path in self.files.items() if path is not None}
@@ -218,10 +224,7 @@ class TextImageDataModule(L.LightningDataModule):
                 )
             if not kept:
                 raise ValueError(f"{path}: no pair left with a readable image ({len(recs)} lines)")
-            texts = self._cut(kept, split)
-            self.datasets[split] = PairDataset(
-                images, texts, labels, image_size=self.image_size, blank=self.blank_image
-            )
+            self.datasets[split] = self._dataset(split, images, kept, labels)
 
     def _label(self, rec: dict[str, Any], path: Path) -> int:
         label = rec["label"]
@@ -235,17 +238,13 @@ class TextImageDataModule(L.LightningDataModule):
             raise ValueError(f"{path}:{rec['line']}: label {label!r} is not an answer class; valid: {valid}")
         return self.class_names.index(str(label))
 
-    def _cut(self, texts: list[str], split: str) -> list[str]:
-        long = sum(len(t.encode("utf-8")) > self.max_len for t in texts)
+    def _dataset(self, split: str, images: np.ndarray | list[Path], texts: list[str], labels: list[int]) -> PairDataset:
+        ids = [self.tokenizer.encode(t) for t in texts]
+        long = sum(len(x) > self.max_len for x in ids)
         if long:
-            log.warning(
-                "%s: %d of %d texts are longer than data.max_len=%d bytes and were cut",
-                split,
-                long,
-                len(texts),
-                self.max_len,
-            )
-        return [t.encode("utf-8")[: self.max_len].decode("utf-8", errors="ignore") for t in texts]
+            log.warning("%s: cut %d of %d texts to data.max_len=%d tokens", split, long, len(ids), self.max_len)
+        ids = [x[: self.max_len] for x in ids]
+        return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
@@ -255,7 +254,7 @@ class TextImageDataModule(L.LightningDataModule):
             batch_size=self.batch_size,
             shuffle=shuffle,
             num_workers=self.num_workers,
-            collate_fn=collate,
+            collate_fn=Collate(self.tokenizer.pad_id),
             persistent_workers=self.num_workers > 0,
         )
 

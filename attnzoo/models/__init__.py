@@ -13,6 +13,11 @@ from .text import TextClassifier
 from .text_image import TextImageNet
 from .vit import ViT, vit
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit, "text": TextClassifier, "ast": AST, "text_image": TextImageNet}
+MODELS: dict[str, Callable[..., nn.Module]] = {
+    "vit": vit,
+    "text": TextClassifier,
+    "ast": AST,
+    "text_image": TextImageNet,
+}
 
 __all__ = ["AST", "MODELS", "TextClassifier", "TextImageNet", "ViT", "vit"]

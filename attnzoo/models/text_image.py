@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from timm.layers import Mlp, trunc_normal_
+from timm.layers import Mlp
 from torch import nn
 
 from ..attention import capture_attention
-from ..attention.factory import attention_layer
+from ..attention.factory import attention_layer, build
+from ..attention.positions import POSITIONS
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
 from .vit import ViT
@@ -33,7 +34,7 @@ class TextImageNet(nn.Module):
     Args:
         num_classes: outputs of the head.
         img_size, patch_size, in_chans: the image and its square patches.
-        vocab_size: token ids are in [0, vocab_size).
+        vocab_size, pad_id: token ids are in [0, vocab_size); `pad_id` gets a zero embedding (padding).
         max_len: longest text (learned text positions).
         image_dim, image_depth: width and blocks of the image encoder (Ci).
         text_dim, text_depth: width and blocks of the text encoder before fusion (Ct).
@@ -43,6 +44,7 @@ class TextImageNet(nn.Module):
         gated: tanh gates on the cross-attention branches, starting at 0 (Flamingo): the net starts text-only.
         image_pos: "learned" (one position embedding per patch of the 2D grid) or "none" (then a 2D attention
             bias or axial rotary can carry position: the image encoder's attention gets `grid_size` as context).
+        text_pos: text positions, a `POSITIONS` spec ("learned", "sinusoidal", "none" with rotary, ...).
         pooling: "mean" over non-pad tokens, or the "first" token.
         attention: self-attention config of both encoders and the fusion blocks (`attnzoo.attention.factory`).
         cross_attention: cross-attention config.
@@ -58,6 +60,7 @@ class TextImageNet(nn.Module):
         patch_size: int = 8,
         in_chans: int = 3,
         vocab_size: int = 257,
+        pad_id: int = 0,
         max_len: int = 64,
         image_dim: int = 64,
         image_depth: int = 2,
@@ -68,6 +71,7 @@ class TextImageNet(nn.Module):
         mlp_ratio: float = 2.0,
         gated: bool = False,
         image_pos: str = "learned",
+        text_pos: str | dict[str, Any] = "learned",
         pooling: str = "mean",
         attention: dict[str, Any] | None = None,
         cross_attention: dict[str, Any] | None = None,
@@ -84,6 +88,8 @@ class TextImageNet(nn.Module):
         for name, value in {"fusion_depth": fusion_depth, "max_len": max_len, "num_classes": num_classes}.items():
             if value < 1:
                 raise ValueError(f"{name} ({value}) must be >= 1")
+        if not 0 <= pad_id < vocab_size:
+            raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
         self.img_size, self.max_len, self.pooling = img_size, max_len, pooling
 
         # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
@@ -104,9 +110,8 @@ class TextImageNet(nn.Module):
         )
         self.grid_size = self.image_encoder.grid_size
 
-        self.token_embed = nn.Embedding(vocab_size, text_dim)
-        self.text_pos = nn.Parameter(torch.zeros(1, max_len, text_dim))
-        trunc_normal_(self.text_pos, std=0.02)
+        self.token_embed = nn.Embedding(vocab_size, text_dim, padding_idx=pad_id)
+        self.text_pos = build(text_pos, POSITIONS, "model.text_pos", dim=text_dim, max_len=max_len)  # None: "none"
         self.text_encoder = make_encoder(
             dim=text_dim,
             depth=text_depth,
@@ -115,10 +120,12 @@ class TextImageNet(nn.Module):
             attention=attention,
             drop_path_rate=drop_path_rate,
             final_norm=False,
+            max_len=max_len,
+            seq_len=max_len,
         )
 
         cross_cls = attention_layer(cross_attention, what="model.cross_attention")
-        self_cls = attention_layer(attention)
+        self_cls = attention_layer(attention, max_len=max_len, seq_len=max_len)
         hidden = int(text_dim * mlp_ratio)
         self.cross_blocks = nn.ModuleList(
             CrossAttentionBlock(
@@ -153,7 +160,9 @@ class TextImageNet(nn.Module):
         """[B, L] ids -> [B, L, Ct]."""
         if tokens.shape[1] > self.max_len:
             raise ValueError(f"text of {tokens.shape[1]} tokens; this model takes at most max_len={self.max_len}")
-        x = self.token_embed(tokens) + self.text_pos[:, : tokens.shape[1]]  # [B, L, Ct]
+        x = self.token_embed(tokens)  # [B, L, Ct]
+        if self.text_pos is not None:
+            x = self.text_pos(x)
         return self.text_encoder(x, key_padding_mask=padding_mask)
 
     def forward(

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnzoo.data.scenes import COLORS, QUESTION_KINDS, SHAPES, SceneGenerator, write_jsonl
-from attnzoo.data.text_image import PAD_ID, TextImageDataModule, byte_tokens
+from attnzoo.data.scenes import COLORS, QUESTION_KINDS, SceneGenerator, write_jsonl
+from attnzoo.data.text_image import TextImageDataModule
+from attnzoo.data.tokenize import ByteTokenizer
 
 
 def _answer(ex):
@@ -94,13 +95,14 @@ def test_scene_batches_follow_the_contract():
     assert -1.0 <= batch["image"].min() and batch["image"].max() <= 1.0
     tokens, pad = batch["tokens"], batch["padding_mask"]
     assert tokens.dtype == torch.long and pad.dtype == torch.bool and tokens.shape == pad.shape
-    assert ((tokens == PAD_ID) == pad).all() and (~pad).sum(1).min() > 0
+    assert ((tokens == 0) == pad).all() and (~pad).sum(1).min() > 0
     assert batch["label"].shape == (16,) and batch["label"].max() < dm.num_classes
     assert dm.model_context() == {
         "num_classes": len(dm.class_names),
         "img_size": 48,
         "in_chans": 3,
         "vocab_size": 257,
+        "pad_id": 0,
         "max_len": 64,
     }
     blank = _dm(blank_image=True)
@@ -124,7 +126,7 @@ def test_jsonl_round_trip(tmp_path, task):
     examples = gen.examples(12, split="val")
     images = gen.images(examples, image_size=32, split="val")
     item = dm.datasets["val"][5]
-    assert item["tokens"] == byte_tokens(examples[5].text)
+    assert item["tokens"] == ByteTokenizer().encode(examples[5].text)
     assert dm.class_names[item["label"]] == examples[5].label
     expected = torch.from_numpy(images[5]).permute(2, 0, 1).float() / 127.5 - 1.0
     torch.testing.assert_close(item["image"], expected)
@@ -192,6 +194,7 @@ def test_match_labels(tmp_path):
         (dict(train="a.jsonl", val="b.jsonl"), r"JSONL file not found: a.jsonl"),
         (dict(on_bad_image="ignore"), r"data.on_bad_image 'ignore' is not one of"),
         (dict(batch_size=0), r"data.batch_size \(0\) must be >= 1"),
+        (dict(tokenizer="bites"), r"data.tokenizer: unknown 'bites'.*did you mean 'bytes'"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -202,5 +205,4 @@ def test_bad_arguments(kwargs, message):
 def test_long_texts_are_cut(caplog):
     dm = _dm(max_len=12)
     assert max(len(t) for t in dm.datasets["train"].tokens) == 12
-    assert "longer than data.max_len=12" in caplog.text
-    assert SHAPES  # texts name shapes; cutting keeps valid UTF-8 (ASCII here)
+    assert "texts to data.max_len=12 tokens" in caplog.text

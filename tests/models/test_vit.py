@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 
-from attnzoo.attention.backends import BACKENDS
+from attnzoo.attention.backends import BACKENDS, Request
 from attnzoo.models import MODELS, ViT, vit
 from attnzoo.models.vit import timm_to_attnzoo
 
@@ -81,7 +81,12 @@ def test_timm_parity_for_both_poolings(global_pool, tmp_path):
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+TRAINS_HERE = [  # backends that train a padded dense call on this machine (GPU-only ones are tested on CUDA)
+    b for b in sorted(BACKENDS) if BACKENDS[b].supports(Request("cpu", True, False, None, None, False, 17, 17)) is None
+]
+
+
+@pytest.mark.parametrize("backend", TRAINS_HERE)
 def test_every_backend_trains_the_vit_and_reports_itself(backend):
     model = vit(
         img_size=28,

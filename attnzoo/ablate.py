@@ -41,6 +41,8 @@ log = logging.getLogger("attnzoo")
 DEFAULTS = ["trainer.enable_progress_bar=false"]  # output goes to log files; the user's overrides can undo it
 TAIL_LINES = 40  # lines of a failed run's stderr kept in its ablate.json
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# exit codes of a fit stopped by SIGINT/SIGTERM: killed outright, or stopped cleanly by attnzoo.reliability
+INTERRUPTED = {-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM}
 
 
 @dataclass
@@ -157,7 +159,7 @@ class Runner:
         tail = (run.run_dir / "stderr.log").read_text(errors="replace").splitlines()[-TAIL_LINES:]
         if code == 0 and (run.run_dir / "summary.json").is_file():
             record["status"] = "ok"
-        elif self.stopping or code in (-signal.SIGINT, -signal.SIGTERM) or any("KeyboardInterrupt" in t for t in tail):
+        elif self.stopping or code in INTERRUPTED or any("KeyboardInterrupt" in t for t in tail):
             record["status"] = "interrupted"  # not a result: runs again next time
         else:
             record.update(status="failed", error=_error_line(tail, code), stderr_tail=tail)

@@ -135,13 +135,19 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     return trainer, summary
 
 
-def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Sequence[Any] = ()) -> Path:
-    """Train `cfg`; returns the run directory."""
+def fit(
+    cfg: Config,
+    *,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    extra_callbacks: Sequence[Any] = (),
+) -> Path:
+    """Train `cfg`; returns the run directory (`run_dir` if given, else a new one under `run.dir`)."""
     ckpt_path = None
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
     else:
-        run_dir = new_run_dir(cfg)
+        run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     try:  # bad values the signatures cannot catch (a missing data folder, ...) stop here, before training
         data, task, _ = build(cfg)
     except ValueError as err:
@@ -204,9 +210,12 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
+    p.add_argument("--run-dir", help="write the run into this directory instead of <run.dir>/<run.name>/<time>")
     args = p.parse_intermixed_args(argv)
     _show_attnzoo_log()
     try:
+        if args.resume and args.run_dir:
+            raise ConfigError("--run-dir and --resume exclude each other (a resumed run keeps its directory)")
         configs = args.config
         if args.resume and not configs:
             configs = [resume_target(args.resume)[0] / "config.yaml"]
@@ -220,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .reliability import Interrupted, NonFiniteLossError
 
     try:
-        run_dir = fit(cfg, resume=args.resume)
+        run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2

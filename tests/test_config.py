@@ -10,7 +10,8 @@ from attnzoo.fit import main
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-OVERLAYS = sorted((ROOT / "configs").rglob("*.yaml"))
+# overlays are merged into a recipe; grids under configs/ablations/ have their own format (tests/test_ablate.py)
+OVERLAYS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "ablations" not in p.relative_to(ROOT).parts)
 VIT = ROOT / "recipes" / "vit.yaml"
 
 

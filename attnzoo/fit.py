@@ -101,6 +101,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from . import reliability
     from .config import TRAINER_EXTRAS
     from .runlog import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
@@ -116,6 +117,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ),
         MetricsCheckpointSync(logger),
         summary,
+        *reliability.callbacks(ckpt_dir / "last.ckpt"),
         *extra_callbacks,
     ]
     if run.get("save_every_n_steps"):
@@ -128,21 +130,35 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, default_root_dir=str(run_dir))
+    plugins = [reliability.AtomicCheckpointIO()]
+    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
     return trainer, summary
 
 
-def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Sequence[Any] = ()) -> Path:
-    """Train `cfg`; returns the run directory."""
+def fit(
+    cfg: Config,
+    *,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    extra_callbacks: Sequence[Any] = (),
+) -> Path:
+    """Train `cfg`; returns the run directory (`run_dir` if given, else a new one under `run.dir`)."""
     ckpt_path = None
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
     else:
-        run_dir = new_run_dir(cfg)
+        run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     try:  # bad values the signatures cannot catch (a missing data folder, ...) stop here, before training
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    if ckpt_path is not None:
+        from .reliability import check_checkpoint_shapes
+
+        try:
+            check_checkpoint_shapes(ckpt_path, task)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from err
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -194,9 +210,12 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
+    p.add_argument("--run-dir", help="write the run into this directory instead of <run.dir>/<run.name>/<time>")
     args = p.parse_intermixed_args(argv)
     _show_attnzoo_log()
     try:
+        if args.resume and args.run_dir:
+            raise ConfigError("--run-dir and --resume exclude each other (a resumed run keeps its directory)")
         configs = args.config
         if args.resume and not configs:
             configs = [resume_target(args.resume)[0] / "config.yaml"]
@@ -207,11 +226,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    from .reliability import Interrupted, NonFiniteLossError
+
     try:
-        run_dir = fit(cfg, resume=args.resume)
+        run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
+        return err.exit_code
+    except NonFiniteLossError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
     if _is_rank_zero():
         print(f"attnzoo: done; summary in {run_dir / 'summary.json'}", file=sys.stderr)
     return 0

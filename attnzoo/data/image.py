@@ -201,15 +201,19 @@ class ImageDataModule(L.LightningDataModule):
     def _folders(self) -> dict[str, Dataset]:
         from torchvision.datasets import ImageFolder
 
+        from .image_io import check_images, load_rgb
+
         split_dirs = {s: self.root / s for s in SPLITS if (self.root / s).is_dir()}
         if "train" not in split_dirs:
             split_dirs = {"train": self.root}
         try:
-            out = {s: ImageFolder(str(d)) for s, d in split_dirs.items()}
+            out = {s: ImageFolder(str(d), loader=load_rgb) for s, d in split_dirs.items()}
         except (FileNotFoundError, RuntimeError) as err:
             raise ValueError(
                 f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}"
             ) from err
+        for d in out.values():
+            check_images([path for path, _ in d.samples])
         self.class_names = list(out["train"].classes)
         for s, d in out.items():
             if d.classes != self.class_names:

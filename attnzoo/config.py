@@ -19,14 +19,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .attention.factory import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
-TRAINER_EXTRAS: dict[str, Any] = {"grad_checkpointing": bool, "compile": bool}
+TRAINER_EXTRAS: dict[str, Any] = {
+    "grad_checkpointing": bool | dict,  # true, or {enabled, every, attention_only} (attnzoo.perf)
+    "compile": bool,
+    "num_threads": int | None,
+}
 # lightning.Trainer arguments that attnzoo sets itself
 TRAINER_RESERVED = ("logger", "callbacks", "default_root_dir", "plugins", "profiler", "model_registry")
 RUN_OPTIONS: dict[str, Any] = {
@@ -238,7 +242,9 @@ def validate(cfg: Config) -> None:
     ):
         target = check_kind(cfg, section, table)
         options = {k: v for k, v in cfg.section(section).items() if k != "kind"}
-        check_options(cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}")
+        check_options(
+            cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}"
+        )
     attention = cfg.section("model").get("attention")
     if attention is not None:
         from .attention.factory import attention_layer
@@ -256,7 +262,17 @@ def validate(cfg: Config) -> None:
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
-    check_options(cfg, "trainer", cfg.section("trainer"), trainer_schema)
+    trainer = cfg.section("trainer")
+    if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.perf)
+        trainer.pop("precision")
+    check_options(cfg, "trainer", trainer, trainer_schema)
+    if "grad_checkpointing" in trainer:
+        from .perf import checkpointing_options
+
+        try:
+            checkpointing_options(trainer["grad_checkpointing"])
+        except ValueError as err:
+            raise ConfigError(f"{err} (set in {cfg.where('trainer.grad_checkpointing')})") from err
     check_options(cfg, "run", cfg.section("run"), RUN_OPTIONS)
     smoke = cfg.section("smoke")
     for key in smoke:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError, load
-from .fit import build
+from .fit import _show_attnzoo_log, build
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
@@ -31,9 +30,9 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    trainer_cfg = {k: v for k, v in cfg.section("trainer").items() if k in ("accelerator", "precision")}
-    progress = cfg.section("trainer").get("enable_progress_bar", True)
-    trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, enable_progress_bar=progress)
+    keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
+    trainer_cfg = {k: v for k, v in cfg.section("trainer").items() if k in keep}
+    trainer = L.Trainer(**trainer_cfg, devices=1, logger=False)
     run = trainer.test if split == "test" else trainer.validate
     results = run(task, datamodule=data, ckpt_path=str(ckpt), verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
@@ -50,8 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", choices=("test", "val"), default="test")
     p.add_argument("--config", action="append", default=[], help="overlays on the run's config")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. data.root=/other/images")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = p.parse_intermixed_args(argv)
+    _show_attnzoo_log()
     try:
         report = evaluate(args.run_dir, args.checkpoint, args.split, args.config, args.overrides)
     except ConfigError as err:

@@ -2,7 +2,8 @@
 
 Builds data -> model -> task -> Trainer from the config and trains. Each run gets a directory
 `<run.dir>/<run.name>/<timestamp>/` holding `config.yaml` (resolved, with derived values), `checkpoints/`
-(`last.ckpt`, `best.ckpt`), `metrics.csv` and `summary.json`.
+(`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's `save_artifacts(run_dir)`
+writes, if it has one (the text data's label vocabulary, `labels.json`).
 
 Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `config.yaml` (or the
 `--config` files given), its directory, and continues from `last.ckpt` (or the given checkpoint).
@@ -20,14 +21,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from .config import Config, ConfigError, build_data, build_net, build_task, load
+from .perf import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running this command) find rank 0's run dir
 
 
 def _is_rank_zero() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    return (
+        int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    )
 
 
 def new_run_dir(cfg: Config) -> Path:
@@ -58,21 +64,34 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     return run_dir, ckpt
 
 
+def _resolve_precision(cfg: Config) -> None:
+    """`trainer.precision: auto` -> the value for this machine, logged and written into `cfg` (the saved config)."""
+    trainer_cfg = cfg.section("trainer")
+    if trainer_cfg.get("precision") != "auto":
+        return
+    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
+    log.info("trainer.precision: auto -> %s (%s)", value, why)
+    OmegaConf.update(cfg.data, "trainer.precision", value)
+
+
 def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
     """(data, task, context): the DataModule (set up), the LightningModule with its network, the data context."""
     import lightning as L
 
     L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    _resolve_precision(cfg)
+    threads = cfg.section("trainer").get("num_threads")
+    if threads:  # intra-op threads of each process (torch.set_num_threads)
+        import torch
+
+        torch.set_num_threads(threads)
     data = build_data(cfg)
     context = data.model_context()
     net = build_net(cfg, context)
     trainer_cfg = cfg.section("trainer")
-    if trainer_cfg.get("grad_checkpointing"):
-        if not hasattr(net, "set_grad_checkpointing"):
-            raise ConfigError(f"trainer.grad_checkpointing: {type(net).__name__} has no set_grad_checkpointing()")
-        net.set_grad_checkpointing(True)
+    apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
     if trainer_cfg.get("compile"):
-        raise ConfigError("trainer.compile: not supported yet (reserved); set it to false")
+        compile_net(net)
     task = build_task(cfg, net, context)
     return data, task, context
 
@@ -82,6 +101,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
+    from . import reliability
     from .config import TRAINER_EXTRAS
     from .runlog import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
@@ -97,6 +117,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ),
         MetricsCheckpointSync(logger),
         summary,
+        *reliability.callbacks(ckpt_dir / "last.ckpt"),
         *extra_callbacks,
     ]
     if run.get("save_every_n_steps"):
@@ -109,25 +130,41 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, default_root_dir=str(run_dir))
+    plugins = [reliability.AtomicCheckpointIO()]
+    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
     return trainer, summary
 
 
-def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Sequence[Any] = ()) -> Path:
-    """Train `cfg`; returns the run directory."""
+def fit(
+    cfg: Config,
+    *,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    extra_callbacks: Sequence[Any] = (),
+) -> Path:
+    """Train `cfg`; returns the run directory (`run_dir` if given, else a new one under `run.dir`)."""
     ckpt_path = None
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
     else:
-        run_dir = new_run_dir(cfg)
+        run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     try:  # bad values the signatures cannot catch (a missing data folder, ...) stop here, before training
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
+    if ckpt_path is not None:
+        from .reliability import check_checkpoint_shapes
+
+        try:
+            check_checkpoint_shapes(ckpt_path, task)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from err
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and _is_rank_zero():
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (label vocabulary, audio stats)
+            data.save_artifacts(run_dir)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     try:
@@ -142,12 +179,24 @@ def fit(cfg: Config, *, resume: str | Path | None = None, extra_callbacks: Seque
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
-    if cfg.section("run").get("test") and best is not None and best.best_model_path:
-        tested = trainer.test(task, datamodule=data, ckpt_path=best.best_model_path, verbose=False)
-        result["test"] = {k: float(v) for k, v in (tested[0] if tested else {}).items()}
+    if cfg.section("run").get("test"):
+        tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
+        out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+        result["test"] = {k: float(v) for k, v in (out[0] if out else {}).items()}
+        result["test"]["checkpoint"] = tested or "final weights (no validation ran, so no best checkpoint)"
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir
+
+
+def _show_attnzoo_log() -> None:
+    """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
+    logger = logging.getLogger("attnzoo")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -161,9 +210,12 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser("attnzoo fit", "Train a recipe.")
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    p.add_argument("--run-dir", help="write the run into this directory instead of <run.dir>/<run.name>/<time>")
+    args = p.parse_intermixed_args(argv)
+    _show_attnzoo_log()
     try:
+        if args.resume and args.run_dir:
+            raise ConfigError("--run-dir and --resume exclude each other (a resumed run keeps its directory)")
         configs = args.config
         if args.resume and not configs:
             configs = [resume_target(args.resume)[0] / "config.yaml"]
@@ -174,11 +226,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
+    from .reliability import Interrupted, NonFiniteLossError
+
     try:
-        run_dir = fit(cfg, resume=args.resume)
+        run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
+        return err.exit_code
+    except NonFiniteLossError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
     if _is_rank_zero():
         print(f"attnzoo: done; summary in {run_dir / 'summary.json'}", file=sys.stderr)
     return 0

@@ -98,19 +98,35 @@ class MetricsCheckpointSync(L.Callback):
 
 
 class RunSummary(L.Callback):
-    """Measures training throughput (samples/s over all processes, training batches only) and collects the
-    facts of a run for `summary.json`."""
+    """Measures training throughput (samples/s over all processes, training batches only) and the share of
+    training time spent waiting for data, and collects the facts of a run for `summary.json`.
+
+    Data wait is the time from the end of one training batch to the start of the next in the same epoch
+    (the loader fetching the next batch; Lightning's own bookkeeping between batches is counted too, so
+    this is an upper bound); gaps holding a validation loop are not counted.
+    """
 
     def __init__(self) -> None:
         self.train_seconds = 0.0
         self.train_samples = 0
+        self.wait_seconds = 0.0
         self._t0 = 0.0
+        self._last_end: float | None = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._last_end = None
+
+    def on_validation_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._last_end = None
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, idx: int) -> None:
         self._t0 = time.perf_counter()
+        if self._last_end is not None:
+            self.wait_seconds += self._t0 - self._last_end
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
-        self.train_seconds += time.perf_counter() - self._t0
+        self._last_end = time.perf_counter()
+        self.train_seconds += self._last_end - self._t0
         self.train_samples += int(batch["label"].shape[0]) * trainer.world_size
 
     def report(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
@@ -125,6 +141,10 @@ class RunSummary(L.Callback):
             "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
             "train_samples_per_second": self.train_samples / self.train_seconds if self.train_seconds else None,
             "train_seconds": self.train_seconds,
+            # time waiting for the next batch / (waiting + training steps), over training batches
+            "data_wait_share": (
+                self.wait_seconds / (self.wait_seconds + self.train_seconds) if self.train_seconds else None
+            ),
             "attention_backends": dict(backends),  # backend -> number of attention modules whose last call ran on it
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,

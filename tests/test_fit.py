@@ -115,10 +115,11 @@ fit(load([sys.argv[2]], sys.argv[3:]), extra_callbacks=[Save()])
 
 
 def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
+    # the data module shuffles as Lightning's DistributedSampler does: the first batch of 1 process with 2b
+    # samples holds exactly the samples of the first batches (b each) of 2 processes
     base = [
         *QUICK[:2],
         *TINY,
-        "data.shuffle=false",
         "trainer.accelerator=cpu",
         "trainer.max_steps=1",
         "trainer.limit_val_batches=0",
@@ -133,11 +134,13 @@ def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
         "single": ["trainer.devices=1", "data.batch_size=8"],
     }
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    script = tmp_path / "train_and_save.py"  # a file: Lightning's DDP launcher re-runs the command per process
+    script.write_text(_TRAIN_AND_SAVE)
     weights = {}
     for name, extra in runs.items():
         out = tmp_path / f"{name}.pt"
         done = subprocess.run(
-            [sys.executable, "-c", _TRAIN_AND_SAVE, str(out), str(VIT), *base, *extra],
+            [sys.executable, str(script), str(out), str(VIT), *base, *extra],
             env=env,
             capture_output=True,
             text=True,
@@ -154,3 +157,23 @@ def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
     assert moved > 1e-3, "the optimizer step did not change the weights; the comparison would be vacuous"
     for key, value in single["final"].items():
         torch.testing.assert_close(ddp["final"][key], value, atol=1e-6, rtol=0, msg=key)
+
+
+def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
+    from attnzoo.evaluate import main as evaluate
+
+    overrides = [*QUICK, *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=3", f"run.dir={tmp_path}"]
+    overrides += ["trainer.limit_val_batches=2"]
+    overrides += [
+        "trainer.num_sanity_val_steps=0",
+        "run.test=true",
+        "data.batch_size=16",
+        "trainer.limit_test_batches=3",
+    ]
+    run_dir = fit(load([VIT], overrides))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert evaluate([str(run_dir), "--checkpoint", "best", "trainer.limit_test_batches=3"]) == 0
+    report = json.loads((run_dir / "evaluate-best.json").read_text())
+    assert report["metrics"]["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
+    assert "test/acc" in capsys.readouterr().out
+    assert evaluate([str(run_dir), "--checkpoint", "nope"]) == 2

@@ -1,16 +1,37 @@
 """The shared attention core: no Lightning import anywhere in here."""
 
-from .attention import Attention, capture_attention
+from . import blocked, flash, flex, variants  # noqa: F401  (backends and attention kinds register themselves)
+from .attention import ATTENTION_KINDS, Attention, capture_attention
 from .backends import AUTO_ORDER, BACKENDS, attend, choose_backend, register_backend
 from .interop import from_multihead_attention
-from .patterns import Causal, Pattern
+from .patterns import (
+    PATTERNS,
+    BigBird,
+    BlockLocal,
+    Causal,
+    DilatedSlidingWindow,
+    GlobalTokens,
+    KeyPadding,
+    Pattern,
+    RandomBlocks,
+    SlidingWindow,
+)
 
 __all__ = [
+    "ATTENTION_KINDS",
     "AUTO_ORDER",
     "BACKENDS",
+    "PATTERNS",
     "Attention",
+    "BigBird",
+    "BlockLocal",
     "Causal",
+    "DilatedSlidingWindow",
+    "GlobalTokens",
+    "KeyPadding",
     "Pattern",
+    "RandomBlocks",
+    "SlidingWindow",
     "attend",
     "capture_attention",
     "choose_backend",

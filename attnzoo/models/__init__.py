@@ -8,8 +8,16 @@ from collections.abc import Callable
 
 from torch import nn
 
+from .ast import AST
+from .text import TextClassifier
+from .text_image import TextImageNet
 from .vit import ViT, vit
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"vit": vit}
+MODELS: dict[str, Callable[..., nn.Module]] = {
+    "vit": vit,
+    "text": TextClassifier,
+    "ast": AST,
+    "text_image": TextImageNet,
+}
 
-__all__ = ["MODELS", "ViT", "vit"]
+__all__ = ["AST", "MODELS", "TextClassifier", "TextImageNet", "ViT", "vit"]

@@ -29,7 +29,7 @@ class ViT(nn.Module):
 
     Args:
         attention: the `model.attention` config (`attnzoo.attention.factory.attention_layer`); its parts
-            receive `grid_size` (gh, gw) and `num_prefix_tokens` as context.
+            receive `grid_size` (gh, gw), `num_prefix_tokens` and `seq_len` (tokens per image) as context.
         global_pool: "token" (class token) or "avg" (mean of patch tokens, with `fc_norm` as in timm).
         pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
         layer_scale: initial LayerScale value, None for none.
@@ -87,6 +87,7 @@ class ViT(nn.Module):
             norm_layer=norm_layer,
             grid_size=self.grid_size,
             num_prefix_tokens=self.num_prefix_tokens,
+            seq_len=n_pos,  # tokens per image (e.g. for attention kind linformer)
         )
         self.fc_norm = norm_layer(embed_dim) if global_pool == "avg" else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)

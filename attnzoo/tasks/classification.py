@@ -28,6 +28,7 @@ class ClassificationTask(L.LightningModule):
         objective: `{kind: multiclass, label_smoothing: ...}` (see `attnzoo.tasks.objectives.OBJECTIVES`).
         optimizer: `{kind: adamw, lr: ..., weight_decay: ..., ...}`, any timm optimizer and its options.
         scheduler: `{kind: cosine | constant, warmup: ...}` stepped every optimizer step, or None.
+        multilabel: whether the data's labels are label sets (from the data); must match the objective.
     """
 
     def __init__(
@@ -38,10 +39,18 @@ class ClassificationTask(L.LightningModule):
         objective: Mapping[str, Any] | str = "multiclass",
         optimizer: Mapping[str, Any] | None = None,
         scheduler: Mapping[str, Any] | str | None = "cosine",
+        multilabel: bool = False,
     ) -> None:
         super().__init__()
         self.net = net
         built: Objective = build(objective, OBJECTIVES, "task.objective", num_classes=num_classes)
+        if built.multilabel != multilabel:
+            raise ValueError(
+                f"task.objective: {objective!r} is {'multi-label' if built.multilabel else 'single-label'}, but the "
+                f"data's labels are {'multi-label' if multilabel else 'single-label'}; use objective "
+                f"{'multilabel' if multilabel else 'multiclass'}"
+            )
+        self.metric_target = built.metric_target
         self.loss_fn = built.loss
         self.monitor, self.monitor_mode = built.monitor, built.mode
         self.train_metrics = built.metrics.clone(prefix="train/")
@@ -62,11 +71,11 @@ class ClassificationTask(L.LightningModule):
         metrics = getattr(self, f"{split}_metrics")
         if split == "train":  # only the monitored metric per step; the full set would cost every step
             metric = metrics[self.monitor]
-            metric(logits.detach(), batch["label"])
+            metric(logits.detach(), self.metric_target(batch["label"]))
             self.log(f"train/{self.monitor}", metric, on_step=True, on_epoch=False, batch_size=n)
             self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
         else:
-            metrics.update(logits, batch["label"])
+            metrics.update(logits, self.metric_target(batch["label"]))
             self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=n, prog_bar=split == "val")
             self.log(f"{split}/loss", loss, on_step=False, on_epoch=True, sync_dist=True, batch_size=n)
         return loss

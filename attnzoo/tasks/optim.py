@@ -23,7 +23,9 @@ def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> No
     kind = spec.get("kind", "adamw")
     valid = timm.optim.list_optimizers()
     if kind not in valid:
-        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: timm optimizers, e.g. {valid[:12]}{suggest(kind, valid)}")
+        raise ValueError(
+            f"{what}.kind: unknown {kind!r}; valid: timm optimizers, e.g. {valid[:12]}{suggest(kind, valid)}"
+        )
     cls = timm.optim.get_optimizer_class(kind)
     params = set(inspect.signature(cls).parameters) - {"params", "self"}
     accepted = sorted(params | set(_FACTORY_OPTIONS))
@@ -39,7 +41,10 @@ def make_optimizer(net: nn.Module, spec: Mapping[str, Any]) -> torch.optim.Optim
 
 
 def warmup_cosine(*, warmup: float = 0.05, min_lr_ratio: float = 0.0) -> Callable[[int, int], float]:
-    """Linear warmup over `warmup` (a fraction of all steps if < 1, else a step count), then cosine to `min_lr_ratio`."""
+    """Linear warmup over `warmup` (a fraction of all steps if < 1, else a step count), then cosine.
+
+    The cosine goes from the base learning rate down to `min_lr_ratio` times it at the last step.
+    """
     return _schedule(warmup, min_lr_ratio, cosine=True)
 
 

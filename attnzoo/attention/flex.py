@@ -1,0 +1,159 @@
+"""`flex`: FlexAttention (`torch.nn.attention.flex_attention`) driven by a pattern's mask_mod and block layout.
+
+BlockMasks are built from `Pattern.block_layout` (O(blocks), not an O(N^2) mask sweep) and cached per
+(pattern, lengths, device); key padding joins as a per-batch `KeyPadding` pattern (a fresh BlockMask per call,
+since padding is data). `flex_attention` is compiled once per process and device (torch.compile; on CPU
+with static shapes, so each new length compiles once). On this torch, flex has no backward on CPU: it serves
+CPU inference and CUDA training.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from .backends import Request, register_backend
+from .biases import Bias
+from .blocked import _FULL, block_density
+from .patterns import KeyPadding, Pattern
+
+Tensor = torch.Tensor
+BLOCK = 128  # FlexAttention's default tile
+
+
+def _flex_module():
+    try:
+        from torch.nn.attention import flex_attention
+    except ImportError:
+        return None
+    return flex_attention
+
+
+class Flex:
+    """FlexAttention backend.
+
+    Args:
+        compile: run `flex_attention` through torch.compile (fused kernels). Without it torch runs an unfused
+            reference that materializes all scores; tests use it to check this wiring cheaply.
+        max_density: `auto` passes this backend over when the pattern reads more than this fraction of blocks.
+    """
+
+    name = "flex"
+
+    def __init__(self, *, compile: bool = True, max_density: float = 0.5) -> None:
+        self.compile = compile
+        self.max_density = max_density
+        self._fns: dict[str, object] = {}
+        self._masks: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
+
+    def supports(self, req: Request) -> str | None:
+        if _flex_module() is None:
+            return f"torch {torch.__version__} has no FlexAttention"
+        if req.return_weights:
+            return "FlexAttention does not return attention weights"
+        if req.device_type == "cpu" and req.needs_grad:
+            return (
+                f"FlexAttention has no backward on CPU (torch {torch.__version__}); "
+                "use backend='blocked' to train sparse patterns on CPU"
+            )
+        if req.dropout_p > 0:
+            return "FlexAttention has no attention dropout; use backend='blocked' (or set attn_drop=0)"
+        return None
+
+    def avoid_in_auto(self, req: Request) -> str | None:
+        if req.device_type == "cpu":
+            return "on CPU flex compiles per new shape (~20 s); 'blocked' needs no compile (ask for 'flex' to use it)"
+        if req.pattern is None:
+            return "no pattern: dense kernels are faster"
+        density = block_density(req.pattern, req.lq, req.lk, BLOCK, BLOCK)
+        if density > self.max_density:
+            return f"the pattern reads {density:.0%} of key blocks (> {self.max_density:.0%}): dense is faster"
+        return None
+
+    def block_mask(self, pattern: Pattern, lq: int, lk: int, device) -> object:
+        """The BlockMask of `pattern` (bound to the lengths); cached unless the pattern is per-batch."""
+        if pattern.batch_size is not None:
+            return _build(pattern.bind(lq, lk), lq, lk, device)
+        cache = self._masks.setdefault(pattern, {})
+        key = (lq, lk, str(device))
+        if key not in cache:
+            cache[key] = _build(pattern.bind(lq, lk), lq, lk, device)
+        return cache[key]
+
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
+        if return_weights or dropout_p > 0:
+            raise ValueError("backend 'flex' returns no weights and has no dropout; use 'eager' or 'blocked'")
+        lq, lk = q.shape[-2], k.shape[-2]
+        pattern = _FULL if pattern is None else pattern
+        if key_padding_mask is not None:
+            pattern = pattern.bind(lq, lk) & KeyPadding(key_padding_mask)
+        block_mask = self.block_mask(pattern, lq, lk, q.device)
+        score_mod = _score_mod(bias, lq, lk, q.device, q.dtype)
+        k, v = k.to(q.dtype), v.to(q.dtype)
+        # a query with no allowed key gets zeros from flex itself (its softmax denominator is guarded); the tests
+        # hold it to that, since CPU-compiled flex cannot return the log-sum-exp to check rows here
+        out = self._flex(q.device.type)(
+            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )  # [B, H, Lq, D]
+        return out, None
+
+    def _flex(self, device_type: str):
+        # CPU: static shapes, since torch 2.14's inductor emits C++ that does not build for dynamic-shape CPU flex
+        # kernels (each new length compiles once instead)
+        if device_type not in self._fns:
+            fn = _flex_module().flex_attention
+            dynamic = False if device_type == "cpu" else None
+            self._fns[device_type] = torch.compile(fn, dynamic=dynamic) if self.compile else fn
+        return self._fns[device_type]
+
+
+def _build(bound: Pattern, lq: int, lk: int, device):
+    """BlockMask from the pattern's block layout and a bounds-safe mask_mod."""
+    flex = _flex_module()
+    kv_blocks, counts = bound.block_layout(lq, lk, BLOCK, BLOCK, device=device)  # [nQb, K], [nQb]
+    batch = 1 if bound.batch_size is None else bound.batch_size
+    nkb = -(-lk // BLOCK)
+    kv_blocks = torch.nn.functional.pad(kv_blocks, (0, nkb - kv_blocks.shape[1]))  # [nQb, nKb]: CPU flex wants all
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        inside = (q_idx < lq) & (kv_idx < lk)
+        return inside & bound.mask_mod(b, h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
+
+    return flex.BlockMask.from_kv_blocks(
+        counts.to(torch.int32).expand(batch, 1, -1).contiguous(),  # [B|1, 1, nQb]
+        kv_blocks.to(torch.int32).expand(batch, 1, -1, -1).contiguous(),  # [B|1, 1, nQb, nKb]
+        BLOCK_SIZE=BLOCK,
+        mask_mod=mask_mod,
+        seq_lengths=(lq, lk),
+    )
+
+
+def _score_mod(bias, lq: int, lk: int, device, dtype):
+    """A flex score_mod adding `bias`: the module's own `score_mod` when it has one, else a dense table lookup."""
+    if bias is None:
+        return None
+    if not isinstance(bias, Tensor) and type(bias).score_mod is not Bias.score_mod:
+        inner = bias.score_mod(lq, lk)
+
+        def bounded(score, b, h, q_idx, kv_idx):  # flex may visit indices past the lengths inside the last block
+            return inner(score, b, h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
+
+        return bounded
+    if not isinstance(bias, Tensor):
+        table = bias.dense(lq, lk, device=device, dtype=torch.float32)  # [H, Lq, Lk]
+    else:
+        table = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape)).to(torch.float32)  # [B|1, H|1, Lq, Lk]
+    per_batch = table.dim() == 4 and table.shape[0] > 1
+    per_head = table.shape[-3] > 1
+    table = table if table.dim() == 4 else table[None]  # [B|1, H|1, Lq, Lk]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        bi = b if per_batch else 0
+        hi = h if per_head else 0
+        return score + table[bi, hi, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1)]
+
+    return score_mod
+
+
+register_backend(Flex(), before="blocked")

@@ -1,0 +1,215 @@
+"""Head composition: mixing attention scores or weights across heads at every (query, key) pair.
+
+For one pair (i, j), with `a` the H-vector of scores (or weights) of all heads, the composed vector is
+
+    a' = a @ W  +  (a @ Wq1_i) @ Wq2_i  +  (a @ Wk1_j) @ Wk2_j  +  a * (tanh(gq_i) + tanh(gk_j))
+
+W [H, H] is static (talking heads is this term alone). The rest is DCMHA's dynamic part (Xiao et al., 2024):
+query-wise low-rank weights Wq1_i [H, R], Wq2_i [R, H] computed from the query input x_i by a small MLP,
+key-wise ones from the key input x_j, and per-head gates computed linearly from each.
+
+Notation: B batch, H heads, R rank, Lq queries, Lk keys, c queries in a chunk, C input width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..attention import Attention
+from .chunked import chunked_attention
+
+Tensor = torch.Tensor
+
+
+class DynamicWeights(nn.Module):
+    """Per-token composition weights from an input x [B, L, C]: w1 [B, L, H, R], w2 [B, L, R, H], gate [B, L, H].
+
+    Built so that w1 = 0 and gate = 0 at initialization (the composition starts as the static one) while
+    w2 is random, so gradients reach w1 at once.
+    """
+
+    def __init__(self, in_dim: int, num_heads: int, rank: int, hidden: int) -> None:
+        super().__init__()
+        self.num_heads, self.rank = num_heads, rank
+        self.mlp = nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * num_heads * rank))
+        self.gate = nn.Linear(in_dim, num_heads, bias=False)
+        self.reset_identity()
+
+    @torch.no_grad()
+    def reset_identity(self) -> None:
+        """Zero the parts that make w1 and the gate: the dynamic terms then vanish exactly."""
+        out = self.mlp[-1]
+        nn.init.normal_(out.weight, std=out.in_features**-0.5)
+        out.weight[: self.num_heads * self.rank].zero_()
+        out.bias.zero_()
+        self.gate.weight.zero_()
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b, n, _ = x.shape
+        h, r = self.num_heads, self.rank
+        w1, w2 = self.mlp(x).split(h * r, dim=-1)
+        w1 = w1.view(b, n, h, r)  # [B, L, H, R]
+        w2 = w2.view(b, n, r, h)  # [B, L, R, H]
+        return w1, w2, torch.tanh(self.gate(x))  # gate [B, L, H]
+
+
+class HeadComposition(nn.Module):
+    """Static head mixing, plus DCMHA's query-wise and key-wise dynamic terms when `query_dim` is given.
+
+    Usage: `state = comp.prepare(xq, xk)` once per forward, then `comp(a, rows, state)` per query chunk.
+
+    Args:
+        num_heads: H.
+        query_dim, key_dim: widths of the query and key inputs the dynamic weights are computed from;
+            None for static mixing only.
+        rank: R, rank of each dynamic low-rank term.
+        hidden: hidden width of the MLPs computing them (default 2 * H * R, their output width).
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        query_dim: int | None = None,
+        key_dim: int | None = None,
+        rank: int = 2,
+        hidden: int | None = None,
+    ) -> None:
+        super().__init__()
+        if rank <= 0 or (hidden is not None and hidden <= 0):
+            raise ValueError(f"rank ({rank}) and hidden ({hidden}) must be positive")
+        self.static = nn.Parameter(torch.eye(num_heads))  # [H (from), H (to)]
+        self.dynamic = query_dim is not None
+        if self.dynamic:
+            hidden = hidden or 2 * num_heads * rank
+            self.query = DynamicWeights(query_dim, num_heads, rank, hidden)
+            self.key = DynamicWeights(key_dim or query_dim, num_heads, rank, hidden)
+
+    @torch.no_grad()
+    def reset_identity(self) -> None:
+        """Make the composition the identity: the layer then computes plain multi-head attention."""
+        self.static.copy_(torch.eye(self.static.shape[0]))
+        if self.dynamic:
+            self.query.reset_identity()
+            self.key.reset_identity()
+
+    def prepare(self, xq: Tensor, xk: Tensor) -> dict[str, Tensor]:
+        """Dynamic weights for every query (from xq [B, Lq, Cq]) and key (from xk [B, Lk, Ck])."""
+        if not self.dynamic:
+            return {}
+        qw1, qw2, qg = self.query(xq)
+        kw1, kw2, kg = self.key(xk)
+        return {
+            "qw1": qw1,  # [B, Lq, H, R]
+            "qw2": qw2,  # [B, Lq, R, H]
+            "kw1": kw1,  # [B, Lk, H, R]
+            "kw2": kw2,  # [B, Lk, R, H]
+            "qg": qg.transpose(1, 2)[..., None],  # [B, H, Lq, 1]
+            "kg": kg.transpose(1, 2)[:, :, None, :],  # [B, H, 1, Lk]
+        }
+
+    def forward(self, a: Tensor, rows: slice, state: dict[str, Tensor]) -> Tensor:
+        """Compose a [B, H, c, Lk] (scores or weights of the queries `rows`) across heads, in fp32.
+
+        Runs outside autocast: the composed scores feed the softmax, and bf16 mixing of them costs several
+        percent of accuracy for little speed (these are small contractions over heads).
+        """
+        with torch.autocast(a.device.type, enabled=False):
+            return self._compose(a.float(), rows, state)
+
+    def _compose(self, a: Tensor, rows: slice, state: dict[str, Tensor]) -> Tensor:
+        out = torch.einsum("bhck,hg->bgck", a, self.static.float())  # one [H, H] matmul over all pairs
+        if not self.dynamic:
+            return out
+        f = {name: t.float() for name, t in state.items()}
+        # per-pair weights, broadcast against a [B, H, c, Lk]: query-wise over keys, key-wise over queries
+        qw1 = f["qw1"][:, rows].permute(0, 2, 3, 1)[..., None]  # [B, H, R, c, 1]
+        qw2 = f["qw2"][:, rows].permute(0, 2, 3, 1)[..., None]  # [B, R, H, c, 1]
+        kw1 = f["kw1"].permute(0, 2, 3, 1)[..., None, :]  # [B, H, R, 1, Lk]
+        kw2 = f["kw2"].permute(0, 2, 3, 1)[..., None, :]  # [B, R, H, 1, Lk]
+        gates = f["qg"][:, :, rows] + f["kg"]  # [B, H, c, 1] + [B, H, 1, Lk]
+        return out + _low_rank(a, qw1, qw2) + _low_rank(a, kw1, kw2) + a * gates
+
+
+def _low_rank(a: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
+    """sum_r (sum_h a[h] w1[h, r]) w2[r, g] for a [B, H, c, Lk] and per-pair w1 [B, H, R, ...], w2 [B, R, H, ...].
+
+    Written as H x R broadcast multiply-adds over [B, c, Lk] slices: on CPU this beat einsum and batched
+    matmul (whose tiny per-pair matrices fall off the fast paths, 2-5x slower here).
+    """
+    heads, rank = w1.shape[1], w1.shape[2]
+    low = [_sum(a[:, h] * w1[:, h, r] for h in range(heads)) for r in range(rank)]  # R x [B, c, Lk]
+    return torch.stack([_sum(low[r] * w2[:, r, g] for r in range(rank)) for g in range(heads)], dim=1)
+
+
+def _sum(terms) -> Tensor:
+    terms = iter(terms)
+    total = next(terms)
+    for t in terms:
+        total = total + t
+    return total
+
+
+class ComposedAttention(Attention):
+    """`Attention` whose scores and weights are composed across heads (base of talking heads and DCMHA).
+
+    Runs its own chunked explicit attention (`chunked.py`); fused backends cannot mix heads, so `backend`
+    must be "auto" or "eager". Supports everything else `Attention` does: patterns, biases, key padding,
+    grouped-query heads, cross-attention, qk-norm, rotary. Subclasses set `pre` and `post` (`HeadComposition`).
+
+    Args:
+        chunk_size: queries per chunk (memory O(chunk_size x Lk) per head, in training too); None = all.
+        checkpoint: recompute each chunk in the backward pass instead of keeping its intermediates.
+        kwargs: `Attention` options.
+    """
+
+    kind = "composed"  # the config name, for messages
+    pre: HeadComposition  # on scores, before the softmax
+    post: HeadComposition  # on weights, after it
+
+    def __init__(
+        self, dim: int, num_heads: int = 8, *, chunk_size: int | None = 256, checkpoint: bool = True, **kwargs: Any
+    ) -> None:
+        backend = kwargs.get("backend", "auto")
+        if backend not in ("auto", "eager"):
+            raise ValueError(
+                f"attention kind {self.kind!r} mixes scores across heads, which no fused kernel does: it computes "
+                f"attention itself, so backend must be 'auto' or 'eager', got {backend!r}"
+            )
+        if chunk_size is not None and chunk_size <= 0:
+            raise ValueError(f"chunk_size must be a positive number of queries or None, got {chunk_size}")
+        super().__init__(dim, num_heads, **kwargs)
+        self.chunk_size = chunk_size
+        self.checkpoint = checkpoint
+
+    def reset_identity(self) -> None:
+        """Identity compositions: the layer then equals `Attention` with the same projections."""
+        self.pre.reset_identity()
+        self.post.reset_identity()
+
+    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights):
+        xk = x if context is None else context
+        pre_state, post_state = self.pre.prepare(x, xk), self.post.prepare(x, xk)
+        out, weights = chunked_attention(
+            q,
+            k,
+            v,
+            pre=lambda a, rows: self.pre(a, rows, pre_state),
+            post=lambda a, rows: self.post(a, rows, post_state),
+            pattern=pattern,
+            bias=bias,
+            key_padding_mask=key_padding_mask,
+            dropout_p=self.attn_drop if self.training else 0.0,
+            scale=self.scale,
+            chunk_size=self.chunk_size,
+            checkpoint=self.checkpoint,
+            return_weights=return_weights,
+        )
+        self.backend_used = f"{self.kind}-chunked"
+        return out, weights
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, chunk_size={self.chunk_size}"

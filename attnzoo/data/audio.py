@@ -1,0 +1,448 @@
+"""`AudioDataModule`: WAV clips from class folders or a CSV, or the embedded synthetic syllables.
+
+Batches are `{"audio": [B, T] float waveforms at `sample_rate`, "label": ...}`: the model computes log-mel
+features on its own device (`attnzoo.data.audio_features.LogMel`), so features never go stale against the
+model and run on the GPU when there is one. Labels are class indices [B] (long), or multi-hot [B, C] float
+with `multilabel`; with mixup in training they are mixed one-/multi-hot [B, C] float.
+
+Normalization statistics (mean and std of the log-mel features) come from the train split and reach the
+model through `model_context()` (the model keeps them as buffers, so checkpoints carry them);
+`save_artifacts(run_dir)` also writes them, with the feature settings, to `audio_stats.json`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from . import synth_audio
+from .audio_features import FEATURE_KINDS, LogMel
+from .audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+
+SOURCES = ("synthetic", "folder", "csv")
+BAD_FILE_POLICIES = ("error", "skip")
+SPLITS = ("train", "val", "test")
+STATS_FILE = "audio_stats.json"
+
+
+class ClipDataset(Dataset):
+    """Clips held in memory (`waves`) or decoded on access (`paths`), padded or cropped to `num_samples`."""
+
+    def __init__(
+        self,
+        *,
+        targets: Sequence[Any],
+        num_samples: int,
+        sample_rate: int,
+        crop: str,
+        paths: Sequence[Path] | None = None,
+        waves: Sequence[Tensor] | None = None,
+    ) -> None:
+        self.targets, self.num_samples, self.sample_rate, self.crop = list(targets), num_samples, sample_rate, crop
+        self.paths, self.waves = paths, waves
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        wave = self.waves[i] if self.waves is not None else load_clip(self.paths[i], sample_rate=self.sample_rate)
+        return {"audio": fit_length(wave, self.num_samples, self.crop), "label": self.targets[i]}
+
+
+class Mixup:
+    """Collate that mixes each batch with itself reversed, weight ~ Beta(alpha, alpha); labels become soft."""
+
+    def __init__(self, *, alpha: float, num_classes: int, multilabel: bool) -> None:
+        self.beta = torch.distributions.Beta(alpha, alpha)
+        self.num_classes, self.multilabel = num_classes, multilabel
+
+    def __call__(self, items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+        batch = torch.utils.data.default_collate(items)
+        label = batch["label"]
+        if not self.multilabel:
+            label = torch.nn.functional.one_hot(label, self.num_classes)
+        label = label.float()  # [B, C]
+        lam = float(self.beta.sample())
+        batch["audio"] = lam * batch["audio"] + (1 - lam) * batch["audio"].flip(0)
+        batch["label"] = lam * label + (1 - lam) * label.flip(0)
+        return batch
+
+
+class AudioDataModule(L.LightningDataModule):
+    """Audio clips for classification: class folders, a CSV, or the embedded synthetic default.
+
+    Args:
+        source: "synthetic" (two-vowel syllables made in code, see `synth_audio`), "folder" (`root/<class>/*.wav`,
+            the Speech Commands layout; `validation_list.txt` / `testing_list.txt` in `root` are honoured) or
+            "csv" (rows of path, label and optionally fold, like ESC-50).
+        root: the class folders ("folder"), or the directory CSV paths are relative to ("csv"; default: the
+            CSV's own directory).
+        csv: the CSV file ("csv").
+        columns: CSV column names for `path`, `label` and `fold` (e.g. ESC-50: {path: filename, label: category}).
+        label_sep: separator of several labels in one CSV cell (multi-label).
+        multilabel: targets are sets of labels (BCE + mAP in the task) instead of one class.
+        val_folds / test_folds: CSV folds held out for validation / test.
+        val_fraction / test_fraction: held-out fractions when no list or fold says; assignment hashes each file's
+            name (a Speech Commands speaker id before "_nohash_"), so it is stable when files are added.
+        sample_rate: rate every clip is resampled to.
+        clip_seconds: clips are padded with silence or cropped to this length.
+        train_crop: part of a longer training clip to keep: "random", "start" or "center" (eval clips: "center").
+        n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`), handed to the model.
+        cache: decode every file once in `setup()` and keep the waveforms in memory; False decodes in the loader
+            workers. Either way `setup()` checks every file (False: header and size only) before training.
+        on_bad_file: "error" stops naming the file; "skip" leaves it out, logs it and counts it (`skipped`).
+        mixup_alpha: mixup of training batches (0 = off).
+        stats_clips: at most this many train clips for the normalization statistics.
+        stats_file: reuse statistics from an `audio_stats.json` of an earlier run instead of computing them.
+        synthetic: options of the synthetic set: per_class ({train, val, test} clips per class), vowels, snr_db.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str = "synthetic",
+        root: str | None = None,
+        csv: str | None = None,
+        columns: dict[str, str] | None = None,
+        label_sep: str = ";",
+        multilabel: bool = False,
+        val_folds: Sequence[int] | int | None = None,
+        test_folds: Sequence[int] | int | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        sample_rate: int = 16000,
+        clip_seconds: float = 1.0,
+        train_crop: str = "random",
+        n_mels: int = 128,
+        win_ms: float = 25.0,
+        hop_ms: float = 10.0,
+        features: str = "fbank",
+        cache: bool = True,
+        on_bad_file: str = "error",
+        mixup_alpha: float = 0.0,
+        stats_clips: int = 2000,
+        stats_file: str | None = None,
+        synthetic: dict[str, Any] | None = None,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        _check_choice("data.source", source, SOURCES)
+        _check_choice("data.on_bad_file", on_bad_file, BAD_FILE_POLICIES)
+        _check_choice("data.train_crop", train_crop, CROPS)
+        _check_choice("data.features", features, FEATURE_KINDS)
+        if source == "folder" and root is None:
+            raise ValueError("data.root: source 'folder' needs root, the directory holding one folder per class")
+        if source == "csv" and csv is None:
+            raise ValueError("data.csv: source 'csv' needs csv, the CSV file of path,label[,fold] rows")
+        if source == "folder" and multilabel:
+            raise ValueError("data.multilabel: class folders give one label per clip; use source 'csv' for multi-label")
+        if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+            raise ValueError(f"data.val_fraction ({val_fraction}) + test_fraction ({test_fraction}) must be in [0, 1)")
+        if clip_seconds <= 0 or sample_rate <= 0:
+            raise ValueError(f"data.clip_seconds ({clip_seconds}) and sample_rate ({sample_rate}) must be > 0")
+        if mixup_alpha < 0:
+            raise ValueError(f"data.mixup_alpha ({mixup_alpha}) must be >= 0")
+        columns = {"path": "path", "label": "label", "fold": "fold", **(columns or {})}
+        if set(columns) != {"path", "label", "fold"}:
+            raise ValueError(f"data.columns: keys must be path, label, fold; got {sorted(columns)}")
+        self.source, self.root, self.csv, self.columns = source, root, csv, columns
+        self.label_sep, self.multilabel = label_sep, multilabel
+        self.val_folds, self.test_folds = _folds(val_folds), _folds(test_folds)
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.sample_rate, self.clip_seconds, self.train_crop = sample_rate, clip_seconds, train_crop
+        self.num_samples = int(round(sample_rate * clip_seconds))
+        self.logmel = LogMel(sample_rate=sample_rate, n_mels=n_mels, win_ms=win_ms, hop_ms=hop_ms, kind=features)
+        if self.logmel.num_frames(self.num_samples) < 1:
+            raise ValueError(f"data.clip_seconds ({clip_seconds}) is shorter than one {win_ms} ms analysis window")
+        self.cache, self.on_bad_file, self.mixup_alpha = cache, on_bad_file, mixup_alpha
+        self.stats_clips, self.stats_file = stats_clips, stats_file
+        self.synthetic = _synthetic_options(synthetic)
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.datasets: dict[str, ClipDataset] = {}
+        self.class_names: list[str] = []
+        self.skipped: list[tuple[str, str]] = []  # (path, reason) of files left out
+        self.stats: dict[str, float] | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    # ---- setup -------------------------------------------------------------------------------------------------
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        if self.source == "synthetic":
+            self._setup_synthetic()
+        else:
+            entries = self._folder_entries() if self.source == "folder" else self._csv_entries()
+            self._setup_files(entries)
+        sizes = {name: len(ds) for name, ds in self.datasets.items()}
+        log.info(
+            "data: audio %s, %d classes, clips %s, %d skipped", self.source, self.num_classes, sizes, len(self.skipped)
+        )
+        if not len(self.datasets["train"]):
+            raise ValueError(f"data: the train split of {self.root or self.csv} has no clips")
+
+    def _setup_synthetic(self) -> None:
+        opts = self.synthetic
+        self.class_names = synth_audio.class_names(opts["vowels"])
+        for split in SPLITS:
+            waves, labels = synth_audio.synthesize(
+                split=split,
+                per_class=opts["per_class"][split],
+                sample_rate=self.sample_rate,
+                clip_seconds=self.clip_seconds,
+                vowels=opts["vowels"],
+                snr_db=tuple(opts["snr_db"]),
+                seed=self.seed,
+            )
+            self.datasets[split] = self._dataset(split, labels.tolist(), waves=list(waves))
+
+    def _setup_files(self, entries: list[tuple[Path, list[str], str]]) -> None:
+        """entries: (path, labels, split)."""
+        names = sorted({name for _, labels, _ in entries for name in labels})
+        if self.source == "folder":
+            names = sorted({labels[0] for _, labels, _ in entries} | set(self.class_names))
+        self.class_names = names
+        index = {name: i for i, name in enumerate(names)}
+        per_split: dict[str, tuple[list, list]] = {split: ([], []) for split in SPLITS}
+        for path, labels, split in entries:
+            try:
+                if not path.is_file():
+                    raise AudioFileError(f"{path}: no such file")
+                wave = load_clip(path, sample_rate=self.sample_rate) if self.cache else probe_wav(path)
+            except AudioFileError as err:
+                if self.on_bad_file == "error":
+                    raise
+                self.skipped.append((str(path), str(err)))
+                continue
+            per_split[split][0].append((path, wave))
+            per_split[split][1].append(self._target([index[name] for name in labels]))
+        if self.skipped:
+            shown = "; ".join(reason for _, reason in self.skipped[:5])
+            log.warning(
+                "data: skipped %d unreadable audio files (on_bad_file=skip): %s%s",
+                len(self.skipped),
+                shown,
+                " ..." if len(self.skipped) > 5 else "",
+            )
+        for split, (items, targets) in per_split.items():
+            paths = [path for path, _ in items]
+            waves = [wave for _, wave in items] if self.cache else None
+            self.datasets[split] = self._dataset(split, targets, paths=paths, waves=waves)
+
+    def _target(self, indices: list[int]) -> Any:
+        if not self.multilabel:
+            return indices[0]
+        target = torch.zeros(self.num_classes)
+        target[indices] = 1.0
+        return target
+
+    def _dataset(self, split: str, targets: list, **items: Any) -> ClipDataset:
+        crop = self.train_crop if split == "train" else "center"
+        return ClipDataset(
+            targets=targets, num_samples=self.num_samples, sample_rate=self.sample_rate, crop=crop, **items
+        )
+
+    def _folder_entries(self) -> list[tuple[Path, list[str], str]]:
+        root = Path(self.root)
+        if not root.is_dir():
+            raise ValueError(f"data.root: {root} is not a directory")
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+        if not classes:
+            raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
+        self.class_names = classes
+        lists = {}
+        for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
+            if (root / name).is_file():
+                lists[split] = {line.strip() for line in (root / name).read_text().splitlines() if line.strip()}
+        log.info("data: %s split by %s", root, ", ".join(lists) + " lists" if lists else "file-name hash")
+        entries = []
+        for name in classes:
+            for path in sorted((root / name).rglob("*")):
+                if path.suffix.lower() != ".wav":
+                    continue
+                rel = path.relative_to(root).as_posix()
+                split = next((s for s, files in lists.items() if rel in files), None)
+                if split is None:
+                    split = "train" if lists else self._hash_split(path.name)
+                entries.append((path, [name], split))
+        return entries
+
+    def _csv_entries(self) -> list[tuple[Path, list[str], str]]:
+        csv_path = Path(self.csv)
+        if not csv_path.is_file():
+            raise ValueError(f"data.csv: {csv_path} is not a file")
+        base = Path(self.root) if self.root is not None else csv_path.parent
+        with csv_path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or []
+            for key in ("path", "label"):
+                if self.columns[key] not in header:
+                    raise ValueError(
+                        f"{csv_path}: no column {self.columns[key]!r} for data.columns.{key}; columns are {header}"
+                    )
+            has_fold = self.columns["fold"] in header
+            if (self.val_folds or self.test_folds) and not has_fold:
+                raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
+            entries = []
+            for line, row in enumerate(reader, start=2):
+                labels = (
+                    [s.strip() for s in row[self.columns["label"]].split(self.label_sep)]
+                    if self.multilabel
+                    else [row[self.columns["label"]].strip()]
+                )
+                labels = [s for s in labels if s]
+                if not labels or not row[self.columns["path"]]:
+                    raise ValueError(f"{csv_path}:{line}: empty path or label in {row}")
+                path = base / row[self.columns["path"]]
+                split = self._hash_split(path.name)
+                if self.val_folds or self.test_folds:
+                    fold = _parse_fold(row[self.columns["fold"]], csv_path, line)
+                    split = "val" if fold in self.val_folds else "test" if fold in self.test_folds else "train"
+                entries.append((path, labels, split))
+        how = f"folds val={self.val_folds} test={self.test_folds}" if self.val_folds or self.test_folds else "hash"
+        log.info("data: %s split by %s", csv_path, how)
+        return entries
+
+    def _hash_split(self, file_name: str) -> str:
+        group = file_name.split("_nohash_")[0]  # Speech Commands: keep a speaker's clips in one split
+        u = zlib.crc32(group.encode()) / 2**32
+        return "val" if u < self.val_fraction else "test" if u < self.val_fraction + self.test_fraction else "train"
+
+    # ---- statistics and what the model needs ---------------------------------------------------------------------
+
+    def compute_stats(self) -> dict[str, float]:
+        """Mean and std of log-mel features over (up to `stats_clips`) train clips, uncropped at random."""
+        self.setup()
+        if self.stats_file is not None:
+            saved = json.loads(Path(self.stats_file).read_text())
+            if saved.get("features") != self.logmel.config():
+                raise ValueError(
+                    f"data.stats_file: {self.stats_file} was computed for features "
+                    f"{saved.get('features')}, but this run uses {self.logmel.config()}"
+                )
+            self.stats = {"mean": float(saved["mean"]), "std": float(saved["std"]), "clips": int(saved["clips"])}
+            return self.stats
+        train = self.datasets["train"]
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed))[: self.stats_clips]
+        total, total_sq, count = 0.0, 0.0, 0
+        for start in range(0, len(order), 64):
+            waves = torch.stack(
+                [fit_length(self._wave(train, int(i)), self.num_samples, "center") for i in order[start : start + 64]]
+            )
+            feats = self.logmel(waves).double()  # [b, F, N]
+            total, total_sq, count = (
+                total + feats.sum().item(),
+                total_sq + feats.square().sum().item(),
+                count + feats.numel(),
+            )
+        mean = total / count
+        std = max((total_sq / count - mean**2) ** 0.5, 1e-5)
+        self.stats = {"mean": mean, "std": std, "clips": len(order)}
+        log.info("data: log-mel mean %.4f std %.4f over %d train clips", mean, std, len(order))
+        return self.stats
+
+    def _wave(self, ds: ClipDataset, i: int) -> Tensor:
+        return ds.waves[i] if ds.waves is not None else load_clip(ds.paths[i], sample_rate=self.sample_rate)
+
+    def model_context(self) -> dict[str, Any]:
+        """What the model builder needs: classes, features, clip length in frames, normalization statistics."""
+        self.setup()
+        stats = self.stats or self.compute_stats()
+        feats = self.logmel.config()
+        return {
+            "num_classes": self.num_classes,
+            **{key: feats[key] for key in ("sample_rate", "n_mels", "win_ms", "hop_ms")},
+            "features": feats["kind"],
+            "target_frames": self.logmel.num_frames(self.num_samples),
+            "feature_mean": stats["mean"],
+            "feature_std": stats["std"],
+            "multilabel": self.multilabel,
+        }
+
+    def save_artifacts(self, run_dir: str | Path) -> Path:
+        """Write the normalization statistics, feature settings, classes and skipped files to `audio_stats.json`."""
+        stats = self.stats or self.compute_stats()
+        out = Path(run_dir) / STATS_FILE
+        out.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            **stats,
+            "features": self.logmel.config(),
+            "clip_seconds": self.clip_seconds,
+            "class_names": self.class_names,
+            "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
+        }
+        out.write_text(json.dumps(record, indent=2))
+        return out
+
+    # ---- loaders -------------------------------------------------------------------------------------------------
+
+    def _loader(self, split: str, shuffle: bool, collate=None) -> DataLoader:
+        self.setup()
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+            drop_last=shuffle and len(self.datasets[split]) > self.batch_size,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        mixup = None
+        if self.mixup_alpha > 0:
+            mixup = Mixup(alpha=self.mixup_alpha, num_classes=self.num_classes, multilabel=self.multilabel)
+        return self._loader("train", True, mixup)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+
+def _check_choice(key: str, value: Any, valid: Sequence[str]) -> None:
+    if value not in valid:
+        raise ValueError(f"{key}: {value!r} is not one of {list(valid)}")
+
+
+def _folds(folds: Sequence[int] | int | None) -> set[int]:
+    if folds is None:
+        return set()
+    return {int(folds)} if isinstance(folds, int | str) else {int(f) for f in folds}
+
+
+def _parse_fold(value: str, csv_path: Path, line: int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{csv_path}:{line}: fold {value!r} is not an integer") from None
+
+
+def _synthetic_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    defaults = {"per_class": {"train": 100, "val": 30, "test": 30}, "vowels": "aeiou", "snr_db": [0.0, 30.0]}
+    options = dict(options or {})
+    unknown = set(options) - set(defaults)
+    if unknown:
+        raise ValueError(f"data.synthetic: unknown option(s) {sorted(unknown)}; valid: {sorted(defaults)}")
+    per_class = {**defaults["per_class"], **dict(options.pop("per_class", {}))}
+    if set(per_class) != set(SPLITS):
+        raise ValueError(f"data.synthetic.per_class: keys must be {list(SPLITS)}; got {sorted(per_class)}")
+    return {**defaults, **options, "per_class": per_class}

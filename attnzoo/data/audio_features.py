@@ -1,0 +1,141 @@
+"""Log-mel features and SpecAugment for waveforms, batched, on the waveform's device (no Lightning here).
+
+Notation: B batch, T samples, F mel bins, N frames.
+The AST model computes these in its forward pass; `AudioDataModule` uses the same module for the
+normalization statistics of its train split, so both always agree on the features.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torchaudio
+from torch import nn
+
+Tensor = torch.Tensor
+
+FEATURE_KINDS = ("fbank", "melspec")
+
+
+class LogMel(nn.Module):
+    """Waveforms [B, T] -> log-mel features [B, F, N].
+
+    Args:
+        sample_rate: the waveforms' rate in Hz.
+        n_mels: mel bins F.
+        win_ms: analysis window length.
+        hop_ms: frame shift.
+        kind: "fbank" (Kaldi-compatible filterbank, `torchaudio.compliance.kaldi.fbank`, as the AST paper) or
+            "melspec" (`torchaudio.transforms.MelSpectrogram` with log, no Kaldi pre-emphasis / DC removal).
+    """
+
+    def __init__(
+        self,
+        *,
+        sample_rate: int = 16000,
+        n_mels: int = 128,
+        win_ms: float = 25.0,
+        hop_ms: float = 10.0,
+        kind: str = "fbank",
+    ) -> None:
+        super().__init__()
+        if kind not in FEATURE_KINDS:
+            raise ValueError(f"features kind {kind!r} is not one of {list(FEATURE_KINDS)}")
+        if sample_rate <= 0 or n_mels <= 0 or win_ms <= 0 or hop_ms <= 0:
+            raise ValueError(
+                f"sample_rate ({sample_rate}), n_mels ({n_mels}), win_ms ({win_ms}) and hop_ms ({hop_ms}) must be > 0"
+            )
+        self.sample_rate, self.n_mels, self.win_ms, self.hop_ms, self.kind = sample_rate, n_mels, win_ms, hop_ms, kind
+        self.win = int(sample_rate * win_ms / 1000)  # samples, as Kaldi rounds them
+        self.hop = int(sample_rate * hop_ms / 1000)
+        if self.win < 2 or self.hop < 1:
+            raise ValueError(f"win_ms ({win_ms}) and hop_ms ({hop_ms}) are too short at {sample_rate} Hz")
+        self.melspec = None
+        if kind == "melspec":
+            self.melspec = torchaudio.transforms.MelSpectrogram(
+                sample_rate=sample_rate,
+                n_fft=self.win,
+                win_length=self.win,
+                hop_length=self.hop,
+                n_mels=n_mels,
+                center=False,
+                mel_scale="htk",
+            )
+
+    def config(self) -> dict[str, Any]:
+        """The constructor's arguments (saved with a run, accepted back by `LogMel(**config)`)."""
+        return {
+            "sample_rate": self.sample_rate,
+            "n_mels": self.n_mels,
+            "win_ms": self.win_ms,
+            "hop_ms": self.hop_ms,
+            "kind": self.kind,
+        }
+
+    def num_frames(self, num_samples: int) -> int:
+        """Frames N for a clip of `num_samples` samples (frames never run past the clip's end)."""
+        return max(0, 1 + (num_samples - self.win) // self.hop)
+
+    def forward(self, wave: Tensor) -> Tensor:
+        if wave.dim() != 2:
+            raise ValueError(f"LogMel expects waveforms [B, T], got shape {tuple(wave.shape)}")
+        if wave.shape[1] < self.win:
+            raise ValueError(f"clips of {wave.shape[1]} samples are shorter than one {self.win}-sample window")
+        # features in fp32 whatever the trainer's precision: FFTs and logs of small energies need it
+        with torch.autocast(device_type=wave.device.type, enabled=False):
+            wave = wave.float()
+            if self.melspec is not None:
+                return (self.melspec(wave) + 1e-6).log()  # [B, F, N]
+            feats = torch.func.vmap(self._fbank)(wave)  # [B, N, F]
+            return feats.transpose(1, 2)  # [B, F, N]
+
+    def _fbank(self, wave: Tensor) -> Tensor:
+        return torchaudio.compliance.kaldi.fbank(
+            wave[None] * 32768.0,  # Kaldi's scale (int16 range), as the AST recipe
+            sample_frequency=self.sample_rate,
+            num_mel_bins=self.n_mels,
+            frame_length=self.win_ms,
+            frame_shift=self.hop_ms,
+            htk_compat=True,
+            use_energy=False,
+            window_type="hanning",
+            dither=0.0,
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+
+
+class SpecAugment(nn.Module):
+    """Frequency and time masking (`torchaudio.transforms.FrequencyMasking` / `TimeMasking`), in training only.
+
+    Each clip gets its own masks. Masked values are 0, which after normalization is the train-set mean.
+
+    Args:
+        freq_mask: largest frequency mask width in bins (0 = none).
+        time_mask: largest time mask width in frames (0 = none).
+        num_masks: masks of each kind per clip.
+    """
+
+    def __init__(self, *, freq_mask: int = 48, time_mask: int = 192, num_masks: int = 1) -> None:
+        super().__init__()
+        if freq_mask < 0 or time_mask < 0 or num_masks < 0:
+            raise ValueError(
+                f"freq_mask ({freq_mask}), time_mask ({time_mask}) and num_masks ({num_masks}) must be >= 0"
+            )
+        self.num_masks = num_masks
+        self.freq = torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True) if freq_mask else None
+        self.time = torchaudio.transforms.TimeMasking(time_mask, iid_masks=True) if time_mask else None
+
+    def forward(self, feats: Tensor) -> Tensor:
+        """feats [B, F, N] -> [B, F, N] (unchanged in eval mode)."""
+        if not self.training or self.num_masks == 0:
+            return feats
+        x = feats[:, None]  # [B, 1, F, N]: torchaudio's iid masks want a channel axis
+        for _ in range(self.num_masks):
+            if self.freq is not None:
+                x = self.freq(x)
+            if self.time is not None:
+                x = self.time(x)
+        return x[:, 0]

@@ -1,0 +1,118 @@
+"""Reading WAV clips: decode, mix down to mono, resample, pad or crop. No Lightning here.
+
+WAV is read with `scipy.io.wavfile` (PCM 8/16/24/32-bit and 32/64-bit float, any channel count): it needs no
+system program, while `torchaudio.load` in torchaudio >= 2.9 needs torchcodec and FFmpeg's libraries.
+Resampling is `torchaudio.functional.resample`. Every error names the file.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchaudio
+from scipy.io import wavfile
+
+Tensor = torch.Tensor
+CROPS = ("random", "start", "center")
+
+
+class AudioFileError(ValueError):
+    """A file that cannot be read as a WAV clip; the message starts with its path."""
+
+
+def _check_data_size(path: str | Path) -> None:
+    """Raise when the data chunk declares more bytes than the file holds (scipy would return a short clip)."""
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise AudioFileError(f"{path}: cannot open ({err.strerror})") from err
+    with f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] not in (b"RIFF", b"RIFX") or head[8:12] != b"WAVE":
+            raise AudioFileError(f"{path}: not a RIFF/WAVE file (starts with {head[:12]!r})")
+        order = "<" if head[:4] == b"RIFF" else ">"
+        while chunk := f.read(8):
+            if len(chunk) < 8:
+                break
+            size = struct.unpack(order + "I", chunk[4:])[0]
+            if chunk[:4] == b"data":
+                left = os.fstat(f.fileno()).st_size - f.tell()
+                if size not in (0, 0xFFFFFFFF) and size > left:  # 0 / all ones: written by a stream, size unknown
+                    raise AudioFileError(
+                        f"{path}: truncated: its data chunk declares {size} bytes, the file holds {left}"
+                    )
+                return
+            f.seek(size + size % 2, os.SEEK_CUR)
+
+
+def _read(path: str | Path, mmap: bool) -> tuple[int, np.ndarray]:
+    _check_data_size(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", wavfile.WavFileWarning)  # unknown chunks (LIST, ...) are skipped
+            rate, data = wavfile.read(path, mmap=mmap)
+    except (OSError, ValueError, EOFError, struct.error) as err:  # struct.error: a header cut short
+        raise AudioFileError(f"{path}: cannot read as WAV ({type(err).__name__}: {err})") from err
+    if data.size == 0:
+        raise AudioFileError(f"{path}: WAV file has no samples")
+    if rate <= 0:
+        raise AudioFileError(f"{path}: WAV header gives sample rate {rate}")
+    return rate, data
+
+
+def probe_wav(path: str | Path) -> None:
+    """Check a WAV file's header and data size without decoding it (raises `AudioFileError`)."""
+    try:
+        _read(path, mmap=True)
+    except AudioFileError:
+        _read(path, mmap=False)  # memory mapping cannot read every layout (24-bit): decode for the real verdict
+
+
+def read_wav(path: str | Path) -> tuple[Tensor, int]:
+    """(waveform [channels, T] float32 in [-1, 1], sample rate) of a WAV file."""
+    rate, data = _read(path, mmap=False)
+    if data.dtype == np.uint8:  # 8-bit PCM is unsigned
+        wave = (data.astype(np.float32) - 128.0) / 128.0
+    elif np.issubdtype(data.dtype, np.integer):  # 16-bit, 24-bit (left-justified in int32) and 32-bit PCM
+        wave = data.astype(np.float32) / float(-np.iinfo(data.dtype).min)
+    else:
+        wave = data.astype(np.float32)
+    wave = torch.from_numpy(np.ascontiguousarray(wave))
+    wave = wave[None] if wave.dim() == 1 else wave.T  # [channels, T]
+    if not torch.isfinite(wave).all():
+        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
+    return wave, int(rate)
+
+
+def load_clip(path: str | Path, *, sample_rate: int) -> Tensor:
+    """Mono waveform [T] at `sample_rate` (channels averaged, resampled when the file's rate differs)."""
+    wave, rate = read_wav(path)
+    wave = wave.mean(0)  # [T]: mono mix-down
+    if rate != sample_rate:
+        wave = torchaudio.functional.resample(wave, rate, sample_rate)
+    return wave
+
+
+def fit_length(wave: Tensor, num_samples: int, crop: str = "start", generator: torch.Generator | None = None) -> Tensor:
+    """`wave` [T] padded with zeros at the end or cropped to [num_samples].
+
+    Args:
+        crop: which part of a longer clip to keep: "random", "start" or "center".
+    """
+    if crop not in CROPS:
+        raise ValueError(f"crop {crop!r} is not one of {list(CROPS)}")
+    extra = wave.shape[0] - num_samples
+    if extra < 0:
+        return torch.nn.functional.pad(wave, (0, -extra))
+    if crop == "start" or extra == 0:
+        start = 0
+    elif crop == "center":
+        start = extra // 2
+    else:
+        start = int(torch.randint(extra + 1, (1,), generator=generator))
+    return wave[start : start + num_samples]

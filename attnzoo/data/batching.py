@@ -1,0 +1,95 @@
+"""Variable-length batches: dynamic padding to the longest sequence and length bucketing.
+
+Notation: B batch, L the longest sequence in the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import BatchSampler, Dataset, Sampler
+
+Tensor = torch.Tensor
+
+
+class TokenDataset(Dataset):
+    """Pre-tokenized sequences (1-D integer tensors) and their class indices."""
+
+    def __init__(self, ids: Sequence[Tensor], labels: Sequence[int]) -> None:
+        if len(ids) != len(labels):
+            raise ValueError(f"{len(ids)} sequences but {len(labels)} labels")
+        self.ids = list(ids)
+        self.labels = torch.as_tensor(list(labels), dtype=torch.long)
+        self.lengths = [len(x) for x in self.ids]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        return self.ids[i], self.labels[i]
+
+
+class PadCollate:
+    """Pads a list of (ids, label) to the batch's longest sequence (rounded up to `multiple`).
+
+    Returns {"tokens": [B, L] long, "padding_mask": [B, L] bool (True = pad), "label": [B] long}.
+    """
+
+    def __init__(self, *, pad_id: int, multiple: int = 1) -> None:
+        if multiple < 1:
+            raise ValueError(f"pad_to_multiple ({multiple}) must be >= 1")
+        self.pad_id = pad_id
+        self.multiple = multiple
+
+    def __call__(self, items: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
+        lengths = torch.tensor([len(ids) for ids, _ in items])
+        longest = -(-int(lengths.max()) // self.multiple) * self.multiple
+        tokens = torch.full((len(items), longest), self.pad_id, dtype=torch.long)  # [B, L]
+        for row, (ids, _) in enumerate(items):
+            tokens[row, : len(ids)] = ids
+        padding_mask = torch.arange(longest)[None, :] >= lengths[:, None]  # [B, L]
+        return {"tokens": tokens, "padding_mask": padding_mask, "label": torch.stack([y for _, y in items])}
+
+
+class BucketBatchSampler(BatchSampler):
+    """Batches of similar lengths, so little compute goes to padding.
+
+    Takes indices from `sampler` (random for training; Lightning swaps in a `DistributedSampler` under DDP),
+    sorts each pool of `pool * batch_size` of them by length, cuts the pool into batches and, with `shuffle`,
+    visits the batches in random order (torch's global generator, so `seed_everything` fixes it).
+    """
+
+    def __init__(
+        self,
+        sampler: Sampler[int],
+        batch_size: int,
+        drop_last: bool,
+        *,
+        lengths: Sequence[int],
+        pool: int = 50,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        if pool < 1:
+            raise ValueError(f"bucket pool ({pool}) must be >= 1 batches")
+        self.lengths = lengths
+        self.pool = pool
+        self.shuffle = shuffle
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = list(self.sampler)
+        size = self.pool * self.batch_size
+        batches = []
+        for start in range(0, len(indices), size):
+            chunk = sorted(indices[start : start + size], key=self.lengths.__getitem__)
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        order = torch.randperm(len(batches)).tolist() if self.shuffle else range(len(batches))
+        for i in order:
+            yield batches[i]
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)

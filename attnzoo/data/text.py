@@ -1,0 +1,262 @@
+"""`TextDataModule`: text classification from CSV/TSV/JSONL files, or the embedded ListOps task.
+
+Batches: {"tokens": [B, L] long, "padding_mask": [B, L] bool (True = pad), "label": [B] long}, padded to the
+longest sequence of the batch, with batches of similar lengths (`bucket`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from ..attention.factory import suggest
+from . import listops
+from .batching import BucketBatchSampler, PadCollate, TokenDataset
+from .text_files import check_labels, label_vocabulary, read_text_file
+from .tokenize import make_tokenizer
+
+log = logging.getLogger("attnzoo")
+
+LISTOPS_DEFAULTS = {
+    "num_train": 20000,
+    "num_val": 2000,
+    "num_test": 2000,
+    "min_len": 4,
+    "max_len": 40,
+    "max_depth": 3,
+    "max_args": 4,
+    "seed": 0,
+}
+
+
+class TextDataModule(L.LightningDataModule):
+    """Text classification data.
+
+    Args:
+        train, val, test: CSV, TSV or JSONL files. With no `train`, the embedded ListOps task (`listops`) is used.
+            With `train` but no `val`, `val_fraction` of train is held out (a fixed split from `seed`).
+        text_column, label_column: column (or JSON key) names.
+        labels: the class names in order (a list, or a `labels.json` saved with a run); default: the distinct
+            labels of the train split, sorted.
+        tokenizer: "bytes" (UTF-8 bytes), "listops" (ListOps words), a `tokenizers` JSON file, or "auto":
+            listops for the embedded ListOps, bytes for files.
+        max_len: longer texts are cut to this many tokens (and how many were cut is logged).
+        bucket: batch texts of similar lengths together (pools of `bucket_pool` batches).
+        pad_to_multiple: round padded lengths up to a multiple of this (e.g. a sparse backend's block size).
+        listops: ListOps options overriding `LISTOPS_DEFAULTS` (sizes, lengths in tokens, depth, arguments, seed).
+    """
+
+    def __init__(
+        self,
+        *,
+        train: str | None = None,
+        val: str | None = None,
+        test: str | None = None,
+        text_column: str = "text",
+        label_column: str = "label",
+        labels: list[str] | str | None = None,
+        tokenizer: str = "auto",
+        max_len: int = 512,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        bucket: bool = True,
+        bucket_pool: int = 50,
+        pad_to_multiple: int = 1,
+        val_fraction: float = 0.1,
+        num_workers: int = 0,
+        seed: int = 0,
+        listops: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if max_len < 1 or batch_size < 1:
+            raise ValueError(f"data.max_len ({max_len}) and data.batch_size ({batch_size}) must be >= 1")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction ({val_fraction}) must be in (0, 1)")
+        if train is None and (val is not None or test is not None):
+            raise ValueError(f"data.val ({val}) / data.test ({test}) given without data.train; set data.train too")
+        self.files = {"train": train, "val": val, "test": test}
+        self.text_column, self.label_column = text_column, label_column
+        self.labels = labels
+        self.tokenizer_spec = tokenizer
+        self.max_len = max_len
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.bucket, self.bucket_pool, self.pad_to_multiple = bucket, bucket_pool, pad_to_multiple
+        self.val_fraction, self.num_workers, self.seed = val_fraction, num_workers, seed
+        self.listops = self._listops_options(listops or {})
+        self.datasets: dict[str, TokenDataset] = {}
+        self.class_names: list[str] = []
+
+    @staticmethod
+    def _listops_options(given: dict[str, Any]) -> dict[str, Any]:
+        for key in given:
+            if key not in LISTOPS_DEFAULTS:
+                valid = list(LISTOPS_DEFAULTS)
+                raise ValueError(f"data.listops: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
+        return {**LISTOPS_DEFAULTS, **given}
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def model_context(self) -> dict[str, Any]:
+        self._require_setup()
+        return {
+            "num_classes": self.num_classes,
+            "vocab_size": self.tokenizer.vocab_size,
+            "pad_id": self.tokenizer.pad_id,
+            "max_len": self.max_len,
+        }
+
+    # ------------------------------------------------------------------------------------------------------------
+    # building the splits
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        use_listops = self.files["train"] is None
+        spec = self.tokenizer_spec
+        if spec == "auto":
+            spec = "listops" if use_listops else "bytes"
+            log.info("data.tokenizer=auto chose %r (%s)", spec, "ListOps words" if use_listops else "UTF-8 bytes")
+        self.tokenizer = make_tokenizer(spec)
+        splits = self._listops_splits() if use_listops else self._file_splits()
+        for name, (texts, labels, source) in splits.items():
+            ids = [self._encode(text, source) for text in texts]
+            cut = sum(len(x) > self.max_len for x in ids)
+            if cut:
+                log.warning("data: cut %d of %d texts of %s to max_len %d tokens", cut, len(ids), source, self.max_len)
+            index = {c: i for i, c in enumerate(self.class_names)}
+            tensors = [torch.tensor(x[: self.max_len], dtype=torch.int32) for x in ids]
+            self.datasets[name] = TokenDataset(tensors, [index[y] for y in labels])
+        self._log_summary()
+
+    def _encode(self, text: str, source: str) -> list[int]:
+        ids = self.tokenizer.encode(text)
+        if not ids:
+            raise ValueError(f"{source}: the text {text[:80]!r} has no tokens under tokenizer {self.tokenizer.name!r}")
+        return ids
+
+    def _listops_splits(self) -> dict[str, tuple[list[str], list[str], str]]:
+        opts = dict(self.listops)
+        if self.tokenizer.name == "listops" and opts["max_len"] > self.max_len:
+            raise ValueError(
+                f"data.listops.max_len ({opts['max_len']}) exceeds data.max_len ({self.max_len}): expressions would "
+                "be cut; raise data.max_len"
+            )
+        sizes = {"train": opts.pop("num_train"), "val": opts.pop("num_val"), "test": opts.pop("num_test")}
+        generated = listops.generate_splits(sizes, **opts)
+        self.class_names = [str(d) for d in range(10)]
+        return {
+            name: ([t for t, _ in ex], [str(v) for _, v in ex], f"ListOps {name}") for name, ex in generated.items()
+        }
+
+    def _file_splits(self) -> dict[str, tuple[list[str], list[str], str]]:
+        cols = {"text_column": self.text_column, "label_column": self.label_column}
+        read = {name: read_text_file(path, **cols) for name, path in self.files.items() if path is not None}
+        train_texts, train_labels = read["train"]
+        self.class_names = self._class_names(train_labels)
+        source = f"the train split {self.files['train']}"
+        splits = {}
+        for name, (texts, labels) in read.items():
+            check_labels(labels, self.class_names, path=self.files[name], column=self.label_column, source=source)
+            splits[name] = (texts, labels, str(self.files[name]))
+        if "val" not in read:
+            order = torch.randperm(len(train_texts), generator=torch.Generator().manual_seed(self.seed)).tolist()
+            n_val = max(1, round(self.val_fraction * len(order)))
+            if n_val >= len(order):
+                raise ValueError(f"{self.files['train']}: too few examples ({len(order)}) to hold out a val split")
+            val, train = order[:n_val], order[n_val:]
+            log.info("data: no data.val; holding out %d of %d train examples (val_fraction)", n_val, len(order))
+            pick = lambda idx, xs: [xs[i] for i in idx]
+            name = self.files["train"]
+            splits["train"] = (pick(train, train_texts), pick(train, train_labels), f"{name} (train part)")
+            splits["val"] = (pick(val, train_texts), pick(val, train_labels), f"{name} (held-out val part)")
+        return splits
+
+    def _class_names(self, train_labels: list[str]) -> list[str]:
+        if self.labels is None:
+            return label_vocabulary(train_labels)
+        names = self.labels
+        if isinstance(names, str):
+            path = Path(names)
+            if not path.is_file():
+                raise ValueError(f"data.labels: no such file {names!r} (give a list of class names or a labels.json)")
+            names = json.loads(path.read_text())["class_names"]
+        names = [str(n) for n in names]
+        if len(set(names)) != len(names):
+            raise ValueError(f"data.labels has repeated class names: {names}")
+        check_labels(train_labels, names, path=self.files["train"], column=self.label_column, source="data.labels")
+        return names
+
+    def _log_summary(self) -> None:
+        val = self.datasets["val"]
+        top, count = Counter(val.labels.tolist()).most_common(1)[0]
+        sizes = ", ".join(f"{k} {len(v)}" for k, v in self.datasets.items())
+        log.info(
+            "data: %s; %d classes; majority class %r is %.1f%% of val; tokenizer %s",
+            sizes,
+            self.num_classes,
+            self.class_names[top],
+            100 * count / len(val),
+            self.tokenizer.name,
+        )
+
+    def majority_rate(self, split: str = "val") -> float:
+        """The accuracy of always predicting the most frequent class of `split`."""
+        self._require_setup()
+        labels = self.datasets[split].labels
+        return torch.bincount(labels).max().item() / len(labels)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # loaders and artifacts
+
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
+        self._require_setup()
+        if split not in self.datasets:
+            raise ValueError(f"no {split} split: set data.{split} (a CSV, TSV or JSONL file)")
+        ds = self.datasets[split]
+        batch_size = self.batch_size if train else self.eval_batch_size
+        collate = PadCollate(pad_id=self.tokenizer.pad_id, multiple=self.pad_to_multiple)
+        common = {"collate_fn": collate, "num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
+        if not self.bucket:
+            return DataLoader(ds, batch_size=batch_size, shuffle=train, drop_last=train, **common)
+        sampler = RandomSampler(ds) if train else SequentialSampler(ds)
+        batches = BucketBatchSampler(
+            sampler, batch_size, train, lengths=ds.lengths, pool=self.bucket_pool, shuffle=train
+        )
+        return DataLoader(ds, batch_sampler=batches, **common)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+    def save_artifacts(self, run_dir: str | Path) -> list[Path]:
+        """Write the label vocabulary and tokenizer description (`labels.json`) into `run_dir`."""
+        self._require_setup()
+        path = Path(run_dir) / "labels.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "class_names": self.class_names,
+            "label_column": self.label_column if self.files["train"] else None,
+            "source": self.files["train"] or "listops",
+            "tokenizer": self.tokenizer.describe(),
+        }
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        return [path]
+
+    def _require_setup(self) -> None:
+        if not self.datasets:
+            raise RuntimeError("call TextDataModule.setup() first")

@@ -1,0 +1,96 @@
+"""Reading labelled text from CSV, TSV and JSONL files, and the label vocabulary.
+
+CSV has a header row and standard quoting. TSV has a header row and no quoting (GLUE's SST-2 `train.tsv`
+reads as it is). JSONL has one object per line. Every error names the file, the row and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..attention.factory import suggest
+
+FORMATS = (".csv", ".tsv", ".jsonl")
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
+    """(line number, record, columns) for every data row."""
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"{path}: unknown text file format {suffix!r}; valid: {list(FORMATS)}")
+    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: drop the byte-order mark Excel writes
+        if suffix == ".jsonl":
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path} line {n}: not valid JSON ({err})") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path} line {n}: expected a JSON object per line, got {type(record).__name__}")
+                yield n, record, list(record)
+            return
+        dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
+        reader = csv.DictReader(f, **dialect)
+        columns = list(reader.fieldnames or [])
+        for record in reader:
+            if None in record:  # more fields than the header
+                raise ValueError(f"{path} line {reader.line_num}: more fields than the header's columns {columns}")
+            yield reader.line_num, record, columns
+
+
+def _column_error(path: Path, what: str, column: str, columns: Sequence[str], where: str = "") -> ValueError:
+    return ValueError(
+        f"{path}{where}: no {what} column {column!r}; columns found: {list(columns)}{suggest(column, list(columns))} "
+        f"(set data.{what}_column)"
+    )
+
+
+def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> tuple[list[str], list[str]]:
+    """Texts and labels (as strings) of one file.
+
+    Raises:
+        ValueError: unknown format, a missing column (listing the columns found), an empty text or label.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such text file: {str(path)!r}")
+    texts, labels = [], []
+    for n, record, columns in _rows(path):
+        for what, column in (("text", text_column), ("label", label_column)):
+            if column not in record:
+                raise _column_error(path, what, column, columns, where="" if not texts else f" line {n}")
+        text, label = record[text_column], record[label_column]
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{path} line {n}: empty text in column {text_column!r}")
+        if label is None or str(label).strip() == "":
+            raise ValueError(f"{path} line {n}: empty label in column {label_column!r}")
+        texts.append(text)
+        labels.append(str(label).strip())
+    if not texts:
+        raise ValueError(f"{path}: no examples")
+    return texts, labels
+
+
+def label_vocabulary(labels: Sequence[str]) -> list[str]:
+    """Sorted distinct labels: numerically when all are integers ("2" before "10"), else as strings."""
+    distinct = set(labels)
+    try:
+        return sorted(distinct, key=int)
+    except ValueError:
+        return sorted(distinct)
+
+
+def check_labels(labels: Sequence[str], class_names: Sequence[str], *, path: str | Path, column: str, source: str):
+    """Raise when `labels` (of `path`) hold a value outside `class_names` (from `source`)."""
+    unknown = sorted(set(labels) - set(class_names))
+    if unknown:
+        shown = unknown[:10] + (["..."] if len(unknown) > 10 else [])
+        raise ValueError(
+            f"{path}: labels {shown} in column {column!r} never occur in {source}; "
+            f"known labels: {list(class_names)[:50]}"
+        )

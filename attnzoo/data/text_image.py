@@ -1,0 +1,308 @@
+"""Image-text pairs: JSONL with images on disk, or generated scenes (the embedded default).
+
+JSONL: one object a line, `{"image": "imgs/0001.png", "text": "is there a red circle?", "label": "yes"}`, the
+image path relative to the JSONL file. Two tasks: `vqa` (the label is an answer from a fixed vocabulary) and
+`match` (the label says whether the text fits the image: true/false, 1/0 or "match"/"mismatch").
+
+Batches: {"image": [B, C, H, W] float, "tokens": [B, L] long, "padding_mask": [B, L] bool (True = pad),
+"label": [B] long}; texts are tokenized by `data.tokenizer` (UTF-8 bytes by default, `attnzoo.data.tokenize`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import DataLoader, Dataset
+
+from .scenes import MATCH_ANSWERS, SceneGenerator
+from .tokenize import make_tokenizer
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+
+TASKS = ("vqa", "match")
+ON_BAD_IMAGE = ("error", "skip")
+
+
+class Collate:
+    """Stack images and labels; right-pad token ids with `pad_id` to the longest text of the batch."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Tensor]:
+        lengths = torch.tensor([len(it["tokens"]) for it in items])
+        tokens = torch.full((len(items), int(lengths.max())), self.pad_id, dtype=torch.long)  # [B, L]
+        for i, it in enumerate(items):
+            tokens[i, : len(it["tokens"])] = torch.as_tensor(it["tokens"], dtype=torch.long)
+        return {
+            "image": torch.stack([it["image"] for it in items]),  # [B, C, H, W]
+            "tokens": tokens,
+            "padding_mask": torch.arange(tokens.shape[1])[None, :] >= lengths[:, None],  # [B, L], True = pad
+            "label": torch.tensor([it["label"] for it in items], dtype=torch.long),
+        }
+
+
+class PairDataset(Dataset):
+    """Pairs of an image (uint8 array, or a file read on access) and a text, with a class index."""
+
+    def __init__(
+        self,
+        images: np.ndarray | list[Path],
+        texts: list[str],
+        tokens: list[list[int]],
+        labels: list[int],
+        *,
+        image_size: int,
+        blank: bool,
+    ) -> None:
+        self.images, self.texts, self.tokens, self.labels = images, texts, tokens, labels
+        self.image_size, self.blank = image_size, blank
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if self.blank:  # the text-only baseline: every image the same constant
+            image = torch.zeros(3, self.image_size, self.image_size)
+        else:
+            pixels = self.images[i]
+            if isinstance(pixels, Path):
+                pixels = _read(pixels, self.image_size)
+            image = torch.tensor(pixels).permute(2, 0, 1).float()  # [H, W, 3] -> [3, H, W]
+            image = image / 127.5 - 1.0
+        return {"image": image, "tokens": self.tokens[i], "label": self.labels[i]}
+
+
+def _read(path: Path, image_size: int) -> np.ndarray:
+    """uint8 [S, S, 3] of the image file, resized; errors name the file."""
+    try:
+        with Image.open(path) as img:
+            img = img.convert("RGB")
+            if img.size != (image_size, image_size):
+                img = img.resize((image_size, image_size), Image.BILINEAR)
+            return np.asarray(img)
+    except (OSError, UnidentifiedImageError) as err:
+        raise ValueError(f"cannot read image {path}: {err}") from err
+
+
+class TextImageDataModule(L.LightningDataModule):
+    """Image-text classification data; the embedded default is generated scenes (`attnzoo.data.scenes`).
+
+    Args:
+        task: "vqa" (answer classification) or "match" (image-text matching).
+        train, val, test: JSONL files; all None for generated scenes. `train` needs `val`.
+        classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
+        image_size: images are resized to this square size.
+        tokenizer: "bytes" (UTF-8 bytes) or a `tokenizers` JSON file (`attnzoo.data.tokenize.make_tokenizer`).
+        max_len: texts are cut to this many tokens (how many were cut is logged).
+        on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
+            and logs how many were skipped.
+        blank_image: feed a constant image (the text-only baseline).
+        num_train, num_val: generated examples per split (test has `num_val`).
+        grid, held_out: scene layout and colour/shape pairs never named in training texts.
+        seed: the generated data follow from it.
+    """
+
+    def __init__(
+        self,
+        *,
+        task: str = "vqa",
+        train: str | None = None,
+        val: str | None = None,
+        test: str | None = None,
+        classes: list[str] | None = None,
+        image_size: int = 48,
+        tokenizer: str = "bytes",
+        max_len: int = 64,
+        on_bad_image: str = "error",
+        blank_image: bool = False,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        num_train: int = 6000,
+        num_val: int = 1000,
+        grid: int = 3,
+        held_out: int = 3,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"data.task {task!r} is not one of {TASKS}")
+        if on_bad_image not in ON_BAD_IMAGE:
+            raise ValueError(f"data.on_bad_image {on_bad_image!r} is not one of {ON_BAD_IMAGE}")
+        if (train is None) != (val is None):
+            raise ValueError(f"data.train ({train}) and data.val ({val}) go together: give both JSONL files or neither")
+        if test is not None and train is None:
+            raise ValueError(f"data.test ({test}) needs data.train and data.val")
+        for name, value in {"image_size": image_size, "max_len": max_len, "batch_size": batch_size}.items():
+            if value < 1:
+                raise ValueError(f"data.{name} ({value}) must be >= 1")
+        self.task, self.files = task, {"train": train, "val": val, "test": test}
+        self.tokenizer = make_tokenizer(tokenizer)
+        self.classes, self.image_size, self.max_len = classes, image_size, max_len
+        self.on_bad_image, self.blank_image = on_bad_image, blank_image
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.num_train, self.num_val, self.grid, self.held_out, self.seed = num_train, num_val, grid, held_out, seed
+        self.class_names: list[str] = []
+        self.datasets: dict[str, PairDataset] = {}
+        self.skipped: dict[str, int] = {}  # split -> pairs left out for a bad image
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def model_context(self) -> dict[str, Any]:
+        """What the model builder needs to know about this data."""
+        return {
+            "num_classes": self.num_classes,
+            "img_size": self.image_size,
+            "in_chans": 3,
+            "vocab_size": self.tokenizer.vocab_size,
+            "pad_id": self.tokenizer.pad_id,
+            "max_len": self.max_len,
+        }
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        if self.files["train"] is None:
+            self._setup_scenes()
+        else:
+            self._setup_jsonl()
+
+    def _setup_scenes(self) -> None:
+        gen = SceneGenerator(task=self.task, grid=self.grid, held_out=self.held_out, seed=self.seed)
+        self.class_names = gen.class_names
+        index = {name: i for i, name in enumerate(self.class_names)}
+        for split, n in {"train": self.num_train, "val": self.num_val, "test": self.num_val}.items():
+            examples = gen.examples(n, split=split)
+            images = gen.images(examples, image_size=self.image_size, split=split)
+            texts = [ex.text for ex in examples]
+            labels = [index[ex.label] for ex in examples]
+            self.datasets[split] = self._dataset(split, images, texts, labels)
+
+    def _setup_jsonl(self) -> None:
+        records = {split: _load_jsonl(Path(path)) for split, path in self.files.items() if path is not None}
+        if self.task == "match":
+            self.class_names = list(MATCH_ANSWERS)
+        elif self.classes is not None:
+            self.class_names = [str(c) for c in self.classes]
+        else:
+            self.class_names = sorted({str(r["label"]) for r in records["train"]})
+        for split, recs in records.items():
+            path = Path(self.files[split])
+            kept, images, labels = [], [], []
+            for rec in recs:
+                image = (path.parent / rec["image"]).resolve()
+                problem = _check_image(image)
+                if problem is not None:
+                    if self.on_bad_image == "error":
+                        hint = "data.on_bad_image=skip leaves such pairs out"
+                        raise ValueError(f"{path}:{rec['line']}: image {image} {problem} ({hint})")
+                    self.skipped[split] = self.skipped.get(split, 0) + 1
+                    if self.skipped[split] == 1:
+                        log.warning(
+                            "%s:%d: image %s %s; skipping (data.on_bad_image=skip)", path, rec["line"], image, problem
+                        )
+                    continue
+                kept.append(rec["text"])
+                images.append(image)
+                labels.append(self._label(rec, path))
+            if self.skipped.get(split):
+                log.warning(
+                    "%s: skipped %d of %d pairs with a missing or unreadable image",
+                    path,
+                    self.skipped[split],
+                    len(recs),
+                )
+            if not kept:
+                raise ValueError(f"{path}: no pair left with a readable image ({len(recs)} lines)")
+            self.datasets[split] = self._dataset(split, images, kept, labels)
+
+    def _label(self, rec: dict[str, Any], path: Path) -> int:
+        label = rec["label"]
+        if self.task == "match":
+            value = {True: 1, False: 0, "match": 1, "mismatch": 0}.get(label)  # 1/0 hash as True/False
+            if isinstance(label, float) or value is None:
+                raise ValueError(f"{path}:{rec['line']}: match label {label!r}; valid: true/false, 1/0, match/mismatch")
+            return value
+        if str(label) not in self.class_names:
+            valid = self.class_names if len(self.class_names) <= 20 else [*self.class_names[:20], "..."]
+            raise ValueError(f"{path}:{rec['line']}: label {label!r} is not an answer class; valid: {valid}")
+        return self.class_names.index(str(label))
+
+    def _dataset(self, split: str, images: np.ndarray | list[Path], texts: list[str], labels: list[int]) -> PairDataset:
+        ids = [self.tokenizer.encode(t) for t in texts]
+        long = sum(len(x) > self.max_len for x in ids)
+        if long:
+            log.warning("%s: cut %d of %d texts to data.max_len=%d tokens", split, long, len(ids), self.max_len)
+        ids = [x[: self.max_len] for x in ids]
+        return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise ValueError(f"no {split} data: give data.{split} (a JSONL file)")
+        return DataLoader(
+            self.datasets[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            collate_fn=Collate(self.tokenizer.pad_id),
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+
+def _load_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records with `image`, `text`, `label` and their line number; errors name the file and line."""
+    if not path.is_file():
+        raise ValueError(f"JSONL file not found: {path}")
+    records = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
+            if not isinstance(rec, dict):
+                raise ValueError(
+                    f"{path}:{line_no}: expected an object with image, text, label; got {type(rec).__name__}"
+                )
+            missing = [k for k in ("image", "text", "label") if k not in rec]
+            if missing:
+                raise ValueError(f"{path}:{line_no}: missing key(s) {missing}; each line needs image, text, label")
+            if not isinstance(rec["image"], str) or not isinstance(rec["text"], str):
+                raise ValueError(f"{path}:{line_no}: image and text must be strings")
+            records.append({**rec, "line": line_no})
+    if not records:
+        raise ValueError(f"{path}: no records")
+    return records
+
+
+def _check_image(path: Path) -> str | None:
+    """None if `path` is a readable image, else what is wrong with it."""
+    if not path.is_file():
+        return "does not exist"
+    try:
+        with Image.open(path) as img:
+            img.verify()
+    except (OSError, UnidentifiedImageError) as err:
+        return f"cannot be read ({err})"
+    return None

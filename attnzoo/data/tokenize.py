@@ -1,0 +1,138 @@
+"""Tokenizers that need no download: UTF-8 bytes (every language), a fixed word list, or a user's file.
+
+A tokenizer has `name`, `vocab_size`, `pad_id`, `encode(text) -> list[int]` and `describe() -> dict` (saved
+with a run). `make_tokenizer(spec)` builds one from the `data.tokenizer` config value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import listops
+
+
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+    pad_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes: id = byte + 1, id 0 is padding (257 ids)."""
+
+    name = "bytes"
+    vocab_size = 257
+    pad_id = 0
+
+    def encode(self, text: str) -> list[int]:
+        return [b + 1 for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i - 1 for i in ids if i != self.pad_id).decode("utf-8", errors="replace")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.name, "vocab_size": self.vocab_size, "pad_id": self.pad_id}
+
+
+class WordTokenizer:
+    """Whitespace-separated words from a fixed vocabulary (`vocab[0]` is padding); unknown words raise."""
+
+    def __init__(self, *, vocab: Sequence[str], name: str = "words") -> None:
+        if len(set(vocab)) != len(vocab):
+            raise ValueError(f"{name} vocabulary has repeated words: {list(vocab)}")
+        self.name = name
+        self.vocab = list(vocab)
+        self.ids = {w: i for i, w in enumerate(self.vocab)}
+        self.vocab_size = len(self.vocab)
+        self.pad_id = 0
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self.ids[w] for w in text.split()]
+        except KeyError as err:
+            raise ValueError(
+                f"word {err.args[0]!r} is not in the {self.name} vocabulary {self.vocab[1:]} (text: {text[:80]!r}); "
+                "use data.tokenizer=bytes for free text"
+            ) from None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.vocab[i] for i in ids if i != self.pad_id)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.name, "vocab": self.vocab, "pad_id": self.pad_id}
+
+
+class FileTokenizer:
+    """A Hugging Face `tokenizers` JSON file the user already has (needs `pip install tokenizers`).
+
+    The padding id is the tokenizer's own padding token when it defines one, else the first of `PAD_TOKENS`
+    in its vocabulary; special tokens ([CLS], [SEP], ...) are added as the file's post-processor says.
+    """
+
+    PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<PAD>")
+
+    def __init__(self, *, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            valid = list(TOKENIZERS)
+            raise ValueError(f"data.tokenizer: no tokenizer file {str(self.path)!r}; valid: {valid} or a file path")
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError as err:
+            raise ValueError(
+                f"data.tokenizer {str(self.path)!r} needs the `tokenizers` package (pip install tokenizers), "
+                "or use data.tokenizer=bytes"
+            ) from err
+        try:
+            self.tok = HFTokenizer.from_file(str(self.path))
+        except Exception as err:  # the Rust side raises its own exception type
+            raise ValueError(f"{self.path}: not a `tokenizers` JSON file: {err}") from err
+        padding = self.tok.padding  # the file's padding settings, if any (read before turning padding off)
+        self.tok.no_padding()
+        self.tok.no_truncation()  # the DataModule truncates, and logs how many texts it cut
+        self.name = str(self.path)
+        self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
+        self.pad_id = self._pad_id(padding)
+
+    def _pad_id(self, padding: dict | None) -> int:
+        if padding and padding.get("pad_id") is not None:
+            return int(padding["pad_id"])
+        for token in self.PAD_TOKENS:
+            token_id = self.tok.token_to_id(token)
+            if token_id is not None:
+                return token_id
+        raise ValueError(
+            f"{self.path}: the tokenizer has no padding token (none of {list(self.PAD_TOKENS)} and no padding "
+            "settings); add one to the file"
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text).ids
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "file", "path": str(self.path), "vocab_size": self.vocab_size, "pad_id": self.pad_id}
+
+
+TOKENIZERS = {
+    "bytes": ByteTokenizer,
+    "listops": lambda: WordTokenizer(vocab=listops.VOCAB, name="listops"),
+}
+
+
+def make_tokenizer(spec: str) -> Tokenizer:
+    """A tokenizer from a name in `TOKENIZERS` or a path to a `tokenizers` JSON file."""
+    if spec in TOKENIZERS:
+        return TOKENIZERS[spec]()
+    if spec.endswith(".json") or Path(spec).exists():
+        return FileTokenizer(path=spec)
+    from ..attention.factory import suggest
+
+    valid = list(TOKENIZERS)
+    hint = suggest(spec, valid)
+    raise ValueError(f"data.tokenizer: unknown {spec!r}; valid: {valid} or a `tokenizers` .json file{hint}")

@@ -1,0 +1,182 @@
+"""Audio Spectrogram Transformer (AST, Gong et al. 2021) with attention from config.
+
+Notation: B batch, T samples, F mel bins, N frames, Fp x Tp patch grid, P = Fp * Tp patches, D width.
+
+The model takes waveforms: log-mel features (`attnzoo.data.audio_features.LogMel`), normalization with the
+train-set statistics (buffers, so checkpoints carry them), SpecAugment in training, overlapping 16x16 patches
+with separate frequency and time strides, cls + distillation tokens whose outputs are averaged for the head.
+Patch tokens are ordered time-major (all frequency patches of time step 0, then of time step 1, ...), so a 1D
+sliding window over tokens is a window over time, and a longer clip only appends rows to the patch grid.
+Position embeddings are learned for `target_frames` and interpolated along time for clips of other lengths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.layers import resample_abs_pos_embed, trunc_normal_
+from timm.models.vision_transformer import init_weights_vit_timm
+from torch import nn
+
+from ..attention.patterns import Pattern
+from ..data.audio_features import LogMel, SpecAugment
+from ..layers.encoder import make_encoder
+
+Tensor = torch.Tensor
+
+
+def patch_grid(n_mels: int, frames: int, patch_size: int = 16, fstride: int = 10, tstride: int = 10) -> tuple[int, int]:
+    """(Fp, Tp): patches along frequency and time, as the AST paper counts them."""
+    if n_mels < patch_size or frames < patch_size:
+        raise ValueError(f"features of {n_mels} mel bins x {frames} frames are smaller than a {patch_size} patch")
+    return (n_mels - patch_size) // fstride + 1, (frames - patch_size) // tstride + 1
+
+
+class TimeWindow(Pattern):
+    """Sliding window over time for AST tokens: a patch reads patches at most `steps` time steps away (any
+    frequency); prefix tokens (cls, distillation) read and are read by every token.
+
+    Use it from config by import path: `pattern: {kind: attnzoo.models.ast.TimeWindow, steps: 2}`; the model
+    supplies `grid_size` and `num_prefix_tokens`. It holds for any clip length (only the time rows change).
+    """
+
+    def __init__(self, *, steps: int, grid_size: tuple[int, int], num_prefix_tokens: int = 0) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+        self.steps, self.freq_patches, self.num_prefix_tokens = steps, int(grid_size[1]), num_prefix_tokens
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        p = self.num_prefix_tokens
+        tq = (q_idx - p).div(self.freq_patches, rounding_mode="floor")  # time step of each token (time-major)
+        tk = (kv_idx - p).div(self.freq_patches, rounding_mode="floor")
+        return ((tq - tk).abs() <= self.steps) | (q_idx < p) | (kv_idx < p)
+
+
+class AST(nn.Module):
+    """Waveforms [B, T] -> logits [B, num_classes].
+
+    Args:
+        num_classes: output classes (or labels, for multi-label tasks).
+        sample_rate, n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`); a DataModule supplies them.
+        target_frames: frames of the training clips; sizes the position table (interpolated for other lengths).
+        feature_mean, feature_std: normalization statistics of the train split's log-mel features.
+        patch_size: square patch side in bins/frames.
+        fstride, tstride: patch strides along frequency and time (< patch_size: overlapping patches).
+        embed_dim, depth, num_heads, mlp_ratio: transformer size.
+        attention: the attention config (`attnzoo.attention.factory.attention_layer`); attention parts receive
+            `grid_size=(Tp, Fp)` (rows are time steps) and `num_prefix_tokens`.
+        dist_token: add the distillation token (its output is averaged with the cls token's).
+        spec_augment: `SpecAugment` options ({freq_mask, time_mask, num_masks}), or None for none.
+        drop_rate: dropout on the embeddings and before the head.
+        drop_path_rate: stochastic depth of the last block.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        sample_rate: int = 16000,
+        n_mels: int = 128,
+        win_ms: float = 25.0,
+        hop_ms: float = 10.0,
+        features: str = "fbank",
+        target_frames: int = 1024,
+        feature_mean: float = 0.0,
+        feature_std: float = 1.0,
+        patch_size: int = 16,
+        fstride: int = 10,
+        tstride: int = 10,
+        embed_dim: int = 768,
+        depth: int = 12,
+        num_heads: int = 12,
+        mlp_ratio: float = 4.0,
+        attention: dict[str, Any] | None = None,
+        dist_token: bool = True,
+        spec_augment: dict[str, Any] | None = None,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes ({num_classes}) must be >= 1")
+        if not (0 < fstride <= patch_size and 0 < tstride <= patch_size):
+            raise ValueError(f"fstride ({fstride}) and tstride ({tstride}) must be in [1, patch_size={patch_size}]")
+        if feature_std <= 0:
+            raise ValueError(f"feature_std ({feature_std}) must be > 0")
+        self.logmel = LogMel(sample_rate=sample_rate, n_mels=n_mels, win_ms=win_ms, hop_ms=hop_ms, kind=features)
+        self.register_buffer("feature_mean", torch.tensor(float(feature_mean)))
+        self.register_buffer("feature_std", torch.tensor(float(feature_std)))
+        self.spec_augment = SpecAugment(**spec_augment) if spec_augment else None
+        self.patch_size, self.fstride, self.tstride, self.target_frames = patch_size, fstride, tstride, target_frames
+        self.grid = patch_grid(n_mels, target_frames, patch_size, fstride, tstride)  # (Fp, Tp) of the training clips
+        self.num_prefix_tokens = 2 if dist_token else 1
+        self.patch_embed = nn.Conv2d(1, embed_dim, kernel_size=patch_size, stride=(fstride, tstride))
+        self.prefix = nn.Parameter(torch.zeros(1, self.num_prefix_tokens, embed_dim))  # cls (, dist)
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + self.grid[0] * self.grid[1], embed_dim))
+        self.pos_drop = nn.Dropout(drop_rate)
+        self.encoder = make_encoder(
+            dim=embed_dim,
+            depth=depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            attention=attention,
+            drop_path_rate=drop_path_rate,
+            grid_size=(self.grid[1], self.grid[0]),
+            num_prefix_tokens=self.num_prefix_tokens,
+        )
+        self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes)
+        trunc_normal_(self.pos_embed, std=0.02)
+        trunc_normal_(self.prefix, std=0.02)
+        self.apply(init_weights_vit_timm)
+
+    def num_patches(self, num_samples: int) -> int:
+        """Patch tokens P for a clip of `num_samples` samples."""
+        fp, tp = patch_grid(
+            self.logmel.n_mels, self.logmel.num_frames(num_samples), self.patch_size, self.fstride, self.tstride
+        )
+        return fp * tp
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        """Parameters timm's optimizer factory keeps out of weight decay."""
+        return {"pos_embed", "prefix"}
+
+    def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
+        self.encoder.set_grad_checkpointing(enabled, **kwargs)
+
+    def features(self, audio: Tensor) -> Tensor:
+        """Normalized (and, in training, SpecAugmented) log-mel features [B, F, N]."""
+        feats = (self.logmel(audio) - self.feature_mean) / self.feature_std
+        return self.spec_augment(feats) if self.spec_augment is not None else feats
+
+    def tokens(self, feats: Tensor) -> Tensor:
+        """Features [B, F, N] -> tokens [B, prefix + P, D] with position embeddings."""
+        if feats.shape[2] < self.patch_size:
+            raise ValueError(
+                f"a clip of {feats.shape[2]} frames is shorter than one {self.patch_size}-frame patch "
+                f"({self.patch_size * self.logmel.hop_ms:.0f} ms at hop {self.logmel.hop_ms} ms)"
+            )
+        x = self.patch_embed(feats[:, None])  # [B, D, Fp, Tp]
+        fp, tp = x.shape[2], x.shape[3]
+        x = x.permute(0, 3, 2, 1).flatten(1, 2)  # [B, Tp * Fp, D], time-major
+        pos = self.pos_embed
+        if (tp, fp) != self._grid_now:  # grid-aware attention parts (2D relative bias) follow the clip length
+            for module in self.encoder.modules():
+                if hasattr(module, "set_grid_size"):
+                    module.set_grid_size((tp, fp))
+            self._grid_now = (tp, fp)
+        if (fp, tp) != self.grid:
+            pos = resample_abs_pos_embed(
+                pos, new_size=[tp, fp], old_size=[self.grid[1], self.grid[0]], num_prefix_tokens=self.num_prefix_tokens
+            )  # [1, prefix + Tp * Fp, D]
+        x = torch.cat([self.prefix.expand(x.shape[0], -1, -1), x], dim=1)  # [B, prefix + P, D]
+        return self.pos_drop(x + pos)
+
+    def forward(self, audio: Tensor) -> Tensor:
+        """audio [B, T] waveforms at `sample_rate` -> logits [B, num_classes]."""
+        x = self.encoder(self.tokens(self.features(audio)))  # [B, prefix + P, D]
+        pooled = x[:, : self.num_prefix_tokens].mean(1)  # [B, D]: mean of cls and distillation outputs
+        return self.head(self.head_drop(pooled))

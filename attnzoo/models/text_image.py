@@ -1,0 +1,206 @@
+"""Text-image fusion: a ViT-style image encoder, a text encoder, then cross-attention in which text attends to patches.
+
+Notation: B batch, L text tokens, N image patches, Ct text width, Ci image width, H heads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.layers import Mlp
+from torch import nn
+
+from ..attention import capture_attention
+from ..attention.factory import attention_layer, build
+from ..attention.positions import POSITIONS
+from ..layers import CrossAttentionBlock, TransformerBlock
+from ..layers.encoder import make_encoder
+from .vit import ViT
+
+Tensor = torch.Tensor
+
+IMAGE_POSITIONS = ("learned", "none")
+POOLING = ("mean", "first")
+
+
+class TextImageNet(nn.Module):
+    """Image encoder + text encoder + `fusion_depth` x (cross-attention block, text self-attention block) + head.
+
+    Text tokens are the queries of the cross-attention and image patches its keys, so text padding masks
+    nothing there; it is the key padding mask of every text self-attention and is left out of the pooling,
+    which makes the real tokens' outputs (and the logits) independent of how much padding a batch carries.
+
+    Args:
+        num_classes: outputs of the head.
+        img_size, patch_size, in_chans: the image and its square patches.
+        vocab_size, pad_id: token ids are in [0, vocab_size); `pad_id` gets a zero embedding (padding).
+        max_len: longest text (learned text positions).
+        image_dim, image_depth: width and blocks of the image encoder (Ci).
+        text_dim, text_depth: width and blocks of the text encoder before fusion (Ct).
+        fusion_depth: cross-attention blocks, each followed by a text self-attention block.
+        num_heads: heads of every attention.
+        mlp_ratio: hidden width of the MLPs as a multiple of the width.
+        gated: tanh gates on the cross-attention branches, starting at 0 (Flamingo): the net starts text-only.
+        image_pos: "learned" (one position embedding per patch of the 2D grid) or "none" (then a 2D attention
+            bias or axial rotary can carry position: the image encoder's attention gets `grid_size` as context).
+        text_pos: text positions, a `POSITIONS` spec ("learned", "sinusoidal", "none" with rotary, ...).
+        pooling: "mean" over non-pad tokens, or the "first" token.
+        attention: self-attention config of both encoders and the fusion blocks (`attnzoo.attention.factory`).
+        cross_attention: cross-attention config.
+        drop_path_rate: stochastic depth of the encoders.
+        head_drop: dropout before the head.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        img_size: int = 48,
+        patch_size: int = 8,
+        in_chans: int = 3,
+        vocab_size: int = 257,
+        pad_id: int = 0,
+        max_len: int = 64,
+        image_dim: int = 64,
+        image_depth: int = 2,
+        text_dim: int = 64,
+        text_depth: int = 1,
+        fusion_depth: int = 2,
+        num_heads: int = 4,
+        mlp_ratio: float = 2.0,
+        gated: bool = False,
+        image_pos: str = "learned",
+        text_pos: str | dict[str, Any] = "learned",
+        pooling: str = "mean",
+        attention: dict[str, Any] | None = None,
+        cross_attention: dict[str, Any] | None = None,
+        drop_path_rate: float = 0.0,
+        head_drop: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size ({img_size}) must be divisible by patch_size ({patch_size})")
+        if image_pos not in IMAGE_POSITIONS:
+            raise ValueError(f"image_pos {image_pos!r} is not one of {IMAGE_POSITIONS}")
+        if pooling not in POOLING:
+            raise ValueError(f"pooling {pooling!r} is not one of {POOLING}")
+        for name, value in {"fusion_depth": fusion_depth, "max_len": max_len, "num_classes": num_classes}.items():
+            if value < 1:
+                raise ValueError(f"{name} ({value}) must be >= 1")
+        if not 0 <= pad_id < vocab_size:
+            raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
+        self.img_size, self.max_len, self.pooling = img_size, max_len, pooling
+
+        # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
+        self.image_encoder = ViT(
+            img_size=img_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            num_classes=0,
+            embed_dim=image_dim,
+            depth=image_depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            class_token=False,
+            global_pool="avg",
+            pos_embed=image_pos,
+            drop_path_rate=drop_path_rate,
+            attention=attention,
+        )
+        self.grid_size = self.image_encoder.grid_size
+
+        self.token_embed = nn.Embedding(vocab_size, text_dim, padding_idx=pad_id)
+        self.text_pos = build(text_pos, POSITIONS, "model.text_pos", dim=text_dim, max_len=max_len)  # None: "none"
+        self.text_encoder = make_encoder(
+            dim=text_dim,
+            depth=text_depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            attention=attention,
+            drop_path_rate=drop_path_rate,
+            final_norm=False,
+            max_len=max_len,
+            seq_len=max_len,
+        )
+
+        cross_cls = attention_layer(cross_attention, what="model.cross_attention")
+        self_cls = attention_layer(attention, max_len=max_len, seq_len=max_len)
+        hidden = int(text_dim * mlp_ratio)
+        self.cross_blocks = nn.ModuleList(
+            CrossAttentionBlock(
+                dim=text_dim,
+                cross_attn=cross_cls(text_dim, num_heads, context_dim=image_dim),
+                mlp=Mlp(text_dim, hidden),
+                gated=gated,
+            )
+            for _ in range(fusion_depth)
+        )
+        self.text_blocks = nn.ModuleList(
+            TransformerBlock(dim=text_dim, attn=self_cls(text_dim, num_heads), mlp=Mlp(text_dim, hidden))
+            for _ in range(fusion_depth)
+        )
+        self.norm = nn.LayerNorm(text_dim)
+        self.head_drop = nn.Dropout(head_drop)
+        self.head = nn.Linear(text_dim, num_classes)
+
+    def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
+        """Checkpoint the image and text encoders (`Encoder.set_grad_checkpointing`); fusion blocks are not."""
+        self.image_encoder.set_grad_checkpointing(enabled, **kwargs)
+        self.text_encoder.set_grad_checkpointing(enabled, **kwargs)
+
+    def encode_image(self, image: Tensor) -> Tensor:
+        """[B, C, H, W] -> patch tokens [B, N, Ci]."""
+        if tuple(image.shape[-2:]) != (self.img_size, self.img_size):
+            raise ValueError(f"image of size {tuple(image.shape[-2:])}; this model was built for {self.img_size}")
+        vit = self.image_encoder
+        return vit.fc_norm(vit.forward_features(image))  # [B, N, Ci]; with avg pooling the ViT norms with fc_norm
+
+    def encode_text(self, tokens: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """[B, L] ids -> [B, L, Ct]."""
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"text of {tokens.shape[1]} tokens; this model takes at most max_len={self.max_len}")
+        x = self.token_embed(tokens)  # [B, L, Ct]
+        if self.text_pos is not None:
+            x = self.text_pos(x)
+        return self.text_encoder(x, key_padding_mask=padding_mask)
+
+    def forward(
+        self,
+        image: Tensor,
+        tokens: Tensor,
+        padding_mask: Tensor | None = None,
+        return_cross_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits [B, num_classes]; with `return_cross_attention` also each fusion layer's weights [B, H, L, N].
+
+        Args:
+            image: [B, C, H, W].
+            tokens: [B, L] long.
+            padding_mask: bool [B, L], True marks padding; None for no padding.
+        """
+        if padding_mask is not None and padding_mask.shape != tokens.shape:
+            shapes = f"{tuple(padding_mask.shape)} vs {tuple(tokens.shape)}"
+            raise ValueError(f"padding_mask must have the shape of tokens: {shapes}")
+        patches = self.encode_image(image)  # [B, N, Ci]
+        x = self.encode_text(tokens, padding_mask)  # [B, L, Ct]
+        maps = []
+        for cross, block in zip(self.cross_blocks, self.text_blocks, strict=True):
+            if return_cross_attention:
+                with capture_attention() as records:
+                    x = cross(x, patches)
+                maps.append(records[-1])  # [B, H, L, N]
+            else:
+                x = cross(x, patches)
+            x = block(x, key_padding_mask=padding_mask)
+        x = self.norm(x)
+        logits = self.head(self.head_drop(self._pool(x, padding_mask)))
+        return (logits, maps) if return_cross_attention else logits
+
+    def _pool(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        if self.pooling == "first":
+            return x[:, 0]
+        if padding_mask is None:
+            return x.mean(dim=1)
+        keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # [B, L, 1]
+        return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)

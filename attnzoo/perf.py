@@ -1,0 +1,92 @@
+"""Training-speed switches of the `trainer:` section: precision `auto`, activation checkpointing, torch.compile.
+
+- `trainer.precision: auto` resolves to `bf16-mixed` where bfloat16 is fast (a CUDA device with bf16, or a CPU
+  with avx512_bf16 / AMX), `16-mixed` (fp16 with loss scaling) on CUDA without bf16, else `32-true`. The choice
+  is logged once and written into the run's saved config.
+- `trainer.grad_checkpointing: true | {enabled, every, attention_only}` is applied to every `Encoder` of the net.
+- `trainer.compile: true` compiles the net in place (`nn.Module.compile`; parameter names are unchanged).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger("attnzoo")
+CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions (avx512_bf16 or AMX); without them bf16 autocast is slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
+def _uses_cuda(accelerator: Any) -> bool:
+    if accelerator in ("gpu", "cuda"):
+        return True
+    return accelerator in (None, "auto") and torch.cuda.is_available()
+
+
+def resolve_precision(precision: Any, accelerator: Any = "auto") -> tuple[Any, str]:
+    """(precision, why): `precision` unchanged unless it is "auto"."""
+    if precision != "auto":
+        return precision, "set explicitly"
+    if _uses_cuda(accelerator):
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return "bf16-mixed", f"CUDA device {torch.cuda.get_device_name()} supports bfloat16"
+        return "16-mixed", "CUDA device without bfloat16: float16 autocast with loss scaling"
+    if cpu_has_fast_bf16():
+        return "bf16-mixed", "CPU has avx512_bf16/AMX instructions"
+    capability = torch.backends.cpu.get_cpu_capability()
+    return "32-true", f"CPU ({capability}) has no avx512_bf16/AMX, where bf16 autocast is slower than fp32"
+
+
+def checkpointing_options(value: Any, *, key: str = "trainer.grad_checkpointing") -> dict[str, Any]:
+    """Normalize `true/false` or `{enabled, every, attention_only}` to keyword arguments of set_grad_checkpointing."""
+    if isinstance(value, bool) or value is None:
+        return {"enabled": bool(value), "every": 1, "attention_only": False}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(CHECKPOINTING_KEYS)}, got {value!r}")
+    unknown = sorted(set(value) - set(CHECKPOINTING_KEYS))
+    if unknown:
+        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(CHECKPOINTING_KEYS)}")
+    opts = {"enabled": value.get("enabled", True), "every": value.get("every", 1)}
+    opts["attention_only"] = value.get("attention_only", False)
+    if not isinstance(opts["enabled"], bool) or not isinstance(opts["attention_only"], bool):
+        raise ValueError(f"{key}: enabled and attention_only must be true/false, got {value!r}")
+    if isinstance(opts["every"], bool) or not isinstance(opts["every"], int) or opts["every"] < 1:
+        raise ValueError(f"{key}.every: expected an int >= 1, got {opts['every']!r}")
+    return opts
+
+
+def apply_grad_checkpointing(net: nn.Module, value: Any) -> int:
+    """Apply `trainer.grad_checkpointing` to every `Encoder` in `net`; returns how many were set."""
+    from .layers.encoder import Encoder
+
+    opts = checkpointing_options(value)
+    if not opts["enabled"]:
+        return 0
+    encoders = [m for m in net.modules() if isinstance(m, Encoder)]
+    if not encoders:
+        raise ValueError(f"trainer.grad_checkpointing: {type(net).__name__} has no attnzoo Encoder to checkpoint")
+    for encoder in encoders:
+        encoder.set_grad_checkpointing(True, every=opts["every"], attention_only=opts["attention_only"])
+    log.info("activation checkpointing on %d encoder(s): %s", len(encoders), opts)
+    return len(encoders)
+
+
+def compile_net(net: nn.Module) -> nn.Module:
+    """Compile `net` in place with torch.compile (inductor); the first steps are slow while it compiles."""
+    net.compile()
+    log.info("torch.compile: %s compiled in place (inductor)", type(net).__name__)
+    return net

@@ -1,0 +1,268 @@
+"""The report of an ablation directory (see `attnzoo.ablate`): tables (CSV, markdown) and plots (PNG).
+
+Per variant, over its seeds: mean +- std of the metric, training throughput, peak memory and wall time,
+the parameter count and the attention backends the run reported. A metric is looked up in a run's
+summary.json in this order: `test` (the test split on the best checkpoint), `best` (the best validation
+score), `metrics` (the values at the end of training).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MB = 2**20
+LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "wer", "cer")
+
+
+@dataclass
+class Run:
+    id: str
+    seed: int
+    status: str  # ok | failed | missing
+    record: dict[str, Any]
+    summary: dict[str, Any]
+
+
+@dataclass
+class Row:
+    """One variant: its runs over seeds and what they measured."""
+
+    name: str
+    values: dict[str, str]
+    runs: list[Run] = field(default_factory=list)
+    metric: list[float] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
+    memory_mb: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+    parameters: list[int] = field(default_factory=list)
+    backends: set[str] = field(default_factory=set)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.runs)
+
+
+def metric_value(summary: dict[str, Any], metric: str) -> float | None:
+    for section in ("test", "best", "metrics"):
+        value = (summary.get(section) or {}).get(metric)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def default_metric(summaries: Sequence[dict[str, Any]]) -> str | None:
+    """The recipe's monitored metric (what picked the best checkpoint), on the test split when one ran."""
+    for summary in summaries:
+        monitor = next((k for k in (summary.get("best") or {}) if k != "path"), None)
+        if monitor is None:
+            continue
+        test = "test/" + monitor.split("/", 1)[-1]
+        return test if test in (summary.get("test") or {}) else monitor
+    return None
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, sample std); std is NaN for fewer than two values, the mean is NaN for none."""
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def collect(out: Path) -> tuple[dict[str, Any], list[Row], str | None, str]:
+    """(the plan, one Row per variant in grid order, the metric, its mode) from an ablation directory."""
+    info = _read(out / "ablation.json")
+    if not info:
+        raise ValueError(f"{out} is not an ablation directory (no ablation.json)")
+    rows: dict[str, Row] = {}
+    for v in info["variants"]:
+        run_dir = out / "runs" / v["id"]
+        record, summary = _read(run_dir / "ablate.json"), _read(run_dir / "summary.json")
+        state = record.get("status", "ok")  # "running" with a summary: fit finished before the ablation stopped
+        status = "ok" if summary and state in ("ok", "running") else "failed" if state == "failed" else "missing"
+        row = rows.setdefault(v["name"], Row(v["name"], v["values"]))
+        row.runs.append(Run(v["id"], v["seed"], status, record, summary if status == "ok" else {}))
+    summaries = [r.summary for row in rows.values() for r in row.runs if r.status == "ok"]
+    metric = info.get("metric") or default_metric(summaries)
+    mode = info.get("mode") or ("min" if metric and any(w in metric for w in LOWER_IS_BETTER) else "max")
+    for row in rows.values():
+        for run in row.runs:
+            if run.status != "ok":
+                continue
+            s = run.summary
+            value = metric_value(s, metric) if metric else None
+            if value is not None:
+                row.metric.append(value)
+            if s.get("train_samples_per_second"):
+                row.throughput.append(float(s["train_samples_per_second"]))
+            peak = s.get("peak_cuda_bytes") or s.get("peak_rss_bytes")
+            if peak:
+                row.memory_mb.append(peak / MB)
+            if run.record.get("wall_seconds") is not None:
+                row.wall.append(float(run.record["wall_seconds"]))
+            if s.get("parameters") is not None:
+                row.parameters.append(int(s["parameters"]))
+            row.backends.update(s.get("attention_backends") or {})
+    return info, list(rows.values()), metric, mode
+
+
+def _fmt(values: Sequence[float], digits: int) -> str:
+    mean, std = mean_std(values)
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _runs_text(row: Row) -> str:
+    text = f"{row.count('ok')}/{len(row.runs)} ok"
+    for state in ("failed", "missing"):
+        if row.count(state):
+            text += f", {row.count(state)} {state}"
+    return text
+
+
+def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str | None, mode: str) -> Path:
+    """report.csv (one row per variant), runs.csv (one row per run) and report.md; returns report.md."""
+    axes = list(info.get("axes") or {})
+    cuda = any("peak_cuda_bytes" in r.summary for row in rows for r in row.runs)
+    memory = "peak CUDA memory (MB)" if cuda else "peak RSS (MB)"
+    with open(out / "report.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["variant", *axes, "metric", "metric_mean", "metric_std", "samples_per_s_mean", "samples_per_s_std",
+                    "peak_memory_mb_mean", "memory_kind", "parameters", "wall_s_mean", "wall_s_std", "backends",
+                    "seeds", "runs_ok", "runs_failed", "runs_missing"])  # fmt: skip
+        for row in rows:
+            stats = [tuple("" if math.isnan(x) else x for x in mean_std(v))
+                     for v in (row.metric, row.throughput, row.memory_mb, row.wall)]  # fmt: skip
+            w.writerow([row.name, *(row.values.get(a, "") for a in axes), metric or "", *stats[0], *stats[1],
+                        stats[2][0], "cuda" if cuda else "rss", row.parameters[0] if row.parameters else "",
+                        *stats[3], "+".join(sorted(row.backends)), " ".join(str(r.seed) for r in row.runs),
+                        row.count("ok"), row.count("failed"), row.count("missing")])  # fmt: skip
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "variant", "seed", "status", metric or "metric", "samples_per_s", "parameters",
+                    "wall_s", "backends", "error"])  # fmt: skip
+        for row in rows:
+            for r in row.runs:
+                s = r.summary
+                w.writerow([r.id, row.name, r.seed, r.status, metric_value(s, metric) if metric and s else "",
+                            s.get("train_samples_per_second", ""), s.get("parameters", ""),
+                            r.record.get("wall_seconds", "") if r.status == "ok" else "",
+                            "+".join(sorted(s.get("attention_backends") or {})),
+                            r.record.get("error", "")])  # fmt: skip
+
+    means = {row.name: mean_std(row.metric)[0] for row in rows if row.metric}
+    top = (max if mode == "max" else min)(means.values()) if means else None  # ties are all bold
+    seeds = sorted({r.seed for row in rows for r in row.runs})
+    lines = [
+        f"# Ablation: {Path(info.get('grid', 'grid')).stem} on {', '.join(Path(c).stem for c in info['configs'])}",
+        "",
+        f"`{info['command']}`" if info.get("command") else "",
+        "",
+        f"Metric: **{metric or 'none'}** ({'higher' if mode == 'max' else 'lower'} is better; best variant in bold), "
+        f"mean ± std over seeds {seeds}. Throughput: training samples/s. {memory[0].upper()}{memory[1:]}: the run's "
+        "process. "
+        "Wall: the whole run (start-up, training, validation, test). Backend: what the attention modules ran on.",
+        "",
+        f"| variant | {metric or 'metric'} | train samples/s | {memory} | parameters | wall (s) | backend | runs |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for row in rows:
+        name, value = f"`{row.name}`", _fmt(row.metric, 4)
+        if row.metric and means[row.name] == top:
+            name, value = f"**{name}**", f"**{value}**"
+        params = f"{row.parameters[0]:,}" if row.parameters else "-"
+        lines.append(
+            f"| {name} | {value} | {_fmt(row.throughput, 0)} | {_fmt(row.memory_mb, 0)} | {params} | "
+            f"{_fmt(row.wall, 0)} | {'+'.join(sorted(row.backends)) or '-'} | {_runs_text(row)} |"
+        )
+    lines += ["", "![metric per variant](metric.png)", "", "![metric against throughput](metric_vs_throughput.png)"]
+    failed = [(r.id, r.record.get("error", "")) for row in rows for r in row.runs if r.status == "failed"]
+    if failed:
+        lines += ["", "Failed runs (stderr in `runs/<run>/stderr.log`):", ""]
+        lines += [f"- `{run}`: {error}" for run, error in failed]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    return out / "report.md"
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_metric(rows: list[Row], metric: str | None, path: Path) -> None:
+    """The metric per variant: mean with a ± std bar, each seed a faint dot; a failed variant says so."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(rows)))
+    ys = list(range(len(rows)))[::-1]  # first variant at the top
+    for y, row in zip(ys, rows, strict=True):
+        if not row.metric:
+            ax.annotate(f"no result ({_runs_text(row)})", (0.02, y), xycoords=("axes fraction", "data"), va="center",
+                        color="tab:red", fontsize=9)  # fmt: skip
+            continue
+        mean, std = mean_std(row.metric)
+        ax.errorbar(mean, y, xerr=0 if math.isnan(std) else std, fmt="o", color="tab:blue", capsize=4, ms=7, zorder=3)
+        ax.scatter(row.metric, [y] * len(row.metric), s=14, color="0.5", alpha=0.6, zorder=2)
+    ax.set_yticks(ys, [row.name for row in rows], fontsize=9)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel(f"{metric} (mean ± std over seeds; grey: each seed)" if metric else "no metric")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"{metric} per variant", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -> None:
+    """Metric against training throughput, one point (± std both ways) per variant, labelled."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    drawn = [row for row in rows if row.metric and row.throughput]
+    colors = plt.get_cmap("tab10")
+    for i, row in enumerate(drawn):
+        (m, ms), (t, ts) = mean_std(row.metric), mean_std(row.throughput)
+        ax.errorbar(t, m, xerr=0 if math.isnan(ts) else ts, yerr=0 if math.isnan(ms) else ms, fmt="o", ms=8,
+                    capsize=4, color=colors(i % 10), label=row.name)  # fmt: skip
+        ax.annotate(row.name, (t, m), textcoords="offset points", xytext=(6, 6), fontsize=8, color=colors(i % 10))
+    if not drawn:
+        _empty(ax, "no finished run yet")
+    ax.set_xlabel("training throughput (samples/s)")
+    ax.set_ylabel(metric or "metric")
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{metric} against throughput (mean ± std over seeds)", fontsize=11)
+    ax.margins(0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(out: str | Path) -> Path:
+    """Tables and plots of the ablation in `out`; returns report.md."""
+    out = Path(out)
+    info, rows, metric, mode = collect(out)
+    path = write_tables(out, info, rows, metric, mode)
+    plot_metric(rows, metric, out / "metric.png")
+    plot_metric_vs_throughput(rows, metric, out / "metric_vs_throughput.png")
+    return path

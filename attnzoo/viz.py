@@ -1,0 +1,245 @@
+"""`python -m attnzoo.viz <run dir> [--input FILE] [--index N] [--checkpoint best|last|FILE] [--out DIR]`
+
+Attention maps of a trained run for one input: every layer's and head's attention matrix, what the prefix
+tokens (class token; AST's class and distillation tokens) read from each patch, drawn over the input, and
+attention rollout over the input. The input is an image file (ViT), a WAV file (AST, drawn over its log-mel
+spectrogram), or, without `--input`, example `--index` of the run's validation split (any recipe; runs
+whose tokens are not patches of the input, such as text, get the matrices).
+
+Maps come from `attnzoo.attention.capture_attention`: the captured calls run on the eager backend (the one
+that returns weights), whatever backend the run trained with; the weights are the same up to rounding.
+
+Notation: B batch (1 here), H heads, L tokens (P prefix tokens, then the N patches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import ConfigError, load
+from .fit import _show_attnzoo_log
+from .viz_draw import Canvas, image_canvas, plot_matrices, plot_prefix_maps, plot_rollout, spectrogram_canvas
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def rollout(maps: Sequence[Tensor], *, residual: float = 0.5, head_fusion: str = "mean") -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each token's output draws on each input token.
+
+    Each layer's heads are fused (mean, max or min), the residual connection is modelled as
+    `residual * I + (1 - residual) * A`, rows are renormalized, and the layers are multiplied in order.
+
+    Args:
+        maps: one [B, H, L, L] self-attention tensor per layer, first layer first.
+
+    Returns:
+        [B, L, L]; row i is output token i's attribution over the input tokens (rows sum to 1).
+    """
+    if not maps:
+        raise ValueError("rollout needs at least one attention map")
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"residual ({residual}) must be in [0, 1]")
+    fuse: dict[str, Callable[[Tensor], Tensor]] = {
+        "mean": lambda a: a.mean(1),
+        "max": lambda a: a.amax(1),
+        "min": lambda a: a.amin(1),
+    }
+    if head_fusion not in fuse:
+        raise ValueError(f"head_fusion {head_fusion!r}: valid: {sorted(fuse)}")
+    b, _, n, _ = maps[0].shape
+    out = torch.eye(n, dtype=torch.float64).expand(b, n, n)  # [B, L, L]
+    for i, a in enumerate(maps):
+        if a.dim() != 4 or a.shape[-2:] != (n, n):
+            raise ValueError(
+                f"layer {i}: rollout needs square self-attention maps [B, H, {n}, {n}], got {tuple(a.shape)}"
+            )
+        a = fuse[head_fusion](a.double())  # [B, L, L]
+        a = residual * torch.eye(n, dtype=a.dtype) + (1.0 - residual) * a
+        a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+        out = a @ out
+    return out.float()
+
+
+def capture(net: torch.nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
+    """(logits, one [B, H, Lq, Lk] map per attention call) for `inputs`, in eval mode without gradients."""
+    from .attention import capture_attention
+
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad(), capture_attention() as maps:
+            logits = net(**inputs)
+    finally:
+        net.train(was_training)
+    if not maps:
+        raise ValueError(f"{type(net).__name__} made no attnzoo Attention call: nothing to draw")
+    return logits, [m.float() for m in maps]
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def image_input(data: Any, path: Path) -> dict[str, Tensor]:
+    """An image file as the run's DataModule prepares validation images: {"image": [1, C, S, S]}."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img = img.convert("L" if data.in_chans == 1 else "RGB")
+        image = data._transform(train=False, in_memory=False)(img)  # [C, S, S]
+    return {"image": image[None]}
+
+
+def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
+    """A WAV file as mono audio at the run's sample rate, at its own length: {"audio": [1, T]}."""
+    from .data.audio_io import load_clip
+
+    return {"audio": load_clip(path, sample_rate=data.sample_rate)[None]}
+
+
+# data kind -> (file suffixes, how such a file becomes the net's inputs); other modalities add theirs
+INPUTS: dict[str, tuple[tuple[str, ...], Callable[[Any, Path], dict[str, Tensor]]]] = {
+    "image": (IMAGE_SUFFIXES, image_input),
+    "audio": ((".wav",), audio_input),
+}
+
+
+def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> Canvas | None:
+    """How to draw per-patch values over this input, or None when the tokens are not patches of it."""
+    prefix = int(getattr(net, "num_prefix_tokens", 0))
+    if "image" in inputs and getattr(net, "grid_size", None) is not None:
+        grid = tuple(net.grid_size)
+        if prefix + grid[0] * grid[1] == length:
+            return image_canvas(inputs["image"][0], grid)
+    if "audio" in inputs and hasattr(net, "features") and getattr(net, "_grid_now", None) is not None:
+        grid = tuple(net._grid_now)  # (time, frequency) patches of the clip just run
+        if prefix + grid[0] * grid[1] == length:
+            with torch.no_grad():
+                features = net.features(inputs["audio"])[0]  # [F, T]
+            return spectrogram_canvas(features, grid)
+    return None
+
+
+def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
+    """(inputs, label) of validation example `index`, batched as the run's loader does."""
+    loader = data.val_dataloader()
+    if not 0 <= index < len(loader.dataset):
+        raise ConfigError(f"--index {index}: the validation split has {len(loader.dataset)} examples")
+    batch = loader.collate_fn([loader.dataset[index]])
+    label = batch.pop("label", None)
+    return batch, None if label is None else label[0]
+
+
+# ---------------------------------------------------------------------------------------------- command
+
+
+def load_run(run_dir: Path, checkpoint: str = "best", overrides: Sequence[str] = ()) -> tuple[Any, Any]:
+    """(data, net) of a run: its config rebuilt, the checkpoint's weights loaded."""
+    from .fit import build
+
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
+    if not ckpt.is_file():
+        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    cfg = load([run_dir / "config.yaml"], overrides)
+    try:
+        data, task, _ = build(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    task.load_state_dict(state["state_dict"])
+    return data, task.net
+
+
+def visualize(
+    run_dir: Path,
+    *,
+    input_path: Path | None = None,
+    index: int = 0,
+    checkpoint: str = "best",
+    out: Path | None = None,
+    residual: float = 0.5,
+    head_fusion: str = "mean",
+) -> list[Path]:
+    """Draw the attention of a run on one input; returns the files written."""
+    data, net = load_run(run_dir, checkpoint)
+    kind = load([run_dir / "config.yaml"]).section("data")["kind"]
+    label = None
+    if input_path is None:
+        inputs, label = example_input(data, index)
+        name = f"val-{index}"
+    else:
+        if kind not in INPUTS:
+            raise ConfigError(f"--input: runs with data kind {kind!r} take no input files yet; valid: {sorted(INPUTS)}")
+        suffixes, make = INPUTS[kind]
+        if not input_path.is_file():
+            raise ConfigError(f"--input: {str(input_path)!r} is not a file")
+        if input_path.suffix.lower() not in suffixes:
+            raise ConfigError(f"--input: {input_path.name} is not a {kind} file ({', '.join(suffixes)})")
+        inputs, name = make(data, input_path), input_path.stem
+    logits, maps = capture(net, inputs)
+    names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
+    probs = logits.float().softmax(-1)[0]
+    title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
+    if label is not None and label.dim() == 0:
+        title += f", label {names[int(label)]}"
+    title += "\n(weights captured on the eager backend)"
+    out = out or run_dir / "viz" / name
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = int(getattr(net, "num_prefix_tokens", 0))
+    written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix)]
+    saved: dict[str, Any] = {"maps": maps, "logits": logits, "class_names": names}
+    # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
+    projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
+    canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1])
+    if canvas is not None and prefix and all(m.shape[-2:] == maps[0].shape[-2:] for m in maps):
+        written.append(plot_prefix_maps(maps, canvas, prefix, out / "prefix_attention.png", title=title))
+        saved["rollout"] = rollout(maps, residual=residual, head_fusion=head_fusion)
+        written.append(plot_rollout(saved["rollout"], canvas, prefix, out / "rollout.png", title=title))
+    else:
+        log.info("viz: the keys are not patches of the input (e.g. text, or linformer's projected keys): matrices only")
+    torch.save(saved, out / "maps.pt")
+    written.append(out / "maps.pt")
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="attnzoo viz", description="Attention maps of a trained run for one input.")
+    p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit")
+    p.add_argument("--input", type=Path, help="an input file (image); default: an example of the validation split")
+    p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input")
+    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")
+    p.add_argument("--residual", type=float, default=0.5, help="rollout: weight of the residual connection")
+    p.add_argument("--head-fusion", default="mean", choices=("mean", "max", "min"), help="rollout: how heads combine")
+    args = p.parse_args(argv)
+    _show_attnzoo_log()
+    try:
+        written = visualize(
+            args.run_dir,
+            input_path=args.input,
+            index=args.index,
+            checkpoint=args.checkpoint,
+            out=args.out,
+            residual=args.residual,
+            head_fusion=args.head_fusion,
+        )
+    except (ConfigError, ValueError) as err:
+        print(f"attnzoo viz: error: {err}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

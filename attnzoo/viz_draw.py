@@ -1,0 +1,141 @@
+"""Drawing for `attnzoo.viz`: attention matrices, what the prefix tokens read from each patch, rollout.
+
+A `Canvas` is the input as drawn (an image, or a spectrogram with frequency up) plus how a vector of
+per-patch values lays out over it, so the same figures serve ViT images and AST spectrograms.
+Notation: H heads, L tokens (P prefix tokens, then N patches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Canvas:
+    """The input as drawn, and `to_grid`: per-patch values [N] -> [rows, cols] in the drawing's orientation."""
+
+    background: np.ndarray  # [Hpx, Wpx] or [Hpx, Wpx, 3] in [0, 1]
+    to_grid: Callable[[Tensor], Tensor]
+    origin: str = "upper"  # "lower" for spectrograms (low frequencies at the bottom)
+    aspect: str = "equal"  # "auto" stretches a spectrogram to the panel
+    note: str = ""  # said under the figures (e.g. how patches map onto the spectrogram)
+
+
+def image_canvas(image: Tensor, grid: tuple[int, int]) -> Canvas:
+    """A ViT input [C, S, S] (normalized), patches in raster order over a (gh, gw) grid."""
+    x = image.detach().float().cpu()
+    lo, hi = x.flatten(1).amin(1)[:, None, None], x.flatten(1).amax(1)[:, None, None]
+    x = (x - lo) / (hi - lo).clamp_min(1e-8)  # stretched per channel for display
+    shown = x[0].numpy() if x.shape[0] == 1 else x.permute(1, 2, 0).numpy()
+    return Canvas(shown, lambda v: v.reshape(grid))
+
+
+def spectrogram_canvas(features: Tensor, grid: tuple[int, int]) -> Canvas:
+    """An AST input as log-mel features [F, T]; patch tokens are time-major over a (time, frequency) grid."""
+    f = features.detach().float().cpu()
+    shown = ((f - f.min()) / (f.max() - f.min()).clamp_min(1e-8)).numpy()
+    rows, cols = grid  # (time patches, frequency patches)
+    note = "patches overlap along time; each is drawn over its share of the clip"
+    return Canvas(shown, lambda v: v.reshape(rows, cols).T, origin="lower", aspect="auto", note=note)  # [freq, time]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _stretch(values: Tensor, shape: Sequence[int]) -> np.ndarray:
+    """[rows, cols] -> the canvas's [Hpx, Wpx] (nearest: each patch stays a visible block)."""
+    return torch.nn.functional.interpolate(values[None, None].float(), size=tuple(shape), mode="nearest")[0, 0].numpy()
+
+
+def _show(ax: Any, canvas: Canvas, heat: np.ndarray | None = None, alpha: float = 0.6) -> None:
+    gray = canvas.background.ndim == 2
+    ax.imshow(canvas.background, cmap="gray" if gray else None, origin=canvas.origin, aspect=canvas.aspect)
+    if heat is not None:
+        ax.imshow(heat, cmap="inferno", alpha=alpha, vmin=0.0, origin=canvas.origin, aspect=canvas.aspect)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _save(fig: Any, path: Path, title: str, note: str = "") -> Path:
+    fig.suptitle(title, fontsize=10)
+    if note:
+        fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color="0.35")
+    fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int = 0) -> Path:
+    """Layers x heads of [Lq, Lk] attention matrices (example 0), one color scale per panel."""
+    plt = _pyplot()
+    layers, heads = len(maps), maps[0].shape[1]
+    fig, axes = plt.subplots(layers, heads, figsize=(1.9 * heads + 0.8, 1.9 * layers + 0.7), squeeze=False)
+    for i, m in enumerate(maps):
+        for h in range(heads):
+            ax = axes[i, h]
+            ax.imshow(m[0, h].cpu().numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
+            if prefix:  # separate the prefix tokens (class token) from the patches
+                ax.axhline(prefix - 0.5, color="white", lw=0.6)
+                ax.axvline(prefix - 0.5, color="white", lw=0.6)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(f"head {h}", fontsize=9)
+            if h == 0:
+                ax.set_ylabel(f"layer {i}\nquery", fontsize=9)
+            if i == layers - 1:
+                ax.set_xlabel("key", fontsize=8)
+    return _save(fig, path, title)
+
+
+def plot_prefix_maps(maps: Sequence[Tensor], canvas: Canvas, prefix: int, path: Path, *, title: str) -> Path:
+    """Layers x heads: what the prefix tokens (mean of their rows) read from each patch, over the input."""
+    plt = _pyplot()
+    layers, heads = len(maps), maps[0].shape[1]
+    fig, axes = plt.subplots(layers, heads + 1, figsize=(1.9 * (heads + 1), 1.9 * layers + 0.8), squeeze=False)
+    shape = canvas.background.shape[:2]
+    for i, m in enumerate(maps):
+        _show(axes[i, 0], canvas)
+        axes[i, 0].set_ylabel(f"layer {i}", fontsize=9)
+        for h in range(heads):
+            row = m[0, h, :prefix].mean(0)  # [L]: the prefix tokens' attention, averaged
+            ax = axes[i, h + 1]
+            _show(ax, canvas, _stretch(canvas.to_grid(row[prefix:]), shape))
+            ax.set_xlabel(f"to prefix {row[:prefix].sum():.2f}", fontsize=7)
+            if i == 0:
+                ax.set_title(f"head {h}", fontsize=9)
+    axes[0, 0].set_title("input", fontsize=9)
+    return _save(fig, path, title, canvas.note)
+
+
+def plot_rollout(roll: Tensor, canvas: Canvas, prefix: int, path: Path, *, title: str) -> Path:
+    """Input | rollout of the prefix tokens (or of the mean token without one) over the patches | overlay."""
+    plt = _pyplot()
+    heat = roll[0, :prefix].mean(0)[prefix:] if prefix else roll[0].mean(0)  # [N]
+    heat = _stretch(canvas.to_grid(heat / heat.max().clamp_min(1e-12)), canvas.background.shape[:2])
+    fig, axes = plt.subplots(1, 3, figsize=(8.4, 3.3))
+    _show(axes[0], canvas)
+    axes[0].set_title("input", fontsize=9)
+    im = axes[1].imshow(heat, cmap="inferno", vmin=0.0, vmax=1.0, origin=canvas.origin, aspect=canvas.aspect)
+    axes[1].set_xticks([])
+    axes[1].set_yticks([])
+    axes[1].set_title("rollout (relative)", fontsize=9)
+    fig.colorbar(im, ax=axes[1], fraction=0.046)
+    _show(axes[2], canvas, heat, alpha=0.55)
+    axes[2].set_title("overlay", fontsize=9)
+    return _save(fig, path, title, canvas.note)

@@ -1,0 +1,194 @@
+"""Cross-attention maps: where each text word looks in the image, per fusion layer, drawn as heatmaps (PNG).
+
+`python -m attnzoo.viz_maps <run dir> [--checkpoint best|last|FILE] [--split val|test] [--count 4] [--out DIR]`
+draws the first examples of a split for a run of the text-image recipe (default out: <run dir>/cross_attention).
+
+Notation: H heads, L text tokens (UTF-8 bytes), N image patches on a (gh, gw) grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+Tensor = torch.Tensor
+
+
+def word_spans(text: str, length: int) -> list[tuple[str, int, int]]:
+    """(word, first token, end token) for each space-separated word whose bytes fall within `length` tokens."""
+    spans, start = [], 0
+    for word in text.split(" "):
+        end = start + len(word.encode("utf-8"))
+        if word and end <= length:
+            spans.append((word, start, end))
+        start = end + 1
+    return spans
+
+
+def to_pixels(image: Tensor) -> np.ndarray:
+    """[C, H, W] in [-1, 1] (the DataModule's normalization) -> float [H, W, 3] in [0, 1]."""
+    pixels = ((image.detach().float().cpu() + 1.0) / 2.0).clamp(0, 1)
+    if pixels.shape[0] == 1:
+        pixels = pixels.expand(3, -1, -1)
+    return pixels.permute(1, 2, 0).numpy()  # [H, W, 3]
+
+
+def draw_cross_attention(
+    image: Tensor,
+    text: str,
+    maps: Sequence[Tensor],
+    *,
+    grid_size: tuple[int, int],
+    path: str | Path,
+    title: str | None = None,
+    max_words: int = 12,
+) -> Path:
+    """Draw one example's text-to-image attention: a row per layer; columns for all tokens, then each word.
+
+    Args:
+        image: [C, H, W] in [-1, 1].
+        text: the example's text; token i is its i-th UTF-8 byte (padding left out).
+        maps: one [H, L, N] tensor per cross-attention layer (heads are averaged).
+        grid_size: (gh, gw) with gh * gw = N.
+        path: the PNG to write.
+        title: a line above the figure (e.g. the answer and the prediction).
+        max_words: word columns drawn at most (the first words of the text).
+    """
+    if not maps:
+        raise ValueError("maps is empty: pass one [H, L, N] tensor per cross-attention layer")
+    gh, gw = grid_size
+    length = len(text.encode("utf-8"))
+    for i, m in enumerate(maps):
+        if m.dim() != 3 or m.shape[-1] != gh * gw or m.shape[1] < length:
+            raise ValueError(
+                f"maps[{i}] has shape {tuple(m.shape)}; expected [H, L>={length}, N={gh * gw}] for grid {grid_size}"
+            )
+    pixels = to_pixels(image)
+    size = pixels.shape[:2]
+    layers = [m.detach().float().cpu().mean(0)[:length] for m in maps]  # [L, N] each, heads averaged
+
+    # the sentence reads left to right: a column per word (after the image and all tokens), a row per layer
+    cols = [("all tokens", 0, length), *word_spans(text, length)[:max_words]]
+    fig, axes = plt.subplots(
+        len(layers),
+        len(cols) + 1,
+        figsize=(1.6 * (len(cols) + 1), 1.7 * len(layers) + 0.9),
+        squeeze=False,
+    )
+    for r, weights in enumerate(layers):
+        axes[r, 0].imshow(pixels)
+        axes[r, 0].set_ylabel(f"layer {r + 1}", fontsize=10)
+        for c, (word, start, end) in enumerate(cols, 1):
+            mean = weights[start:end].mean(0)  # [N]
+            heat = mean.reshape(1, 1, gh, gw)  # [1, 1, gh, gw]
+            heat = torch.nn.functional.interpolate(heat, size=size, mode="bilinear", align_corners=False)[0, 0]
+            axes[r, c].imshow(pixels * 0.45)
+            axes[r, c].imshow(heat.numpy(), cmap="inferno", alpha=0.65, vmin=0.0)
+            axes[r, c].set_xlabel(f"max {mean.max():.2f}", fontsize=7)
+            if r == 0:
+                axes[r, c].set_title(word, fontsize=10)
+    axes[0, 0].set_title("image", fontsize=10)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(f"{text}\n{title}" if title else text, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@torch.no_grad()
+def text_image_maps(
+    net: torch.nn.Module,
+    batch: dict[str, Tensor],
+    texts: Sequence[str],
+    out_dir: str | Path,
+    *,
+    class_names: Sequence[str] | None = None,
+    count: int = 4,
+) -> list[Path]:
+    """Run a text-image net on a batch and draw the cross-attention maps of its first `count` examples.
+
+    The net is called as `net(image, tokens, padding_mask, return_cross_attention=True)` (see
+    `attnzoo.models.text_image.TextImageNet`); `texts` are the batch's texts in order.
+    """
+    was_training = net.training
+    net.eval()
+    logits, maps = net(batch["image"], batch["tokens"], batch["padding_mask"], return_cross_attention=True)
+    net.train(was_training)
+    names = list(class_names) if class_names is not None else [str(i) for i in range(logits.shape[-1])]
+    paths = []
+    for i in range(min(count, len(texts))):
+        title = f"predicted: {names[int(logits[i].argmax())]}"
+        if "label" in batch:
+            title += f"   answer: {names[int(batch['label'][i])]}"
+        paths.append(
+            draw_cross_attention(
+                batch["image"][i],
+                texts[i],
+                [m[i] for m in maps],
+                grid_size=net.grid_size,
+                path=Path(out_dir) / f"cross_attention_{i:03d}.png",
+                title=title,
+            )
+        )
+    return paths
+
+
+def maps_of_run(run_dir: Path, *, checkpoint: str, split: str, count: int, out: Path | None) -> list[Path]:
+    """Rebuild a text-image run from its config, load a checkpoint, draw `count` examples of `split`."""
+    from .config import ConfigError, load
+    from .fit import build
+
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
+    if not ckpt.is_file():
+        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    data, task, _ = build(load([run_dir / "config.yaml"]))
+    if not hasattr(task.net, "cross_blocks"):
+        raise ConfigError(f"{run_dir}: the model is a {type(task.net).__name__}, not a text-image model")
+    task.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"])
+    batch = next(iter(data.val_dataloader() if split == "val" else data.test_dataloader()))
+    texts = data.datasets[split].texts[: len(batch["label"])]
+    return text_image_maps(
+        task.net, batch, texts, out or run_dir / "cross_attention", class_names=data.class_names, count=count
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .config import ConfigError
+
+    p = argparse.ArgumentParser(
+        prog="python -m attnzoo.viz_maps", description="Cross-attention maps of a text-image run."
+    )
+    p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit (text-image recipe)")
+    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--split", choices=("val", "test"), default="val")
+    p.add_argument("--count", type=int, default=4, help="examples to draw (from the first batch)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: <run dir>/cross_attention)")
+    args = p.parse_args(argv)
+    try:
+        paths = maps_of_run(args.run_dir, checkpoint=args.checkpoint, split=args.split, count=args.count, out=args.out)
+    except ConfigError as err:
+        print(f"attnzoo viz_maps: error: {err}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

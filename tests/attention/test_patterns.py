@@ -1,0 +1,140 @@
+"""Patterns: the three views (mask_mod, dense mask, block layout) agree, built-ins mean what they say, config works."""
+
+import pytest
+import torch
+
+from attnzoo.attention import PATTERNS, Attention, KeyPadding
+from attnzoo.attention.factory import attention_layer, build
+from attnzoo.attention.patterns import (
+    BigBird,
+    BlockLocal,
+    Causal,
+    DilatedSlidingWindow,
+    GlobalTokens,
+    Pattern,
+    RandomBlocks,
+    SlidingWindow,
+)
+
+# one example config per short name; a new entry in PATTERNS needs a line here (the test below says so)
+EXAMPLES = {
+    "causal": {},
+    "sliding_window": {"window": 100},
+    "dilated": {"window": 20, "dilation": 3},
+    "global": {"tokens": [0, 517], "num_prefix_tokens": 2},
+    "bigbird": {"window": 40, "global_tokens": [0, 5], "num_random": 2, "block": 64, "seed": 3},
+    "block_local": {"block": 150},
+    "random_blocks": {"num_random": 3, "block": 96, "seed": 1},
+}
+
+
+def example_patterns() -> dict[str, Pattern]:
+    """Every short name from its example config, plus compositions with causal and global tokens."""
+    missing = set(PATTERNS) - set(EXAMPLES)
+    assert not missing, f"add an example config for the new pattern(s) {sorted(missing)} to EXAMPLES"
+    out = {name: build({"kind": name, **EXAMPLES[name]}, PATTERNS, f"pattern {name}") for name in PATTERNS}
+    out["causal_window"] = SlidingWindow(window=77, causal=True)
+    out["causal_dilated"] = DilatedSlidingWindow(window=9, dilation=4, causal=True)
+    out["window_or_global"] = SlidingWindow(window=30) | GlobalTokens(tokens=[3, 700])
+    out["block_local_and_causal"] = BlockLocal(block=77) & Causal()
+    return out
+
+
+PATTERN_CASES = example_patterns()
+
+
+def _block_any(dense: torch.Tensor, bq: int, bk: int) -> torch.Tensor:
+    lq, lk = dense.shape
+    nq, nk = -(-lq // bq), -(-lk // bk)
+    padded = torch.nn.functional.pad(dense, (0, nk * bk - lk, 0, nq * bq - lq))
+    return padded.view(nq, bq, nk, bk).any(dim=3).any(dim=1)
+
+
+@pytest.mark.parametrize("name", list(PATTERN_CASES))
+@pytest.mark.parametrize("lq, lk, bq, bk", [(1000, 1000, 128, 128), (1537, 1537, 64, 128), (300, 777, 100, 64)])
+def test_block_mask_is_exact_and_layout_lists_its_blocks(name, lq, lk, bq, bk):
+    pattern = PATTERN_CASES[name]
+    dense = pattern.dense_mask(lq, lk)
+    assert dense.shape == (lq, lk) and dense.dtype == torch.bool
+    want = _block_any(dense, bq, bk)
+    got = pattern.block_mask(lq, lk, bq, bk)
+    assert (got | ~want).all(), "a block the pattern reads is missing from block_mask"
+    assert torch.equal(got, want), "built-in block masks are exact (no needless blocks)"
+    # the generic derivation from mask_mod (used for users' patterns) agrees too
+    assert torch.equal(Pattern.block_mask(pattern, lq, lk, bq, bk), want)
+    kv_blocks, counts = pattern.block_layout(lq, lk, bq, bk)
+    for i in range(len(counts)):
+        assert kv_blocks[i, : counts[i]].tolist() == want[i].nonzero().flatten().tolist()
+
+
+def test_sliding_windows_mean_what_they_say():
+    d = SlidingWindow(window=2).dense_mask(7, 7)
+    assert d[3].nonzero().flatten().tolist() == [1, 2, 3, 4, 5]
+    c = SlidingWindow(window=2, causal=True).dense_mask(7, 7)
+    assert c[3].nonzero().flatten().tolist() == [1, 2, 3]
+    dil = DilatedSlidingWindow(window=2, dilation=3).dense_mask(20, 20)
+    assert dil[10].nonzero().flatten().tolist() == [4, 7, 10, 13, 16]
+    assert DilatedSlidingWindow(window=2, dilation=3, causal=True).dense_mask(20, 20)[
+        10
+    ].nonzero().flatten().tolist() == [
+        4,
+        7,
+        10,
+    ]
+
+
+def test_global_tokens_read_and_are_read_by_all():
+    m = GlobalTokens(tokens=[5], num_prefix_tokens=1).dense_mask(12, 12)
+    assert m[0].all() and m[5].all() and m[:, 0].all() and m[:, 5].all()
+    assert m.sum() == 4 * 12 - 4  # rows 0, 5 and columns 0, 5, counted once
+    assert GlobalTokens(tokens=[50]).dense_mask(10, 10).sum() == 0  # past the end: ignored
+
+
+def test_bigbird_random_blocks_are_reproducible_and_per_seed():
+    a = BigBird(window=8, num_random=2, block=16, seed=0).dense_mask(256, 256)
+    b = BigBird(window=8, num_random=2, block=16, seed=0).dense_mask(256, 256)
+    c = BigBird(window=8, num_random=2, block=16, seed=1).dense_mask(256, 256)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    rnd = RandomBlocks(num_random=2, block=16, seed=0).dense_mask(256, 256)
+    per_block = rnd.view(16, 16, 16, 16)[:, 0, :, 0].sum(dim=1)  # key blocks read by each query block
+    assert (per_block == 2).all()
+    assert (a >= rnd).all() and (a >= SlidingWindow(window=8).dense_mask(256, 256)).all()
+
+
+def test_random_blocks_need_lengths():
+    with pytest.raises(ValueError, match="bind"):
+        RandomBlocks().mask_mod(0, 0, torch.arange(3), torch.arange(3))
+
+
+def test_key_padding_pattern_is_per_batch_and_composes():
+    pad = torch.tensor([[False, False, True], [False, True, True]])
+    m = (KeyPadding(pad) & Causal()).dense_mask(3, 3)
+    assert m.shape == (2, 3, 3)
+    assert m[1].tolist() == [[True, False, False], [True, False, False], [True, False, False]]
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"kind": "sliding_window", "window": -1}, r"window must be an integer >= 0, got -1"),
+        ({"kind": "sliding_window", "widow": 3}, r"did you mean 'window'"),
+        ({"kind": "dilated", "window": 4, "dilation": 0}, r"dilation must be an integer >= 1, got 0"),
+        ({"kind": "global"}, r"needs at least one token"),
+        ({"kind": "bigbird", "block": 0}, r"block must be an integer >= 1"),
+        ({"kind": "slidng_window"}, r"did you mean 'sliding_window'"),
+    ],
+)
+def test_bad_pattern_configs(spec, match):
+    with pytest.raises(ValueError, match=match):
+        build(spec, PATTERNS, "model.attention.pattern")
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_short_names_work_through_attention_layer(name):
+    cls = attention_layer({"pattern": {"kind": name, **EXAMPLES[name]}, "backend": "blocked"}, num_prefix_tokens=1)
+    attn = cls(32, 4)
+    assert isinstance(attn, Attention) and isinstance(attn.pattern, PATTERNS[name])
+    x = torch.randn(2, 130, 32)
+    ref = Attention(32, 4, pattern=attn.pattern, backend="eager")
+    ref.load_state_dict(attn.state_dict())
+    torch.testing.assert_close(attn(x), ref(x), atol=1e-5, rtol=1e-5)

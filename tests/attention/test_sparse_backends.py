@@ -1,0 +1,235 @@
+"""Sparse backends (blocked, flex) against the eager oracle with each pattern's dense mask, forward and backward.
+
+Lengths are not multiples of the block size, batch > 1 with key padding, grouped-query heads. Biases: every
+entry of BIASES plus a small learned bias defined here. Flex runs forward only on CPU (no CPU backward);
+its full grid is compiled and slow, the default run checks its wiring uncompiled and one compiled case.
+"""
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from attnzoo.attention import BACKENDS, Attention, GlobalTokens, SlidingWindow, attend, choose_backend
+from attnzoo.attention.backends import Request
+from attnzoo.attention.biases import BIASES, Bias
+from attnzoo.attention.factory import build
+from attnzoo.attention.flex import Flex
+from tests.attention.test_patterns import PATTERN_CASES
+
+H, HKV, D = 4, 2, 16
+
+
+class LearnedOffsetBias(Bias):
+    """A learned per-head bias on the clipped offset q - k (stands in until relative biases land)."""
+
+    learned = True
+
+    def __init__(self, *, num_heads: int) -> None:
+        super().__init__(num_heads)
+        self.table = nn.Parameter(torch.randn(num_heads, 65) * 0.5)
+
+    def values(self, q_idx, kv_idx):
+        return self.table[:, (q_idx - kv_idx).clamp(-32, 32) + 32]
+
+
+BIAS_KINDS = ["none", "learned_offset", *BIASES]
+
+
+def make_bias(kind: str, length: int):
+    if kind == "none":
+        return None
+    if kind == "learned_offset":
+        return LearnedOffsetBias(num_heads=H)
+    grid = next((a, (length - 1) // a) for a in range(int((length - 1) ** 0.5), 0, -1) if (length - 1) % a == 0)
+    context = dict(num_heads=H, head_dim=D, dim=H * D, grid_size=grid, num_prefix_tokens=1)
+    return build(kind, BIASES, f"bias {kind}", **context)
+
+
+def inputs(length: int, batch: int = 2, grad: bool = True):
+    q = torch.randn(batch, H, length, D, requires_grad=grad)
+    k = torch.randn(batch, HKV, length, D, requires_grad=grad)
+    v = torch.randn(batch, HKV, length, D, requires_grad=grad)
+    pad = torch.zeros(batch, length, dtype=torch.bool)
+    pad[1, length - length // 3 :] = True
+    return q, k, v, pad
+
+
+def check_against_eager(fn, pattern, bias, length, backward):
+    q, k, v, pad = inputs(length, grad=backward)
+    ref, _, _ = attend(q, k, v, pattern=pattern, bias=bias, key_padding_mask=pad, backend="eager")
+    leaves = [q, k, v] + ([] if bias is None else list(bias.parameters()))
+    grad_out = torch.randn_like(ref)
+    if backward:
+        want = torch.autograd.grad(ref, leaves, grad_out)
+    with torch.set_grad_enabled(backward):
+        out = fn(q, k, v, pattern, bias, pad)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    if backward:
+        got = torch.autograd.grad(out, leaves, grad_out)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-3)
+
+
+def via(backend: str):
+    def fn(q, k, v, pattern, bias, pad):
+        out, _, used = attend(q, k, v, pattern=pattern, bias=bias, key_padding_mask=pad, backend=backend)
+        assert used == backend
+        return out
+
+    return fn
+
+
+def flex_uncompiled(q, k, v, pattern, bias, pad):
+    out, _ = Flex(compile=False)(
+        q, k, v, pattern=pattern, bias=bias, key_padding_mask=pad, dropout_p=0.0, scale=D**-0.5, return_weights=False
+    )
+    return out
+
+
+def grid(slow_with_bias: bool):
+    """(pattern, bias, length) cases; with `slow_with_bias` the biased cases at the longer length run with -m slow."""
+    return [
+        pytest.param(
+            name, bias, length, marks=[pytest.mark.slow] if slow_with_bias and bias != "none" and length > 1000 else []
+        )
+        for name in PATTERN_CASES
+        for bias in BIAS_KINDS
+        for length in (1000, 1537)
+    ]
+
+
+@pytest.mark.parametrize("name, bias_kind, length", grid(slow_with_bias=True))
+def test_blocked_equals_eager_forward_and_backward(name, bias_kind, length):
+    check_against_eager(via("blocked"), PATTERN_CASES[name], make_bias(bias_kind, length), length, backward=True)
+
+
+# mask_mod and score_mod are wired independently: every pattern without a bias, every bias with one pattern
+# (the full cross runs compiled under -m slow)
+FLEX_WIRING = [(name, "none") for name in PATTERN_CASES] + [("window_or_global", b) for b in BIAS_KINDS[1:]]
+
+
+@pytest.mark.parametrize("name, bias_kind", FLEX_WIRING)
+def test_flex_wiring_equals_eager_forward(name, bias_kind):
+    # torch's unfused flex reference: checks our BlockMask, mask_mod, score_mod and padding, not the kernel
+    check_against_eager(flex_uncompiled, PATTERN_CASES[name], make_bias(bias_kind, 333), 333, backward=False)
+
+
+def test_flex_compiled_equals_eager_forward():
+    pattern = SlidingWindow(window=100) | GlobalTokens(tokens=[0])
+    check_against_eager(via("flex"), pattern, LearnedOffsetBias(num_heads=H), 1000, backward=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, bias_kind, length", grid(slow_with_bias=False))
+def test_flex_compiled_grid_equals_eager_forward(name, bias_kind, length):
+    check_against_eager(via("flex"), PATTERN_CASES[name], make_bias(bias_kind, length), length, backward=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bias_kind", BIAS_KINDS)
+@pytest.mark.parametrize("name", list(PATTERN_CASES))
+def test_flex_cuda_equals_eager_forward_and_backward(name, bias_kind):
+    def on_cuda(q, k, v, pattern, bias, pad):
+        dev = torch.device("cuda")
+        b = None if bias is None or isinstance(bias, torch.Tensor) else bias.to(dev)
+        out, _, used = attend(q.to(dev), k.to(dev), v.to(dev), pattern=pattern, bias=b, key_padding_mask=pad.to(dev))
+        assert used == "flex"
+        return out.cpu()
+
+    check_against_eager(on_cuda, PATTERN_CASES[name], make_bias(bias_kind, 1000), 1000, backward=True)
+
+
+@pytest.mark.parametrize("backend", ["blocked", "flex"])
+def test_fully_masked_rows_are_zero_not_nan(backend):
+    pattern = SlidingWindow(window=3)
+    q, k, v, _ = inputs(300, grad=backend == "blocked")
+    pad = torch.zeros(2, 300, dtype=torch.bool)
+    pad[1] = True  # every key of the second sequence
+    pad[0, 100:200] = True  # queries 103..196 of the first see only padding through their window
+    out, _, _ = attend(q, k, v, pattern=pattern, key_padding_mask=pad, backend=backend)
+    assert torch.isfinite(out).all()
+    assert (out[1] == 0).all() and (out[0, :, 104:196] == 0).all() and (out[0, :, :100].abs().sum(-1) > 0).all()
+    if backend == "blocked":
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() and (t.grad[1] == 0).all() for t in (q, k, v))
+
+
+def test_blocked_dense_tensor_bias_and_no_pattern():
+    q, k, v, pad = inputs(300)
+    bias = torch.randn(2, 1, 300, 300)  # per batch, shared by heads
+    check = lambda pattern: check_against_eager(  # noqa: E731
+        lambda q, k, v, p, b, pad: attend(q, k, v, pattern=p, bias=bias, key_padding_mask=pad, backend="blocked")[0],
+        pattern,
+        None,
+        300,
+        backward=True,
+    )
+    with pytest.raises(AssertionError):  # the lambda adds a bias the oracle lacks: the check must notice
+        check(None)
+    out, _, _ = attend(q, k, v, pattern=SlidingWindow(window=20), bias=bias, key_padding_mask=pad, backend="blocked")
+    ref, _, _ = attend(q, k, v, pattern=SlidingWindow(window=20), bias=bias, key_padding_mask=pad, backend="eager")
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    out, _, _ = attend(q, k, v, key_padding_mask=pad, backend="blocked")
+    ref, _, _ = attend(q, k, v, key_padding_mask=pad, backend="eager")
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+
+
+def test_blocked_trains_attention_layer_with_dropout():
+    attn = Attention(32, 4, pattern=SlidingWindow(window=16), attn_drop=0.1, backend="auto").train()
+    x = torch.randn(2, 1200, 32, requires_grad=True)
+    attn(x).sum().backward()
+    assert attn.backend_used == "blocked" and torch.isfinite(x.grad).all()
+
+
+def req(device="cpu", grad=True, pattern=None, weights=False, n=4096, dropout=0.0):
+    return Request(device, grad, weights, pattern, None, False, n, n, dropout)
+
+
+WINDOW = SlidingWindow(window=256)
+
+
+@pytest.mark.parametrize(
+    "request_, want",
+    [
+        (req(pattern=WINDOW), "blocked"),  # CPU training
+        (req(pattern=WINDOW, grad=False), "blocked"),  # CPU inference: no per-shape compile
+        (req(pattern=WINDOW, weights=True), "eager"),
+        (req(pattern=None), "sdpa"),
+        (req(pattern=SlidingWindow(window=3000)), "sdpa"),  # too dense to gain
+        (req(pattern=WINDOW, n=100), "sdpa"),  # one block: nothing to skip
+        (req("cuda", pattern=WINDOW), "flex"),
+        (req("cuda", pattern=WINDOW, grad=False), "flex"),
+        (req("cuda", pattern=WINDOW, dropout=0.1), "blocked"),
+    ],
+)
+def test_auto_choice(request_, want):
+    assert choose_backend(request_) == want
+
+
+def test_auto_logs_sparse_choice_once(caplog):
+    pattern = SlidingWindow(window=64)
+    q, k, v, _ = inputs(1000)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        for _ in range(3):
+            assert attend(q, k, v, pattern=pattern)[2] == "blocked"
+    assert len([r for r in caplog.records if "auto -> blocked" in r.getMessage()]) <= 1
+
+
+def test_explicit_flex_training_on_cpu_names_blocked():
+    q, k, v, _ = inputs(300)
+    with pytest.raises(ValueError, match="'flex' cannot run.*no backward on CPU.*backend='blocked'"):
+        attend(q, k, v, pattern=WINDOW, backend="flex")
+    assert BACKENDS["flex"].supports(req(grad=False, pattern=WINDOW)) is None
+
+
+def test_blocked_rows_emptied_by_the_pattern_alone_are_zero():
+    pattern = SlidingWindow(window=2) & GlobalTokens(tokens=[0])  # only queries 0..2 read anything
+    q, k, v, _ = inputs(700)
+    out, _, _ = attend(q, k, v, pattern=pattern, backend="blocked")
+    ref, _, _ = attend(q, k, v, pattern=pattern, backend="eager")
+    torch.testing.assert_close(out, ref)
+    assert (out[:, :, 3:] == 0).all() and (out[:, :, :3] != 0).any()
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all() and (q.grad[:, :, 3:] == 0).all()

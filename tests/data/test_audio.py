@@ -1,0 +1,341 @@
+"""Audio data: real WAV files (written here first), class folders, CSV, bad files, statistics, mixup, synthesis."""
+
+import json
+import logging
+import math
+import struct
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchaudio
+
+from attnzoo.data import DATAMODULES
+from attnzoo.data.audio import AudioDataModule, Mixup
+from attnzoo.data.audio_features import LogMel, SpecAugment
+from attnzoo.data.audio_io import AudioFileError, fit_length, load_clip, read_wav
+from attnzoo.data.synth_audio import class_names, synthesize
+
+RATE = 8000
+
+
+def tone(rate: int, seconds: float, freq: float, channels: int) -> np.ndarray:
+    """[T, channels] sines in [-0.5, 0.5]; channel c at freq * (c + 1)."""
+    t = np.arange(int(rate * seconds)) / rate
+    return np.stack([0.5 * np.sin(2 * math.pi * freq * (c + 1) * t) for c in range(channels)], axis=1)
+
+
+def write_pcm16(path: Path, data: np.ndarray, rate: int) -> None:
+    """16-bit PCM with Python's `wave` module (a writer independent of the reader under test)."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(data.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((data * 32767).round().astype("<i2").tobytes())
+
+
+def write_float32(path: Path, data: np.ndarray, rate: int) -> None:
+    """IEEE-float WAV (format tag 3), header written by hand."""
+    payload = data.astype("<f4").tobytes()
+    ch = data.shape[1]
+    fmt = struct.pack("<HHIIHH", 3, ch, rate, rate * ch * 4, ch * 4, 32)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(payload)) + payload
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
+WRITERS = {"pcm16": write_pcm16, "float32": write_float32}
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 44100])
+@pytest.mark.parametrize("channels", [1, 2])
+@pytest.mark.parametrize("fmt", list(WRITERS))
+def test_wav_files_load_as_mono_at_the_configured_rate(tmp_path, rate, channels, fmt):
+    data = tone(rate, 0.5, 300.0, channels)
+    path = tmp_path / f"clip_{fmt}_{rate}_{channels}.wav"
+    WRITERS[fmt](path, data, rate)
+    raw, got_rate = read_wav(path)
+    assert got_rate == rate and raw.shape == (channels, data.shape[0])
+    torch.testing.assert_close(raw, torch.from_numpy(data.T).float(), atol=1 / 16384, rtol=0)
+    clip = load_clip(path, sample_rate=16000)
+    expected = torchaudio.functional.resample(torch.from_numpy(data.mean(1)).float(), rate, 16000)
+    assert clip.shape == (8000,)
+    torch.testing.assert_close(clip, expected, atol=2e-4, rtol=0)
+
+
+def test_fit_length_pads_and_crops():
+    x = torch.arange(10.0)
+    assert fit_length(x, 13).tolist() == list(range(10)) + [0, 0, 0]
+    assert fit_length(x, 4, "start").tolist() == [0, 1, 2, 3]
+    assert fit_length(x, 4, "center").tolist() == [3, 4, 5, 6]
+    starts = {int(fit_length(x, 4, "random")[0]) for _ in range(200)}
+    assert starts == set(range(7))
+    with pytest.raises(ValueError, match="'middle' is not one of"):
+        fit_length(x, 4, "middle")
+
+
+def speech_commands(root: Path, rates=(8000, 16000, 44100)) -> dict[str, list[str]]:
+    """Three classes of short clips in the Speech Commands layout, with validation/testing lists and noise folder."""
+    lists = {"validation_list.txt": [], "testing_list.txt": []}
+    for c, name in enumerate(["down", "go", "yes"]):
+        (root / name).mkdir(parents=True)
+        for i in range(6):
+            rate, fmt = rates[i % len(rates)], list(WRITERS)[i % 2]
+            rel = f"{name}/spk{i}_nohash_0.wav"
+            WRITERS[fmt](root / rel, tone(rate, 0.3 + 0.1 * i, 200.0 * (c + 1), 1 + i % 2), rate)
+            if i == 4:
+                lists["validation_list.txt"].append(rel)
+            if i == 5:
+                lists["testing_list.txt"].append(rel)
+    (root / "_background_noise_").mkdir()
+    write_pcm16(root / "_background_noise_" / "noise.wav", tone(RATE, 1.0, 50.0, 1), RATE)
+    for name, files in lists.items():
+        (root / name).write_text("\n".join(files) + "\n")
+    return lists
+
+
+def small(**kw) -> AudioDataModule:
+    return DATAMODULES["audio"](sample_rate=RATE, n_mels=32, clip_seconds=0.5, batch_size=4, **kw)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_folder_layout_honours_speech_commands_lists(tmp_path, cache):
+    speech_commands(tmp_path)
+    dm = small(source="folder", root=str(tmp_path), cache=cache)
+    dm.setup("fit")
+    assert dm.class_names == ["down", "go", "yes"] and dm.num_classes == 3
+    assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 12, "val": 3, "test": 3}
+    assert sorted(dm.datasets["val"].targets) == [0, 1, 2]
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["audio"].shape == (4, 4000) and batch["audio"].dtype == torch.float32
+    assert batch["label"].dtype == torch.long
+    ctx = dm.model_context()
+    assert ctx["num_classes"] == 3 and ctx["n_mels"] == 32 and ctx["target_frames"] == 48
+    assert ctx["sample_rate"] == RATE and ctx["feature_std"] > 0
+
+
+def test_folder_without_lists_splits_by_speaker_hash(tmp_path):
+    speech_commands(tmp_path)
+    for name in ("validation_list.txt", "testing_list.txt"):
+        (tmp_path / name).unlink()
+    dm = small(source="folder", root=str(tmp_path), val_fraction=0.3, test_fraction=0.3)
+    dm.setup()
+    speaker_split = {}
+    for split, ds in dm.datasets.items():
+        for path in ds.paths:
+            speaker_split.setdefault(path.name.split("_nohash_")[0], set()).add(split)
+    assert len(speaker_split) == 6 and all(len(s) == 1 for s in speaker_split.values())  # a speaker stays in one split
+    assert sum(len(ds) for ds in dm.datasets.values()) == 18
+    assert len({next(iter(s)) for s in speaker_split.values()}) >= 2
+    again = small(source="folder", root=str(tmp_path), val_fraction=0.3, test_fraction=0.3)
+    again.setup()
+    assert {k: ds.paths for k, ds in again.datasets.items()} == {k: ds.paths for k, ds in dm.datasets.items()}
+    everything = small(source="folder", root=str(tmp_path), val_fraction=0.0, test_fraction=0.0)
+    everything.setup()
+    assert len(everything.datasets["train"]) == 18
+
+
+def esc50(root: Path, multilabel: bool = False) -> Path:
+    (root / "audio").mkdir(parents=True)
+    rows = ["filename,fold,category"]
+    cats = ["dog;rain", "rain", "dog"] if multilabel else ["dog", "rain", "crow"]
+    for i in range(12):
+        write_pcm16(root / "audio" / f"{i}.wav", tone(16000, 0.5, 150.0 * (1 + i % 3), 1), 16000)
+        cat = cats[i % 3]
+        rows.append(f"{i}.wav,{1 + i % 4},{cat if not multilabel else chr(34) + cat + chr(34)}")
+    (root / "meta.csv").write_text("\n".join(rows) + "\n")
+    return root / "meta.csv"
+
+
+def test_csv_with_folds_like_esc50(tmp_path):
+    meta = esc50(tmp_path)
+    dm = small(
+        source="csv",
+        csv=str(meta),
+        root=str(tmp_path / "audio"),
+        val_folds=[3],
+        test_folds=4,
+        columns={"path": "filename", "label": "category"},
+    )
+    dm.setup()
+    assert dm.class_names == ["crow", "dog", "rain"]
+    assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 6, "val": 3, "test": 3}
+
+
+def test_csv_multilabel_targets_are_multi_hot(tmp_path):
+    meta = esc50(tmp_path, multilabel=True)
+    dm = small(
+        source="csv",
+        csv=str(meta),
+        root=str(tmp_path / "audio"),
+        multilabel=True,
+        val_folds=[3],
+        test_folds=[4],
+        columns={"path": "filename", "label": "category"},
+    )
+    dm.setup()
+    assert dm.class_names == ["dog", "rain"]
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["label"].shape == (3, 2) and batch["label"].dtype == torch.float32
+    assert batch["label"].sum().item() == 4  # "dog;rain", "rain", "dog"
+
+
+def test_csv_errors_name_the_file_and_column(tmp_path):
+    meta = esc50(tmp_path)
+    with pytest.raises(ValueError, match=r"meta.csv: no column 'path' for data.columns.path; columns are"):
+        small(source="csv", csv=str(meta)).setup()
+    (tmp_path / "bad.csv").write_text("path,label,fold\naudio/0.wav,dog,one\n")
+    with pytest.raises(ValueError, match=r"bad.csv:2: fold 'one' is not an integer"):
+        small(source="csv", csv=str(tmp_path / "bad.csv"), val_folds=1).setup()
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_bad_files_raise_naming_the_file_or_are_skipped_and_counted(tmp_path, cache, caplog):
+    speech_commands(tmp_path)
+    (tmp_path / "go" / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
+    (tmp_path / "yes" / "truncated.wav").write_bytes((tmp_path / "yes" / "spk1_nohash_0.wav").read_bytes()[:60])
+    with pytest.raises(AudioFileError, match=r"broken\.wav: cannot read as WAV"):
+        small(source="folder", root=str(tmp_path), cache=cache).setup()
+    dm = small(source="folder", root=str(tmp_path), cache=cache, on_bad_file="skip")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        dm.setup()
+    assert sorted(Path(p).name for p, _ in dm.skipped) == ["broken.wav", "truncated.wav"]
+    assert "skipped 2 unreadable audio files" in caplog.text and "broken.wav" in caplog.text
+    assert len(dm.datasets["train"]) == 12
+    for batch in dm.train_dataloader():  # every remaining clip decodes in the loader
+        assert torch.isfinite(batch["audio"]).all()
+    saved = json.loads(dm.save_artifacts(tmp_path / "run").read_text())
+    assert len(saved["skipped"]) == 2
+
+
+def test_stats_match_the_train_features_and_are_saved_and_reused(tmp_path):
+    speech_commands(tmp_path)
+    dm = small(source="folder", root=str(tmp_path), train_crop="start")
+    stats = dm.compute_stats()
+    waves = torch.stack([dm.datasets["train"][i]["audio"] for i in range(len(dm.datasets["train"]))])
+    feats = LogMel(sample_rate=RATE, n_mels=32)(waves)
+    assert stats["mean"] == pytest.approx(feats.mean().item(), rel=1e-4)
+    assert stats["std"] == pytest.approx(feats.std(unbiased=False).item(), rel=1e-3)
+    path = dm.save_artifacts(tmp_path / "run")
+    reused = small(source="folder", root=str(tmp_path), stats_file=str(path))
+    assert reused.model_context()["feature_mean"] == pytest.approx(stats["mean"])
+    other = DATAMODULES["audio"](source="folder", root=str(tmp_path), sample_rate=RATE, n_mels=40, stats_file=str(path))
+    with pytest.raises(ValueError, match="was computed for features"):
+        other.compute_stats()
+
+
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_mixup_mixes_audio_and_labels_alike(multilabel):
+    torch.manual_seed(1)
+    items = [
+        {
+            "audio": torch.full((5,), float(i)),
+            "label": torch.tensor(i) if not multilabel else torch.nn.functional.one_hot(torch.tensor(i), 4).float(),
+        }
+        for i in range(4)
+    ]
+    batch = Mixup(alpha=0.4, num_classes=4, multilabel=multilabel)(items)
+    lam = batch["audio"][0, 0].item() / 3 if batch["audio"][0, 0] else 0.0  # item 0 mixes with item 3
+    assert 0 <= lam <= 1
+    torch.testing.assert_close(batch["label"].sum(1), torch.ones(4))
+    torch.testing.assert_close(batch["label"][0], torch.tensor([1 - lam, 0, 0, lam]))
+    torch.testing.assert_close(batch["audio"][1], torch.full((5,), lam * 2 + (1 - lam) * 1))
+
+
+def test_synthetic_default_is_deterministic_balanced_and_split():
+    a, la = synthesize(split="train", per_class=2, sample_rate=RATE, vowels="aiu", seed=3)
+    b, lb = synthesize(split="train", per_class=2, sample_rate=RATE, vowels="aiu", seed=3)
+    c, _ = synthesize(split="train", per_class=2, sample_rate=RATE, vowels="aiu", seed=4)
+    v, _ = synthesize(split="val", per_class=2, sample_rate=RATE, vowels="aiu", seed=3)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+    assert not torch.allclose(a, c) and not torch.allclose(a, v)
+    assert a.shape == (12, RATE) and torch.bincount(la).tolist() == [2] * 6
+    assert torch.isfinite(a).all() and a.abs().max() <= 1 and (a.std(1) > 1e-3).all()
+    assert class_names("aiu") == ["a-i", "a-u", "i-a", "i-u", "u-a", "u-i"]
+
+
+def test_synthetic_classes_differ_in_order_not_only_content():
+    """'a-i' and 'i-a' hold the same vowels: their time-averaged spectra agree far more than their halves do."""
+    waves, labels = synthesize(split="train", per_class=40, sample_rate=RATE, vowels="ai", snr_db=(30, 30))
+    feats = LogMel(sample_rate=RATE, n_mels=32)(waves)  # [N, F, frames]
+    mean = {c: feats[labels == c] for c in (0, 1)}
+    whole = (mean[0].mean((0, 2)) - mean[1].mean((0, 2))).abs().mean()
+    first_half = (mean[0][..., :30].mean((0, 2)) - mean[1][..., :30].mean((0, 2))).abs().mean()
+    assert first_half > 3 * whole
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ValueError, match="data.root: source 'folder' needs root"):
+        AudioDataModule(source="folder")
+    with pytest.raises(ValueError, match=r"data.source: 'wav' is not one of"):
+        AudioDataModule(source="wav")
+    with pytest.raises(ValueError, match=r"data.synthetic: unknown option\(s\) \['vowel'\]"):
+        AudioDataModule(synthetic={"vowel": "ai"})
+    with pytest.raises(ValueError, match="data.root: .* is not a directory"):
+        AudioDataModule(source="folder", root="/nonexistent/dir").setup()
+
+
+def test_spec_augment_masks_only_in_training():
+    feats = torch.randn(8, 32, 50) + 5
+    aug = SpecAugment(freq_mask=8, time_mask=10, num_masks=2)
+    assert torch.equal(aug.eval()(feats), feats)
+    out = aug.train()(feats)
+    masked = out == 0
+    assert masked.any() and torch.equal(out[~masked], feats[~masked])
+    assert not torch.equal(masked[0], masked[1])  # each clip gets its own masks
+
+
+@pytest.mark.parametrize("kind", ["fbank", "melspec"])
+def test_logmel_frame_count_and_fp32_under_autocast(kind):
+    m = LogMel(sample_rate=RATE, n_mels=32, kind=kind)
+    x = torch.randn(3, 5000) * 0.1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(x)
+    assert out.shape == (3, 32, m.num_frames(5000)) and out.dtype == torch.float32 and torch.isfinite(out).all()
+    if kind == "fbank":  # batched (vmap) equals Kaldi's per-clip fbank
+        ref = torchaudio.compliance.kaldi.fbank(
+            x[1:2] * 32768, sample_frequency=RATE, num_mel_bins=32, htk_compat=True, window_type="hanning", dither=0.0
+        )
+        torch.testing.assert_close(out[1], ref.T)
+
+
+QUICK_FIT = [
+    "trainer.max_steps=2",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "model.embed_dim=32",
+    "model.depth=1",
+    "model.num_heads=2",
+    "data.n_mels=32",
+    "data.batch_size=4",
+]
+
+
+@pytest.mark.parametrize("setting", ["folder", "csv_multilabel_mixup"])
+def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
+    from attnzoo.config import load
+    from attnzoo.fit import fit
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "ast.yaml"
+    if setting == "folder":
+        speech_commands(tmp_path / "clips")  # 8, 16 and 44.1 kHz; mono and stereo; 16-bit and float
+        extra = ["data.source=folder", f"data.root={tmp_path / 'clips'}"]
+    else:
+        meta = esc50(tmp_path / "esc", multilabel=True)
+        extra = ["data.source=csv", f"data.csv={meta}", f"data.root={tmp_path / 'esc' / 'audio'}",
+                 "data.multilabel=true", "data.mixup_alpha=0.4", "data.val_folds=[3]", "data.test_folds=[4]",
+                 "data.columns={path: filename, label: category}", "task.objective=multilabel"]  # fmt: skip
+    cfg = load([recipe], [*QUICK_FIT, *extra, "data.clip_seconds=0.5", f"run.dir={tmp_path / 'runs'}"])
+    run_dir = fit(cfg)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 2
+    monitor = "val/map" if setting != "folder" else "val/acc"
+    assert monitor in summary["metrics"]
+    stats = json.loads((run_dir / "audio_stats.json").read_text())
+    assert stats["features"]["sample_rate"] == 8000 and stats["std"] > 0
+    assert stats["mean"] == pytest.approx(load([run_dir / "config.yaml"]).section("model")["feature_mean"])

@@ -1,0 +1,363 @@
+"""Text data: ListOps generation, tokenizers, CSV/TSV/JSONL reading and its errors, batching, artifacts."""
+
+import builtins
+import json
+import logging
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
+
+from attnzoo.data import listops
+from attnzoo.data.batching import BucketBatchSampler, PadCollate, TokenDataset
+from attnzoo.data.text import TextDataModule
+from attnzoo.data.tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, make_tokenizer
+
+LISTOPS_SETTINGS = [
+    dict(min_len=4, max_len=40, max_depth=3, max_args=4),
+    dict(min_len=5, max_len=12, max_depth=1, max_args=10),
+    dict(min_len=500, max_len=2000, max_depth=10, max_args=10),
+]
+
+
+def _depth(text: str) -> int:
+    depth = deepest = 0
+    for tok in text.split():
+        depth += tok.startswith("[")
+        depth -= tok == "]"
+        deepest = max(deepest, depth)
+    return deepest
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ListOps
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("[MAX 2 9 [MIN 4 7 ] 0 ]", 9),
+        ("[SM 5 6 [MED 1 2 3 4 ] ]", 3),  # MED of 1 2 3 4 is 2.5, rounded down; 5 + 6 + 2 = 13
+        ("[MED 3 [MIN 8 1 ] 7 ]", 3),
+        ("7", 7),
+    ],
+)
+def test_listops_evaluate(text, value):
+    assert listops.evaluate(text) == value
+
+
+@pytest.mark.parametrize("bad", ["[MAX 2 9", "[MAX 2 ] ]", "[ADD 1 2 ]", "12"])
+def test_listops_evaluate_rejects_malformed(bad):
+    with pytest.raises(ValueError):
+        listops.evaluate(bad)
+
+
+@pytest.mark.parametrize("opts", LISTOPS_SETTINGS, ids=lambda o: f"len{o['max_len']}")
+def test_listops_is_deterministic_and_within_bounds(opts):
+    num = 30 if opts["max_len"] > 100 else 300
+    data = listops.generate(num, seed=3, **opts)
+    assert data == listops.generate(num, seed=3, **opts)
+    assert data != listops.generate(num, seed=4, **opts)
+    for text, value in data:
+        assert opts["min_len"] <= len(text.split()) <= opts["max_len"]
+        assert 1 <= _depth(text) <= opts["max_depth"]
+        assert listops.evaluate(text) == value
+
+
+def test_listops_splits_do_not_overlap():
+    splits = listops.generate_splits({"train": 500, "val": 100, "test": 100}, seed=0, max_len=12, max_depth=2)
+    texts = {name: {t for t, _ in ex} for name, ex in splits.items()}
+    assert [len(ex) for ex in splits.values()] == [500, 100, 100]
+    assert not texts["train"] & texts["val"] and not texts["train"] & texts["test"] and not texts["val"] & texts["test"]
+
+
+@pytest.mark.parametrize(
+    "opts, match",
+    [
+        (dict(min_len=50, max_len=10), "min_len"),
+        (dict(max_depth=0), "max_depth"),
+        (dict(max_depth=1, max_args=3, min_len=8), "max_args"),
+    ],
+)
+def test_listops_bad_options(opts, match):
+    with pytest.raises(ValueError, match=match):
+        listops.generate(5, **opts)
+
+
+def test_listops_runs_out_of_distinct_expressions():
+    with pytest.raises(ValueError, match="distinct"):
+        listops.generate_splits({"train": 200, "val": 300}, min_len=4, max_len=4, max_depth=1, max_args=2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tokenizers
+
+
+def test_bytes_roundtrip_any_language():
+    tok = ByteTokenizer()
+    for text in ["hello", "déjà vu", "東京タワー", "مرحبا", "emoji 🙂"]:
+        ids = tok.encode(text)
+        assert min(ids) >= 1 and max(ids) < tok.vocab_size
+        assert tok.decode(ids) == text
+
+
+def test_listops_words():
+    tok = make_tokenizer("listops")
+    ids = tok.encode("[MAX 2 9 ]")
+    assert len(ids) == 4 and tok.pad_id not in ids and tok.decode(ids) == "[MAX 2 9 ]"
+    with pytest.raises(ValueError, match="'hello' is not in the listops vocabulary"):
+        tok.encode("[MAX hello ]")
+
+
+def test_unknown_tokenizer_suggests():
+    with pytest.raises(ValueError, match="did you mean 'bytes'"):
+        make_tokenizer("byte")
+    with pytest.raises(ValueError, match="no tokenizer file"):
+        make_tokenizer("missing/tokenizer.json")
+
+
+def test_file_tokenizer_without_package_says_how_to_install(tmp_path, monkeypatch):
+    path = tmp_path / "tokenizer.json"
+    path.write_text("{}")
+    real_import = builtins.__import__
+
+    def no_tokenizers(name, *args, **kwargs):
+        if name == "tokenizers":
+            raise ImportError("No module named 'tokenizers'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tokenizers)
+    with pytest.raises(ValueError, match="pip install tokenizers"):
+        FileTokenizer(path=path)
+
+
+def test_file_tokenizer(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = tokenizers.Tokenizer(WordLevel({"[PAD]": 0, "[UNK]": 1, "good": 2, "bad": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    ours = make_tokenizer(str(tmp_path / "tok.json"))
+    assert (ours.pad_id, ours.vocab_size) == (0, 4)
+    assert ours.encode("good bad ugly") == [2, 3, 1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# batching
+
+
+def test_pad_collate():
+    items = [(torch.tensor([5, 6, 7]), torch.tensor(1)), (torch.tensor([8]), torch.tensor(0))]
+    batch = PadCollate(pad_id=0, multiple=4)(items)
+    assert batch["tokens"].tolist() == [[5, 6, 7, 0], [8, 0, 0, 0]]
+    assert batch["padding_mask"].tolist() == [[False, False, False, True], [False, True, True, True]]
+    assert batch["label"].tolist() == [1, 0] and batch["tokens"].dtype == torch.long
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_bucket_batches_cover_every_index_once(drop_last):
+    lengths = torch.randint(1, 100, (103,)).tolist()
+    sampler = BucketBatchSampler(range(103), 8, drop_last, lengths=lengths, pool=4)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == (12 if drop_last else 13)
+    seen = [i for b in batches for i in b]
+    assert len(seen) == len(set(seen)) == (96 if drop_last else 103)
+    # within each pool of 4 batches lengths are sorted, so a batch spans a narrow range of lengths
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread < 30
+
+
+def test_bucket_batches_shard_under_ddp():
+    ds = TokenDataset([torch.ones(n, dtype=torch.int32) for n in range(1, 41)], [0] * 40)
+    ranks = [
+        list(
+            BucketBatchSampler(
+                DistributedSampler(ds, num_replicas=2, rank=r, shuffle=False),
+                4,
+                False,
+                lengths=ds.lengths,
+                shuffle=False,
+            )
+        )
+        for r in range(2)
+    ]
+    flat = [sorted(i for b in batches for i in b) for batches in ranks]
+    assert not set(flat[0]) & set(flat[1]) and sorted(flat[0] + flat[1]) == list(range(40))
+
+
+def test_lightning_can_inject_a_distributed_sampler():
+    from lightning.fabric.utilities.data import _replace_dunder_methods
+    from lightning.pytorch.utilities.data import _update_dataloader
+
+    dm = _small_listops()
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):  # as the Trainer does
+        loader = dm.val_dataloader()
+    ds = loader.dataset
+    new = _update_dataloader(loader, DistributedSampler(ds, num_replicas=2, rank=1, shuffle=False))
+    assert isinstance(new.batch_sampler, BucketBatchSampler)
+    assert sum(len(b) for b in new.batch_sampler) == len(ds) // 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the DataModule: ListOps default
+
+
+def _small_listops(**kw):
+    opts = dict(num_train=200, num_val=50, num_test=50, max_len=30)
+    dm = TextDataModule(batch_size=16, listops={**opts, **kw.pop("listops", {})}, **kw)
+    dm.setup()
+    return dm
+
+
+def test_listops_datamodule_batches():
+    dm = _small_listops()
+    assert dm.num_classes == 10 and dm.class_names == [str(d) for d in range(10)]
+    ctx = dm.model_context()
+    assert ctx == {"num_classes": 10, "vocab_size": len(listops.VOCAB), "pad_id": 0, "max_len": 512}
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"tokens", "padding_mask", "label"}
+    assert batch["tokens"].shape == batch["padding_mask"].shape and batch["tokens"].shape[0] == 16
+    assert torch.equal(batch["tokens"] == 0, batch["padding_mask"])  # pad id 0 never occurs inside a text
+    assert 0 < dm.majority_rate() < 0.5
+
+
+def test_listops_bytes_tokenizer_and_length_check():
+    as_bytes, as_words = _small_listops(tokenizer="bytes"), _small_listops()
+    for i in (0, 7):
+        text = as_words.tokenizer.decode(as_words.datasets["train"].ids[i].tolist())
+        assert ByteTokenizer().decode(as_bytes.datasets["train"].ids[i].tolist()) == text
+    with pytest.raises(ValueError, match=r"data.listops.max_len \(30\) exceeds data.max_len \(20\)"):
+        _small_listops(max_len=20)
+    with pytest.raises(ValueError, match="did you mean 'max_depth'"):
+        TextDataModule(listops={"max_dept": 3})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the DataModule: files
+
+ROWS = [("a fine film", "pos"), ('dull, "very" dull', "neg"), ("great\tfun", "pos"), ("bad", "neg"), ("ok", "mid")]
+
+
+def _write(path, rows, text_col="sentence", label_col="label"):
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({text_col: t, label_col: y}) + "\n" for t, y in rows))
+    elif path.suffix == ".tsv":  # GLUE style: no quoting
+        path.write_text(f"{text_col}\t{label_col}\n" + "".join(f"{t.replace(chr(9), ' ')}\t{y}\n" for t, y in rows))
+    else:
+        import csv
+
+        with path.open("w", newline="") as f:
+            csv.writer(f).writerows([(text_col, label_col), *rows])
+    return str(path)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
+def test_files_read_and_batch(tmp_path, suffix):
+    train = _write(tmp_path / f"train{suffix}", ROWS * 4)
+    val = _write(tmp_path / f"val{suffix}", ROWS[:3])
+    dm = TextDataModule(train=train, val=val, text_column="sentence", batch_size=4)
+    dm.setup()
+    assert dm.class_names == ["mid", "neg", "pos"] and dm.tokenizer.name == "bytes"
+    expect = ROWS[1][0] if suffix != ".tsv" else ROWS[1][0]
+    assert ByteTokenizer().decode(dm.datasets["val"].ids[1].tolist()) == expect
+    batches = list(dm.val_dataloader())
+    assert sum(len(b["label"]) for b in batches) == 3
+    labels = sorted(y for b in batches for y in b["label"].tolist())
+    assert labels == sorted(dm.class_names.index(y) for _, y in ROWS[:3])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
+def test_misspelled_label_column_lists_columns_found(tmp_path, suffix):
+    train = _write(tmp_path / f"train{suffix}", ROWS)
+    dm = TextDataModule(train=train, text_column="sentence", label_column="lable")
+    with pytest.raises(ValueError) as err:
+        dm.setup()
+    msg = str(err.value)
+    assert train in msg and "'lable'" in msg and "columns found: ['sentence', 'label']" in msg
+    assert "did you mean 'label'" in msg
+
+
+def test_csv_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffsentence,label\nvery good,pos\nbad,neg\n".encode())
+    dm = TextDataModule(train=str(path), val=str(path), text_column="sentence")
+    dm.setup()
+    assert dm.class_names == ["neg", "pos"]
+
+
+def test_file_errors_name_file_row_and_column(tmp_path):
+    with pytest.raises(ValueError, match=r"train.csv line 3: empty text in column 'sentence'"):
+        empty = _write(tmp_path / "train.csv", [("fine", "a"), ("  ", "b")])
+        TextDataModule(train=empty, text_column="sentence").setup()
+    train = _write(tmp_path / "t.csv", ROWS)
+    val = _write(tmp_path / "v.csv", [("x", "pos"), ("y", "meh")])
+    with pytest.raises(ValueError, match=r"v.csv: labels \['meh'\] in column 'label' never occur in the train split"):
+        TextDataModule(train=train, val=val, text_column="sentence").setup()
+    bad = tmp_path / "t.txt"
+    bad.write_text("x")
+    with pytest.raises(ValueError, match=r"unknown text file format '.txt'; valid: \['.csv', '.tsv', '.jsonl'\]"):
+        TextDataModule(train=str(bad)).setup()
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"text": "a", "label": 1}\n{"text": oops}\n')
+    with pytest.raises(ValueError, match=r"t.jsonl line 2: not valid JSON"):
+        TextDataModule(train=str(jsonl)).setup()
+
+
+def test_held_out_val_and_truncation(tmp_path, caplog):
+    train = _write(tmp_path / "train.csv", [(f"text number {i} " * (i % 7 + 1), str(i % 3)) for i in range(50)])
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        dm = TextDataModule(train=train, text_column="sentence", max_len=40, val_fraction=0.2)
+        dm.setup()
+    assert len(dm.datasets["val"]) == 10 and len(dm.datasets["train"]) == 40
+    assert max(dm.datasets["train"].lengths) == 40
+    assert "holding out 10 of 50" in caplog.text and "to max_len 40 tokens" in caplog.text
+    with pytest.raises(ValueError, match="no test split: set data.test"):
+        dm.test_dataloader()
+
+
+def test_label_vocabulary_is_saved_and_reused(tmp_path):
+    rows = [(f"t{i}", str(i)) for i in (2, 10, 1, 2, 10)]  # numeric labels sort numerically
+    train = _write(tmp_path / "train.jsonl", rows)
+    dm = TextDataModule(train=train, text_column="sentence")
+    dm.setup()
+    assert dm.class_names == ["1", "2", "10"]
+    (path,) = dm.save_artifacts(tmp_path / "run")
+    saved = json.loads(path.read_text())
+    assert saved["class_names"] == ["1", "2", "10"] and saved["tokenizer"]["kind"] == "bytes"
+    again = TextDataModule(train=_write(tmp_path / "other.jsonl", rows[:2]), text_column="sentence", labels=str(path))
+    again.setup()
+    assert again.class_names == ["1", "2", "10"]
+    with pytest.raises(ValueError, match="never occur in data.labels"):
+        TextDataModule(train=train, text_column="sentence", labels=["1", "2"]).setup()
+
+
+def test_val_sampler_sees_every_example_once():
+    dm = _small_listops(bucket=True)
+    loader = dm.val_dataloader()
+    assert isinstance(loader.batch_sampler.sampler, SequentialSampler)
+    assert sum(len(b["label"]) for b in loader) == 50
+
+
+def test_registered_tokenizers_build():
+    for name in TOKENIZERS:
+        tok = make_tokenizer(name)
+        assert 0 <= tok.pad_id < tok.vocab_size and tok.describe()["pad_id"] == tok.pad_id
+
+
+def test_text_recipe_on_a_user_csv_saves_its_label_vocabulary(tmp_path):
+    from attnzoo.config import ConfigError, load
+    from attnzoo.fit import fit
+
+    train = _write(tmp_path / "train.csv", ROWS * 4)
+    recipe = "recipes/text_cls.yaml"
+    quick = ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "run.test=false"]
+    quick += ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", f"run.dir={tmp_path}"]
+    files = [f"data.train={train}", "data.text_column=sentence", "data.batch_size=4", "model.depth=1"]
+    run_dir = fit(load([recipe], files + quick))
+    saved = json.loads((run_dir / "labels.json").read_text())
+    assert saved["class_names"] == ["mid", "neg", "pos"] and saved["source"] == train
+    assert load([run_dir / "config.yaml"]).data.model.num_classes == 3  # derived from the data, recorded
+    with pytest.raises(ConfigError, match=r"no label column 'lable'; columns found: \['sentence', 'label'\]"):
+        fit(load([recipe], [*files, "data.label_column=lable", *quick]))

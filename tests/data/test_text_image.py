@@ -1,0 +1,208 @@
+"""Generated scenes and the text-image DataModule: correct answers, no text prior, JSONL reading and its errors."""
+
+import collections
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from attnzoo.data.scenes import COLORS, QUESTION_KINDS, SceneGenerator, write_jsonl
+from attnzoo.data.text_image import TextImageDataModule
+from attnzoo.data.tokenize import ByteTokenizer
+
+
+def _answer(ex):
+    """Answer the question from the scene's items, independently of the generator."""
+    items = ex.items
+    if m := re.fullmatch(r"what color is the shape left of the (\w+) (\w+)\?", ex.text):
+        (ref,) = [it for it in items if (it.color, it.shape) == m.groups()]
+        (left,) = [it for it in items if (it.row, it.col) == (ref.row, ref.col - 1)]
+        return left.color
+    if m := re.fullmatch(r"is there a (\w+) (\w+)\?", ex.text):
+        return "yes" if any((it.color, it.shape) == m.groups() for it in items) else "no"
+    if m := re.fullmatch(r"how many (\w+)s are there\?", ex.text):
+        return str(sum(it.shape == m.group(1) for it in items))
+    if m := re.fullmatch(r"how many (\w+) shapes are there\?", ex.text):
+        return str(sum(it.color == m.group(1) for it in items))
+    if m := re.fullmatch(r"a (\w+) (\w+) (\w+)", ex.text):
+        return "match" if any((it.size, it.color, it.shape) == m.groups() for it in items) else "mismatch"
+    m = re.fullmatch(r"a (\w+) (\w+) left of a (\w+) (\w+)", ex.text)
+    a, b = m.groups()[:2], m.groups()[2:]
+    cells = {(it.row, it.col): it for it in items}
+    pairs = [((x.color, x.shape), (y.color, y.shape)) for (r, c), y in cells.items() if (x := cells.get((r, c - 1)))]
+    return "match" if (a, b) in pairs else "mismatch"
+
+
+@pytest.mark.parametrize("task", ["vqa", "match"])
+def test_scene_answers_are_right_and_deterministic(task):
+    gen = SceneGenerator(task=task, seed=3)
+    examples = gen.examples(400, split="val")
+    assert [_answer(ex) for ex in examples] == [ex.label for ex in examples]
+    assert set(ex.label for ex in examples) == set(gen.class_names)
+    again = SceneGenerator(task=task, seed=3)
+    assert again.examples(400, split="val") == examples
+    np.testing.assert_array_equal(
+        again.images(examples[:20], image_size=32, split="val"), gen.images(examples[:20], image_size=32, split="val")
+    )
+    assert SceneGenerator(task=task, seed=4).examples(50, split="val") != examples[:50]
+
+
+def test_text_alone_predicts_no_better_than_chance():
+    gen = SceneGenerator(task="vqa", seed=0)
+    train, val = gen.examples(4000, split="train"), gen.examples(1000, split="val")
+    assert collections.Counter(ex.kind for ex in train).keys() == set(QUESTION_KINDS)
+    by_text = collections.defaultdict(collections.Counter)
+    by_kind = collections.defaultdict(collections.Counter)
+    for ex in train:
+        by_text[ex.text][ex.label] += 1
+        by_kind[ex.kind][ex.label] += 1
+    # the best a text-only model can do: the most frequent training answer of the same question (or kind)
+    guess = [(by_text.get(ex.text) or by_kind[ex.kind]).most_common(1)[0][0] for ex in val]
+    accuracy = np.mean([g == ex.label for g, ex in zip(guess, val, strict=True)])
+    chance = np.mean([1 / len(by_kind[ex.kind]) for ex in val])  # ~ (1/5 + 1/2 + 1/4 + 1/4) / 4
+    assert accuracy < chance + 0.06, (accuracy, chance)
+
+
+def test_held_out_pairs_only_in_validation():
+    gen = SceneGenerator(task="vqa", held_out=3, seed=1)
+    names = [f"{c} {s}" for c, s in gen.held_out_pairs]
+    assert len(names) == 3
+    assert not any(n in ex.text for ex in gen.examples(2000, split="train") for n in names)
+    assert any(n in ex.text for ex in gen.examples(500, split="val") for n in names)
+
+
+def test_images_show_the_items():
+    gen = SceneGenerator(seed=0)
+    examples = gen.examples(30, split="train")
+    images = gen.images(examples, image_size=48, split="train")
+    for ex, img in zip(examples, images, strict=True):
+        present = {c for c, rgb in COLORS.items() if (img.reshape(-1, 3) == rgb).all(-1).any()}
+        assert present == {it.color for it in ex.items}
+
+
+def _dm(**kw):
+    dm = TextImageDataModule(**{"num_train": 64, "num_val": 32, "batch_size": 16, **kw})
+    dm.setup("fit")
+    return dm
+
+
+def test_scene_batches_follow_the_contract():
+    dm = _dm()
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["image"].shape == (16, 3, 48, 48) and batch["image"].dtype == torch.float32
+    assert -1.0 <= batch["image"].min() and batch["image"].max() <= 1.0
+    tokens, pad = batch["tokens"], batch["padding_mask"]
+    assert tokens.dtype == torch.long and pad.dtype == torch.bool and tokens.shape == pad.shape
+    assert ((tokens == 0) == pad).all() and (~pad).sum(1).min() > 0
+    assert batch["label"].shape == (16,) and batch["label"].max() < dm.num_classes
+    assert dm.model_context() == {
+        "num_classes": len(dm.class_names),
+        "img_size": 48,
+        "in_chans": 3,
+        "vocab_size": 257,
+        "pad_id": 0,
+        "max_len": 64,
+    }
+    blank = _dm(blank_image=True)
+    assert (next(iter(blank.train_dataloader()))["image"] == 0).all()
+    assert blank.datasets["val"].texts == dm.datasets["val"].texts  # the same data, only without the image
+
+
+def _write(tmp_path, task="vqa", n=12):  # vqa readers get `classes`: 12 answers need not cover every class
+    gen = SceneGenerator(task=task, seed=0)
+    paths = {}
+    for split in ("train", "val"):
+        examples = gen.examples(n, split=split)
+        paths[split] = write_jsonl(tmp_path, examples, gen.images(examples, image_size=32, split=split), name=split)
+    return gen, paths
+
+
+@pytest.mark.parametrize("task", ["vqa", "match"])
+def test_jsonl_round_trip(tmp_path, task):
+    gen, paths = _write(tmp_path, task)
+    dm = _dm(task=task, train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
+    examples = gen.examples(12, split="val")
+    images = gen.images(examples, image_size=32, split="val")
+    item = dm.datasets["val"][5]
+    assert item["tokens"] == ByteTokenizer().encode(examples[5].text)
+    assert dm.class_names[item["label"]] == examples[5].label
+    expected = torch.from_numpy(images[5]).permute(2, 0, 1).float() / 127.5 - 1.0
+    torch.testing.assert_close(item["image"], expected)
+
+
+def test_jsonl_images_are_resized(tmp_path):
+    _, paths = _write(tmp_path)
+    dm = _dm(
+        train=str(paths["train"]),
+        val=str(paths["val"]),
+        image_size=16,
+        classes=list(COLORS) + ["no", "yes", "0", "1", "2", "3"],
+    )
+    assert dm.datasets["train"][0]["image"].shape == (3, 16, 16)
+    assert dm.class_names[:5] == list(COLORS)
+
+
+def test_missing_or_unreadable_image(tmp_path):
+    gen, paths = _write(tmp_path)
+    lines = paths["train"].read_text().splitlines()
+    (tmp_path / json.loads(lines[2])["image"]).unlink()
+    (tmp_path / json.loads(lines[4])["image"]).write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=r"train\.jsonl:3: image .*train/00002\.png does not exist"):
+        _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
+    dm = _dm(train=str(paths["train"]), val=str(paths["val"]), on_bad_image="skip", classes=gen.class_names)
+    assert dm.skipped == {"train": 2} and len(dm.datasets["train"]) == 10
+    (tmp_path / json.loads(lines[2])["image"]).write_bytes(b"")
+    with pytest.raises(ValueError, match=r"train\.jsonl:3: image .*train/00002\.png cannot be read"):
+        _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", r"bad\.jsonl:2: not valid JSON"),
+        ('{"image": "train/00000.png", "label": "red"}', r"bad\.jsonl:2: missing key\(s\) \['text'\]"),
+        ('["a", "b"]', r"bad\.jsonl:2: expected an object"),
+        ('{"image": "train/00000.png", "text": "hi", "label": "pink"}', r"bad\.jsonl:2: label 'pink' is not an answer"),
+    ],
+)
+def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, message):
+    _, paths = _write(tmp_path)
+    first = paths["train"].read_text().splitlines()[0]
+    (tmp_path / "bad.jsonl").write_text(first + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=message):
+        _dm(train=str(paths["train"]), val=str(tmp_path / "bad.jsonl"))
+
+
+def test_match_labels(tmp_path):
+    _, paths = _write(tmp_path, task="match")
+    rec = json.loads(paths["train"].read_text().splitlines()[0])
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps({**rec, "label": v}) for v in (True, 0, "match")) + "\n")
+    dm = _dm(task="match", train=str(tmp_path / "m.jsonl"), val=str(paths["val"]))
+    assert [dm.datasets["train"][i]["label"] for i in range(3)] == [1, 0, 1]
+    (tmp_path / "m.jsonl").write_text(json.dumps({**rec, "label": "yes"}) + "\n")
+    with pytest.raises(ValueError, match=r"m\.jsonl:1: match label 'yes'; valid: true/false, 1/0, match/mismatch"):
+        _dm(task="match", train=str(tmp_path / "m.jsonl"), val=str(paths["val"]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(task="caption"), r"data.task 'caption' is not one of"),
+        (dict(train="a.jsonl"), r"data.train \(a.jsonl\) and data.val \(None\) go together"),
+        (dict(train="a.jsonl", val="b.jsonl"), r"JSONL file not found: a.jsonl"),
+        (dict(on_bad_image="ignore"), r"data.on_bad_image 'ignore' is not one of"),
+        (dict(batch_size=0), r"data.batch_size \(0\) must be >= 1"),
+        (dict(tokenizer="bites"), r"data.tokenizer: unknown 'bites'.*did you mean 'bytes'"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _dm(**kwargs)
+
+
+def test_long_texts_are_cut(caplog):
+    dm = _dm(max_len=12)
+    assert max(len(t) for t in dm.datasets["train"].tokens) == 12
+    assert "texts to data.max_len=12 tokens" in caplog.text

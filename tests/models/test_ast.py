@@ -1,0 +1,142 @@
+"""AST: patch counts by the paper's formula, position interpolation to other clip lengths, attention from config."""
+
+import pytest
+import torch
+
+from attnzoo.models import MODELS
+from attnzoo.models.ast import AST, TimeWindow, patch_grid
+
+RATE = 8000
+TINY = dict(sample_rate=RATE, n_mels=32, embed_dim=32, depth=2, num_heads=2)
+
+
+def tiny(**kw) -> AST:
+    return MODELS["ast"](**{"num_classes": 5, "target_frames": 98, **TINY, **kw})
+
+
+def ast_formula(n_mels: int, frames: int, fstride: int, tstride: int, patch: int = 16) -> int:
+    """The AST paper's patch count: f_dim * t_dim with f_dim = (F - 16) // fstride + 1, t_dim likewise."""
+    return ((n_mels - patch) // fstride + 1) * ((frames - patch) // tstride + 1)
+
+
+def test_paper_setting_gives_1212_patches():
+    # 128 mel bins x 1024 frames, 16x16 patches, stride 10 in both axes: 12 x 101 patches (AST paper, Sec. 2)
+    assert patch_grid(128, 1024) == (12, 101)
+    assert ast_formula(128, 1024, 10, 10) == 1212
+
+
+@pytest.mark.parametrize("seconds", [0.25, 0.5, 1.0, 1.37])
+@pytest.mark.parametrize("fstride,tstride", [(10, 10), (16, 16), (8, 12), (16, 6)])
+def test_patch_count_equals_the_ast_formula(seconds, fstride, tstride):
+    model = tiny(fstride=fstride, tstride=tstride).eval()
+    samples = int(RATE * seconds)
+    frames = 1 + (samples - 200) // 80  # 25 ms windows every 10 ms at 8 kHz, frames inside the clip
+    assert model.logmel.num_frames(samples) == frames
+    feats = model.features(torch.randn(2, samples))
+    assert feats.shape == (2, 32, frames)
+    tokens = model.tokens(feats)
+    expected = ast_formula(32, frames, fstride, tstride)
+    assert model.num_patches(samples) == expected
+    assert tokens.shape == (2, 2 + expected, 32)
+
+
+def test_trained_on_1s_runs_on_2s_with_interpolated_positions():
+    model = tiny().eval()
+    assert model.grid == (2, 9)  # 32 mels x 98 frames
+    torch.testing.assert_close(model.tokens(model.features(torch.zeros(1, RATE)))[0, 2:] * 0 + 1, torch.ones(18, 32))
+    out = model(torch.randn(3, 2 * RATE))
+    assert out.shape == (3, 5) and torch.isfinite(out).all()
+    assert model.num_patches(2 * RATE) == 2 * 19
+    # the interpolated table keeps each frequency row's embedding and stretches time: its ends stay close
+    model.patch_embed.weight.data.zero_()
+    model.patch_embed.bias.data.zero_()
+    long_tokens = model.tokens(torch.zeros(1, 32, 198))[0, 2:].reshape(19, 2, 32)  # [Tp, Fp, D]
+    table = model.pos_embed[0, 2:].reshape(9, 2, 32)
+    assert (long_tokens[0] - table[0]).abs().max() < (table[0] - table[-1]).abs().max()
+    short = model(torch.randn(2, RATE // 2))  # shorter clips too
+    assert short.shape == (2, 5)
+
+
+def test_same_length_uses_the_table_unchanged():
+    model = tiny().eval()
+    model.patch_embed.weight.data.zero_()
+    model.patch_embed.bias.data.zero_()
+    tokens = model.tokens(torch.zeros(1, 32, 98))
+    torch.testing.assert_close(tokens[0, 2:], model.pos_embed[0, 2:])
+    torch.testing.assert_close(tokens[0, :2], (model.prefix + model.pos_embed[:, :2])[0])
+
+
+@pytest.mark.parametrize("dist_token", [True, False])
+def test_pooling_is_the_mean_of_cls_and_distillation_outputs(dist_token):
+    model = tiny(dist_token=dist_token).eval()
+    seen = {}
+    model.head.register_forward_pre_hook(lambda m, args: seen.update(pooled=args[0]))
+    model.encoder.register_forward_hook(lambda m, args, out: seen.update(out=out))
+    model(torch.randn(2, RATE))
+    n = 2 if dist_token else 1
+    assert model.num_prefix_tokens == n
+    torch.testing.assert_close(seen["pooled"], seen["out"][:, :n].mean(1))
+
+
+ATTENTION = {
+    "full": None,
+    "full_eager": {"backend": "eager"},
+    "gqa_qknorm": {"num_kv_heads": 1, "qk_norm": True},
+    "time_window": {"pattern": {"kind": "attnzoo.models.ast.TimeWindow", "steps": 1}},
+}
+
+
+@pytest.mark.parametrize("name", list(ATTENTION))
+def test_attention_from_config_trains(name):
+    model = tiny(attention=ATTENTION[name], spec_augment={"freq_mask": 4, "time_mask": 8}).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    x, y = torch.randn(4, RATE // 2) * 0.1, torch.tensor([0, 1, 2, 3])
+    losses = []
+    for _ in range(5):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_bf16_autocast_is_finite_and_features_stay_fp32():
+    model = tiny().train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        feats = model.features(torch.randn(2, RATE) * 1e-4)
+        out = model(torch.randn(2, RATE))
+    assert feats.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+def test_normalization_statistics_are_buffers_in_the_state_dict():
+    model = tiny(feature_mean=3.5, feature_std=2.0)
+    state = model.state_dict()
+    assert state["feature_mean"].item() == 3.5 and state["feature_std"].item() == 2.0
+    raw = model.logmel(torch.randn(1, RATE))
+    torch.testing.assert_close(
+        model.eval().features(torch.randn(1, RATE) * 0 + 0), (model.logmel(torch.zeros(1, RATE)) - 3.5) / 2
+    )
+    assert raw.shape[1] == 32
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(ValueError, match=r"fstride \(20\) and tstride \(10\) must be in \[1, patch_size=16\]"):
+        tiny(fstride=20)
+    with pytest.raises(ValueError, match="smaller than a 16 patch"):
+        tiny(n_mels=8)
+    with pytest.raises(ValueError, match="shorter than one 16-frame patch"):
+        tiny().eval()(torch.randn(1, RATE // 10))
+    with pytest.raises(ValueError, match=r"features kind 'mfcc' is not one of"):
+        tiny(features="mfcc")
+
+
+def test_time_window_reads_nearby_time_steps_and_prefix_tokens_read_all():
+    pattern = TimeWindow(steps=1, grid_size=(5, 2), num_prefix_tokens=2)  # 5 time steps x 2 frequency patches
+    mask = pattern.dense_mask(12, 12)
+    assert mask[:2].all() and mask[:, :2].all()  # cls and distillation tokens
+    step = (torch.arange(10) // 2)[:, None]
+    torch.testing.assert_close(mask[2:, 2:], (step - step.T).abs() <= 1)
+    model = tiny(attention={"pattern": {"kind": "attnzoo.models.ast.TimeWindow", "steps": 1}}).eval()
+    assert model(torch.randn(1, 2 * RATE)).shape == (1, 5)  # longer clips: the window still holds

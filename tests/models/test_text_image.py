@@ -1,0 +1,119 @@
+"""Text-image fusion model: padding invariance, gating, cross-attention maps, argument errors."""
+
+import pytest
+import torch
+
+from attnzoo.models.text_image import IMAGE_POSITIONS, POOLING, TextImageNet
+
+SMALL = dict(num_classes=5, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_len=24)
+
+
+def _net(**kw) -> TextImageNet:
+    return TextImageNet(**{**SMALL, **kw}).eval()
+
+
+def _inputs(b=3, lengths=(7, 4, 9)):
+    image = torch.randn(b, 3, 16, 16)
+    tokens = torch.randint(1, 257, (b, max(lengths)))
+    pad = torch.arange(max(lengths))[None] >= torch.tensor(lengths)[:, None]
+    return image, tokens.masked_fill(pad, 0), pad
+
+
+@pytest.mark.parametrize("pooling", POOLING)
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_extra_padding_leaves_real_tokens_unchanged(pooling, gated, backend):
+    net = _net(pooling=pooling, gated=gated, attention={"backend": backend}, cross_attention={"backend": backend})
+    if gated:  # open the gates so the cross-attention branch matters
+        for block in net.cross_blocks:
+            torch.nn.init.constant_(block.attn_gate, 0.7)
+            torch.nn.init.constant_(block.mlp_gate, 0.7)
+    image, tokens, pad = _inputs()
+    more = torch.cat([tokens, torch.randint(1, 257, (3, 8))], dim=1)  # garbage ids under the mask
+    more_pad = torch.cat([pad, torch.ones(3, 8, dtype=torch.bool)], dim=1)
+    logits, maps = net(image, tokens, pad, return_cross_attention=True)
+    logits2, maps2 = net(image, more, more_pad, return_cross_attention=True)
+    torch.testing.assert_close(logits2, logits, atol=1e-5, rtol=1e-5)
+    for m, m2 in zip(maps, maps2, strict=True):
+        real = ~pad[:, None, :, None]  # [B, 1, L, 1]
+        torch.testing.assert_close(m2[:, :, : tokens.shape[1]] * real, m * real, atol=1e-6, rtol=1e-5)
+    # one example alone (no padding at all) gives the same logits as inside the padded batch
+    alone = net(image[1:2], tokens[1:2, :4], None)
+    torch.testing.assert_close(alone, logits[1:2], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("image_pos", IMAGE_POSITIONS)
+def test_forward_backward_and_maps(image_pos):
+    net = _net(image_pos=image_pos, fusion_depth=3).train()
+    image, tokens, pad = _inputs()
+    logits, maps = net(image, tokens, pad, return_cross_attention=True)
+    assert logits.shape == (3, 5) and torch.isfinite(logits).all()
+    assert len(maps) == 3 and all(m.shape == (3, 4, tokens.shape[1], 16) for m in maps)  # [B, H, L, N]
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(3, 4, tokens.shape[1]))
+    logits.square().sum().backward()
+    missing = [n for n, p in net.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, missing
+
+
+def test_image_matters_and_gates_start_closed():
+    image, tokens, pad = _inputs()
+    other = torch.randn_like(image)
+    open_net = _net()
+    assert not torch.allclose(open_net(image, tokens, pad), open_net(other, tokens, pad), atol=1e-4)
+    gated = _net(gated=True)  # gates at 0: the image has no effect yet, but the gates get gradients
+    torch.testing.assert_close(gated(image, tokens, pad), gated(other, tokens, pad))
+    gated(image, tokens, pad).square().sum().backward()
+    assert all(block.attn_gate.grad.abs() > 0 for block in gated.cross_blocks)
+
+
+def test_bf16_autocast_is_finite_with_padding():
+    net = _net()
+    image, tokens, pad = _inputs()
+    pad[0] = True  # an example with no real token at all
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(image, tokens, pad)
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(img_size=18), r"img_size \(18\) must be divisible by patch_size \(4\)"),
+        (dict(image_pos="rope"), r"image_pos 'rope' is not one of"),
+        (dict(pooling="max"), r"pooling 'max' is not one of"),
+        (dict(fusion_depth=0), r"fusion_depth \(0\) must be >= 1"),
+        (dict(cross_attention={"bakend": "eager"}), r"model.cross_attention: unknown option 'bakend'"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _net(**kwargs)
+
+
+def test_bad_inputs():
+    net = _net()
+    image, tokens, pad = _inputs()
+    with pytest.raises(ValueError, match=r"image of size \(20, 20\); this model was built for 16"):
+        net(torch.randn(3, 3, 20, 20), tokens, pad)
+    with pytest.raises(ValueError, match=r"text of 30 tokens; this model takes at most max_len=24"):
+        net(image, torch.ones(3, 30, dtype=torch.long), None)
+    with pytest.raises(ValueError, match=r"padding_mask must have the shape of tokens"):
+        net(image, tokens, pad[:, :2])
+
+
+def test_grad_checkpointing_is_identical():
+    net = _net().train()
+    image, tokens, pad = _inputs()
+
+    def run():
+        net.zero_grad()
+        out = net(image, tokens, pad)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+    ref = run()
+    net.set_grad_checkpointing(True)
+    got = run()
+    torch.testing.assert_close(got[0], ref[0], atol=0, rtol=0)
+    for a, b in zip(got[1], ref[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

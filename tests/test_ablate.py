@@ -1,0 +1,266 @@
+"""`attnzoo.ablate`: grid expansion, every shipped grid validated, failures recorded, report, resume after a kill."""
+
+import csv
+import functools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attnzoo.ablate import ablate, plan, status
+from attnzoo.config import ConfigError, build_data, build_net, load
+from attnzoo.grid import axis_labels, load_grid
+
+ROOT = Path(__file__).resolve().parent.parent
+VIT = ROOT / "recipes" / "vit.yaml"
+RECIPES = {p.stem: p for p in sorted((ROOT / "recipes").glob("*.yaml"))}
+GRIDS = sorted((ROOT / "configs" / "ablations").glob("*.yaml"))
+SAFE = re.compile(r"^[A-Za-z0-9._+=,~-]+$")
+# a ViT that trains 2 optimizer steps in well under a second
+TINY = {
+    "model.embed_dim": 16,
+    "model.depth": 1,
+    "model.num_heads": 2,
+    "model.mlp_ratio": 1.0,
+    "data.batch_size": 16,
+    "trainer.max_steps": 2,
+    "trainer.limit_train_batches": 2,
+    "trainer.limit_val_batches": 1,
+    "trainer.limit_test_batches": 1,
+    "trainer.num_sanity_val_steps": 0,
+    "trainer.enable_model_summary": False,
+    "trainer.log_every_n_steps": 1,
+}
+
+
+def _grid(tmp_path: Path, axes: dict, seeds=(0,), fixed=None, name="grid.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"seeds": list(seeds), "fixed": {**TINY, **(fixed or {})}, "axes": axes}))
+    return path
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_variants_are_every_combination_times_seeds_with_readable_safe_ids(tmp_path):
+    axes = {
+        "model.attention.backend": ["eager", "sdpa"],
+        "model.attention": {"mha": {"kind": "mha"}, "mqa/1": {"kind": "mha", "num_kv_heads": 1}},
+        "trainer.precision": ["32-true"],
+    }
+    grid = load_grid(_grid(tmp_path, axes, seeds=(0, 1)))
+    variants = grid.variants()
+    assert len(variants) == 2 * 2 * 1 * 2
+    assert variants[0].id == "backend=eager,attention=mha,precision=32-true,seed=0"
+    assert variants[-1].id == "backend=sdpa,attention=mqa_1,precision=32-true,seed=1"  # "/" is not filesystem-safe
+    assert len({v.id for v in variants}) == len(variants) and all(SAFE.match(v.id) for v in variants)
+    assert {v.name for v in variants if v.seed == 0} == {v.name for v in variants if v.seed == 1}
+    mqa = variants[-1].overrides
+    # a mapping replaces the recipe's mapping: the key is cleared first
+    assert mqa.index("model.attention=null") < mqa.index('model.attention={"kind": "mha", "num_kv_heads": 1}')
+    assert mqa[-1] == "seed=1"
+
+
+def test_a_named_axis_applies_each_value_as_a_set_of_overrides(tmp_path):
+    axes = {"position": {"learned": {"model.pos_embed": "learned"}, "rel": {"model.pos_embed": "none",
+            "model.attention.bias": {"kind": "relative_2d"}}}}  # fmt: skip
+    grid = load_grid(_grid(tmp_path, axes))
+    assert grid.keys() == {"model.pos_embed", "model.attention.bias"}
+    learned, rel = grid.variants()
+    assert (learned.id, rel.id) == ("position=learned,seed=0", "position=rel,seed=0")
+    assert rel.overrides == ('model.pos_embed="none"', "model.attention.bias=null",
+                             'model.attention.bias={"kind": "relative_2d"}', "seed=0")  # fmt: skip
+    with pytest.raises(ConfigError, match="axes of the grid"):
+        plan([VIT], grid, ["model.pos_embed=none"], tmp_path / "out")
+
+
+def test_a_very_long_id_is_cut_and_stays_unique(tmp_path):
+    values = {f"w{'x' * 150}{i}": {"kind": "mha"} for i in range(2)}
+    ids = [v.id for v in load_grid(_grid(tmp_path, {"model.attention": values})).variants()]
+    assert len(set(ids)) == 2 and all(len(i) <= 120 and SAFE.match(i) for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("keys", "labels"),
+    [
+        (["model.attention.bias.kind", "model.attention.pattern.kind"], ["bias", "pattern"]),
+        (["model.attention.kind", "trainer.precision"], ["attention", "precision"]),
+        (["model.attention.backend", "model.text.backend"], ["attention.backend", "text.backend"]),
+        (["seedless"], ["seedless"]),
+    ],
+)
+def test_axis_labels_are_the_shortest_distinct_suffix(keys, labels):
+    assert list(axis_labels(keys).values()) == labels
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("axes: {model.depth: [1, 2]}\nseed: [0]", "unknown key 'seed'"),
+        ("axes: {model.depth: 3}", "axes.model.depth: expected a list"),
+        ("axes: {model.depth: [1, 1]}", "distinct label"),
+        ("axes: {model.depth: [1]}\nseeds: [0, 0]", "repeats a seed"),
+        ("axes: {model.depth: [1]}\nseeds: 3", "seeds: expected a non-empty list"),
+        ("axes: {model.depth: [1]}\nfixed: {model.depth: 2}", "set both in fixed and in axes"),
+        ("axes: {seed: [1, 2]}", "seeds:"),
+        ("axes: {model.depth: [1]}\nmode: best", "mode: 'best'"),
+        ("[1, 2]", "expected a mapping"),
+        ("axes: {position: [learned, none]}", "axes.position: an axis named without a dot maps labels to sets"),
+        ("axes: {position: {a: {pos_embed: none}}}", "axes.position: an axis named without a dot"),
+        ("axes: {position: {a: {model.depth: 1}}, model.depth: [2, 3]}", "['model.depth'] set by more than one axis"),
+    ],
+)
+def test_a_malformed_grid_names_the_file_and_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        load_grid(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_variant_with_an_invalid_config_stops_the_plan_naming_it(tmp_path):
+    grid = load_grid(_grid(tmp_path, {"model.attention.kind": ["mha", "mah"]}))
+    with pytest.raises(ConfigError, match=r"variant attention=mah,seed=0: .*did you mean 'mha'"):
+        plan([VIT], grid, [], tmp_path / "out")
+    grid = load_grid(_grid(tmp_path, {"model.patch_size": [7, 14]}))
+    with pytest.raises(ConfigError, match="axes of the grid"):
+        plan([VIT], grid, ["model.patch_size=4"], tmp_path / "out")
+
+
+def _grid_cases():
+    for path in GRIDS:
+        recipes = load_grid(path).recipes or list(RECIPES)
+        for name in recipes:
+            yield pytest.param(path, name, id=f"{path.stem}-{name}")
+
+
+@functools.cache
+def _data(recipe: str):
+    """(model context, a batch of 2 training examples) of a recipe's data."""
+    data = build_data(load([RECIPES[recipe]]))
+    batch = next(iter(data.train_dataloader()))
+    return data.model_context(), {k: v[:2] for k, v in batch.items()}
+
+
+@pytest.mark.parametrize(("grid_path", "recipe"), list(_grid_cases()))
+def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_path, recipe, tmp_path):
+    assert recipe in RECIPES, f"{grid_path} names recipe {recipe!r}; recipes are {sorted(RECIPES)}"
+    grid = load_grid(grid_path)
+    runs = plan([RECIPES[recipe]], grid, [], tmp_path)  # validates every combination's config, trains nothing
+    assert len(runs) == len(grid.variants()) >= 2, "an ablation grid should compare at least two runs"
+    assert len({r.config_sha for r in runs}) == len(runs), "two variants of the grid produce the same config"
+    context, batch = _data(recipe)
+    for run in {r.variant.name: r for r in runs}.values():  # one forward and backward per variant (not per seed)
+        cfg = load([RECIPES[recipe]], run.overrides)
+        net = build_net(cfg, context)
+        if cfg.section("trainer").get("grad_checkpointing"):
+            net.set_grad_checkpointing(True)
+        logits = net(**{k: v for k, v in batch.items() if k != "label"})
+        logits.float().logsumexp(-1).sum().backward()
+        assert all(p.grad is not None for p in net.parameters() if p.requires_grad), run.variant.name
+
+
+_FAKE_FIT = """
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+run_dir = Path(args[args.index("--run-dir") + 1])
+if any(a == 'model.attention.backend="eager"' for a in args):
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print("RuntimeError: out of memory (pretend)", file=sys.stderr)
+    sys.exit(1)
+seed = int(next(a for a in args if a.startswith("seed="))[5:])
+summary = {"test": {"test/acc": 0.5 + 0.1 * seed}, "best": {"path": "x", "val/acc": 0.4}, "parameters": 1000,
+           "train_samples_per_second": 100.0 + 20 * seed, "attention_backends": {"sdpa": 1}, "peak_rss_bytes": 2**30}
+(run_dir / "summary.json").write_text(json.dumps(summary))
+"""
+
+
+def test_a_failing_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path, monkeypatch):
+    import attnzoo.ablate as module
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", _FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]}, seeds=(0, 1))
+    out = ablate([VIT], grid, tmp_path / "out")
+    records = {p.parent.name: json.loads(p.read_text()) for p in (out / "runs").glob("*/ablate.json")}
+    assert {k: r["status"] for k, r in records.items()} == {
+        "backend=eager,seed=0": "failed",
+        "backend=eager,seed=1": "failed",
+        "backend=sdpa,seed=0": "ok",
+        "backend=sdpa,seed=1": "ok",
+    }
+    failed = records["backend=eager,seed=0"]
+    assert failed["error"] == "RuntimeError: out of memory (pretend)" and failed["returncode"] == 1
+    assert "Traceback" in failed["stderr_tail"][0]
+    rows = {r["variant"]: r for r in _csv(out / "report.csv")}
+    assert rows["backend=eager"]["runs_failed"] == "2" and rows["backend=eager"]["metric_mean"] == ""
+    sdpa = rows["backend=sdpa"]
+    assert float(sdpa["metric_mean"]) == pytest.approx(0.55) and float(sdpa["metric_std"]) == pytest.approx(0.0707107)
+    assert float(sdpa["samples_per_s_mean"]) == pytest.approx(110.0) and sdpa["memory_kind"] == "rss"
+    report = (out / "report.md").read_text()
+    assert "| **`backend=sdpa`** | **0.5500 ± 0.0707** | 110 ± 14 | 1024 ± 0 | 1,000 |" in report
+    assert "| `backend=eager` | - |" in report and "0/2 ok, 2 failed" in report
+    assert "`backend=eager,seed=1`: RuntimeError: out of memory (pretend)" in report
+
+    # started again: the failed runs run again (unless --skip-failed); the finished ones do not
+    kept = (out / "runs" / "backend=sdpa,seed=0" / "ablate.json").read_text()
+    states = {r.variant.id: status(r) for r in plan([VIT], load_grid(grid), [], out)}
+    assert sorted(states.values()) == ["failed", "failed", "ok", "ok"]
+    ablate([VIT], grid, out, skip_failed=True)
+    assert (out / "runs" / "backend=sdpa,seed=0" / "ablate.json").read_text() == kept
+    # a finished run made from another config is not silently reused
+    with pytest.raises(ConfigError, match="different config"):
+        ablate([VIT], grid, out, ["model.mlp_ratio=2.0"])
+
+
+def _png_ok(path: Path) -> bool:
+    data = path.read_bytes()
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
+    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
+    out = ablate([VIT], grid, tmp_path / "out", command_line="python -m attnzoo.ablate (test)")
+    rows = _csv(out / "report.csv")
+    assert [r["variant"] for r in rows] == ["backend=eager", "backend=sdpa"]
+    for row in rows:
+        assert row["runs_ok"] == "1" and row["metric"] == "test/acc" and 0.0 <= float(row["metric_mean"]) <= 1.0
+        assert float(row["samples_per_s_mean"]) > 0 and float(row["wall_s_mean"]) > 0 and int(row["parameters"]) > 0
+        assert row["backends"] == row["backend"]  # the backend the runs report is the one the variant asked for
+    table = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + len(rows) and "backend=eager" in table[1] and "backend=sdpa" in table[2]
+    assert all(_png_ok(out / name) for name in ("metric.png", "metric_vs_throughput.png"))
+    assert len(_csv(out / "runs.csv")) == 2
+
+
+def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again(tmp_path):
+    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "attnzoo.ablate", "--config", str(VIT), "--grid", str(grid), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first, second = out / "runs" / "backend=eager,seed=0", out / "runs" / "backend=sdpa,seed=0"
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 600
+    while not (second / "ablate.json").is_file() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the ablation and its fit run, no cleanup
+    proc.wait()
+    assert json.loads((first / "ablate.json").read_text())["status"] == "ok"
+    assert not (second / "summary.json").exists(), "the second run finished before the kill; nothing was tested"
+    finished = (first / "ablate.json").read_text(), (first / "summary.json").stat().st_mtime_ns
+
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 runs, 1 finished, 1 to run" in again.stderr
+    assert ((first / "ablate.json").read_text(), (first / "summary.json").stat().st_mtime_ns) == finished
+    assert json.loads((second / "ablate.json").read_text())["status"] == "ok"
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["1", "1"]

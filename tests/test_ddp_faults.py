@@ -1,0 +1,66 @@
+"""DDP with 2 CPU processes: when one process dies mid-training the whole run exits non-zero promptly (no hang)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.test_fit import QUICK, ROOT, TINY, VIT
+
+_DIES = """
+import os, sys
+import lightning as L
+from attnzoo.config import load
+from attnzoo.fit import fit
+
+class Die(L.Callback):  # a process dies like a killed one: no cleanup, no message to the others
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_rank == {rank} and trainer.global_step == 2:
+            os._exit(7)
+
+fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Die()])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_dead_ddp_process_ends_the_whole_run_non_zero_without_hanging(rank, tmp_path):
+    script = tmp_path / "dies.py"  # a file: Lightning's DDP launcher re-runs the command per process
+    script.write_text(_DIES.format(rank=rank))
+    overrides = [
+        *QUICK[:3],
+        *TINY,
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+        "trainer.num_threads=1",
+        "trainer.max_steps=50",
+        "trainer.limit_val_batches=0",
+        "trainer.num_sanity_val_steps=0",
+        "data.batch_size=4",
+        "run.test=false",
+        f"run.dir={tmp_path}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(VIT), *overrides], env=env, cwd=ROOT, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        pytest.fail("the DDP run hung after one of its processes died")
+    print(f"rank {rank} died -> exit {proc.returncode} after {time.monotonic() - start:.0f} s")
+    assert proc.returncode != 0, err[-3000:]
+    # the other rank goes too (within seconds): nothing of the run's session keeps running
+    for _ in range(60):
+        leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not leftover:
+            break
+        time.sleep(1)
+    else:
+        os.killpg(proc.pid, 9)
+        pytest.fail(f"processes left running 60 s after the run exited: {leftover}")

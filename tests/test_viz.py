@@ -1,0 +1,141 @@
+"""`attnzoo.viz`: attention rollout against its definition, captured maps, and the command on a saved run."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnzoo.attention.attention import ATTENTION_KINDS
+from attnzoo.config import build_net, load
+from attnzoo.fit import build
+from attnzoo.viz import capture, main, rollout
+
+ROOT = Path(__file__).resolve().parent.parent
+VIT = ROOT / "recipes" / "vit.yaml"
+AST = ROOT / "recipes" / "ast.yaml"
+TINY = ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "model.mlp_ratio=1.0", "data.batch_size=8"]
+
+
+def _maps(layers: int, b: int = 2, h: int = 3, n: int = 5) -> list[torch.Tensor]:
+    return [torch.randn(b, h, n, n).softmax(-1) for _ in range(layers)]
+
+
+def test_rollout_of_one_layer_without_residual_is_the_head_mean():
+    (a,) = _maps(1)
+    torch.testing.assert_close(rollout([a], residual=0.0), a.mean(1))
+    torch.testing.assert_close(rollout([a], residual=0.0, head_fusion="max"), a.amax(1) / a.amax(1).sum(-1, True))
+
+
+def test_rollout_multiplies_residual_corrected_layers_in_order():
+    maps, residual = _maps(3), 0.3
+    eye = torch.eye(5)
+    expected = eye.expand(2, 5, 5)
+    for a in maps:  # definition (Abnar & Zuidema, 2020): A_l' = r I + (1 - r) mean_h A_l, rollout = A_L' ... A_1'
+        step = residual * eye + (1 - residual) * a.mean(1)
+        expected = step @ expected
+    out = rollout(maps, residual=residual)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.sum(-1), torch.ones(2, 5))
+    assert not torch.allclose(rollout(maps[::-1], residual=residual), out)  # the order matters
+
+
+@pytest.mark.parametrize(
+    ("maps", "kwargs", "message"),
+    [
+        ([], {}, "at least one"),
+        ([torch.rand(1, 2, 4, 6)], {}, "square"),
+        (_maps(1), {"residual": 1.5}, "residual"),
+        (_maps(1), {"head_fusion": "sum"}, "head_fusion"),
+    ],
+)
+def test_rollout_rejects_bad_input(maps, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        rollout(maps, **kwargs)
+
+
+def _saved_run(path: Path, recipe: Path, overrides: list[str]) -> Path:
+    """A run directory as `attnzoo fit` writes it (config.yaml, checkpoints/best.ckpt), without training."""
+    cfg = load([recipe], overrides)
+    _, task, _ = build(cfg)
+    (path / "config.yaml").write_text(cfg.to_yaml())
+    (path / "checkpoints").mkdir()
+    torch.save({"state_dict": task.state_dict()}, path / "checkpoints" / "best.ckpt")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return _saved_run(tmp_path_factory.mktemp("vit"), VIT, TINY)
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
+def test_captured_maps_are_one_per_layer_and_do_not_change_the_output(kind):
+    cfg = load([VIT], [*TINY, f"model.attention.kind={kind}"])
+    net = build_net(cfg, {"num_classes": 10, "in_chans": 1, "img_size": 28}).eval()
+    image = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        plain = net(image=image)
+    logits, maps = capture(net, {"image": image})
+    torch.testing.assert_close(logits, plain, rtol=1e-4, atol=1e-5)  # eager while capturing, the run's otherwise
+    assert len(maps) == 2, "one map per layer"
+    assert all(m.shape[:3] == (2, 2, 17) and m.isfinite().all() for m in maps)  # 4x4 patches + class token
+    assert not torch.allclose(maps[0], maps[1])
+    if kind == "mha":
+        torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 2, 17))
+
+
+def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_path, capsys):
+    from PIL import Image
+
+    out = tmp_path / "val"
+    assert main([str(run_dir), "--index", "3", "--out", str(out)]) == 0
+    written = capsys.readouterr().out.split()
+    assert [Path(p).name for p in written] == [
+        "attention_matrices.png",
+        "prefix_attention.png",
+        "rollout.png",
+        "maps.pt",
+    ]
+    for name in written[:3]:
+        data = Path(name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    saved = torch.load(out / "maps.pt")
+    assert len(saved["maps"]) == 2 and saved["rollout"].shape == (1, 17, 17)
+    torch.testing.assert_close(saved["rollout"], rollout(saved["maps"]))
+
+    digit = tmp_path / "digit.png"
+    Image.fromarray((torch.rand(40, 40) * 255).byte().numpy(), mode="L").save(digit)  # resized to 28x28
+    assert main([str(run_dir), "--input", str(digit), "--out", str(tmp_path / "file")]) == 0
+    assert (tmp_path / "file" / "rollout.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "notes.txt"], "is not a file"),
+        (["--index", "100000"], "the validation split has 500 examples"),
+        (["--checkpoint", "last"], "no checkpoint file"),
+    ],
+)
+def test_viz_command_errors_name_the_problem(run_dir, args, message, capsys):
+    assert main([str(run_dir), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_path, capsys):
+    from scipy.io import wavfile
+
+    small = ["data.synthetic.per_class={train: 2, val: 1, test: 1}", "model.depth=2", "model.embed_dim=32"]
+    (tmp_path / "ast").mkdir()
+    run = _saved_run(tmp_path / "ast", AST, small)
+    wav = tmp_path / "tone.wav"
+    t = torch.arange(16000 * 2) / 16000  # 2 s at 16 kHz: resampled to the run's 8 kHz, longer than its 1 s clips
+    wavfile.write(wav, 16000, (0.3 * torch.sin(2 * torch.pi * 440 * t)).numpy().astype("float32"))
+    assert main([str(run), "--input", str(wav), "--out", str(tmp_path / "out")]) == 0
+    written = [Path(p).name for p in capsys.readouterr().out.split()]
+    assert written == ["attention_matrices.png", "prefix_attention.png", "rollout.png", "maps.pt"]
+    saved = torch.load(tmp_path / "out" / "maps.pt")
+    (time_patches, freq_patches) = (31, 2)  # 198 frames -> (198 - 16) // 6 + 1 time patches; 32 mels -> 2
+    assert saved["maps"][0].shape == (1, 4, 2 + time_patches * freq_patches, 2 + time_patches * freq_patches)
+    assert main([str(run), "--input", str(tmp_path / "out" / "rollout.png")]) == 2  # not a WAV file
+    assert "is not a audio file (.wav)" in capsys.readouterr().err

@@ -1,0 +1,41 @@
+"""Cross-attention map drawing: word spans over byte tokens, PNG output, shape errors."""
+
+import pytest
+import torch
+from PIL import Image
+
+from attnzoo.data.text_image import TextImageDataModule
+from attnzoo.models.text_image import TextImageNet
+from attnzoo.viz_maps import draw_cross_attention, text_image_maps, word_spans
+
+
+def test_word_spans_follow_utf8_bytes():
+    assert word_spans("is there a red cube?", 20) == [
+        ("is", 0, 2),
+        ("there", 3, 8),
+        ("a", 9, 10),
+        ("red", 11, 14),
+        ("cube?", 15, 20),
+    ]
+    assert word_spans("déjà vu", 8) == [("déjà", 0, 6)]  # "vu" (bytes 7-8) ends past 8 tokens
+    assert word_spans("a  b", 4) == [("a", 0, 1), ("b", 3, 4)]
+
+
+def test_text_image_maps_writes_one_png_per_example(tmp_path):
+    dm = TextImageDataModule(num_train=8, num_val=8, batch_size=4, image_size=32)
+    dm.setup("fit")
+    net = TextImageNet(**{**dm.model_context(), "patch_size": 8, "image_dim": 32, "text_dim": 32, "fusion_depth": 2})
+    batch = next(iter(dm.val_dataloader()))
+    paths = text_image_maps(net, batch, dm.datasets["val"].texts[:4], tmp_path, class_names=dm.class_names, count=2)
+    assert [p.name for p in paths] == ["cross_attention_000.png", "cross_attention_001.png"]
+    with Image.open(paths[0]) as img:
+        width, height = img.size
+    assert width > 300 and height > 300  # 3 columns (image + 2 layers), a row per word
+
+
+def test_draw_rejects_maps_of_the_wrong_shape(tmp_path):
+    image = torch.zeros(3, 16, 16)
+    with pytest.raises(ValueError, match=r"maps\[0\] has shape \(2, 5, 9\); expected \[H, L>=5, N=16\]"):
+        draw_cross_attention(image, "hello", [torch.rand(2, 5, 9)], grid_size=(4, 4), path=tmp_path / "x.png")
+    with pytest.raises(ValueError, match="maps is empty"):
+        draw_cross_attention(image, "hello", [], grid_size=(4, 4), path=tmp_path / "x.png")

@@ -15,7 +15,7 @@ import torch
 
 Tensor = torch.Tensor
 
-_CHUNK_ELEMENTS = 1 << 21  # scores per chunk (B * H * c * Lk), 8 MiB in fp32
+_CHUNK_ELEMENTS = 1 << 23  # scores per chunk (B * H * c * Lk), 32 MiB in fp32: few, large ops
 
 
 def supported(q: Tensor, bias: Tensor, dropout_p: float) -> bool:

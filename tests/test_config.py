@@ -10,7 +10,8 @@ from attnzoo.fit import main
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-OVERLAYS = sorted((ROOT / "configs").rglob("*.yaml"))
+# config overlays; configs/ablations/ holds grid files, not overlays (tests/test_ablate.py validates those)
+OVERLAYS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p.parent.name != "ablations")
 VIT = ROOT / "recipes" / "vit.yaml"
 
 

@@ -50,9 +50,9 @@ def draw_cross_attention(
     grid_size: tuple[int, int],
     path: str | Path,
     title: str | None = None,
-    max_words: int = 8,
+    max_words: int = 12,
 ) -> Path:
-    """Draw one example's text-to-image attention: a row for all tokens, then one per word; a column per layer.
+    """Draw one example's text-to-image attention: a row per layer; columns for all tokens, then each word.
 
     Args:
         image: [C, H, W] in [-1, 1].
@@ -61,7 +61,7 @@ def draw_cross_attention(
         grid_size: (gh, gw) with gh * gw = N.
         path: the PNG to write.
         title: a line above the figure (e.g. the answer and the prediction).
-        max_words: word rows drawn at most (the first words of the text).
+        max_words: word columns drawn at most (the first words of the text).
     """
     if not maps:
         raise ValueError("maps is empty: pass one [H, L, N] tensor per cross-attention layer")
@@ -75,24 +75,28 @@ def draw_cross_attention(
     pixels = to_pixels(image)
     size = pixels.shape[:2]
     layers = [m.detach().float().cpu().mean(0)[:length] for m in maps]  # [L, N] each, heads averaged
-    rows = [("all tokens", 0, length), *word_spans(text, length)[:max_words]]
 
+    # the sentence reads left to right: a column per word (after the image and all tokens), a row per layer
+    cols = [("all tokens", 0, length), *word_spans(text, length)[:max_words]]
     fig, axes = plt.subplots(
-        len(rows), len(layers) + 1, figsize=(1.9 * (len(layers) + 1), 1.9 * len(rows) + 0.6), squeeze=False
+        len(layers),
+        len(cols) + 1,
+        figsize=(1.6 * (len(cols) + 1), 1.7 * len(layers) + 0.9),
+        squeeze=False,
     )
-    for r, (word, start, end) in enumerate(rows):
+    for r, weights in enumerate(layers):
         axes[r, 0].imshow(pixels)
-        axes[r, 0].set_ylabel(word, rotation=0, ha="right", va="center", fontsize=10)
-        for c, weights in enumerate(layers, 1):
-            heat = weights[start:end].mean(0).reshape(1, 1, gh, gw)  # [1, 1, gh, gw]
+        axes[r, 0].set_ylabel(f"layer {r + 1}", fontsize=10)
+        for c, (word, start, end) in enumerate(cols, 1):
+            mean = weights[start:end].mean(0)  # [N]
+            heat = mean.reshape(1, 1, gh, gw)  # [1, 1, gh, gw]
             heat = torch.nn.functional.interpolate(heat, size=size, mode="bilinear", align_corners=False)[0, 0]
             axes[r, c].imshow(pixels * 0.45)
             axes[r, c].imshow(heat.numpy(), cmap="inferno", alpha=0.65, vmin=0.0)
-            axes[r, c].set_xlabel(f"max {weights[start:end].mean(0).max():.2f}", fontsize=7)
+            axes[r, c].set_xlabel(f"max {mean.max():.2f}", fontsize=7)
             if r == 0:
-                axes[r, c].set_title(f"layer {c}", fontsize=10)
-        if r == 0:
-            axes[r, 0].set_title("image", fontsize=10)
+                axes[r, c].set_title(word, fontsize=10)
+    axes[0, 0].set_title("image", fontsize=10)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])

@@ -10,8 +10,8 @@ from attnzoo.fit import main
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-# config overlays; configs/ablations/ holds grid files, not overlays (tests/test_ablate.py validates those)
-OVERLAYS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p.parent.name != "ablations")
+# overlays are merged into a recipe; grids under configs/ablations/ have their own format (tests/test_ablate.py)
+OVERLAYS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "ablations" not in p.relative_to(ROOT).parts)
 VIT = ROOT / "recipes" / "vit.yaml"
 
 

@@ -74,17 +74,19 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
 def status(run: Planned) -> str:
     """The run's state: ok, failed or missing (never started, or interrupted).
 
-    Raises ConfigError when its directory holds a run made from another config (a changed recipe or grid).
+    Raises ConfigError when its directory holds a finished run made from another config (a changed recipe or
+    grid); an unfinished or failed one from another config is just run again.
     """
     record = read_record(run.run_dir)
-    if record.get("config_sha") not in (None, run.config_sha):
-        raise ConfigError(
-            f"{run.run_dir} holds a run of variant {run.variant.id} made from a different config; "
-            "use another --out, or delete that run directory to run it again"
-        )
+    same = record.get("config_sha") in (None, run.config_sha)
     if (run.run_dir / "summary.json").is_file() and record.get("status", "ok") in ("ok", "running"):
+        if not same:
+            raise ConfigError(
+                f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config; "
+                "use another --out, or delete that run directory to run it again"
+            )
         return "ok"  # fit writes summary.json last: it finished, and the ablation stopped before recording it
-    return "failed" if record.get("status") == "failed" else "missing"
+    return "failed" if record.get("status") == "failed" and same else "missing"
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:

@@ -184,6 +184,18 @@ class Sdpa:
             raise ValueError("backend 'sdpa' cannot return attention weights; use backend='eager' or 'auto'")
         lq, lk = q.shape[-2], k.shape[-2]
         gqa = q.shape[1] != k.shape[1]
+        groups = q.shape[1] // k.shape[1]
+        relative = _trained_relative_table(q, k, bias, dropout_p)
+        if relative is not None:
+            # a learned table over offsets: its gradient reduced chunk by chunk, no dense gradient (sdpa_bias.py)
+            allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
+            alive = None
+            if allowed is not None:
+                allowed, alive = rescue_empty_rows(allowed)
+            out = sdpa_bias.sdpa_with_relative_bias(
+                q, repeat_kv(k, groups), repeat_kv(v, groups), **relative, allowed=allowed, scale=scale
+            )
+            return (out if alive is None else out * alive), None
         b = dense_bias(bias, lq, lk, q.device, q.dtype)
         if b is None and key_padding_mask is None and (pattern is None or is_plain_causal(pattern, lq, lk)):
             causal = pattern is not None
@@ -202,7 +214,6 @@ class Sdpa:
                 mask = mask.masked_fill(~allowed, float("-inf"))
         if mask.dtype != torch.bool and sdpa_bias.supported(q, mask, dropout_p):
             # a learned bias: the fused kernel plus a chunked backward, not the math path (see sdpa_bias.py)
-            groups = q.shape[1] // k.shape[1]
             out = sdpa_bias.sdpa_with_bias_grad(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, scale)
         else:
             out = F.scaled_dot_product_attention(
@@ -211,6 +222,15 @@ class Sdpa:
         if alive is not None:
             out = out * alive
         return out, None
+
+
+def _trained_relative_table(q: Tensor, k: Tensor, bias: Tensor | Any | None, dropout_p: float) -> dict[str, Any] | None:
+    """`bias.relative(Lq, Lk)` when CPU sdpa trains `bias` as a table over offsets, else None."""
+    if bias is None or isinstance(bias, Tensor) or not hasattr(bias, "relative") or not trains(bias):
+        return None
+    if q.device.type != "cpu" or dropout_p or not torch.is_grad_enabled() or q.dtype not in sdpa_bias.DTYPES:
+        return None
+    return bias.relative(q.shape[-2], k.shape[-2])
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -86,6 +86,12 @@ class Bias(nn.Module):
         key = (*self._cache_identity(), lq, lk, str(device), dtype)
         return _cache_get(key, lambda: self._dense(lq, lk, device, dtype))
 
+    def relative(self, lq: int, lk: int) -> dict[str, Any] | None:
+        """The bias as a table over (row, column) offsets, the keyword arguments of `toeplitz.relative_dense`
+        (`table`, `grid_q`, `grid_k`, `prefix`, `num_prefix_tokens`), or None when it is not one. Backends
+        use it to reduce score gradients to table gradients without a dense bias gradient."""
+        return None
+
     def _dense(self, lq: int, lk: int, device, dtype) -> Tensor:
         q_idx = torch.arange(lq, device=device)[:, None]
         kv_idx = torch.arange(lk, device=device)[None, :]
@@ -170,8 +176,12 @@ class T5RelativeBias(Bias):
     def values(self, q_idx, kv_idx):
         return self.table[self.buckets(kv_idx - q_idx)].movedim(-1, 0)
 
+    def relative(self, lq, lk):
+        table = self.offset_values(lq, lk)[:, None]  # [H, 1, Lq + Lk - 1]
+        return dict(table=table, grid_q=(1, lq), grid_k=(1, lk), prefix=None, num_prefix_tokens=0)
+
     def _dense(self, lq, lk, device, dtype):
-        return toeplitz(self.offset_values(lq, lk), lq, lk, dtype=dtype)
+        return relative_dense(**self.relative(lq, lk), dtype=dtype)
 
     def score_mod(self, lq, lk):
         per_offset = self.offset_values(lq, lk)  # [H, Lq + Lk - 1]
@@ -314,12 +324,13 @@ class RelativeBias2D(Bias):
         heads = torch.arange(self.num_heads, device=self.table.device).view(-1, *[1] * max(q_idx.dim(), kv_idx.dim()))
         return self._lookup(self.current_table(), heads, q_idx, kv_idx)
 
-    def _dense(self, lq, lk, device, dtype):
+    def relative(self, lq, lk):
         self._check_length(lq, lk)
-        p = self.num_prefix_tokens
-        return relative_dense(
-            self.current_table(), self.grid_size, self.grid_size, prefix=self.prefix, num_prefix_tokens=p, dtype=dtype
-        )
+        grid, p = self.grid_size, self.num_prefix_tokens
+        return dict(table=self.current_table(), grid_q=grid, grid_k=grid, prefix=self.prefix, num_prefix_tokens=p)
+
+    def _dense(self, lq, lk, device, dtype):
+        return relative_dense(**self.relative(lq, lk), dtype=dtype)
 
     def score_mod(self, lq, lk):
         self._check_length(lq, lk)

@@ -53,28 +53,43 @@ def _check(table: Tensor, grid_q: tuple[int, int], grid_k: tuple[int, int], pref
         raise ValueError(f"{p} prefix tokens need prefix values [H, 3] = [{table.shape[0]}, 3]; got {got}")
 
 
+def _fill_grid(t: Tensor, grid_q: tuple[int, int], grid_k: tuple[int, int], dest: Tensor) -> None:
+    """dest [H, Ghq Gwq, Ghk Gwk] (rows and columns row-major over the grids) = the dense bias of table t."""
+    (ghq, gwq), (ghk, gwk) = grid_q, grid_k
+    # rows[h, dy, xq, xk] = t[h, dy, xk - xq + Gwq - 1]: a Toeplitz block per row offset dy
+    rows = t.unfold(2, gwk, 1).flip(2)  # [H, DY, Gwq, Gwk]
+    if ghq == ghk == 1:
+        dest.copy_(rows[:, 0])
+        return
+    patch = dest.view(t.shape[0], ghq, gwq, ghk, gwk)  # [H, yq, xq, yk, xk]
+    by_column = rows.transpose(1, 2).contiguous()  # [H, Gwq, DY, Gwk], small: the blocks of one query column
+    for yq in range(ghq):  # dy index = yk - yq + Ghq - 1: Ghk consecutive blocks, copied in runs of Ghk * Gwk
+        patch[:, yq].copy_(by_column[:, :, ghq - 1 - yq : ghq - 1 - yq + ghk])
+
+
+def _fill_prefix(pre: Tensor, p: int, dest: Tensor, prefix_queries: bool) -> None:
+    if prefix_queries:
+        dest[:, :, p:] = pre[:, 0, None, None]  # prefix query -> grid key
+        dest[:, :, :p] = pre[:, 2, None, None]  # prefix <-> prefix
+    else:
+        dest[:, :, :p] = pre[:, 1, None, None]  # grid query -> prefix key
+
+
 class _RelativeDense(torch.autograd.Function):
     @staticmethod
     def forward(ctx, table, prefix, grid_q, grid_k, p, dtype):
         (ghq, gwq), (ghk, gwk) = grid_q, grid_k
-        h = table.shape[0]
         ctx.save_for_backward(prefix if p else None)
         ctx.shape = (grid_q, grid_k, p, table.dtype)
         t = table.detach().to(dtype).contiguous()  # a head-last table would give a head-last dense
-        # rows[h, dy, xq, xk] = t[h, dy, xk - xq + Gwq - 1]: a Toeplitz block per row offset dy
-        rows = t.unfold(2, gwk, 1).flip(2)  # [H, DY, Gwq, Gwk]
         if ghq == ghk == 1 and p == 0:
-            return rows[:, 0]  # [H, Lq, Lk], the 1D case: `rows` is the one dense copy
-        out = torch.empty(h, p + ghq * gwq, p + ghk * gwk, device=table.device, dtype=dtype)
-        patch = out[:, p:, p:].view(h, ghq, gwq, ghk, gwk)  # [H, yq, xq, yk, xk]
-        windows = rows.unfold(1, ghk, 1)  # [H, Ghq, Gwq, Gwk, Ghk]: [h, w, ., ., yk] = rows[h, w + yk]
-        for yq in range(ghq):  # (one flip + one permuted copy of the whole is ~2x slower, measured)
-            patch[:, yq].copy_(windows[:, ghq - 1 - yq].permute(0, 1, 3, 2))  # dy index = yk - yq + Ghq - 1
+            return t.unfold(2, gwk, 1).flip(2)[:, 0]  # [H, Lq, Lk], the 1D case: the flip is the one dense copy
+        out = torch.empty(t.shape[0], p + ghq * gwq, p + ghk * gwk, device=table.device, dtype=dtype)
+        _fill_grid(t, grid_q, grid_k, out[:, p:, p:])
         if p:
             pre = prefix.detach().to(dtype)
-            out[:, :p, p:] = pre[:, 0, None, None]  # prefix query -> grid key
-            out[:, p:, :p] = pre[:, 1, None, None]  # grid query -> prefix key
-            out[:, :p, :p] = pre[:, 2, None, None]  # prefix <-> prefix
+            _fill_prefix(pre, p, out[:, :p], prefix_queries=True)
+            _fill_prefix(pre, p, out[:, p:], prefix_queries=False)
         return out
 
     @staticmethod
@@ -114,6 +129,49 @@ def relative_dense(
     grid_q, grid_k = tuple(grid_q), tuple(grid_k)
     _check(table, grid_q, grid_k, prefix, num_prefix_tokens)
     return _RelativeDense.apply(table, prefix, grid_q, grid_k, num_prefix_tokens, dtype or table.dtype)
+
+
+def row_chunks(lq: int, rows: int, grid_q: tuple[int, int], num_prefix_tokens: int = 0) -> list[tuple[int, int]]:
+    """Query-row ranges (r0, r1) of about `rows` rows that `relative_rows` can build: the prefix rows, then
+    whole grid rows (any rows of a grid with one row)."""
+    p = num_prefix_tokens
+    step = rows if grid_q[0] == 1 else max(1, rows // grid_q[1]) * grid_q[1]
+    return ([(0, p)] if p else []) + [(r0, min(lq, r0 + step)) for r0 in range(p, lq, step)]
+
+
+def relative_rows(
+    table: Tensor,
+    grid_q: tuple[int, int],
+    grid_k: tuple[int, int],
+    r0: int,
+    r1: int,
+    *,
+    out: Tensor,
+    prefix: Tensor | None = None,
+    num_prefix_tokens: int = 0,
+) -> Tensor:
+    """Query rows r0:r1 of `relative_dense(table, ...)`, no gradient, written into out [H, r1 - r0, Lk].
+
+    The rows are a range from `row_chunks`: prefix rows only, or whole grid rows, or any rows of a grid with
+    one row; only the table entries those rows use are read.
+    """
+    p, (ghq, gwq), (ghk, gwk) = num_prefix_tokens, grid_q, grid_k
+    t = table.detach().to(out.dtype)
+    if r1 <= p:
+        _fill_prefix(prefix.detach().to(out.dtype), p, out, prefix_queries=True)
+        return out
+    if p:
+        _fill_prefix(prefix.detach().to(out.dtype), p, out, prefix_queries=False)
+    if ghq == 1:  # query columns x0:x1 use column offsets xk - xq from -(x1 - 1) on
+        x0, x1 = r0 - p, r1 - p
+        sub, sub_grid = t[:, :, gwq - x1 : gwq - x0 + gwk - 1], (1, x1 - x0)
+    else:
+        if (r0 - p) % gwq or (r1 - p) % gwq:
+            raise ValueError(f"relative_rows: rows {r0}:{r1} are not whole rows of grid {grid_q} after {p} prefix")
+        y0, y1 = (r0 - p) // gwq, (r1 - p) // gwq
+        sub, sub_grid = t[:, ghq - y1 : ghq - y0 + ghk - 1], (y1 - y0, gwq)
+    _fill_grid(sub.contiguous(), sub_grid, grid_k, out[:, :, p:])
+    return out
 
 
 def toeplitz(values: Tensor, lq: int, lk: int, *, dtype: torch.dtype | None = None) -> Tensor:

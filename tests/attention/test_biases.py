@@ -305,3 +305,83 @@ def test_diagonal_sums_of_odd_shapes():
     got = diagonal_sums(g)
     for off in range(-6, 11):
         torch.testing.assert_close(got[..., off + 6], torch.diagonal(g, offset=off, dim1=-2, dim2=-1).sum(-1))
+
+
+@pytest.mark.parametrize(
+    "name, grid, prefix, lq, lk, rows",
+    [
+        ("t5", None, 0, 37, 37, 5),  # 1D, last chunk shorter
+        ("t5", None, 0, 13, 29, 4),  # cross-attention lengths
+        ("t5", None, 0, 9, 9, 100),  # one chunk
+        ("relative_2d", (5, 7), 2, None, None, 5),  # chunks of one 7-token grid row after the prefix rows
+        ("relative_2d", (4, 3), 1, None, None, 7),  # chunks of two 3-token rows, the last one shorter
+        ("relative_2d", (3, 4), 0, None, None, 1),
+        ("relative_2d", (1, 9), 1, None, None, 4),  # one grid row: chunks of part of it
+    ],
+)
+@pytest.mark.parametrize("masks", ["none", "padding+causal"])
+def test_sdpa_reduces_learned_table_gradients_chunk_by_chunk(monkeypatch, name, grid, prefix, lq, lk, rows, masks):
+    """CPU sdpa trains a table over offsets without a dense bias gradient; every chunking equals eager."""
+    from attnzoo.attention import sdpa_bias
+
+    bias = make_bias(name, grid or (3, 5), prefix)
+    if grid is not None:
+        lq = lk = length(grid, prefix)
+    b, kv = 2, 2
+    monkeypatch.setattr(sdpa_bias, "_CHUNK_ELEMENTS", b * HEADS * lk * rows)  # `rows` query rows per chunk
+    monkeypatch.setattr(sdpa_bias, "_FORWARD_CHUNK_ELEMENTS", HEADS * lk * (rows + 1))
+    calls = []
+    fused = sdpa_bias.sdpa_with_relative_bias
+    monkeypatch.setattr(sdpa_bias, "sdpa_with_relative_bias", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
+    q = torch.randn(b, HEADS, lq, 8, requires_grad=True)
+    k, v = (torch.randn(b, kv, lk, 8, requires_grad=True) for _ in range(2))
+    kw = {}
+    if masks != "none":
+        pad = torch.zeros(b, lk, dtype=torch.bool)
+        pad[1, lk - 3 :] = True
+        kw = dict(key_padding_mask=pad, pattern=Causal() if lq == lk else None)
+    want, _, _ = attend(q, k, v, bias=bias, backend="eager", **kw)
+    got, _, _ = attend(q, k, v, bias=bias, backend="sdpa", **kw)
+    assert calls, "the sdpa backend did not take the relative-table path"
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(got)
+    wrt = [q, k, v, *bias.parameters()]
+    for a, w in zip(torch.autograd.grad(got, wrt, g), torch.autograd.grad(want, wrt, g), strict=True):
+        torch.testing.assert_close(a, w, atol=2e-5, rtol=1e-4)
+
+
+def test_sdpa_relative_table_path_is_only_for_trained_tables():
+    from attnzoo.attention.backends import _trained_relative_table
+
+    q = k = torch.randn(1, HEADS, 9, 8)
+    bias = make_bias("t5")
+    assert _trained_relative_table(q, k, bias, 0.0) is not None
+    assert _trained_relative_table(q, k, bias, 0.1) is None  # dropout: the math path
+    assert _trained_relative_table(q, k, make_bias("alibi"), 0.0) is None  # nothing to train
+    with torch.no_grad():
+        assert _trained_relative_table(q, k, bias, 0.0) is None  # inference: the cached dense bias
+    bias.requires_grad_(False)
+    assert _trained_relative_table(q, k, bias, 0.0) is None
+
+
+@pytest.mark.parametrize("name, grid, prefix", [("t5", (1, 37), 0), ("relative_2d", (5, 7), 1)])
+def test_sdpa_relative_table_in_bf16_is_close_to_fp32_eager(name, grid, prefix):
+    """bf16 q, k, v (as from autocast projections) through the relative-table path: finite and close."""
+    bias = make_bias(name, grid, prefix)
+    n = length(grid, prefix)
+    q, k, v = (torch.randn(2, HEADS, n, 8) for _ in range(3))
+    pad = torch.zeros(2, n, dtype=torch.bool)
+    pad[1, n - 4 :] = True
+    inputs = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    ref_inputs = [t.detach().float().requires_grad_() for t in inputs]
+    got, _, used = attend(*inputs, bias=bias, backend="sdpa", key_padding_mask=pad)
+    assert used == "sdpa" and got.dtype == torch.bfloat16
+    want, _, _ = attend(*ref_inputs, bias=bias, backend="eager", key_padding_mask=pad)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    g = torch.randn_like(want)
+    wrt = [*bias.parameters()]
+    grads = torch.autograd.grad(got.float(), [*inputs, *wrt], g)
+    grads_ref = torch.autograd.grad(want, [*ref_inputs, *wrt], g)
+    for a, w in zip(grads, grads_ref, strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a.float(), w, atol=5e-2, rtol=5e-2)

@@ -286,7 +286,7 @@ class _SdpaRelative(torch.autograd.Function):
 def _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, dtype, max_rows):
     """A function (r0, r1) -> the [H, c, Lk] bias of query rows r0:r1 (reversed rows for a sequence)."""
     if sequence:
-        hankel = table.detach()[:, 0].to(dtype).unfold(-1, lk, 1)  # [H, Lq, Lk], a view: [h, i, j] = values[i + j]
+        hankel = table.detach()[:, 0].to(dtype).contiguous().unfold(-1, lk, 1)  # [H, Lq, Lk] view: values[h, i + j]
         return lambda r0, r1: hankel[:, r0:r1]
     buf = torch.empty(table.shape[0], max_rows, lk, device=table.device, dtype=dtype)
     build = dict(prefix=prefix, num_prefix_tokens=p)

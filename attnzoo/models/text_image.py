@@ -47,6 +47,8 @@ class TextImageNet(nn.Module):
         text_pos: text positions, a `POSITIONS` spec ("learned", "sinusoidal", "none" with rotary, ...).
         pooling: "mean" over non-pad tokens, or the "first" token.
         attention: self-attention config of both encoders and the fusion blocks (`attnzoo.attention.factory`).
+        image_attention: self-attention config of the image encoder alone, instead of `attention` (e.g. a
+            `relative_2d` bias or `rope_2d`, which need the patch grid the text side does not have).
         cross_attention: cross-attention config.
         drop_path_rate: stochastic depth of the encoders.
         head_drop: dropout before the head.
@@ -74,6 +76,7 @@ class TextImageNet(nn.Module):
         text_pos: str | dict[str, Any] = "learned",
         pooling: str = "mean",
         attention: dict[str, Any] | None = None,
+        image_attention: dict[str, Any] | None = None,
         cross_attention: dict[str, Any] | None = None,
         drop_path_rate: float = 0.0,
         head_drop: float = 0.0,
@@ -106,7 +109,7 @@ class TextImageNet(nn.Module):
             global_pool="avg",
             pos_embed=image_pos,
             drop_path_rate=drop_path_rate,
-            attention=attention,
+            attention=attention if image_attention is None else image_attention,
         )
         self.grid_size = self.image_encoder.grid_size
 

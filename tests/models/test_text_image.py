@@ -117,3 +117,20 @@ def test_grad_checkpointing_is_identical():
     torch.testing.assert_close(got[0], ref[0], atol=0, rtol=0)
     for a, b in zip(got[1], ref[1], strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("image_attention", [{"bias": "relative_2d"}, {"rotary": "rope_2d"}])
+def test_image_attention_takes_2d_positions_the_text_side_cannot(image_attention):
+    from attnzoo.attention.biases import RelativeBias2D
+
+    net = _net(image_pos="none", image_attention=image_attention).train()
+    image, tokens, pad = _inputs()
+    net(image, tokens, pad).sum().backward()
+    image_attn = [m for m in net.image_encoder.modules() if hasattr(m, "rotary")]
+    text_attn = [m for m in net.text_encoder.modules() if hasattr(m, "rotary")]
+    assert image_attn and text_attn
+    if "bias" in image_attention:
+        assert all(isinstance(m.bias, RelativeBias2D) and m.bias.table.grad is not None for m in image_attn)
+        assert all(m.bias is None for m in text_attn)
+    else:
+        assert all(m.rotary is not None for m in image_attn) and all(m.rotary is None for m in text_attn)

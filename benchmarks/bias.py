@@ -8,7 +8,8 @@ passed to F.scaled_dot_product_attention (autograd takes the math path and a sca
 `gather+eager` adds the same gathered bias on the eager backend.
 The attnzoo rows go through `attend()` with a bias module. `*-bias-only` rows time just building the dense
 bias and back-propagating a gradient into the table. `bias MiB` is the largest bias tensor one call
-materializes (sdpa with a learned table builds it in chunks of query rows, or reads a 1D table as a view).
+materializes (CPU sdpa builds a learned 2D table's bias in chunks of query rows and reads 1D tables, T5 or
+ALiBi, learned or fixed, as a view: queries go in reversed, so the bias of query i and key j is table[i + j]).
 """
 
 import torch
@@ -82,10 +83,10 @@ def make_step(spec):
 
 
 def _bias_mib(variant, n, dtype):
-    """The largest bias tensor one call materializes: the dense [H, N, N], except for a learned table on sdpa
-    (built a chunk of query rows at a time for 2D; a view of the table for 1D T5)."""
+    """The largest bias tensor one call materializes: the dense [H, N, N], except on sdpa (CPU), where a learned
+    2D table is built a chunk of query rows at a time and 1D tables (T5, ALiBi) are read as a view."""
     size = torch.empty((), dtype=DTYPES[dtype]).element_size() / 2**20
-    if variant == "plain" or variant == "sdpa t5":
+    if variant in ("plain", "sdpa t5", "sdpa alibi", "sdpa t5 frozen"):
         return 0.0
     if variant == "sdpa 2d":
         return sdpa_bias._FORWARD_CHUNK_ELEMENTS * size
@@ -120,8 +121,8 @@ def run(args):
         notes=f"fwd+bwd of one attention call with a position bias, B={B}, H={H}, D={D}, CPU; "
         "`vs plain` = time / plain F.scaled_dot_product_attention; `eager/this` = attnzoo eager with the same "
         "kind of bias (t5 or 2d) / this; `gather+eager/this` = the pre-attnzoo eager baseline (gathered T5 "
-        "bias) / this. `bias MiB`: the largest bias tensor one call materializes (learned tables on sdpa: a chunk "
-        "of query rows for 2D, a view of the table for T5). Targets: fixed bias (alibi, t5 frozen) <= 1.15x plain; "
+        "bias) / this. `bias MiB`: the largest bias tensor one call materializes (sdpa: a chunk of query rows for "
+        "a learned 2D table, a view of the table for 1D ones). Targets: fixed bias (alibi, t5 frozen) <= 1.15x plain; "
         "learned t5/2d on sdpa <= 3x plain "
         "and >= 1.6x faster than eager with the bias. bf16 rows feed bf16 q, k, v (as from autocast linears).",
     )

@@ -185,16 +185,24 @@ class Sdpa:
         lq, lk = q.shape[-2], k.shape[-2]
         gqa = q.shape[1] != k.shape[1]
         groups = q.shape[1] // k.shape[1]
-        relative = _trained_relative_table(q, k, bias, dropout_p)
-        if relative is not None:
-            # a learned table over offsets: its gradient reduced chunk by chunk, no dense gradient (sdpa_bias.py)
+        relative = _cpu_relative_table(q, k, bias)
+        trained = relative is not None and _trains_on_cpu(q, bias, dropout_p)
+        sequence = relative is not None and relative["grid_q"][0] == relative["grid_k"][0] == 1
+        if trained or (sequence and not relative["num_prefix_tokens"]):
+            # a table over offsets, never made dense whole (sdpa_bias.py): a learned one gets its gradient reduced
+            # chunk by chunk; a fixed 1D one (ALiBi, a frozen T5) is read in place as a view
             allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
             alive = None
             if allowed is not None:
                 allowed, alive = rescue_empty_rows(allowed)
-            out = sdpa_bias.sdpa_with_relative_bias(
-                q, repeat_kv(k, groups), repeat_kv(v, groups), **relative, allowed=allowed, scale=scale
-            )
+            if trained:
+                out = sdpa_bias.sdpa_with_relative_bias(
+                    q, repeat_kv(k, groups), repeat_kv(v, groups), **relative, allowed=allowed, scale=scale
+                )
+            else:
+                out = sdpa_bias.sdpa_with_fixed_sequence_bias(
+                    q, k, v, relative["table"], allowed=allowed, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
+                )
             return (out if alive is None else out * alive), None
         b = dense_bias(bias, lq, lk, q.device, q.dtype)
         if b is None and key_padding_mask is None and (pattern is None or is_plain_causal(pattern, lq, lk)):
@@ -224,13 +232,16 @@ class Sdpa:
         return out, None
 
 
-def _trained_relative_table(q: Tensor, k: Tensor, bias: Tensor | Any | None, dropout_p: float) -> dict[str, Any] | None:
-    """`bias.relative(Lq, Lk)` when CPU sdpa trains `bias` as a table over offsets, else None."""
-    if bias is None or isinstance(bias, Tensor) or not hasattr(bias, "relative") or not trains(bias):
-        return None
-    if q.device.type != "cpu" or dropout_p or not torch.is_grad_enabled() or q.dtype not in sdpa_bias.DTYPES:
+def _cpu_relative_table(q: Tensor, k: Tensor, bias: Tensor | Any | None) -> dict[str, Any] | None:
+    """`bias.relative(Lq, Lk)` (a table over offsets, see `Bias.relative`) for a CPU call, else None."""
+    if q.device.type != "cpu" or bias is None or isinstance(bias, Tensor) or not hasattr(bias, "relative"):
         return None
     return bias.relative(q.shape[-2], k.shape[-2])
+
+
+def _trains_on_cpu(q: Tensor, bias: Any, dropout_p: float) -> bool:
+    """True when this call trains `bias` and `sdpa_bias` can run it (no dropout, a float dtype it takes)."""
+    return trains(bias) and torch.is_grad_enabled() and not dropout_p and q.dtype in sdpa_bias.DTYPES
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .toeplitz import relative_dense, toeplitz
+from .toeplitz import relative_dense
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -88,8 +88,9 @@ class Bias(nn.Module):
 
     def relative(self, lq: int, lk: int) -> dict[str, Any] | None:
         """The bias as a table over (row, column) offsets, the keyword arguments of `toeplitz.relative_dense`
-        (`table`, `grid_q`, `grid_k`, `prefix`, `num_prefix_tokens`), or None when it is not one. Backends
-        use it to reduce score gradients to table gradients without a dense bias gradient."""
+        (`table`, `grid_q`, `grid_k`, `prefix`, `num_prefix_tokens`), or None when it is not one. CPU sdpa
+        uses it to train the table without a dense bias or its gradient, and to read a fixed 1D table in place
+        (`sdpa_bias.py`)."""
         return None
 
     def _dense(self, lq: int, lk: int, device, dtype) -> Tensor:
@@ -235,9 +236,13 @@ class ALiBi(Bias):
         relative = self._per_offset(kv_idx - q_idx).float()
         return self.slopes.view(-1, *[1] * relative.dim()) * relative
 
+    def relative(self, lq, lk):
+        per_offset = self._per_offset(torch.arange(-(lq - 1), lk, device=self.slopes.device)).float()
+        table = (self.slopes[:, None] * per_offset)[:, None]  # [H, 1, Lq + Lk - 1]
+        return dict(table=table, grid_q=(1, lq), grid_k=(1, lk), prefix=None, num_prefix_tokens=0)
+
     def _dense(self, lq, lk, device, dtype):
-        relative = self._per_offset(torch.arange(-(lq - 1), lk, device=self.slopes.device)).float()
-        return toeplitz(self.slopes[:, None] * relative, lq, lk, dtype=dtype)
+        return relative_dense(**self.relative(lq, lk), dtype=dtype)
 
     def _cache_identity(self):
         return ("alibi", tuple(self.slopes.tolist()), self.bidirectional)  # every layer shares one dense copy

@@ -20,6 +20,7 @@ Notation: B batch, H heads, Lq/Lk lengths, D head dim, c rows per chunk, P prefi
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .toeplitz import diagonal_sums, relative_rows, row_chunks
 
@@ -321,3 +322,30 @@ def sdpa_with_relative_bias(
     if allowed is not None:
         allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
     return _SdpaRelative.apply(q, k, v, table, prefix, tuple(grid_q), tuple(grid_k), num_prefix_tokens, allowed, scale)
+
+
+def sdpa_with_fixed_sequence_bias(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    table: Tensor,
+    *,
+    allowed: Tensor | None,
+    dropout_p: float,
+    scale: float,
+    enable_gqa: bool,
+) -> Tensor:
+    """Attention plus a 1D relative bias that needs no gradient (ALiBi, a frozen or inference T5 table).
+
+    `table` [H, 1, Lq + Lk - 1] holds the bias per key-minus-query offset. As in `_SdpaRelative`, the queries
+    go in reversed, so the bias is a Hankel view of the table that the fused kernel reads in place: no
+    [H, Lq, Lk] tensor is made unless `allowed` (bool, broadcastable to [B, H, Lq, Lk]) has to be folded in.
+    """
+    lk = k.shape[-2]
+    mask = table.detach()[:, 0].to(q.dtype).contiguous().unfold(-1, lk, 1)[None]  # [1, H, Lq, Lk] for reversed q
+    if allowed is not None:
+        mask = mask.masked_fill(~allowed.flip(-2), float("-inf"))
+    out = F.scaled_dot_product_attention(
+        q.flip(2), k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa
+    )
+    return out.flip(2)

@@ -21,6 +21,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
+from .image_io import ImageFileError, load_rgb
 from .scenes import MATCH_ANSWERS, SceneGenerator
 from .tokenize import make_tokenizer
 
@@ -82,15 +83,14 @@ class PairDataset(Dataset):
 
 
 def _read(path: Path, image_size: int) -> np.ndarray:
-    """uint8 [S, S, 3] of the image file, resized; errors name the file."""
-    try:
-        with Image.open(path) as img:
-            img = img.convert("RGB")
-            if img.size != (image_size, image_size):
-                img = img.resize((image_size, image_size), Image.BILINEAR)
-            return np.asarray(img)
-    except (OSError, UnidentifiedImageError) as err:
-        raise ValueError(f"cannot read image {path}: {err}") from err
+    """uint8 [S, S, 3] of the image file, resized (16-bit and float images scaled, not clipped: `load_rgb`);
+    errors name the file."""
+    if not path.is_file():
+        raise ImageFileError(f"cannot read image {path}: no such file")
+    img = load_rgb(str(path))
+    if img.size != (image_size, image_size):
+        img = img.resize((image_size, image_size), Image.BILINEAR)
+    return np.asarray(img)
 
 
 class TextImageDataModule(L.LightningDataModule):

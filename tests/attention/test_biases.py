@@ -350,18 +350,43 @@ def test_sdpa_reduces_learned_table_gradients_chunk_by_chunk(monkeypatch, name, 
         torch.testing.assert_close(a, w, atol=2e-5, rtol=1e-4)
 
 
-def test_sdpa_relative_table_path_is_only_for_trained_tables():
-    from attnzoo.attention.backends import _trained_relative_table
+def test_sdpa_relative_table_paths():
+    """Which bias takes which CPU sdpa path: learned tables the chunked one, fixed 1D tables the in-place view."""
+    from attnzoo.attention.backends import _cpu_relative_table, _trains_on_cpu
 
     q = k = torch.randn(1, HEADS, 9, 8)
-    bias = make_bias("t5")
-    assert _trained_relative_table(q, k, bias, 0.0) is not None
-    assert _trained_relative_table(q, k, bias, 0.1) is None  # dropout: the math path
-    assert _trained_relative_table(q, k, make_bias("alibi"), 0.0) is None  # nothing to train
+    t5, alibi = make_bias("t5"), make_bias("alibi")
+    assert _cpu_relative_table(q, k, t5) is not None and _cpu_relative_table(q, k, alibi) is not None
+    assert _cpu_relative_table(q, k, t5.dense(9, 9)) is None  # a tensor: no structure to use
+    assert _trains_on_cpu(q, t5, 0.0) and not _trains_on_cpu(q, t5, 0.1)  # dropout: the math path
+    assert not _trains_on_cpu(q, alibi, 0.0)  # nothing to train
     with torch.no_grad():
-        assert _trained_relative_table(q, k, bias, 0.0) is None  # inference: the cached dense bias
-    bias.requires_grad_(False)
-    assert _trained_relative_table(q, k, bias, 0.0) is None
+        assert not _trains_on_cpu(q, t5, 0.0)
+    t5.requires_grad_(False)
+    assert not _trains_on_cpu(q, t5, 0.0)
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5 frozen"])
+@pytest.mark.parametrize("lq, lk", [(11, 11), (5, 12), (13, 4)])
+def test_sdpa_reads_fixed_sequence_biases_in_place(monkeypatch, name, lq, lk):
+    from attnzoo.attention import sdpa_bias
+
+    bias = make_bias(name.split()[0]).requires_grad_(False)
+    calls = []
+    real = sdpa_bias.sdpa_with_fixed_sequence_bias
+    monkeypatch.setattr(sdpa_bias, "sdpa_with_fixed_sequence_bias", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    q = torch.randn(2, HEADS, lq, 8, requires_grad=True)
+    k, v = (torch.randn(2, 2, lk, 8, requires_grad=True) for _ in range(2))
+    pad = torch.zeros(2, lk, dtype=torch.bool)
+    pad[0, lk - 3 :] = True
+    kw = dict(bias=bias, key_padding_mask=pad, pattern=Causal() if lq == lk else None)
+    got, _, _ = attend(q, k, v, backend="sdpa", **kw)
+    want, _, _ = attend(q, k, v, backend="eager", **kw)
+    assert calls
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(got)
+    for a, w in zip(torch.autograd.grad(got, [q, k, v], g), torch.autograd.grad(want, [q, k, v], g), strict=True):
+        torch.testing.assert_close(a, w, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name, grid, prefix", [("t5", (1, 37), 0), ("relative_2d", (5, 7), 1)])

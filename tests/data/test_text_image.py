@@ -206,3 +206,16 @@ def test_long_texts_are_cut(caplog):
     dm = _dm(max_len=12)
     assert max(len(t) for t in dm.datasets["train"].tokens) == 12
     assert "texts to data.max_len=12 tokens" in caplog.text
+
+
+def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path):
+    from PIL import Image
+
+    gen, paths = _write(tmp_path)
+    first = tmp_path / json.loads(paths["train"].read_text().splitlines()[0])["image"]
+    ramp = np.linspace(0, 65535, 32 * 32).reshape(32, 32).astype(np.uint16)  # a 16-bit grayscale PNG
+    Image.fromarray(ramp).save(first)
+    dm = _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
+    image = dm.datasets["train"][0]["image"]  # [3, 32, 32] in [-1, 1]
+    assert image.min() == -1.0 and image.max() == 1.0
+    assert (image[0] < 0).float().mean() > 0.4  # a ramp: about half below the midpoint, not all clipped to white

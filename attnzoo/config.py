@@ -124,7 +124,8 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
 
 def _describe(annotation: Any) -> str:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return " | ".join(_describe(a) for a in typing.get_args(annotation))
+        names = [_describe(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return " | ".join(dict.fromkeys(names))  # Literal[...] | Literal[...] | None reads "choice", not thrice
     if typing.get_origin(annotation) is typing.Literal:
         return "choice"
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
@@ -265,7 +266,12 @@ def validate(cfg: Config) -> None:
     trainer = cfg.section("trainer")
     if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.perf)
         trainer.pop("precision")
-    check_options(cfg, "trainer", trainer, trainer_schema)
+    try:
+        check_options(cfg, "trainer", trainer, trainer_schema)
+    except ConfigError as err:
+        if not str(err).startswith("trainer.precision:"):
+            raise
+        raise ConfigError(f"{err}, or 'auto' (bf16-mixed where the hardware is fast at it, else 32-true)") from None
     if "grad_checkpointing" in trainer:
         from .perf import checkpointing_options
 

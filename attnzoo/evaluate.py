@@ -26,6 +26,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     if not ckpt.is_file():
         raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
     cfg = load([run_dir / "config.yaml", *configs], overrides)
+    _use_saved_labels(cfg, run_dir)
     try:
         data, task, _ = build(cfg)
     except ValueError as err:
@@ -40,6 +41,23 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     name = checkpoint if checkpoint in ("best", "last") else ckpt.stem
     (run_dir / f"evaluate-{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _use_saved_labels(cfg, run_dir: Path) -> None:
+    """The run's `labels.json` (its class names in training order) as `data.labels`, unless the config sets it:
+    the evaluated data may hold other classes, or the same ones in another order."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from .data import DATAMODULES
+
+    saved = run_dir / "labels.json"
+    data = cfg.section("data")
+    module = DATAMODULES.get(data.get("kind"))
+    if saved.is_file() and data.get("labels") is None and module is not None:
+        if "labels" in inspect.signature(module).parameters:
+            OmegaConf.update(cfg.data, "data.labels", str(saved))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

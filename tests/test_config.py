@@ -39,7 +39,7 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("model.atention.backend=sdpa", ["model.atention", "unknown key", "did you mean 'model.attention'"]),
         ("trainer.max_epoch=3", ["trainer.max_epoch", "did you mean 'trainer.max_epochs'"]),
         ("trainer.max_epochs=three", ["trainer.max_epochs", "'three'"]),
-        ("trainer.precision=bf15", ["trainer.precision", "'bf16-mixed'"]),
+        ("trainer.precision=bf15", ["trainer.precision", "'bf16-mixed'", "or 'auto'"]),
         ("data.kind=imag", ["data.kind", "'imag'", "did you mean 'image'"]),
         ("data.batch_size=1.5", ["data.batch_size", "1.5"]),
         ("model.global_pool=max", ["model.global_pool", "'token'", "'avg'"]),

@@ -177,3 +177,19 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
     assert report["metrics"]["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
     assert "test/acc" in capsys.readouterr().out
     assert evaluate([str(run_dir), "--checkpoint", "nope"]) == 2
+
+
+def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
+    """A text run's labels.json fixes the class order at evaluation, whatever labels the evaluated data has."""
+    from attnzoo.evaluate import _use_saved_labels
+
+    (tmp_path / "labels.json").write_text(json.dumps({"class_names": ["neg", "pos"]}))
+    cfg = load([ROOT / "recipes" / "text_cls.yaml"])
+    _use_saved_labels(cfg, tmp_path)
+    assert cfg.section("data")["labels"] == str(tmp_path / "labels.json")
+    cfg = load([ROOT / "recipes" / "text_cls.yaml"], ["data.labels=[a,b]"])
+    _use_saved_labels(cfg, tmp_path)  # the config's own choice wins
+    assert cfg.section("data")["labels"] == ["a", "b"]
+    cfg = load([VIT])
+    _use_saved_labels(cfg, tmp_path)  # image data takes no label file
+    assert "labels" not in cfg.section("data")

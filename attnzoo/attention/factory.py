@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,7 +78,9 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
 
     `cfg` keys: `kind` (attention kind, default "mha"), `pattern`, `bias`, `rotary` (specs, see `build`),
     and `Attention` options (`backend`, `num_kv_heads`, `qk_norm`, ...). Each instance gets its own pattern,
-    bias and rotary objects, built with `context` plus the instance's `num_heads` and `head_dim`.
+    bias and rotary objects, built with `context` plus the instance's `num_heads`, `head_dim` and
+    `layer_index` (instances of the returned class count from 0 in the order they are built: per-layer random
+    blocks draw from it).
     """
     from .attention import ATTENTION_KINDS, Attention
     from .biases import BIASES
@@ -107,8 +110,11 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
 
+    layers = itertools.count()
+
     def make_parts(dim: int, num_heads: int) -> dict[str, Any]:
         ctx = {**context, "num_heads": num_heads, "head_dim": dim // num_heads, "dim": dim}
+        ctx["layer_index"] = next(layers)
         return {name: build(spec, tables[name], f"{what}.{name}", **ctx) for name, spec in specs.items()}
 
     def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:

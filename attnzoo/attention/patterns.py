@@ -231,14 +231,16 @@ class BlockLocal(Pattern):
 class RandomBlocks(Pattern):
     """Each query block of `block` positions reads `num_random` key blocks drawn at random.
 
-    The draw is a function of (seed, lq, lk) only: reproducible, and fixed for the life of the pattern (one
-    pattern per layer means fixed random blocks per layer; give layers different seeds to vary them).
+    The draw is a function of (seed, layer_index, lq, lk) only: reproducible, and fixed for the life of the
+    pattern. Layers built from one attention config get their index in the model as `layer_index`
+    (`factory.attention_layer`), so each layer has its own fixed random blocks.
     """
 
-    def __init__(self, *, num_random: int = 2, block: int = 64, seed: int = 0) -> None:
+    def __init__(self, *, num_random: int = 2, block: int = 64, seed: int = 0, layer_index: int = 0) -> None:
         self.num_random = _check_int("num_random", num_random, 0)
         self.block = _check_int("block", block, 1)
         self.seed = _check_int("seed", seed, 0)
+        self.layer_index = _check_int("layer_index", layer_index, 0)
         self._bound: dict[tuple[int, int], _BoundRandomBlocks] = {}
 
     def mask_mod(self, b, h, q_idx, kv_idx):
@@ -246,7 +248,7 @@ class RandomBlocks(Pattern):
 
     def bind(self, lq, lk):
         if (lq, lk) not in self._bound:
-            g = torch.Generator().manual_seed(self.seed)
+            g = torch.Generator().manual_seed(self.seed + 1_000_003 * self.layer_index)  # layer 0: `seed` itself
             nqb, nkb = num_blocks(lq, self.block), num_blocks(lk, self.block)
             picks = torch.rand(nqb, nkb, generator=g).argsort(dim=1)[:, : self.num_random]  # [nQb, r]
             table = torch.zeros(nqb, nkb, dtype=torch.bool)
@@ -356,6 +358,7 @@ class BigBird(Or):
         window: each query reads keys within this distance (see `SlidingWindow`).
         global_tokens: positions that read and are read by everything (see `GlobalTokens`).
         num_random: random key blocks per query block; block: their size; seed: their draw.
+        layer_index: the layer's index, given by `factory.attention_layer`: each layer draws its own blocks.
     """
 
     def __init__(
@@ -366,11 +369,12 @@ class BigBird(Or):
         num_random: int = 2,
         block: int = 64,
         seed: int = 0,
+        layer_index: int = 0,
     ) -> None:
         super().__init__(
             SlidingWindow(window=window),
             GlobalTokens(tokens=global_tokens),
-            RandomBlocks(num_random=num_random, block=block, seed=seed),
+            RandomBlocks(num_random=num_random, block=block, seed=seed, layer_index=layer_index),
         )
 
     def bind(self, lq, lk):

@@ -65,7 +65,7 @@ class AST(nn.Module):
         fstride, tstride: patch strides along frequency and time (< patch_size: overlapping patches).
         embed_dim, depth, num_heads, mlp_ratio: transformer size.
         attention: the attention config (`attnzoo.attention.factory.attention_layer`); attention parts receive
-            `grid_size=(Tp, Fp)` (rows are time steps) and `num_prefix_tokens`.
+            `grid_size=(Tp, Fp)` (rows are time steps), `num_prefix_tokens` and `seq_len` (tokens per clip).
         dist_token: add the distillation token (its output is averaged with the cls token's).
         spec_augment: `SpecAugment` options ({freq_mask, time_mask, num_masks}), or None for none.
         drop_rate: dropout on the embeddings and before the head.
@@ -124,6 +124,7 @@ class AST(nn.Module):
             drop_path_rate=drop_path_rate,
             grid_size=(self.grid[1], self.grid[0]),
             num_prefix_tokens=self.num_prefix_tokens,
+            seq_len=self.num_prefix_tokens + self.grid[0] * self.grid[1],  # tokens per clip (e.g. for linformer)
         )
         self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
         self.head_drop = nn.Dropout(drop_rate)

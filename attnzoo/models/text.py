@@ -80,6 +80,10 @@ class TextClassifier(nn.Module):
         )
         self.head = nn.Linear(dim, num_classes)
 
+    def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
+        """Activation checkpointing of the encoder blocks (`Encoder.set_grad_checkpointing`)."""
+        self.encoder.set_grad_checkpointing(enabled, **kwargs)
+
     def forward(self, tokens: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """tokens [B, L] long, padding_mask [B, L] bool (True = pad) -> logits [B, num_classes]."""
         if tokens.dim() != 2:

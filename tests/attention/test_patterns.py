@@ -101,6 +101,17 @@ def test_bigbird_random_blocks_are_reproducible_and_per_seed():
     assert (a >= rnd).all() and (a >= SlidingWindow(window=8).dense_mask(256, 256)).all()
 
 
+def test_layers_built_from_one_config_draw_their_own_random_blocks():
+    def masks():
+        cls = attention_layer({"pattern": {"kind": "bigbird", "window": 8, "num_random": 2, "block": 16}})
+        return [cls(32, 4).pattern.dense_mask(256, 256) for _ in range(3)]
+
+    first, again = masks(), masks()
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))  # reproducible model to model
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])  # different per layer
+    assert torch.equal(first[0], BigBird(window=8, num_random=2, block=16).dense_mask(256, 256))  # layer 0: seed
+
+
 def test_random_blocks_need_lengths():
     with pytest.raises(ValueError, match="bind"):
         RandomBlocks().mask_mod(0, 0, torch.arange(3), torch.arange(3))

@@ -106,6 +106,26 @@ def test_backends_agree_forward_and_backward():
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+def test_grad_checkpointing_gives_identical_gradients():
+    model = _model(backend="sdpa").train()
+    tokens = torch.randint(1, 50, (3, 20))
+    pad = torch.arange(20)[None] >= torch.tensor([20, 5, 12])[:, None]
+
+    def run():
+        model.zero_grad()
+        logits = model(tokens, pad)
+        logits.square().sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    ref = run()
+    model.set_grad_checkpointing(True)
+    assert model.encoder.checkpoint_every == 1
+    got = run()
+    torch.testing.assert_close(got[0], ref[0], atol=0, rtol=0)
+    for a, b in zip(got[1], ref[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 def test_bad_arguments_and_inputs():
     with pytest.raises(ValueError, match=r"model.position.kind: unknown 'rope'"):
         _model(position="rope")

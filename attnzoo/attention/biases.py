@@ -16,12 +16,13 @@ copy per shape, not one per call. Built-ins are listed in `BIASES` (config short
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import torch
@@ -82,7 +83,7 @@ class Bias(nn.Module):
         tensors = [*self.parameters(), *self.buffers()]
         device = torch.device(device) if device is not None else (tensors[0].device if tensors else None)
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
-            return self._dense(lq, lk, device, dtype)
+            return self._once(("dense", lq, lk, str(device), dtype), lambda: self._dense(lq, lk, device, dtype))
         key = (*self._cache_identity(), lq, lk, str(device), dtype)
         return _cache_get(key, lambda: self._dense(lq, lk, device, dtype))
 
@@ -90,8 +91,29 @@ class Bias(nn.Module):
         """The bias as a table over (row, column) offsets, the keyword arguments of `toeplitz.relative_dense`
         (`table`, `grid_q`, `grid_k`, `prefix`, `num_prefix_tokens`), or None when it is not one. CPU sdpa
         uses it to train the table without a dense bias or its gradient, and to read a fixed 1D table in place
-        (`sdpa_bias.py`)."""
+        (`sdpa_bias.py`). Subclasses implement `_relative`."""
+        return self._once(("relative", lq, lk), lambda: self._relative(lq, lk))
+
+    def _relative(self, lq: int, lk: int) -> dict[str, Any] | None:
         return None
+
+    @contextlib.contextmanager
+    def once_per_call(self) -> Iterator[Bias]:
+        """Inside the block, `dense` and `relative` are computed once per shape and reused: one bias for every
+        layer of an encoder's forward, as T5 shares its bias (`Encoder(shared_bias=)`)."""
+        self._memo: dict[Hashable, Any] | None = {}
+        try:
+            yield self
+        finally:
+            self._memo = None
+
+    def _once(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        memo = self.__dict__.get("_memo")
+        if memo is None:
+            return make()
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
 
     def _dense(self, lq: int, lk: int, device, dtype) -> Tensor:
         q_idx = torch.arange(lq, device=device)[:, None]
@@ -177,7 +199,7 @@ class T5RelativeBias(Bias):
     def values(self, q_idx, kv_idx):
         return self.table[self.buckets(kv_idx - q_idx)].movedim(-1, 0)
 
-    def relative(self, lq, lk):
+    def _relative(self, lq, lk):
         table = self.offset_values(lq, lk)[:, None]  # [H, 1, Lq + Lk - 1]
         return dict(table=table, grid_q=(1, lq), grid_k=(1, lk), prefix=None, num_prefix_tokens=0)
 
@@ -236,7 +258,7 @@ class ALiBi(Bias):
         relative = self._per_offset(kv_idx - q_idx).float()
         return self.slopes.view(-1, *[1] * relative.dim()) * relative
 
-    def relative(self, lq, lk):
+    def _relative(self, lq, lk):
         per_offset = self._per_offset(torch.arange(-(lq - 1), lk, device=self.slopes.device)).float()
         table = (self.slopes[:, None] * per_offset)[:, None]  # [H, 1, Lq + Lk - 1]
         return dict(table=table, grid_q=(1, lq), grid_k=(1, lk), prefix=None, num_prefix_tokens=0)
@@ -329,7 +351,7 @@ class RelativeBias2D(Bias):
         heads = torch.arange(self.num_heads, device=self.table.device).view(-1, *[1] * max(q_idx.dim(), kv_idx.dim()))
         return self._lookup(self.current_table(), heads, q_idx, kv_idx)
 
-    def relative(self, lq, lk):
+    def _relative(self, lq, lk):
         self._check_length(lq, lk)
         grid, p = self.grid_size, self.num_prefix_tokens
         return dict(table=self.current_table(), grid_q=grid, grid_k=grid, prefix=self.prefix, num_prefix_tokens=p)

@@ -5,6 +5,7 @@ Notation: B batch, L tokens, C width, H heads.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -52,14 +53,14 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """x [B, L, C] -> [B, L, C]; `key_padding_mask` bool [B, L], True = pad."""
-        bias = None
-        if self.shared_bias is not None:
-            bias = self.shared_bias.dense(x.shape[1], x.shape[1], device=x.device, dtype=x.dtype)  # [H, L, L]
-        for i, block in enumerate(self.blocks):
-            if self.checkpoint_every and i % self.checkpoint_every == 0 and torch.is_grad_enabled():
-                x = checkpoint(block, x, key_padding_mask, bias, use_reentrant=False)
-            else:
-                x = block(x, key_padding_mask, bias)
+        bias = self.shared_bias
+        # a shared bias is computed once for all blocks (as a dense tensor, or as the offset table CPU sdpa reads)
+        with bias.once_per_call() if bias is not None else contextlib.nullcontext():
+            for i, block in enumerate(self.blocks):
+                if self.checkpoint_every and i % self.checkpoint_every == 0 and torch.is_grad_enabled():
+                    x = checkpoint(block, x, key_padding_mask, bias, use_reentrant=False)
+                else:
+                    x = block(x, key_padding_mask, bias)
         return self.norm(x)
 
 

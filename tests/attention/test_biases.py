@@ -242,18 +242,30 @@ def test_alibi_values(bidirectional):
 # sharing, caching, grids, errors
 
 
-def test_t5_shared_by_an_encoder_is_computed_once_per_forward_and_trains():
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_t5_shared_by_an_encoder_is_computed_once_per_forward_and_trains(backend):
     from attnzoo.layers import Encoder, Mlp, TransformerBlock
 
     shared = T5RelativeBias(num_heads=HEADS)
-    blocks = [TransformerBlock(attn=Attention(32, HEADS, backend="sdpa"), mlp=Mlp(32, 64), dim=32) for _ in range(3)]
+    ref = T5RelativeBias(num_heads=HEADS)
+    ref.load_state_dict(shared.state_dict())
+    blocks = [TransformerBlock(attn=Attention(32, HEADS, backend=backend), mlp=Mlp(32, 64), dim=32) for _ in range(3)]
     encoder = Encoder(blocks, shared_bias=shared)
     calls = []
-    original = shared._dense
-    shared._dense = lambda *a: calls.append(1) or original(*a)
-    encoder(torch.randn(2, 11, 32)).sum().backward()
-    assert len(calls) == 1
+    original = shared.buckets
+    shared.buckets = lambda *a: calls.append(1) or original(*a)
+    x = torch.randn(2, 11, 32)
+    out = encoder(x)
+    assert len(calls) == 1  # the bucket lookup: once per forward, not once per layer
+    out.sum().backward()
     assert shared.table.grad is not None and shared.table.grad.abs().sum() > 0
+    # the same as giving each layer the bias module itself
+    for block in blocks:
+        block.attn.bias = ref
+    want = Encoder(blocks)(x)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    want.sum().backward()
+    torch.testing.assert_close(shared.table.grad, ref.table.grad, atol=1e-5, rtol=1e-4)
 
 
 def test_fixed_dense_is_cached_until_parameters_change():

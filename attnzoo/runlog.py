@@ -112,6 +112,7 @@ class RunSummary(L.Callback):
         self.wait_seconds = 0.0
         self._t0 = 0.0
         self._last_end: float | None = None
+        self.train_backends: dict[str, int] | None = None
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._last_end = None
@@ -128,11 +129,11 @@ class RunSummary(L.Callback):
         self._last_end = time.perf_counter()
         self.train_seconds += self._last_end - self._t0
         self.train_samples += int(batch["label"].shape[0]) * trainer.world_size
+        if idx == 0:  # what training runs on (validation and test may take other backends, e.g. inference-only)
+            self.train_backends = _backends(module)
 
     def report(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
-        backends = collections.Counter(
-            m.backend_used for m in module.modules() if getattr(m, "backend_used", None) is not None
-        )
+        backends = self.train_backends if self.train_backends is not None else _backends(module)
         peak = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         if torch.cuda.is_available():
             peak["peak_cuda_bytes"] = torch.cuda.max_memory_allocated()
@@ -145,10 +146,16 @@ class RunSummary(L.Callback):
             "data_wait_share": (
                 self.wait_seconds / (self.wait_seconds + self.train_seconds) if self.train_seconds else None
             ),
-            "attention_backends": dict(backends),  # backend -> number of attention modules whose last call ran on it
+            "attention_backends": backends,  # backend -> attention modules that ran on it in training
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,
             "world_size": trainer.world_size,
             "precision": str(trainer.precision),
             **peak,
         }
+
+
+def _backends(module: torch.nn.Module) -> dict[str, int]:
+    """Backend name -> how many attention modules ran their last call on it."""
+    used = [m.backend_used for m in module.modules() if getattr(m, "backend_used", None) is not None]
+    return dict(collections.Counter(used))

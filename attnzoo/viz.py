@@ -1,10 +1,10 @@
-"""`python -m attnzoo.viz <run dir> [--input FILE] [--index N] [--checkpoint best|last|FILE] [--out DIR]`
+"""`python -m attnzoo.viz <run dir> [--input FILE | --text TEXT | --index N] [--checkpoint best|last|FILE] [--out DIR]`
 
 Attention maps of a trained run for one input: every layer's and head's attention matrix, what the prefix
 tokens (class token; AST's class and distillation tokens) read from each patch, drawn over the input, and
 attention rollout over the input. The input is an image file (ViT), a WAV file (AST, drawn over its log-mel
-spectrogram), or, without `--input`, example `--index` of the run's validation split (any recipe; runs
-whose tokens are not patches of the input, such as text, get the matrices).
+spectrogram), a text given with `--text` (text runs), or example `--index` of the run's validation split
+(any recipe; runs whose tokens are not patches of the input, such as text, get the matrices).
 
 Maps come from `attnzoo.attention.capture_attention`: the captured calls run on the eager backend (the one
 that returns weights), whatever backend the run trained with; the weights are the same up to rounding.
@@ -105,6 +105,18 @@ def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
     return {"audio": load_clip(path, sample_rate=data.sample_rate)[None]}
 
 
+def text_input(data: Any, text: str) -> dict[str, Tensor]:
+    """A text encoded by the run's tokenizer, cut to its `max_len`: {"tokens": [1, L], "padding_mask": [1, L]}."""
+    ids = data.tokenizer.encode(text)
+    if not ids:
+        raise ConfigError(f"--text: {text[:80]!r} has no tokens under tokenizer {data.tokenizer.name!r}")
+    if len(ids) > data.max_len:
+        log.warning("viz: --text has %d tokens; cut to data.max_len %d", len(ids), data.max_len)
+        ids = ids[: data.max_len]
+    tokens = torch.tensor([ids], dtype=torch.long)
+    return {"tokens": tokens, "padding_mask": torch.zeros_like(tokens, dtype=torch.bool)}
+
+
 # data kind -> (file suffixes, how such a file becomes the net's inputs); other modalities add theirs
 INPUTS: dict[str, tuple[tuple[str, ...], Callable[[Any, Path], dict[str, Tensor]]]] = {
     "image": (IMAGE_SUFFIXES, image_input),
@@ -164,6 +176,7 @@ def visualize(
     run_dir: Path,
     *,
     input_path: Path | None = None,
+    text: str | None = None,
     index: int = 0,
     checkpoint: str = "best",
     out: Path | None = None,
@@ -174,7 +187,11 @@ def visualize(
     data, net = load_run(run_dir, checkpoint)
     kind = load([run_dir / "config.yaml"]).section("data")["kind"]
     label = None
-    if input_path is None:
+    if text is not None:
+        if kind != "text" or input_path is not None:
+            raise ConfigError(f"--text: for runs with data kind 'text' (this run: {kind!r}), without --input")
+        inputs, name = text_input(data, text), "text"
+    elif input_path is None:
         inputs, label = example_input(data, index)
         name = f"val-{index}"
     else:
@@ -216,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo viz", description="Attention maps of a trained run for one input.")
     p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit")
     p.add_argument("--input", type=Path, help="an input file (image); default: an example of the validation split")
-    p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input")
+    p.add_argument("--text", help="a text to draw (runs with data kind text), instead of a validation example")
+    p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input/--text")
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")
     p.add_argument("--residual", type=float, default=0.5, help="rollout: weight of the residual connection")
@@ -227,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         written = visualize(
             args.run_dir,
             input_path=args.input,
+            text=args.text,
             index=args.index,
             checkpoint=args.checkpoint,
             out=args.out,

@@ -193,3 +193,22 @@ def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
     cfg = load([VIT])
     _use_saved_labels(cfg, tmp_path)  # image data takes no label file
     assert "labels" not in cfg.section("data")
+
+
+def test_summary_reports_the_backends_training_ran_on():
+    """Validation and test may run attention elsewhere (inference-only kernels); the summary names training's."""
+    from types import SimpleNamespace
+
+    from attnzoo.attention import Attention
+    from attnzoo.runlog import RunSummary
+
+    net = torch.nn.Sequential(Attention(16, 2), Attention(16, 2))
+    trainer = SimpleNamespace(world_size=1, global_step=1, current_epoch=0, precision="32-true")
+    summary = RunSummary()
+    for layer in net:
+        layer.backend_used = "sdpa"
+    summary.on_train_batch_start(trainer, net, {}, 0)
+    summary.on_train_batch_end(trainer, net, None, {"label": torch.zeros(4)}, 0)
+    for layer in net:
+        layer.backend_used = "flex"  # e.g. a test pass on an inference-only backend
+    assert summary.report(trainer, net)["attention_backends"] == {"sdpa": 2}

@@ -139,3 +139,17 @@ def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_pat
     assert saved["maps"][0].shape == (1, 4, 2 + time_patches * freq_patches, 2 + time_patches * freq_patches)
     assert main([str(run), "--input", str(tmp_path / "out" / "rollout.png")]) == 2  # not a WAV file
     assert "is not a audio file (.wav)" in capsys.readouterr().err
+
+
+def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):
+    small = ["data.listops.num_train=64", "data.listops.num_val=16", "data.listops.num_test=16", "model.dim=16"]
+    (tmp_path / "text").mkdir()
+    run = _saved_run(tmp_path / "text", ROOT / "recipes" / "text_cls.yaml", [*small, "model.depth=2"])
+    expression = "[MAX 2 9 [MIN 4 7 ] 0 ]"
+    assert main([str(run), "--text", expression, "--out", str(tmp_path / "out")]) == 0
+    assert [Path(p).name for p in capsys.readouterr().out.split()] == ["attention_matrices.png", "maps.pt"]
+    saved = torch.load(tmp_path / "out" / "maps.pt")
+    tokens = len(expression.split())  # ListOps words are tokens
+    assert len(saved["maps"]) == 2 and saved["maps"][0].shape[-1] in (tokens, tokens + 1)  # (+ a class token)
+    assert main([str(run), "--text", expression, "--input", str(tmp_path / "x.png")]) == 2
+    assert "--text: for runs with data kind 'text'" in capsys.readouterr().err

@@ -85,10 +85,6 @@ def _rows_per_chunk(q: Tensor, lk: int) -> int:
     return max(1, min(q.shape[-2], _CHUNK_ELEMENTS // (q.shape[0] * q.shape[1] * lk)))
 
 
-def _even_rows(lq: int, rows: int, start: int = 0) -> list[tuple[int, int]]:
-    return [(r0, min(lq, r0 + rows)) for r0 in range(start, lq, rows)]
-
-
 class _DenseSink:
     """dS is the gradient of a dense bias (summed over the dimensions it broadcasts along)."""
 
@@ -126,7 +122,7 @@ class _SdpaBiasGrad(torch.autograd.Function):
         b, h, lq, lk = *q.shape[:3], k.shape[-2]
         sink = _DenseSink(bias, b, h, lk)
         full = bias.expand(b, h, lq, lk)
-        bounds = _even_rows(lq, _rows_per_chunk(q, lk))
+        bounds = row_chunks(lq, _rows_per_chunk(q, lk), (1, lq))  # even chunks of any rows
         dq, dk, dv = _chunked_backward(
             q, k, v, out, lse, dout, ctx.scale, bounds, lambda r0, r1, s: s.copy_(full[:, :, r0:r1]), sink
         )
@@ -240,7 +236,7 @@ class _SdpaRelative(torch.autograd.Function):
         if sequence:
             q = q.flip(2)
             allowed = None if allowed is None else allowed.flip(-2)
-        rows = _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, q.dtype, max(r1 - r0 for r0, r1 in bounds))
+        rows = _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, q.dtype, bounds)
         out = torch.empty_like(q)
         lse = torch.empty(b, h, lq, device=q.device, dtype=torch.float32)
         for r0, r1 in bounds:
@@ -265,11 +261,10 @@ class _SdpaRelative(torch.autograd.Function):
         else:
             sink = _GridSink(b, h, grid_q, grid_k, p, q.device)
         direct = not sequence and q.dtype == torch.float32  # relative_rows can write into the scores
-        max_rows = 0 if direct else max(r1 - r0 for r0, r1 in bounds)
-        rows = _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, q.dtype, max_rows)
+        rows = None if direct else _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, q.dtype, bounds)
 
         def fill(r0, r1, s):  # s [B, H, c, Lk] fp32; the bias in q's dtype, as the forward saw it
-            if direct:
+            if rows is None:
                 relative_rows(table, grid_q, grid_k, r0, r1, out=s[0], prefix=prefix, num_prefix_tokens=p)
                 s[1:] = s[0]
             else:
@@ -284,14 +279,20 @@ class _SdpaRelative(torch.autograd.Function):
         return dq, dk, dv, dtable.to(table.dtype), dprefix, None, None, None, None, None
 
 
-def _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, dtype, max_rows):
-    """A function (r0, r1) -> the [H, c, Lk] bias of query rows r0:r1 (reversed rows for a sequence)."""
+def _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, dtype, bounds):
+    """A function (r0, r1) -> the [H, c, Lk] bias of query rows r0:r1 of `bounds` (reversed rows for a sequence)."""
     if sequence:
-        hankel = table.detach()[:, 0].to(dtype).contiguous().unfold(-1, lk, 1)  # [H, Lq, Lk] view: values[h, i + j]
+        hankel = _hankel(table, lk, dtype)
         return lambda r0, r1: hankel[:, r0:r1]
+    max_rows = max(r1 - r0 for r0, r1 in bounds)
     buf = torch.empty(table.shape[0], max_rows, lk, device=table.device, dtype=dtype)
     build = dict(prefix=prefix, num_prefix_tokens=p)
     return lambda r0, r1: relative_rows(table, grid_q, grid_k, r0, r1, out=buf[:, : r1 - r0], **build)
+
+
+def _hankel(table: Tensor, lk: int, dtype: torch.dtype) -> Tensor:
+    """[H, 1, Lq + Lk - 1] per-offset values -> the [H, Lq, Lk] bias of reversed queries, a view: values[h, i + j]."""
+    return table.detach()[:, 0].to(dtype).contiguous().unfold(-1, lk, 1)
 
 
 def _rows(allowed: Tensor, r0: int, r1: int) -> Tensor:
@@ -341,8 +342,7 @@ def sdpa_with_fixed_sequence_bias(
     go in reversed, so the bias is a Hankel view of the table that the fused kernel reads in place: no
     [H, Lq, Lk] tensor is made unless `allowed` (bool, broadcastable to [B, H, Lq, Lk]) has to be folded in.
     """
-    lk = k.shape[-2]
-    mask = table.detach()[:, 0].to(q.dtype).contiguous().unfold(-1, lk, 1)[None]  # [1, H, Lq, Lk] for reversed q
+    mask = _hankel(table, k.shape[-2], q.dtype)[None]  # [1, H, Lq, Lk] for reversed q
     if allowed is not None:
         mask = mask.masked_fill(~allowed.flip(-2), float("-inf"))
     out = F.scaled_dot_product_attention(

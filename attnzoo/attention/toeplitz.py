@@ -172,10 +172,3 @@ def relative_rows(
         sub, sub_grid = t[:, ghq - y1 : ghq - y0 + ghk - 1], (y1 - y0, gwq)
     _fill_grid(sub.contiguous(), sub_grid, grid_k, out[:, :, p:])
     return out
-
-
-def toeplitz(values: Tensor, lq: int, lk: int, *, dtype: torch.dtype | None = None) -> Tensor:
-    """values [H, Lq + Lk - 1] -> [H, Lq, Lk] with out[h, i, j] = values[h, j - i + Lq - 1]."""
-    if values.dim() != 2 or values.shape[1] != lq + lk - 1:
-        raise ValueError(f"toeplitz values for Lq={lq}, Lk={lk} must be [H, {lq + lk - 1}]; got {list(values.shape)}")
-    return relative_dense(values[:, None], (1, lq), (1, lk), dtype=dtype)

@@ -122,6 +122,23 @@ def rescue_empty_rows(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
     return allowed | ~alive, alive
 
 
+def rescued_mask(
+    pattern: Any | None, key_padding_mask: Tensor | None, lq: int, lk: int, device
+) -> tuple[Tensor | None, Tensor | None]:
+    """`allowed_mask` with `rescue_empty_rows` applied: (mask or None, rows_alive or None)."""
+    allowed = allowed_mask(pattern, key_padding_mask, lq, lk, device)
+    return (None, None) if allowed is None else rescue_empty_rows(allowed)
+
+
+def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+    """Softmax of scores [..., Lk] over the allowed keys (bool, broadcastable); rows with none give zeros."""
+    if allowed is None:
+        return scores.softmax(dim=-1)
+    allowed, alive = rescue_empty_rows(allowed)
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    return weights if alive is None else weights * alive
+
+
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
     """[B, Hkv, L, D] -> [B, Hkv * groups, L, D], each kv head serving `groups` query heads."""
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
@@ -151,15 +168,7 @@ class Eager:
         b = dense_bias(bias, lq, lk, q.device, torch.float32)
         if b is not None:
             scores = scores + b.float()
-        allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
-        alive = None
-        if allowed is not None:
-            allowed, alive = rescue_empty_rows(allowed)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        if alive is not None:
-            weights = weights * alive
-        weights = weights.to(q.dtype)
+        weights = masked_softmax(scores, allowed_mask(pattern, key_padding_mask, lq, lk, q.device)).to(q.dtype)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         out = dropped @ v.to(q.dtype)  # [B, H, Lq, D]
         return out, (weights if return_weights else None)
@@ -191,10 +200,7 @@ class Sdpa:
         if trained or (sequence and not relative["num_prefix_tokens"]):
             # a table over offsets, never made dense whole (sdpa_bias.py): a learned one gets its gradient reduced
             # chunk by chunk; a fixed 1D one (ALiBi, a frozen T5) is read in place as a view
-            allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
-            alive = None
-            if allowed is not None:
-                allowed, alive = rescue_empty_rows(allowed)
+            allowed, alive = rescued_mask(pattern, key_padding_mask, lq, lk, q.device)
             if trained:
                 out = sdpa_bias.sdpa_with_relative_bias(
                     q, repeat_kv(k, groups), repeat_kv(v, groups), **relative, allowed=allowed, scale=scale
@@ -210,10 +216,7 @@ class Sdpa:
             return F.scaled_dot_product_attention(
                 q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale, enable_gqa=gqa
             ), None
-        allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
-        alive = None
-        if allowed is not None:
-            allowed, alive = rescue_empty_rows(allowed)
+        allowed, alive = rescued_mask(pattern, key_padding_mask, lq, lk, q.device)
         if b is None:
             mask = allowed
         else:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as checkpointed
 
-from ..backends import repeat_kv, rescue_empty_rows
+from ..backends import masked_softmax, repeat_kv
 
 Tensor = torch.Tensor
 Hook = Callable[[Tensor, slice], Tensor]  # (a [B, H, c, Lk], the chunk's query rows) -> [B, H, c, Lk]
@@ -71,14 +71,7 @@ def chunked_attention(
             scores = scores + _bias_rows(bias, rows, q_idx, kv_idx, lq).float()
         if pre is not None:
             scores = pre(scores, rows)
-        allowed = _allowed_rows(pattern, keep, q_idx, kv_idx)
-        alive = None
-        if allowed is not None:
-            allowed, alive = rescue_empty_rows(allowed)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        if alive is not None:
-            weights = weights * alive
+        weights = masked_softmax(scores, _allowed_rows(pattern, keep, q_idx, kv_idx))
         if post is not None:
             weights = post(weights, rows)
         weights = weights.to(q.dtype)

@@ -14,17 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError, load
-from .fit import _show_attnzoo_log, build
+from .fit import _show_attnzoo_log, build, run_checkpoint
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
 
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
-    if not ckpt.is_file():
-        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
     _use_saved_labels(cfg, run_dir)
     try:

@@ -64,6 +64,16 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     return run_dir, ckpt
 
 
+def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
+    """The checkpoint file of a run directory: `best`, `last`, or a path; errors name what is missing."""
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
+    if not ckpt.is_file():
+        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    return ckpt
+
+
 def _resolve_precision(cfg: Config) -> None:
     """`trainer.precision: auto` -> the value for this machine, logged and written into `cfg` (the saved config)."""
     trainer_cfg = cfg.section("trainer")

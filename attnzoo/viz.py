@@ -153,23 +153,20 @@ def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
 # ---------------------------------------------------------------------------------------------- command
 
 
-def load_run(run_dir: Path, checkpoint: str = "best", overrides: Sequence[str] = ()) -> tuple[Any, Any]:
-    """(data, net) of a run: its config rebuilt, the checkpoint's weights loaded."""
-    from .fit import build
+def load_run(run_dir: Path, checkpoint: str = "best", overrides: Sequence[str] = ()) -> tuple[Any, Any, str]:
+    """(data, net, data kind) of a run: its config rebuilt, the checkpoint's weights loaded."""
+    from .fit import build, run_checkpoint
 
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
-    if not ckpt.is_file():
-        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml"], overrides)
+    kind = cfg.section("data")["kind"]
     try:
         data, task, _ = build(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from err
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     task.load_state_dict(state["state_dict"])
-    return data, task.net
+    return data, task.net, kind
 
 
 def visualize(
@@ -184,8 +181,7 @@ def visualize(
     head_fusion: str = "mean",
 ) -> list[Path]:
     """Draw the attention of a run on one input; returns the files written."""
-    data, net = load_run(run_dir, checkpoint)
-    kind = load([run_dir / "config.yaml"]).section("data")["kind"]
+    data, net, kind = load_run(run_dir, checkpoint)
     label = None
     if text is not None:
         if kind != "text" or input_path is not None:

@@ -150,13 +150,9 @@ def text_image_maps(
 def maps_of_run(run_dir: Path, *, checkpoint: str, split: str, count: int, out: Path | None) -> list[Path]:
     """Rebuild a text-image run from its config, load a checkpoint, draw `count` examples of `split`."""
     from .config import ConfigError, load
-    from .fit import build
+    from .fit import build, run_checkpoint
 
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
-    ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
-    if not ckpt.is_file():
-        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+    ckpt = run_checkpoint(run_dir, checkpoint)
     data, task, _ = build(load([run_dir / "config.yaml"]))
     if not hasattr(task.net, "cross_blocks"):
         raise ConfigError(f"{run_dir}: the model is a {type(task.net).__name__}, not a text-image model")

@@ -40,6 +40,10 @@ RUN_OPTIONS: dict[str, Any] = {
     "mode": typing.Literal["max", "min"] | None,
     "save_every_n_steps": int | None,  # also checkpoint (last.ckpt) every n optimizer steps
     "test": bool,  # run the test split on the best checkpoint after fitting
+    # stop when the monitored metric has not improved for `patience` validations (trainer.max_epochs stays the
+    # ceiling): true, false/null, or {patience, min_delta}
+    "early_stopping": bool | dict | None,
+    "baseline": bool,  # also fit a scikit-learn baseline on the same splits (attnzoo.run.baseline)
 }
 COMMAND_LINE = "the command line"
 
@@ -278,6 +282,11 @@ def validate(cfg: Config) -> None:
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('trainer.grad_checkpointing')})") from err
     check_options(cfg, "run", cfg.section("run"), RUN_OPTIONS)
+    if cfg.section("run").get("early_stopping") is not None:
+        try:
+            early_stopping_options(cfg.section("run")["early_stopping"])
+        except ValueError as err:
+            raise ConfigError(f"{err} (set in {cfg.where('run.early_stopping')})") from err
     smoke = cfg.section("smoke")
     for key in smoke:
         if str(key).split(".")[0] not in SECTIONS:
@@ -302,6 +311,28 @@ def checkpointing_options(value: Any, *, key: str = "trainer.grad_checkpointing"
         raise ValueError(f"{key}: enabled and attention_only must be true/false, got {value!r}")
     if isinstance(opts["every"], bool) or not isinstance(opts["every"], int) or opts["every"] < 1:
         raise ValueError(f"{key}.every: expected an int >= 1, got {opts['every']!r}")
+    return opts
+
+
+EARLY_STOPPING = {"patience": 10, "min_delta": 0.0}
+
+
+def early_stopping_options(value: Any, *, key: str = "run.early_stopping") -> dict[str, Any] | None:
+    """Normalize `true/false/null` or `{patience, min_delta}` to EarlyStopping arguments (None: off)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return dict(EARLY_STOPPING)
+    if not isinstance(value, dict):
+        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(EARLY_STOPPING)}, got {value!r}")
+    unknown = sorted(set(value) - set(EARLY_STOPPING))
+    if unknown:
+        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(EARLY_STOPPING)}")
+    opts = {**EARLY_STOPPING, **value}
+    if isinstance(opts["patience"], bool) or not isinstance(opts["patience"], int) or opts["patience"] < 1:
+        raise ValueError(f"{key}.patience: expected an int >= 1, got {opts['patience']!r}")
+    if isinstance(opts["min_delta"], bool) or not isinstance(opts["min_delta"], int | float) or opts["min_delta"] < 0:
+        raise ValueError(f"{key}.min_delta: expected a number >= 0, got {opts['min_delta']!r}")
     return opts
 
 

@@ -64,7 +64,7 @@ def status(run: Planned) -> str:
     """
     record = read_record(run.run_dir)
     same = record.get("config_sha") in (None, run.config_sha)
-    if (run.run_dir / "summary.json").is_file() and record.get("status", "ok") in ("ok", "running"):
+    if finished(run.run_dir) and record.get("status", "ok") in ("ok", "running"):
         if not same:
             raise ConfigError(
                 f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config; "
@@ -72,6 +72,14 @@ def status(run: Planned) -> str:
             )
         return "ok"  # fit writes summary.json last: it finished, and the ablation stopped before recording it
     return "failed" if record.get("status") == "failed" and same else "missing"
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether fit wrote the run's final summary.json (one stopped by a signal says "finished": false)."""
+    try:
+        return bool(json.loads((run_dir / "summary.json").read_text()).get("finished", True))
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
@@ -144,7 +152,7 @@ class Runner:
         record["returncode"] = code
         record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         tail = (run.run_dir / "stderr.log").read_text(errors="replace").splitlines()[-TAIL_LINES:]
-        if code == 0 and (run.run_dir / "summary.json").is_file():
+        if code == 0 and finished(run.run_dir):
             record["status"] = "ok"
         elif self.stopping or code in INTERRUPTED or any("KeyboardInterrupt" in t for t in tail):
             record["status"] = "interrupted"  # not a result: runs again next time

@@ -9,7 +9,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..config import TRAINER_EXTRAS, Config, ConfigError, build_data, build_net, build_task
+from ..config import (
+    TRAINER_EXTRAS,
+    Config,
+    ConfigError,
+    build_data,
+    build_net,
+    build_task,
+    early_stopping_options,
+)
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
@@ -56,9 +64,13 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequence[Any] = ()) -> tuple[Any, Any]:
-    """(Trainer, RunSummary callback) writing into `run_dir`."""
+    """(Trainer, RunSummary callback) writing into `run_dir`.
+
+    `best.ckpt` follows `run.monitor`; with `run.early_stopping` training stops when it has not improved for
+    `patience` validations, `trainer.max_epochs` being the ceiling.
+    """
     import lightning as L
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from . import reliability
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
@@ -68,7 +80,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     mode = run.get("mode") or task.monitor_mode
     ckpt_dir = run_dir / "checkpoints"
     logger = RunCSVLogger(str(run_dir))
-    summary = RunSummary()
+    summary = RunSummary(monitor=monitor, mode=mode)
     callbacks = [
         ModelCheckpoint(
             dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, save_last=True, enable_version_counter=False
@@ -78,6 +90,9 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         *reliability.callbacks(ckpt_dir / "last.ckpt"),
         *extra_callbacks,
     ]
+    stopping = early_stopping_options(run.get("early_stopping"))
+    if stopping is not None:
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, **stopping))
     if run.get("save_every_n_steps"):
         callbacks.append(
             ModelCheckpoint(

@@ -106,7 +106,9 @@ class RunSummary(L.Callback):
     this is an upper bound); gaps holding a validation loop are not counted.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, monitor: str | None = None, mode: str = "max") -> None:
+        self.monitor, self.mode = monitor, mode
+        self.best: tuple[int, float] | None = None  # (epoch, value) of the best monitored validation
         self.train_seconds = 0.0
         self.train_samples = 0
         self.wait_seconds = 0.0
@@ -119,6 +121,20 @@ class RunSummary(L.Callback):
 
     def on_validation_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._last_end = None
+
+    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
+        if trainer.sanity_checking or value is None or not torch.isfinite(value):
+            return
+        value = float(value)
+        if self.best is None or (value > self.best[1] if self.mode == "max" else value < self.best[1]):
+            self.best = (trainer.current_epoch, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": list(self.best) if self.best else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best = tuple(state["best"]) if state.get("best") else None
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, idx: int) -> None:
         self._t0 = time.perf_counter()
@@ -149,10 +165,32 @@ class RunSummary(L.Callback):
             "attention_backends": backends,  # backend -> attention modules that ran on it in training
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,
+            "stopped": stop_reason(trainer),
+            "best_epoch": self.best[0] if self.best else None,  # epoch (from 0) of the best validation
             "world_size": trainer.world_size,
             "precision": str(trainer.precision),
             **peak,
         }
+
+
+def stop_reason(trainer: L.Trainer) -> dict[str, Any]:
+    """Why `trainer.fit` returned: {"reason": "early_stopping" | "budget" | "signal", "epoch", "message"}.
+
+    `epoch` counts the epochs trained (a stop mid-epoch counts the started one).
+    """
+    from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
+
+    epoch = trainer.current_epoch
+    for callback in trainer.early_stopping_callbacks:
+        if callback.stopping_reason != EarlyStoppingReason.NOT_STOPPED:
+            return {"reason": "early_stopping", "epoch": epoch, "message": callback.stopping_reason_message}
+    if trainer.interrupted:
+        return {"reason": "signal", "epoch": epoch, "message": "interrupted (Lightning caught the signal)"}
+    if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
+        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_steps ({trainer.max_steps}) reached"}
+    if trainer.max_epochs not in (None, -1) and epoch >= trainer.max_epochs:
+        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_epochs ({trainer.max_epochs}) reached"}
+    return {"reason": "budget", "epoch": epoch, "message": "a trainer limit was reached (e.g. trainer.max_time)"}
 
 
 def _backends(module: torch.nn.Module) -> dict[str, int]:

@@ -12,6 +12,7 @@ from typing import Any
 from ..config import Config, ConfigError
 from .build import build, make_trainer
 from .console import is_rank_zero
+from .reliability import Interrupted
 from .rundir import RUN_DIR_ENV, new_run_dir, resume_target
 
 
@@ -52,10 +53,17 @@ def fit(
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     try:
         trainer.fit(task, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    except Interrupted as err:  # an unfinished run: the summary says where it stopped; --resume finishes it
+        if trainer.is_global_zero:
+            stopped = {"reason": "signal", "epoch": trainer.current_epoch, "step": err.step, "message": str(err)}
+            record = {"run_dir": str(run_dir), "finished": False, "stopped": stopped}
+            (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+        raise
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
     result: dict[str, Any] = {
         "run_dir": str(run_dir),
+        "finished": True,
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
     }
     best = trainer.checkpoint_callback

@@ -1,0 +1,81 @@
+"""Early stopping on validation, and summary.json saying when and why training stopped."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from attnzoo.config import ConfigError, load
+from attnzoo.run import fit
+from attnzoo.run.reliability import SELF_SIGNAL_ENV, Interrupted
+
+ROOT = Path(__file__).resolve().parents[2]
+VIT = ROOT / "recipes" / "vit.yaml"
+TINY = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.precision=32-true",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=2",
+    "trainer.num_sanity_val_steps=0",
+    "model.embed_dim=16",
+    "model.depth=1",
+    "model.num_heads=2",
+    "model.mlp_ratio=1.0",
+    "data.batch_size=16",
+    "run.test=false",
+]
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_early_stopping_stops_when_val_does_not_improve_and_the_summary_says_why(tmp_path):
+    # learning rate 0: the validation loss is the same every epoch, so it never improves after the first
+    cfg = load(
+        [VIT],
+        [*TINY, "task.optimizer.lr=0.0", "run.monitor=val/loss", "run.mode=min", "trainer.max_epochs=10",
+         "run.early_stopping={patience: 2}", f"run.dir={tmp_path}"],
+    )  # fmt: skip
+    summary = _summary(fit(cfg))
+    assert summary["stopped"]["reason"] == "early_stopping"
+    assert summary["stopped"]["epoch"] == 3 and summary["epochs"] == 3  # epoch 0 sets the best, 1 and 2 wait
+    assert "val/loss" in summary["stopped"]["message"]
+    assert summary["best_epoch"] == 0 and summary["finished"] is True
+
+
+def test_without_early_stopping_the_epoch_budget_ends_training(tmp_path):
+    cfg = load([VIT], [*TINY, "task.optimizer.lr=0.0", "trainer.max_epochs=2", f"run.dir={tmp_path}"])
+    summary = _summary(fit(cfg))
+    assert summary["stopped"] == {"reason": "budget", "epoch": 2, "message": "trainer.max_epochs (2) reached"}
+
+
+def test_a_patient_early_stopping_leaves_the_budget_as_the_ceiling(tmp_path):
+    cfg = load(
+        [VIT], [*TINY, "trainer.max_epochs=2", "run.early_stopping={patience: 5, min_delta: 0.0}", f"run.dir={tmp_path}"]
+    )
+    assert _summary(fit(cfg))["stopped"]["reason"] == "budget"
+
+
+def test_a_signal_leaves_an_unfinished_summary_saying_where_it_stopped(tmp_path, monkeypatch):
+    monkeypatch.setenv(SELF_SIGNAL_ENV, "SIGTERM@3")
+    cfg = load([VIT], [*TINY, "trainer.max_epochs=5", f"run.dir={tmp_path}"])
+    with pytest.raises(Interrupted):
+        fit(cfg)
+    (run_dir,) = (tmp_path / "vit").iterdir()
+    summary = _summary(run_dir)
+    assert summary["finished"] is False
+    assert summary["stopped"]["reason"] == "signal" and summary["stopped"]["step"] == 4
+    assert "SIGTERM" in summary["stopped"]["message"]
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("{patience: 0}", "patience: expected an int >= 1"), ("{patiense: 3}", "unknown keys ['patiense']"),
+     ("{min_delta: -1}", "min_delta: expected a number >= 0"), ("3", "3 is not a valid bool | dict")],
+)  # fmt: skip
+def test_bad_early_stopping_options_are_config_errors_before_training(value, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load([VIT], [f"run.early_stopping={value}"])

@@ -91,8 +91,8 @@ def collect(out: Path) -> tuple[dict[str, Any], list[Row], str | None, str]:
         run_dir = out / "runs" / v["id"]
         record, summary = _read(run_dir / "ablate.json"), _read(run_dir / "summary.json")
         state = record.get("status", "ok")  # "running" with a summary: fit finished before the ablation stopped
-        done = summary.get("finished", True)  # False: stopped by a signal, not a result
-        status = "ok" if summary and done and state in ("ok", "running") else "failed" if state == "failed" else "missing"
+        done = summary and summary.get("finished", True)  # False: stopped by a signal, not a result
+        status = "ok" if done and state in ("ok", "running") else "failed" if state == "failed" else "missing"
         row = rows.setdefault(v["name"], Row(v["name"], v["values"]))
         row.runs.append(Run(v["id"], v["seed"], status, record, summary if status == "ok" else {}))
     summaries = [r.summary for row in rows.values() for r in row.runs if r.status == "ok"]

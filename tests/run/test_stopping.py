@@ -53,9 +53,8 @@ def test_without_early_stopping_the_epoch_budget_ends_training(tmp_path):
 
 
 def test_a_patient_early_stopping_leaves_the_budget_as_the_ceiling(tmp_path):
-    cfg = load(
-        [VIT], [*TINY, "trainer.max_epochs=2", "run.early_stopping={patience: 5, min_delta: 0.0}", f"run.dir={tmp_path}"]
-    )
+    stopping = "run.early_stopping={patience: 5, min_delta: 0.0}"
+    cfg = load([VIT], [*TINY, "trainer.max_epochs=2", stopping, f"run.dir={tmp_path}"])
     assert _summary(fit(cfg))["stopped"]["reason"] == "budget"
 
 

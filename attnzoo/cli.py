@@ -8,6 +8,7 @@ import sys
 COMMANDS = {
     "fit": "train a recipe",
     "evaluate": "test metrics of a saved checkpoint",
+    "baseline": "pixels / TF-IDF / log-mel statistics + logistic regression on a recipe's data",
     "ablate": "run a grid of attention variants and write one report",
     "bench": "speed and memory benchmarks",
     "viz": "attention maps of a trained run (cross-attention maps for text-image runs)",

@@ -12,6 +12,7 @@ Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `co
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 1
     if is_rank_zero():
+        from .run.baseline import comparison
+
+        line = comparison(json.loads((run_dir / "summary.json").read_text()))
+        if line:
+            print(f"attnzoo: {line}", file=sys.stderr)
         print(f"attnzoo: done; summary in {run_dir / 'summary.json'}", file=sys.stderr)
     return 0
 

@@ -3,7 +3,8 @@
 Per variant, over its seeds: mean +- std of the metric, training throughput, peak memory and wall time,
 the parameter count and the attention backends the run reported. A metric is looked up in a run's
 summary.json in this order: `test` (the test split on the best checkpoint), `best` (the best validation
-score), `metrics` (the values at the end of training).
+score), `metrics` (the values at the end of training). Runs with `run.baseline: true` also carry a classical
+baseline on the same splits (`attnzoo.run.baseline`): it is a row of its own, and a dashed line on the plots.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Row:
     wall: list[float] = field(default_factory=list)
     parameters: list[int] = field(default_factory=list)
     backends: set[str] = field(default_factory=set)
+    baseline: bool = False  # the classical baseline's row, not an attention variant
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.runs)
@@ -116,7 +118,22 @@ def collect(out: Path) -> tuple[dict[str, Any], list[Row], str | None, str]:
             if s.get("parameters") is not None:
                 row.parameters.append(int(s["parameters"]))
             row.backends.update(s.get("attention_backends") or {})
-    return info, list(rows.values()), metric, mode
+    found = baseline_row(rows.values(), metric)
+    return info, [*rows.values(), *([found] if found else [])], metric, mode
+
+
+def baseline_row(rows: Any, metric: str | None) -> Row | None:
+    """The baseline's value of `metric` in every finished run that fit one (mean over seeds), as a Row."""
+    values, names = [], set()
+    for row in rows:
+        for run in row.runs:
+            found = (run.summary.get("baseline") or {}) if run.status == "ok" else {}
+            if metric and isinstance(found.get(metric), int | float):
+                values.append(float(found[metric]))
+                names.add(f"{found.get('features', '?')} + {found.get('model', '?')}")
+    if not values:
+        return None
+    return Row(f"baseline: {' / '.join(sorted(names))}", {}, metric=values, backends={"scikit-learn"}, baseline=True)
 
 
 def _fmt(values: Sequence[float], digits: int) -> str:
@@ -164,7 +181,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
                             "+".join(sorted(s.get("attention_backends") or {})),
                             r.record.get("error", "")])  # fmt: skip
 
-    means = {row.name: mean_std(row.metric)[0] for row in rows if row.metric}
+    means = {row.name: mean_std(row.metric)[0] for row in rows if row.metric and not row.baseline}
     top = (max if mode == "max" else min)(means.values()) if means else None  # ties are all bold
     seeds = sorted({r.seed for row in rows for r in row.runs})
     lines = [
@@ -175,13 +192,17 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
         f"Metric: **{metric or 'none'}** ({'higher' if mode == 'max' else 'lower'} is better; best variant in bold), "
         f"mean ± std over seeds {seeds}. Throughput: training samples/s. {memory[0].upper()}{memory[1:]}: the run's "
         "process. "
-        "Wall: the whole run (start-up, training, validation, test). Backend: what the attention modules ran on.",
+        "Wall: the whole run (start-up, training, validation, test). Backend: what the attention modules ran on."
+        + (" In italic: a classical baseline fit on the same splits." if any(r.baseline for r in rows) else ""),
         "",
         f"| variant | {metric or 'metric'} | train samples/s | {memory} | parameters | wall (s) | backend | runs |",
         "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         name, value = f"`{row.name}`", _fmt(row.metric, 4)
+        if row.baseline:
+            lines.append(f"| *{row.name}* | *{value}* | - | - | - | - | scikit-learn | {len(row.metric)} runs |")
+            continue
         if row.metric and means[row.name] == top:
             name, value = f"**{name}**", f"**{value}**"
         params = f"{row.parameters[0]:,}" if row.parameters else "-"
@@ -219,6 +240,11 @@ def plot_metric(rows: list[Row], metric: str | None, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * len(rows)))
     ys = list(range(len(rows)))[::-1]  # first variant at the top
     for y, row in zip(ys, rows, strict=True):
+        if row.baseline:
+            mean = mean_std(row.metric)[0]
+            ax.axvline(mean, color="0.4", linestyle="--", linewidth=1, zorder=1)
+            ax.plot(mean, y, "D", color="0.4", ms=6, zorder=3)
+            continue
         if not row.metric:
             ax.annotate(f"no result ({_runs_text(row)})", (0.02, y), xycoords=("axes fraction", "data"), va="center",
                         color="tab:red", fontsize=9)  # fmt: skip
@@ -242,6 +268,11 @@ def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -
     fig, ax = plt.subplots(figsize=(7.5, 5))
     drawn = [row for row in rows if row.metric and row.throughput]
     colors = plt.get_cmap("tab10")
+    for row in rows:
+        if row.baseline:
+            ax.axhline(mean_std(row.metric)[0], color="0.4", linestyle="--", linewidth=1, label=row.name)
+            ax.annotate(row.name, (0.01, mean_std(row.metric)[0]), xycoords=("axes fraction", "data"),
+                        textcoords="offset points", xytext=(0, 4), fontsize=8, color="0.4")  # fmt: skip
     for i, row in enumerate(drawn):
         (m, ms), (t, ts) = mean_std(row.metric), mean_std(row.throughput)
         ax.errorbar(t, m, xerr=0 if math.isnan(ts) else ts, yerr=0 if math.isnan(ms) else ms, fmt="o", ms=8,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -390,6 +391,22 @@ class AudioDataModule(L.LightningDataModule):
         }
         out.write_text(json.dumps(record, indent=2))
         return out
+
+    def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
+        """Per clip the mean and std over time of each log-mel bin ([N, 2F], centre-cropped clips), and the
+        targets, for a classical baseline (`attnzoo.run.baseline`); None for an empty split."""
+        self.setup()
+        ds = self.datasets[split]
+        if not len(ds):
+            return None
+        stats = []
+        for start in range(0, len(ds), 64):
+            chunk = range(start, min(start + 64, len(ds)))
+            waves = torch.stack([fit_length(self._wave(ds, i), self.num_samples, "center") for i in chunk])
+            feats = self.logmel(waves)  # [b, F, N]
+            stats.append(torch.cat([feats.mean(2), feats.std(2)], dim=1))  # [b, 2F]
+        targets = torch.stack([torch.as_tensor(t) for t in ds.targets]).numpy()  # [N] or [N, K]
+        return {"log-mel mean and std": torch.cat(stats).numpy()}, targets
 
     # ---- loaders -------------------------------------------------------------------------------------------------
 

@@ -248,6 +248,15 @@ class ImageDataModule(L.LightningDataModule):
         resize = [] if train and self.augment else [v2.Resize(self._size, antialias=True)]
         return v2.Compose([v2.ToImage(), *resize, *random, *self._fixed()])
 
+    def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray]:
+        """The split's pixels [N, C * S * S] (resized and normalized, never augmented) and class indices, for a
+        classical baseline (`attnzoo.run.baseline`)."""
+        self.setup()
+        plain = _Dicts(self.splits[split].base, self.splits["val"].transform)  # the evaluation transform
+        loader = DataLoader(plain, batch_size=256, num_workers=self.num_workers)
+        pixels, labels = zip(*((b["image"].flatten(1), b["label"]) for b in loader), strict=True)
+        return {"pixels": torch.cat(pixels).numpy()}, torch.cat(labels).numpy()
+
     def _loader(self, split: str) -> DataLoader:
         self.setup()
         train = split == "train"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
@@ -92,6 +93,7 @@ class TextDataModule(L.LightningDataModule):
         self.val_fraction, self.num_workers, self.seed = val_fraction, num_workers, seed
         self.listops = self._listops_options(listops or {})
         self.datasets: dict[str, TokenDataset] = {}
+        self.texts: dict[str, list[str]] = {}  # split -> raw texts (for `baseline_features`)
         self.class_names: list[str] = []
 
     @staticmethod
@@ -136,6 +138,7 @@ class TextDataModule(L.LightningDataModule):
             index = {c: i for i, c in enumerate(self.class_names)}
             tensors = [torch.tensor(x[: self.max_len], dtype=torch.int32) for x in ids]
             self.datasets[name] = TokenDataset(tensors, [index[y] for y in labels])
+            self.texts[name] = list(texts)
         self._log_summary()
 
     def _encode(self, text: str, source: str) -> list[int]:
@@ -208,6 +211,13 @@ class TextDataModule(L.LightningDataModule):
             100 * count / len(val),
             self.tokenizer.name,
         )
+
+    def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
+        """The split's raw texts and class indices for a classical baseline (`attnzoo.run.baseline`)."""
+        self._require_setup()
+        if split not in self.datasets:
+            return None
+        return {"text": self.texts[split]}, self.datasets[split].labels.numpy()
 
     def majority_rate(self, split: str = "val") -> float:
         """The accuracy of always predicting the most frequent class of `split`."""

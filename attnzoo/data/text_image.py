@@ -246,6 +246,16 @@ class TextImageDataModule(L.LightningDataModule):
         ids = [x[: self.max_len] for x in ids]
         return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image)
 
+    def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
+        """The split's texts and pixels ([N, S * S * 3], as the model sees them) and class indices, for a classical
+        baseline (`attnzoo.run.baseline`)."""
+        self.setup()
+        if split not in self.datasets:
+            return None
+        ds = self.datasets[split]
+        pixels = np.stack([ds[i]["image"].flatten().numpy() for i in range(len(ds))])  # [N, 3 * S * S]
+        return {"text": list(ds.texts), "pixels": pixels}, np.asarray(ds.labels)
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give data.{split} (a JSONL file)")

@@ -75,6 +75,10 @@ def fit(
         out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
         result["test"] = {k: float(v) for k, v in (out[0] if out else {}).items()}
         result["test"]["checkpoint"] = tested or "final weights (no validation ran, so no best checkpoint)"
+    if cfg.section("run").get("baseline") and trainer.is_global_zero:
+        from .baseline import fit_baseline
+
+        result["baseline"] = fit_baseline(data, num_threads=cfg.section("trainer").get("num_threads"))
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir

@@ -1,0 +1,62 @@
+"""`python -m attnzoo.baseline --config recipes/<recipe>.yaml [key=value ...]` or `... baseline --run-dir <run>`
+
+Fits the recipe's classical baseline on its data's splits (pixels, TF-IDF or log-mel statistics, then logistic
+regression; `attnzoo.run.baseline`) without training anything, and prints its metrics. With `--run-dir` it reads
+the run's `config.yaml` and adds the result to its `summary.json` (as `run.baseline: true` would have).
+`--json FILE` also writes the result as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .config import ConfigError, build_data, load
+from .fit import parser
+from .run import show_log
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser("attnzoo baseline", "A scikit-learn baseline on a recipe's data splits.")
+    p.add_argument("--run-dir", type=Path, help="a run directory: use its config.yaml, add the result to summary.json")
+    p.add_argument("--json", type=Path, help="also write the result to this JSON file")
+    args = p.parse_intermixed_args(argv)
+    show_log()
+    try:
+        configs = list(args.config)
+        if args.run_dir is not None:
+            if not (args.run_dir / "config.yaml").is_file():
+                raise ConfigError(f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml)")
+            configs = [args.run_dir / "config.yaml", *configs]
+        cfg = load(configs, args.overrides)
+        if args.print_config:
+            print(cfg.to_yaml(), end="")
+            return 0
+        from .run.baseline import fit_baseline
+
+        try:
+            data = build_data(cfg)
+            result = fit_baseline(data, num_threads=cfg.section("trainer").get("num_threads"))
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    except ConfigError as err:
+        print(f"attnzoo baseline: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{result['features']} + {result['model']} (C={result['C']:g}, {result['train_examples']} train examples)")
+    for key, value in result.items():
+        if "/" in key:
+            print(f"{key:20s} {value:.4f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.run_dir is not None:
+        path = args.run_dir / "summary.json"
+        summary = json.loads(path.read_text()) if path.is_file() else {}
+        path.write_text(json.dumps({**summary, "baseline": result}, indent=2) + "\n")
+        print(f"attnzoo baseline: added to {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

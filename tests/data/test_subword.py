@@ -114,7 +114,9 @@ def test_sequence_tokenizer(corpus, tmp_path):
     record = json.loads(trained.to_str())
     for token in record["added_tokens"]:
         token["content"] = {"[BOS]": "[B]", "[EOS]": "[E]"}.get(token["content"], token["content"])
-    record["model"]["vocab"] = {{"[BOS]": "[B]", "[EOS]": "[E]"}.get(k, k): v for k, v in record["model"]["vocab"].items()}
+    record["model"]["vocab"] = {
+        {"[BOS]": "[B]", "[EOS]": "[E]"}.get(k, k): v for k, v in record["model"]["vocab"].items()
+    }
     path = tmp_path / "no_bos.json"
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"no_bos.json: translation needs \['bos', 'eos'\] tokens.*'<s>'"):

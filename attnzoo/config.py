@@ -7,6 +7,11 @@ objective, optimizer, scheduler), `trainer` (`lightning.Trainer` arguments + `TR
 
 Every key is checked against the signature of what it configures before anything is built; errors name
 the key, where it was set (file or command line), the valid choices and the closest one.
+
+A value `auto` asks the data for it: the DataModule resolves its own `auto` options when it reads the data, and
+chooses the keys of other sections it lists in `AUTO_KEYS` (e.g. `model.patch_size` from the image size, or
+`trainer.max_epochs` from the number of training examples) through `auto_values()`; `attnzoo.run.build` logs
+each choice and writes it into the run's config.yaml. (`trainer.precision: auto` is chosen for the machine.)
 """
 
 from __future__ import annotations
@@ -195,6 +200,11 @@ def check_options(
             raise ConfigError(
                 f"{full}: {value!r} is not a valid {_describe(schema[key])} (set in {cfg.where(full)})"
                 + _choices(schema[key])
+                + (
+                    " ('auto' is chosen by the data only for its AUTO_KEYS, see attnzoo/data/defaults.py)"
+                    if value == AUTO
+                    else ""
+                )  # fmt: skip
             )
 
 
@@ -240,13 +250,15 @@ def validate(cfg: Config) -> None:
     seed = cfg.data.get("seed", 0)
     if not type_ok(seed, int):
         raise ConfigError(f"seed: {seed!r} is not an int (set in {cfg.where('seed')})")
+    check_kind(cfg, "data", DATAMODULES)
+    auto = set(auto_keys(cfg))  # chosen by the data when the run is built (attnzoo.run.build.apply_auto_values)
     for section, table, drop in (
         ("data", DATAMODULES, ()),
         ("model", MODELS, ()),
         ("task", TASKS, ("net",)),
     ):
         target = check_kind(cfg, section, table)
-        options = {k: v for k, v in cfg.section(section).items() if k != "kind"}
+        options = {k: v for k, v in cfg.section(section).items() if k != "kind" and f"{section}.{k}" not in auto}
         check_options(
             cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}"
         )
@@ -267,7 +279,7 @@ def validate(cfg: Config) -> None:
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
-    trainer = cfg.section("trainer")
+    trainer = {k: v for k, v in cfg.section("trainer").items() if f"trainer.{k}" not in auto}
     if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.run.switches)
         trainer.pop("precision")
     try:
@@ -291,6 +303,30 @@ def validate(cfg: Config) -> None:
     for key in smoke:
         if str(key).split(".")[0] not in SECTIONS:
             raise ConfigError(f"smoke.{key}: expected a dotted config key (set in {cfg.where('smoke')})")
+
+
+AUTO = "auto"
+
+
+def auto_keys(cfg: Config) -> list[str]:
+    """Dotted keys of the model, task, trainer and run sections set to `auto` that the data chooses (the
+    DataModule's `AUTO_KEYS`; other `auto` values, such as `trainer.precision` or an attention backend, are
+    options of their own)."""
+    from .data import DATAMODULES
+
+    allowed = getattr(DATAMODULES.get(cfg.section("data").get("kind")), "AUTO_KEYS", ())
+    found: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}")
+        elif node == AUTO:
+            found.append(prefix)
+
+    for section in ("model", "task", "trainer", "run"):
+        walk(cfg.section(section), section)
+    return [k for k in found if k in allowed]
 
 
 CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")

@@ -18,14 +18,14 @@ import logging
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from . import synth_audio
+from . import defaults, synth_audio
 from .audio_features import FEATURE_KINDS, LogMel
 from .audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 
@@ -97,7 +97,8 @@ class AudioDataModule(L.LightningDataModule):
         val_folds / test_folds: CSV folds held out for validation / test.
         val_fraction / test_fraction: held-out fractions when no list or fold says; assignment hashes each file's
             name (a Speech Commands speaker id before "_nohash_"), so it is stable when files are added.
-        sample_rate: rate every clip is resampled to.
+        sample_rate: rate every clip is resampled to. Options set to auto (sample_rate, n_mels, mixup_alpha) are
+            chosen from the source (`attnzoo.data.defaults.audio_data`).
         clip_seconds: clips are padded with silence or cropped to this length.
         train_crop: part of a longer training clip to keep: "random", "start" or "center" (eval clips: "center").
         n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`), handed to the model.
@@ -123,16 +124,16 @@ class AudioDataModule(L.LightningDataModule):
         test_folds: Sequence[int] | int | None = None,
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
-        sample_rate: int = 16000,
+        sample_rate: int | Literal["auto"] = 16000,
         clip_seconds: float = 1.0,
         train_crop: str = "random",
-        n_mels: int = 128,
+        n_mels: int | Literal["auto"] = 128,
         win_ms: float = 25.0,
         hop_ms: float = 10.0,
         features: str = "fbank",
         cache: bool = True,
         on_bad_file: str = "error",
-        mixup_alpha: float = 0.0,
+        mixup_alpha: float | Literal["auto"] = 0.0,
         stats_clips: int = 2000,
         stats_file: str | None = None,
         synthetic: dict[str, Any] | None = None,
@@ -142,6 +143,13 @@ class AudioDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         _check_choice("data.source", source, SOURCES)
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the source (`auto_values`)
+        given = {"sample_rate": sample_rate, "n_mels": n_mels, "mixup_alpha": mixup_alpha}
+        for name, (value, why) in defaults.audio_data(synthetic=source == "synthetic").items():
+            if given[name.split(".")[1]] == "auto":
+                given[name.split(".")[1]] = value
+                self.chosen[name] = (value, why)
+        sample_rate, n_mels, mixup_alpha = given["sample_rate"], given["n_mels"], given["mixup_alpha"]
         _check_choice("data.on_bad_file", on_bad_file, BAD_FILE_POLICIES)
         _check_choice("data.train_crop", train_crop, CROPS)
         _check_choice("data.features", features, FEATURE_KINDS)
@@ -376,6 +384,21 @@ class AudioDataModule(L.LightningDataModule):
             "feature_std": stats["std"],
             "multilabel": self.multilabel,
         }
+
+    AUTO_KEYS = defaults.AUDIO_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for
+        `AUTO_KEYS` (used where the config says auto)."""
+        self.setup()
+        chosen = defaults.audio_model(
+            synthetic=self.source == "synthetic",
+            n_mels=self.logmel.n_mels,
+            frames=self.logmel.num_frames(self.num_samples),
+            num_train=len(self.datasets["train"]),
+            batch_size=self.batch_size,
+        )
+        return {**self.chosen, **chosen}
 
     def save_artifacts(self, run_dir: str | Path) -> Path:
         """Write the normalization statistics, feature settings, classes and skipped files to `audio_stats.json`."""

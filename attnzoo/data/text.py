@@ -10,7 +10,7 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from ..attention.factory import suggest
-from . import listops
+from . import defaults, listops
 from .batching import BucketBatchSampler, PadCollate, TokenDataset
 from .subword import KINDS as SUBWORD_KINDS
 from .text_files import check_labels, label_vocabulary, read_text_file
@@ -49,8 +49,10 @@ class TextDataModule(L.LightningDataModule):
             labels of the train split, sorted.
         tokenizer: "bytes" (UTF-8 bytes), "listops" (ListOps words), a subword kind learned from the train split
             ("bpe", "wordpiece", "unigram"; saved with a run as `tokenizer.json`), a `tokenizers` JSON file, or
-            "auto": listops for the embedded ListOps, bytes for files.
+            "auto": chosen from the data (`attnzoo.data.defaults.text_data`: listops for the embedded ListOps, a
+            subword vocabulary for files).
         vocab_size: the subword vocabulary size (special tokens included).
+        lowercase: lowercase texts before a subword tokenizer learns or applies its vocabulary (auto: for files).
         max_len: longer texts are cut to this many tokens (and how many were cut is logged).
         bucket: batch texts of similar lengths together (pools of `bucket_pool` batches).
         pad_to_multiple: round padded lengths up to a multiple of this (e.g. a sparse backend's block size).
@@ -68,6 +70,7 @@ class TextDataModule(L.LightningDataModule):
         labels: list[str] | str | None = None,
         tokenizer: str = "auto",
         vocab_size: int = 8000,
+        lowercase: bool | Literal["auto"] = False,
         max_len: int = 512,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
@@ -90,7 +93,8 @@ class TextDataModule(L.LightningDataModule):
         self.text_column, self.label_column = text_column, label_column
         self.labels = labels
         self.tokenizer_spec = tokenizer
-        self.vocab_size = vocab_size
+        self.vocab_size, self.lowercase = vocab_size, lowercase
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.max_len = max_len
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -129,15 +133,18 @@ class TextDataModule(L.LightningDataModule):
         if self.datasets:
             return
         use_listops = self.files["train"] is None
-        spec = self.tokenizer_spec
-        if spec == "auto":
-            spec = "listops" if use_listops else "bytes"
-            log.info("data.tokenizer=auto chose %r (%s)", spec, "ListOps words" if use_listops else "UTF-8 bytes")
+        for key, (value, why) in defaults.text_data(listops=use_listops).items():
+            name = key.split(".")[1]
+            if getattr(self, "tokenizer_spec" if name == "tokenizer" else name) == "auto":
+                self.chosen[key] = (value, why)
+        spec = self.chosen.get("data.tokenizer", (self.tokenizer_spec,))[0]
+        self.lowercase = self.chosen.get("data.lowercase", (self.lowercase,))[0]
         trained = spec in SUBWORD_KINDS
         self.tokenizer = None if trained else make_tokenizer(spec)
         splits = self._listops_splits() if use_listops else self._file_splits()
         if trained:  # learned from the train split only
-            self.tokenizer = make_tokenizer(spec, texts=splits["train"][0], vocab_size=self.vocab_size)
+            texts = splits["train"][0]
+            self.tokenizer = make_tokenizer(spec, texts=texts, vocab_size=self.vocab_size, lowercase=self.lowercase)
         for name, (texts, labels, source) in splits.items():
             ids = [self._encode(text, source) for text in texts]
             cut = sum(len(x) > self.max_len for x in ids)
@@ -220,6 +227,16 @@ class TextDataModule(L.LightningDataModule):
             self.tokenizer.name,
         )
 
+    AUTO_KEYS = defaults.TEXT_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for
+        `AUTO_KEYS` (used where the config says auto)."""
+        self._require_setup()
+        listops = self.files["train"] is None
+        num_train, batch_size = len(self.datasets["train"]), self.batch_size
+        return {**self.chosen, **defaults.text_model(listops=listops, num_train=num_train, batch_size=batch_size)}
+
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
         """The split's raw texts and class indices for a classical baseline (`attnzoo.run.baseline`)."""
         self._require_setup()
@@ -268,7 +285,7 @@ class TextDataModule(L.LightningDataModule):
         path = Path(run_dir) / "labels.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         saved = [path]
-        if self.tokenizer_spec in SUBWORD_KINDS:
+        if self.tokenizer.name in SUBWORD_KINDS:  # learned here (not loaded from a file)
             saved.append(self.tokenizer.save(Path(run_dir) / "tokenizer.json"))
         record = {
             "class_names": self.class_names,

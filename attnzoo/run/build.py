@@ -13,10 +13,12 @@ from ..config import (
     TRAINER_EXTRAS,
     Config,
     ConfigError,
+    auto_keys,
     build_data,
     build_net,
     build_task,
     early_stopping_options,
+    validate,
 )
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
@@ -31,6 +33,24 @@ def resolve_auto_precision(cfg: Config) -> None:
     value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
     log.info("trainer.precision: auto -> %s (%s)", value, why)
     OmegaConf.update(cfg.data, "trainer.precision", value)
+
+
+def apply_auto_values(cfg: Config, data: Any) -> None:
+    """Write what the data chose for `auto` keys into `cfg` (and so into the run's config.yaml), logging each.
+
+    The DataModule's `auto_values()` gives {dotted key: (value, why)}: its own `data.*` options it resolved, and
+    a value for each key of its `AUTO_KEYS`, used where the config says `auto`.
+    """
+    wanted = set(auto_keys(cfg))
+    chosen = data.auto_values() if hasattr(data, "auto_values") else {}
+    for key, (value, why) in chosen.items():
+        if key.startswith("data.") or key in wanted:
+            log.info("%s: auto -> %s (%s)", key, value, why)
+            OmegaConf.update(cfg.data, key, value, merge=False, force_add=True)
+    missing = sorted(wanted - set(chosen))
+    if missing:
+        raise ConfigError(f"{missing}: 'auto', but the data chose no value for them here; set values")
+    validate(cfg)  # the chosen values, checked as if the config had set them
 
 
 def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
@@ -50,6 +70,7 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
         torch.set_num_threads(trainer_cfg["num_threads"])
     try:
         data = build_data(cfg)
+        apply_auto_values(cfg, data)
         context = data.model_context()
         net = build_net(cfg, context)
         apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))

@@ -2,7 +2,8 @@
 
 A run directory `<run.dir>/<run.name>/<timestamp>/` holds `config.yaml` (resolved, with derived values),
 `checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's
-`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`).
+`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`, and a subword tokenizer it
+learned, `tokenizer.json`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def load_run(
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
     _use_saved_labels(cfg, run_dir)
+    _use_saved_tokenizer(cfg, run_dir)
     data, task, _ = build(cfg)
     try:
         state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
@@ -117,3 +119,13 @@ def _use_saved_labels(cfg: Config, run_dir: Path) -> None:
     if saved.is_file() and data.get("labels") is None and module is not None:
         if "labels" in inspect.signature(module).parameters:
             OmegaConf.update(cfg.data, "data.labels", str(saved))
+
+
+def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
+    """The run's `tokenizer.json` (a subword vocabulary learned from its train split) as `data.tokenizer`, where
+    the config names a subword kind: learned again from other data it would give other ids."""
+    from ..data.subword import KINDS
+
+    saved = run_dir / "tokenizer.json"
+    if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
+        OmegaConf.update(cfg.data, "data.tokenizer", str(saved))

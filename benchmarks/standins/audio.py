@@ -68,7 +68,8 @@ def build(out: Path, words: list[str], speakers: int, seed: int) -> dict[str, in
     ]  # fmt: skip
     order = rng.permutation(speakers)
     n_held = round(0.15 * speakers)
-    held = {"val": {people[i]["id"] for i in order[:n_held]}, "test": {people[i]["id"] for i in order[n_held : 2 * n_held]}}
+    ids = [people[i]["id"] for i in order]
+    held = {"val": set(ids[:n_held]), "test": set(ids[n_held : 2 * n_held])}
     lists: dict[str, list[str]] = {"val": [], "test": []}
     for word in words:
         (out / word).mkdir(parents=True, exist_ok=True)
@@ -83,8 +84,8 @@ def build(out: Path, words: list[str], speakers: int, seed: int) -> dict[str, in
     (out / "testing_list.txt").write_text("\n".join(lists["test"]) + "\n")
     (out / "speakers.txt").write_text("\n".join(f"{p['id']} {p['voice']} pitch {p['pitch']} speed {p['speed']}"
                                                 for p in people) + "\n")  # fmt: skip
-    total = len(words) * speakers
-    return {"train": total - len(lists["val"]) - len(lists["test"]), "val": len(lists["val"]), "test": len(lists["test"])}
+    counts = {split: len(names) for split, names in lists.items()}
+    return {"train": len(words) * speakers - sum(counts.values()), **counts}
 
 
 def main() -> None:

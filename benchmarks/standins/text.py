@@ -54,7 +54,9 @@ def docstrings() -> dict[str, list[str]]:
             for _, obj in inspect.getmembers(module):
                 if getattr(obj, "__module__", None) != name:
                     continue
-                items = [obj, *(v for v in vars(obj).values() if inspect.isfunction(v))] if inspect.isclass(obj) else [obj]
+                items = [obj]
+                if inspect.isclass(obj):
+                    items += [v for v in vars(obj).values() if inspect.isfunction(v)]
                 for item in items:
                     doc = inspect.getdoc(item)
                     if doc and len(doc) > 30:

@@ -80,12 +80,22 @@ class Backend(Protocol):
 # shared helpers
 
 
-def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, lk: int, device) -> Tensor | None:
-    """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed."""
+def allowed_mask(
+    pattern: Any | None, key_padding_mask: Tensor | None, lq: int, lk: int, device, rows: slice | None = None
+) -> Tensor | None:
+    """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed.
+
+    Args:
+        rows: only these query rows ([B or 1, 1, c, Lk]), for engines that go through the queries in chunks.
+    """
     allowed = None
     if pattern is not None:
-        allowed = pattern.dense_mask(lq, lk, device=device)  # [Lq, Lk], or [B, Lq, Lk] for per-batch patterns
-        allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq, Lk]
+        if rows is None:
+            allowed = pattern.dense_mask(lq, lk, device=device)  # [Lq, Lk], or [B, Lq, Lk] for per-batch patterns
+        else:
+            q_idx = torch.arange(lq, device=device)[rows]
+            allowed = pattern.bind(lq, lk).mask_at(q_idx, torch.arange(lk, device=device))  # [c, Lk] or [B, c, Lk]
+        allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq|c, Lk]
     if key_padding_mask is not None:
         keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
         allowed = keep if allowed is None else allowed & keep

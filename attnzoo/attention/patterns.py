@@ -45,14 +45,17 @@ class Pattern:
 
     def dense_mask(self, lq: int, lk: int, device: torch.device | str | None = None) -> Tensor:
         """bool [Lq, Lk] (or [B, Lq, Lk] when `batch_size` is set), True where query i may read key j."""
-        bound = self.bind(lq, lk)
-        q_idx = torch.arange(lq, device=device)[:, None]
-        kv_idx = torch.arange(lk, device=device)[None, :]
-        zero = torch.zeros((), dtype=torch.long, device=device)
-        if bound.batch_size is None:
-            return bound.mask_mod(zero, zero, q_idx, kv_idx).expand(lq, lk)
-        b = torch.arange(bound.batch_size, device=device)[:, None, None]
-        return bound.mask_mod(b, zero, q_idx, kv_idx).expand(bound.batch_size, lq, lk)
+        return self.bind(lq, lk).mask_at(torch.arange(lq, device=device), torch.arange(lk, device=device))
+
+    def mask_at(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """The mask of a bound pattern (see `bind`) at queries q_idx [c] and keys kv_idx [n]: bool [c, n], or
+        [B, c, n] when `batch_size` is set (each batch element its own rows)."""
+        c, n = len(q_idx), len(kv_idx)
+        zero = torch.zeros((), dtype=torch.long, device=q_idx.device)
+        if self.batch_size is None:
+            return self.mask_mod(zero, zero, q_idx[:, None], kv_idx[None, :]).expand(c, n)
+        b = torch.arange(self.batch_size, device=q_idx.device)[:, None, None]
+        return self.mask_mod(b, zero, q_idx[:, None], kv_idx[None, :]).expand(self.batch_size, c, n)
 
     def block_mask(self, lq: int, lk: int, block_q: int, block_k: int, device=None) -> Tensor:
         """bool [nQb, nKb]: True where some query of block i may read some key of block j (superset allowed).

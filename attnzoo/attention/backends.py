@@ -5,7 +5,7 @@ D head dim. Inputs are q [B, H, Lq, D], k and v [B, Hkv, Lk, D]; the output is [
 
 Masks follow one convention inside this file: an *allowed* bool tensor, True where a query may read a
 key, broadcastable to [B, H, Lq, Lk]. (`key_padding_mask` from users is the opposite, True = padding,
-as in `torch.nn.MultiheadAttention`; it is flipped once, in `allowed_mask`.)
+as in `torch.nn.MultiheadAttention`; it is turned around in one place, `patterns.unpadded`.)
 
 A query with no allowed key returns zeros (and zero gradients), never NaN, on every backend.
 
@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from . import sdpa_bias
+from .patterns import unpadded
 
 log = logging.getLogger("attnzoo")
 
@@ -97,7 +98,7 @@ def allowed_mask(
             allowed = pattern.bind(lq, lk).mask_at(q_idx, torch.arange(lk, device=device))  # [c, Lk] or [B, c, Lk]
         allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq|c, Lk]
     if key_padding_mask is not None:
-        keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
+        keep = unpadded(key_padding_mask)[:, None, None, :]  # [B, 1, 1, Lk]
         allowed = keep if allowed is None else allowed & keep
     return allowed
 

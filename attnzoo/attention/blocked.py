@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .backends import Request, register_backend
-from .patterns import Pattern, num_blocks
+from .patterns import Pattern, num_blocks, unpadded
 
 Tensor = torch.Tensor
 
@@ -192,7 +192,7 @@ class Blocked:
         hkv, lk = k.shape[1], k.shape[2]
         bq, bk = self.blocks(pattern, lq, lk)
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
-        keep = None if key_padding_mask is None else ~key_padding_mask  # [B, Lk]
+        keep = None if key_padding_mask is None else unpadded(key_padding_mask)  # [B, Lk]
         bound = pattern.bind(lq, lk)
         groups = self.groups(pattern, lq, lk, q.device)
         if not groups:  # no query reads any key

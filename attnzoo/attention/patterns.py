@@ -290,6 +290,13 @@ class _BoundRandomBlocks(Pattern):
         return (integral[r1, c1] - integral[r0, c1] - integral[r1, c0] + integral[r0, c0]) > 0
 
 
+def unpadded(padding_mask: Tensor) -> Tensor:
+    """True where a position holds a real token, from a padding mask (True = padding, as `key_padding_mask` in
+    `torch.nn.MultiheadAttention`). The one place attnzoo turns padding around: every backend, the chunked
+    engine, `KeyPadding` and pooling over tokens call this."""
+    return ~padding_mask
+
+
 class KeyPadding(Pattern):
     """Per-batch key padding as a pattern: `padding_mask` bool [B, Lk], True marks padding (never read).
 
@@ -301,14 +308,15 @@ class KeyPadding(Pattern):
             raise ValueError(f"padding_mask must be bool [B, Lk]; got {padding_mask.dtype} {list(padding_mask.shape)}")
         self.padding_mask = padding_mask
         self.batch_size = padding_mask.shape[0]
+        self._keys = unpadded(padding_mask)  # [B, Lk], True = a key to read
 
     def mask_mod(self, b, h, q_idx, kv_idx):
-        pad = self.padding_mask.to(kv_idx.device)
-        return ~pad[b, kv_idx.clamp(max=pad.shape[1] - 1)]
+        keys = self._keys.to(kv_idx.device)
+        return keys[b, kv_idx.clamp(max=keys.shape[1] - 1)]
 
     def block_mask(self, lq, lk, block_q, block_k, device=None):
         nkb = num_blocks(lk, block_k)
-        keep = torch.nn.functional.pad(~self.padding_mask.to(device), (0, nkb * block_k - lk))
+        keep = torch.nn.functional.pad(self._keys.to(device), (0, nkb * block_k - lk))
         has_key = keep.view(-1, nkb, block_k).any(dim=2).any(dim=0)  # [nKb]
         return has_key[None, :].expand(num_blocks(lq, block_q), nkb)
 

@@ -15,6 +15,7 @@ from torch import nn
 from ..attention.factory import build
 from ..attention.positions import POSITIONS
 from ..layers.encoder import make_encoder
+from ..layers.pooling import mean_pool
 
 Tensor = torch.Tensor
 
@@ -101,11 +102,5 @@ class TextClassifier(nn.Module):
         if self.pos_embed is not None:
             x = self.pos_embed(x)
         x = self.encoder(self.drop(x), key_padding_mask=padding_mask)  # [B, L', C]
-        if self.pooling == "cls":
-            pooled = x[:, 0]
-        elif padding_mask is None:
-            pooled = x.mean(dim=1)
-        else:
-            keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # [B, L, 1]
-            pooled = (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
+        pooled = x[:, 0] if self.pooling == "cls" else mean_pool(x, padding_mask)  # [B, C]
         return self.head(self.drop(pooled))

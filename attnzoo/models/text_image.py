@@ -16,6 +16,7 @@ from ..attention.factory import attention_layer, build
 from ..attention.positions import POSITIONS
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
+from ..layers.pooling import mean_pool
 from .vit import ViT
 
 Tensor = torch.Tensor
@@ -201,9 +202,4 @@ class TextImageNet(nn.Module):
         return (logits, maps) if return_cross_attention else logits
 
     def _pool(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
-        if self.pooling == "first":
-            return x[:, 0]
-        if padding_mask is None:
-            return x.mean(dim=1)
-        keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # [B, L, 1]
-        return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+        return x[:, 0] if self.pooling == "first" else mean_pool(x, padding_mask)  # [B, Ct]

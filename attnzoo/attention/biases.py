@@ -387,5 +387,5 @@ class RelativeBias2D(Bias):
         )
 
 
-# config short names -> classes (see attnzoo.attention.factory)
+# config short names -> classes (see attnzoo.attention.specs)
 BIASES: dict[str, type[Bias]] = {"t5": T5RelativeBias, "relative_2d": RelativeBias2D, "alibi": ALiBi}

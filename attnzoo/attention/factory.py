@@ -1,74 +1,16 @@
-"""Config -> attention objects: short names for built-ins, a dotted import path for a user's own class.
+"""Attention config -> an attention class: kind, pattern, bias and rotary specs plus `Attention` options.
 
-A spec is None / "none" (nothing), a kind name ("causal"), or a mapping with `kind` and the class's
-keyword arguments (`{kind: sliding_window, window: 128}`). Builders also pass *context* the model knows
-(num_heads, grid size, prefix tokens, ...); each class receives only the context its constructor accepts.
+Specs are built by `specs.build` (short names for built-ins, a dotted import path for a user's own class).
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
 import itertools
 from collections.abc import Mapping
 from typing import Any
 
-
-def import_path(path: str) -> Any:
-    """`package.module.Name` -> the object."""
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"{path!r} is not a dotted import path (package.module.Name)")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"cannot import {path!r}: {err}") from err
-
-
-def suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
-    """An object from `spec` using `table` (kind -> class); None for an empty spec.
-
-    Args:
-        what: the config key being built, for error messages (e.g. "model.attention.pattern").
-        context: keyword arguments the model supplies; passed when the class's constructor takes them.
-    """
-    if spec is None or spec == "none" or spec is False:
-        return None
-    if isinstance(spec, str):
-        spec = {"kind": spec}
-    if not isinstance(spec, Mapping) or "kind" not in spec:
-        raise ValueError(f"{what}: expected a kind name or a mapping with 'kind', got {spec!r}")
-    kwargs = {k: v for k, v in spec.items() if k != "kind"}
-    kind = spec["kind"]
-    if kind in (None, "none"):
-        return None
-    if kind in table:
-        cls = table[kind]
-    elif "." in str(kind):
-        cls = import_path(kind)
-    else:
-        valid = ["none", *table]
-        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")
-    params = inspect.signature(cls).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    unknown = [k for k in kwargs if k not in params and not takes_any]
-    if unknown:
-        valid = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
-        raise ValueError(
-            f"{what}: {kind!r} takes no argument {unknown[0]!r}; valid: {valid}{suggest(unknown[0], valid)}"
-        )
-    given = {k: v for k, v in context.items() if (k in params or takes_any) and k not in kwargs}
-    try:
-        return cls(**given, **kwargs)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{what} ({kind}): {err}") from err
-
+from .specs import build, import_path, suggest
 
 ATTENTION_OPTIONS = ("backend", "num_kv_heads", "qkv_bias", "qk_norm", "attn_drop", "proj_drop")
 

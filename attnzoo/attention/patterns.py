@@ -392,7 +392,7 @@ class BigBird(Or):
         return Or(*(p.bind(lq, lk) for p in self.parts))
 
 
-# config short names -> classes (see attnzoo.attention.factory)
+# config short names -> classes (see attnzoo.attention.specs)
 PATTERNS: dict[str, type[Pattern]] = {
     "causal": Causal,
     "sliding_window": SlidingWindow,

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention.factory import build
 from ..attention.positions import POSITIONS
+from ..attention.specs import build
 from ..layers.encoder import make_encoder
 from ..layers.pooling import mean_pool
 

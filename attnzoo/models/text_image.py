@@ -12,8 +12,9 @@ from timm.layers import Mlp
 from torch import nn
 
 from ..attention import capture_attention
-from ..attention.factory import attention_layer, build
+from ..attention.factory import attention_layer
 from ..attention.positions import POSITIONS
+from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
 from ..layers.pooling import mean_pool

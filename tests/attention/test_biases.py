@@ -11,7 +11,7 @@ import torch
 from attnzoo.attention import BACKENDS, Attention, Causal, attend
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, ALiBi, Bias, RelativeBias2D, T5RelativeBias, alibi_slopes, t5_bucket
-from attnzoo.attention.factory import build
+from attnzoo.attention.specs import build
 from attnzoo.attention.toeplitz import diagonal_sums, relative_dense
 
 HEADS = 4

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from attnzoo.attention import BACKENDS, Causal, attend
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES
-from attnzoo.attention.factory import build
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.patterns import PATTERNS
+from attnzoo.attention.specs import build
 from tests.attention.test_patterns import EXAMPLES
 
 D = 8

@@ -14,8 +14,8 @@ from torch import nn
 from attnzoo.attention import BACKENDS, Attention, GlobalTokens, SlidingWindow, attend, choose_backend
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, Bias
-from attnzoo.attention.factory import build
 from attnzoo.attention.flex import Flex
+from attnzoo.attention.specs import build
 from tests.attention.test_patterns import PATTERN_CASES
 
 H, HKV, D = 4, 2, 16

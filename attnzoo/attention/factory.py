@@ -1,6 +1,8 @@
 """Attention config -> an attention class: kind, pattern, bias and rotary specs plus `Attention` options.
 
 Specs are built by `specs.build` (short names for built-ins, a dotted import path for a user's own class).
+A model tells its attention what it knows about its tokens as *model context* (`MODEL_CONTEXT`), made by
+`attention_context` from the token layout; `attention_layer` adds each layer's width, heads and index.
 """
 
 from __future__ import annotations
@@ -10,9 +12,28 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from .specs import build, import_path, suggest
+from .specs import build, check_context, import_path, suggest
 
 ATTENTION_OPTIONS = ("backend", "num_kv_heads", "qkv_bias", "qk_norm", "attn_drop", "proj_drop")
+# what a model may tell its attention layers (see `specs.CONTEXT_KEYS`); `attention_layer` adds the per-layer keys
+MODEL_CONTEXT = ("seq_len", "grid_size", "num_prefix_tokens")
+
+
+def attention_context(
+    *, grid_size: tuple[int, int] | None = None, max_len: int | None = None, num_prefix_tokens: int = 0
+) -> dict[str, Any]:
+    """The model context of a token layout: a patch grid (images, spectrograms) or the longest text (`max_len`),
+    after `num_prefix_tokens` (cls, distillation). `seq_len`, the longest sequence a layer sees, is derived here
+    and nowhere else."""
+    if (grid_size is None) == (max_len is None):
+        raise ValueError(
+            f"tokens come from a patch grid or a text, exactly one: grid_size={grid_size}, max_len={max_len}"
+        )
+    tokens = max_len if grid_size is None else grid_size[0] * grid_size[1]
+    context: dict[str, Any] = {"seq_len": num_prefix_tokens + tokens, "num_prefix_tokens": num_prefix_tokens}
+    if grid_size is not None:
+        context["grid_size"] = tuple(grid_size)
+    return context
 
 
 def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention", **context: Any) -> type:
@@ -23,7 +44,11 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     bias and rotary objects, built with `context` plus the instance's `num_heads`, `head_dim` and
     `layer_index` (instances of the returned class count from 0 in the order they are built: per-layer random
     blocks draw from it).
+
+    Args:
+        context: model context, keys of `MODEL_CONTEXT` (`attention_context` makes it); any other key raises.
     """
+    check_context(context, MODEL_CONTEXT, f"{what} (attention_layer)")
     from .attention import ATTENTION_KINDS, Attention
     from .biases import BIASES
     from .patterns import PATTERNS
@@ -45,7 +70,7 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     if issubclass(base, Attention):  # a kind's constructor passes Attention's options on through **kwargs
         known |= set(inspect.signature(Attention).parameters)
     # model context a kind's constructor names explicitly (e.g. linformer's seq_len), unless the config sets it
-    from_context = {k: v for k, v in context.items() if k in own and k not in options and k not in ("dim", "num_heads")}
+    from_context = {k: v for k, v in context.items() if k in own and k not in options}
     for key in options:
         if key not in known:
             valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..attention.factory import attention_context
 from ..attention.positions import POSITIONS
 from ..attention.specs import build
 from ..layers.encoder import make_encoder
@@ -60,7 +61,8 @@ class TextClassifier(nn.Module):
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
         self.pad_id, self.max_len, self.pooling = pad_id, max_len, pooling
         self.num_prefix_tokens = 1 if pooling == "cls" else 0
-        positions = max_len + self.num_prefix_tokens
+        context = attention_context(max_len=max_len, num_prefix_tokens=self.num_prefix_tokens)
+        positions = context["seq_len"]  # the cls token has a position too
 
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim)) if pooling == "cls" else None
@@ -75,9 +77,7 @@ class TextClassifier(nn.Module):
             drop_path_rate=drop_path_rate,
             layer_scale=layer_scale,
             proj_drop=drop_rate,
-            max_len=positions,
-            seq_len=positions,  # linformer's longest key sequence
-            num_prefix_tokens=self.num_prefix_tokens,
+            context=context,
         )
         self.head = nn.Linear(dim, num_classes)
 

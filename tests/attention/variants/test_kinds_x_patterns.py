@@ -10,7 +10,8 @@ import inspect
 import pytest
 import torch
 
-from attnzoo.attention import ATTENTION_KINDS, PATTERNS, Attention, Causal, KeyPadding
+from attnzoo.attention import ATTENTION_KINDS, BACKENDS, PATTERNS, Attention, Causal, KeyPadding
+from attnzoo.attention.backends import Request
 from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.patterns import Pattern
 from tests.attention.variants.test_kinds import randomize_extras, to_mha
@@ -101,12 +102,20 @@ def test_kind_with_pattern_equals_its_dense_mask_forward_and_backward(kind, name
     torch.testing.assert_close(layer(x, key_padding_mask=pad), mha(x, key_padding_mask=pad), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kind", [k for k in ATTENTION_KINDS if takes_patterns(k)])
-def test_per_batch_pattern_reads_each_sequences_own_mask(kind):
+TRAINS_ON_CPU = [
+    b for b in BACKENDS if BACKENDS[b].supports(Request("cpu", True, False, None, None, False, L, L)) is None
+]
+
+
+@pytest.mark.parametrize(
+    "kind, backend",
+    [(k, "auto") for k in ATTENTION_KINDS if takes_patterns(k)] + [("mha", b) for b in TRAINS_ON_CPU],
+)
+def test_per_batch_pattern_reads_each_sequences_own_mask(kind, backend):
     # padding given as a pattern (KeyPadding, per batch element) equals padding given as key_padding_mask
     torch.manual_seed(0)
     pad = padding()
-    layer = make(kind, None)
+    layer = make(kind, None, backend=backend)
     randomize_extras(layer)
     x, grad = torch.randn(2, L, DIM), torch.randn(2, L, DIM)
     layer.pattern = KeyPadding(pad) & Causal()

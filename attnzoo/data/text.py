@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
-from ..attention.factory import suggest
+from ..attention.specs import suggest
 from . import defaults, listops
 from .batching import BucketBatchSampler, PadCollate, TokenDataset
 from .subword import KINDS as SUBWORD_KINDS

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tests.run.test_reliability import VIT
 
 from attnzoo.attention.patterns import DilatedSlidingWindow, SlidingWindow
 from attnzoo.config import ConfigError, load
@@ -17,8 +18,7 @@ from attnzoo.data.audio_io import AudioFileError, read_wav
 from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
 from attnzoo.data.text_files import read_text_file
-from attnzoo.reliability import check_checkpoint_shapes
-from tests.test_reliability import VIT
+from attnzoo.run.reliability import check_checkpoint_shapes
 
 
 def _png(img: Image.Image) -> bytes:

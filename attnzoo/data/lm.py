@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -157,7 +157,7 @@ class LMDataModule(L.LightningDataModule):
         train: str | list[str] | None = None,
         val: str | list[str] | None = None,
         test: str | list[str] | None = None,
-        documents: str = "lines",
+        documents: Literal["lines", "files"] = "lines",
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,

@@ -76,7 +76,6 @@ class SubwordTokenizer:
         self.bos_id: int | None = ids["bos"]
         self.eos_id: int | None = ids["eos"]
         self.cls_id: int | None = ids["cls"]
-        self.special_ids = frozenset(i for i in ids.values() if i is not None)
 
     def _find(self, names: Sequence[str]) -> int | None:
         for token in names:
@@ -149,7 +148,7 @@ class SubwordTokenizer:
         out = cls(tokenizer=tok, name=kind, kind=kind)
         if out.vocab_size < vocab_size:
             log.info(
-                "data: the %s tokenizer has %d tokens (asked for %d): the texts hold no more",
+                "data: the %s tokenizer has %d tokens (asked for %d): its trainer found no more in the texts",
                 kind,
                 out.vocab_size,
                 vocab_size,

@@ -21,7 +21,7 @@ import logging
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -119,12 +119,12 @@ class TranslationDataModule(L.LightningDataModule):
         train: str | None = None,
         val: str | None = None,
         test: str | None = None,
-        format: str = "auto",
+        format: Literal["auto", "tsv", "jsonl"] = "auto",
         src_column: int = 0,
         tgt_column: int = 1,
         src_key: str = "src",
         tgt_key: str = "tgt",
-        on_bad_line: str = "error",
+        on_bad_line: Literal["error", "skip"] = "error",
         src_lang: str | None = None,
         tgt_lang: str | None = None,
         num_train: int | None = None,

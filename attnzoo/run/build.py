@@ -113,7 +113,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     ]
     stopping = early_stopping_options(run.get("early_stopping"))
     if stopping is not None:
-        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, **stopping))
+        # checked after each validation only: a run stopped mid-epoch (max_steps) has no val metric to check
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, check_on_train_epoch_end=False, **stopping))
     if run.get("save_every_n_steps"):
         callbacks.append(
             ModelCheckpoint(

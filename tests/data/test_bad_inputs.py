@@ -47,11 +47,9 @@ def test_a_truncated_image_is_named_when_read(tmp_path):
     whole = _png(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))
     _folder(tmp_path, "cut.png", whole[: len(whole) // 2])
     data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.5, shuffle=False)
-    data.setup()  # the header is intact: found when its pixels are read
+    # the header is intact: found when its pixels are read, which for a folder that fits in memory is at setup
     with pytest.raises(ImageFileError, match=r"cut\.png: truncated or corrupt image"):
-        for split in ("train", "val"):
-            for i in range(len(data.splits[split])):
-                data.splits[split][i]
+        data.setup()
 
 
 def _palette() -> Image.Image:

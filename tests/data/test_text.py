@@ -257,7 +257,7 @@ def _write(path, rows, text_col="sentence", label_col="label"):
 def test_files_read_and_batch(tmp_path, suffix):
     train = _write(tmp_path / f"train{suffix}", ROWS * 4)
     val = _write(tmp_path / f"val{suffix}", ROWS[:3])
-    dm = TextDataModule(train=train, val=val, text_column="sentence", batch_size=4)
+    dm = TextDataModule(train=train, val=val, text_column="sentence", batch_size=4, tokenizer="bytes")
     dm.setup()
     assert dm.class_names == ["mid", "neg", "pos"] and dm.tokenizer.name == "bytes"
     expect = ROWS[1][0] if suffix != ".tsv" else ROWS[1][0]
@@ -320,7 +320,7 @@ def test_held_out_val_and_truncation(tmp_path, caplog):
 def test_label_vocabulary_is_saved_and_reused(tmp_path):
     rows = [(f"t{i}", str(i)) for i in (2, 10, 1, 2, 10)]  # numeric labels sort numerically
     train = _write(tmp_path / "train.jsonl", rows)
-    dm = TextDataModule(train=train, text_column="sentence")
+    dm = TextDataModule(train=train, text_column="sentence", tokenizer="bytes")
     dm.setup()
     assert dm.class_names == ["1", "2", "10"]
     (path,) = dm.save_artifacts(tmp_path / "run")

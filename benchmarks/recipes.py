@@ -53,8 +53,8 @@ EMBEDDED = {
 def build_standin(builder: list[str], root: Path) -> None:
     if root.is_dir() and any(root.iterdir()):
         return
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, str(STANDINS / builder[0]), builder[1], str(root), *builder[2:]], check=True, env=env)
+    command = [sys.executable, str(STANDINS / builder[0]), builder[1], str(root), *builder[2:]]
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 def run(name: str, spec: tuple, standins: Path, runs: Path) -> dict:
@@ -67,7 +67,8 @@ def run(name: str, spec: tuple, standins: Path, runs: Path) -> dict:
                "trainer.enable_progress_bar=false", f"run.dir={runs}", f"run.name={name}"]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before, start = os.getloadavg()[0], time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {
@@ -148,9 +149,9 @@ def main() -> None:
         sys.exit(f"unknown runs {unknown}; valid: {sorted({**RUNS, **EMBEDDED})}")
     runs = args.runs or args.standins / "runs"
     sys.path.insert(0, str(ROOT))
-    from attnzoo.benchmarks.harness import hardware
-
     import torch
+
+    from attnzoo.benchmarks.harness import hardware
 
     info = {**hardware(), "torch": torch.__version__, "python": platform.python_version()}
     out_json = args.out / "recipes.json"

@@ -39,7 +39,8 @@ STATS_FILE = "audio_stats.json"
 
 
 class ClipDataset(Dataset):
-    """Clips held in memory (`waves`) or decoded on access (`paths`), padded or cropped to `num_samples`."""
+    """Clips held in memory (`waves`) or decoded on access (`paths`), padded or cropped to `num_samples`, and
+    shifted in time by up to `shift` samples either way (zeros fill in; 0 = no shift)."""
 
     def __init__(
         self,
@@ -50,16 +51,25 @@ class ClipDataset(Dataset):
         crop: str,
         paths: Sequence[Path] | None = None,
         waves: Sequence[Tensor] | None = None,
+        shift: int = 0,
     ) -> None:
         self.targets, self.num_samples, self.sample_rate, self.crop = list(targets), num_samples, sample_rate, crop
-        self.paths, self.waves = paths, waves
+        self.paths, self.waves, self.shift = paths, waves, shift
 
     def __len__(self) -> int:
         return len(self.targets)
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         wave = self.waves[i] if self.waves is not None else load_clip(self.paths[i], sample_rate=self.sample_rate)
-        return {"audio": fit_length(wave, self.num_samples, self.crop), "label": self.targets[i]}
+        wave = fit_length(wave, self.num_samples, self.crop)
+        if self.shift:
+            n = int(torch.randint(-self.shift, self.shift + 1, (1,)))
+            wave = torch.roll(wave, n)  # a copy: cached clips stay as they are
+            if n > 0:  # what rolled round from the other end becomes silence
+                wave[:n] = 0.0
+            elif n < 0:
+                wave[n:] = 0.0
+        return {"audio": wave, "label": self.targets[i]}
 
 
 class Mixup:
@@ -106,6 +116,7 @@ class AudioDataModule(L.LightningDataModule):
             workers. Either way `setup()` checks every file (False: header and size only) before training.
         on_bad_file: "error" stops naming the file; "skip" leaves it out, logs it and counts it (`skipped`).
         mixup_alpha: mixup of training batches (0 = off).
+        time_shift_ms: training clips are shifted in time by up to this much either way (0 = off).
         stats_clips: at most this many train clips for the normalization statistics.
         stats_file: reuse statistics from an `audio_stats.json` of an earlier run instead of computing them.
         synthetic: options of the synthetic set: per_class ({train, val, test} clips per class), vowels, snr_db.
@@ -134,6 +145,7 @@ class AudioDataModule(L.LightningDataModule):
         cache: bool = True,
         on_bad_file: str = "error",
         mixup_alpha: float | Literal["auto"] = 0.0,
+        time_shift_ms: float | Literal["auto"] = 0.0,
         stats_clips: int = 2000,
         stats_file: str | None = None,
         synthetic: dict[str, Any] | None = None,
@@ -145,11 +157,15 @@ class AudioDataModule(L.LightningDataModule):
         _check_choice("data.source", source, SOURCES)
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the source (`auto_values`)
         given = {"sample_rate": sample_rate, "n_mels": n_mels, "mixup_alpha": mixup_alpha}
+        given["time_shift_ms"] = time_shift_ms
         for name, (value, why) in defaults.audio_data(synthetic=source == "synthetic").items():
             if given[name.split(".")[1]] == "auto":
                 given[name.split(".")[1]] = value
                 self.chosen[name] = (value, why)
         sample_rate, n_mels, mixup_alpha = given["sample_rate"], given["n_mels"], given["mixup_alpha"]
+        if given["time_shift_ms"] < 0:
+            raise ValueError(f"data.time_shift_ms ({given['time_shift_ms']}) must be >= 0")
+        self.time_shift = int(round(given["time_shift_ms"] * sample_rate / 1000))  # samples
         _check_choice("data.on_bad_file", on_bad_file, BAD_FILE_POLICIES)
         _check_choice("data.train_crop", train_crop, CROPS)
         _check_choice("data.features", features, FEATURE_KINDS)
@@ -263,9 +279,9 @@ class AudioDataModule(L.LightningDataModule):
         return target
 
     def _dataset(self, split: str, targets: list, **items: Any) -> ClipDataset:
-        crop = self.train_crop if split == "train" else "center"
+        crop, shift = (self.train_crop, self.time_shift) if split == "train" else ("center", 0)
         return ClipDataset(
-            targets=targets, num_samples=self.num_samples, sample_rate=self.sample_rate, crop=crop, **items
+            targets=targets, num_samples=self.num_samples, sample_rate=self.sample_rate, crop=crop, shift=shift, **items
         )
 
     def _folder_entries(self) -> list[tuple[Path, list[str], str]]:

@@ -67,9 +67,11 @@ def audio_data(*, synthetic: bool) -> Chosen:
     """Sample rate, mel bins and mixup: the AST paper's features for files, the recipe's for the synthetic set."""
     if synthetic:
         why = "the embedded synthetic syllables: the recipe's measured settings (8 kHz clips, 0-4 kHz in 32 bins)"
-        return {"data.sample_rate": (8000, why), "data.n_mels": (32, why), "data.mixup_alpha": (0.0, why)}
+        return {"data.sample_rate": (8000, why), "data.n_mels": (32, why), "data.mixup_alpha": (0.0, why),
+                "data.time_shift_ms": (0.0, why)}  # fmt: skip
     why = "audio files: the AST paper's features (16 kHz, 128 mel bins) and mixup"
-    return {"data.sample_rate": (16000, why), "data.n_mels": (128, why), "data.mixup_alpha": (0.5, why)}
+    return {"data.sample_rate": (16000, why), "data.n_mels": (128, why), "data.mixup_alpha": (0.5, why),
+            "data.time_shift_ms": (100.0, "audio files: words and events shift in time (+-100 ms)")}  # fmt: skip
 
 
 def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, batch_size: int) -> Chosen:

@@ -339,3 +339,21 @@ def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
     stats = json.loads((run_dir / "audio_stats.json").read_text())
     assert stats["features"]["sample_rate"] == 16000 and stats["std"] > 0  # files: 16 kHz, chosen from the data
     assert stats["mean"] == pytest.approx(load([run_dir / "config.yaml"]).section("model")["feature_mean"])
+
+
+def test_time_shift_moves_training_clips_and_fills_with_silence():
+    from attnzoo.data.audio import ClipDataset
+
+    wave = torch.arange(1.0, 101.0)
+    data = ClipDataset(targets=[0], num_samples=100, sample_rate=1000, crop="start", waves=[wave], shift=20)
+    seen = set()
+    for _ in range(50):
+        out = data[0]["audio"]
+        nonzero = out.nonzero().flatten()
+        n = int(nonzero[0]) if out[0] == 0 else int(wave[0] - out[0])  # > 0: shifted right; < 0: left
+        assert -20 <= n <= 20 and out.shape == (100,)
+        assert torch.equal(out[nonzero], wave[nonzero - n]) and int((out == 0).sum()) == abs(n)
+        seen.add(n)
+    assert len(seen) > 5 and torch.equal(wave, torch.arange(1.0, 101.0))  # the cached clip is unchanged
+    unshifted = ClipDataset(targets=[0], num_samples=100, sample_rate=1000, crop="start", waves=[wave])
+    assert torch.equal(unshifted[0]["audio"], wave)

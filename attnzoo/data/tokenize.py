@@ -162,7 +162,7 @@ def make_tokenizer(
         return SubwordTokenizer.train(texts, kind=spec, vocab_size=vocab_size, lowercase=lowercase)
     if spec.endswith(".json") or Path(spec).exists():
         return FileTokenizer(path=spec)
-    from ..attention.factory import suggest
+    from ..attention.specs import suggest
 
     valid = list(TOKENIZERS) + list(KINDS)
     hint = suggest(spec, valid)

@@ -22,6 +22,7 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 _capture: list[list[Tensor]] = []  # a stack of active `capture_attention()` lists
+_SMALL_MASK = 1 << 16  # a decoding call's mask this small is checked on the CPU for rows with nothing masked
 
 
 class Attention(nn.Module):
@@ -286,6 +287,8 @@ class Attention(nn.Module):
             k_start = start + lq - k.shape[2]
         if pattern is not None:
             pattern = pattern.shifted(start, k_start)
+            if lq * k.shape[2] <= _SMALL_MASK and bool(pattern.dense_mask(lq, k.shape[2]).all()):
+                pattern = None  # every key the call reads is allowed (a decoding step, usually): no mask at all
         if bias is not None:
             bias = bias.shifted(start, k_start, lq, k.shape[2], device=x.device)
         return q, k, v, pattern, bias

@@ -7,6 +7,7 @@ Hkv key/value heads, D head dim.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Iterator
@@ -205,7 +206,7 @@ class Attention(nn.Module):
         Kinds that cannot (their math needs every key at once) override this with their reason.
         """
         pattern = self.pattern if pattern is None else pattern
-        if type(self)._attend is not Attention._attend and "cache" not in inspect.signature(self._attend).parameters:
+        if not _attend_takes_cache(type(self)):
             return f"attention kind {type(self).__name__} overrides _attend without a `cache` argument"
         if self.is_cross:
             if pattern is not None:
@@ -251,7 +252,7 @@ class Attention(nn.Module):
         b, lq, _ = x.shape
         h, d = self.num_heads, self.head_dim
         start = cache.advance(lq)  # the new tokens' first position
-        positions = torch.arange(start, start + lq, device=x.device)
+        positions = torch.arange(start, start + lq, device=x.device) if self.rotary is not None else None
         if self.is_cross:
             if not isinstance(cache, CrossKVCache):
                 raise ValueError(f"cross-attention takes a CrossKVCache (from new_cache()), got {cache!r}")
@@ -361,6 +362,11 @@ class Attention(nn.Module):
         if self.pattern is not None:
             parts.append(f"pattern={self.pattern!r}")
         return ", ".join(parts)
+
+
+@functools.cache
+def _attend_takes_cache(cls: type[Attention]) -> bool:
+    return cls._attend is Attention._attend or "cache" in inspect.signature(cls._attend).parameters
 
 
 def _dense(bias: Any, q: Tensor, k: Tensor) -> Tensor:

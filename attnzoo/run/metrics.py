@@ -128,7 +128,7 @@ class RunSummary(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
         self._last_end = time.perf_counter()
         self.train_seconds += self._last_end - self._t0
-        self.train_samples += int(batch["label"].shape[0]) * trainer.world_size
+        self.train_samples += batch_samples(batch) * trainer.world_size
         if idx == 0:  # what training runs on (validation and test may take other backends, e.g. inference-only)
             self.train_backends = _backends(module)
 
@@ -153,6 +153,16 @@ class RunSummary(L.Callback):
             "precision": str(trainer.precision),
             **peak,
         }
+
+
+def batch_samples(batch: Any) -> int:
+    """Examples in a batch: the length of its "label" tensor (classification), else of its first tensor (a
+    translation or language-model batch holds text lists besides)."""
+    if isinstance(batch, dict):
+        first = batch["label"] if "label" in batch else next(v for v in batch.values() if isinstance(v, torch.Tensor))
+    else:
+        first = next(v for v in batch if isinstance(v, torch.Tensor))
+    return int(first.shape[0])
 
 
 def _backends(module: torch.nn.Module) -> dict[str, int]:

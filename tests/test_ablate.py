@@ -15,7 +15,8 @@ import pytest
 
 from attnzoo.ablation.grid import axis_labels, load_grid
 from attnzoo.ablation.runner import ablate, plan, status
-from attnzoo.config import ConfigError, build_data, build_net, load
+from attnzoo.config import ConfigError, build_data, build_net, load, smoke_overrides
+from attnzoo.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -144,8 +145,9 @@ def _grid_cases():
 
 @functools.cache
 def _data(recipe: str):
-    """(model context, a batch of 2 training examples) of a recipe's data."""
-    data = build_data(load([RECIPES[recipe]]))
+    """(model context, a batch of 2 training examples) of a recipe's data (sized as its smoke run)."""
+    smoke = [o for o in smoke_overrides(load([RECIPES[recipe]])) if o.startswith("data.")]
+    data = build_data(load([RECIPES[recipe]], smoke))
     batch = next(iter(data.train_dataloader()))
     return data.model_context(), {k: v[:2] for k, v in batch.items()}
 
@@ -163,7 +165,7 @@ def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_p
         net = build_net(cfg, context)
         if cfg.section("trainer").get("grad_checkpointing"):
             net.set_grad_checkpointing(True)
-        logits = net(**{k: v for k, v in batch.items() if k != "label"})
+        logits = net(**TASKS[cfg.section("task")["kind"]].net_inputs(batch))
         logits.float().logsumexp(-1).sum().backward()
         assert all(p.grad is not None for p in net.parameters() if p.requires_grad), run.variant.name
 

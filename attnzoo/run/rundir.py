@@ -2,7 +2,8 @@
 
 A run directory `<run.dir>/<run.name>/<timestamp>/` holds `config.yaml` (resolved, with derived values),
 `checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's
-`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`).
+`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`; a learned tokenizer,
+`tokenizer.json`), which `load_run` reads back.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def load_run(
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
     _use_saved_labels(cfg, run_dir)
+    _use_saved_tokenizer(cfg, run_dir)
     data, task, _ = build(cfg)
     try:
         state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
@@ -104,6 +106,16 @@ def load_run(
     except RuntimeError as err:
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {run_dir}/config.yaml: {err}") from None
     return LoadedRun(run_dir, ckpt, cfg, data, task)
+
+
+def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
+    """The run's `tokenizer.json` as `data.tokenizer` when the config names a learned kind (bpe, wordpiece,
+    unigram): learning it again from data read now could give other ids than the weights were trained with."""
+    from ..data.subword import KINDS, TOKENIZER_FILE
+
+    saved = run_dir / TOKENIZER_FILE
+    if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
+        OmegaConf.update(cfg.data, "data.tokenizer", str(saved))
 
 
 def _use_saved_labels(cfg: Config, run_dir: Path) -> None:

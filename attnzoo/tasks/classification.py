@@ -63,9 +63,13 @@ class ClassificationTask(L.LightningModule):
     def forward(self, **inputs: Tensor) -> Tensor:
         return self.net(**inputs)
 
+    @staticmethod
+    def net_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch: everything but the label."""
+        return {k: v for k, v in batch.items() if k != "label"}
+
     def _step(self, batch: dict[str, Tensor], split: str) -> Tensor:
-        inputs = {k: v for k, v in batch.items() if k != "label"}
-        logits = self.net(**inputs)
+        logits = self.net(**self.net_inputs(batch))
         loss = self.loss_fn(logits, batch["label"])
         n = batch["label"].shape[0]
         metrics = getattr(self, f"{split}_metrics")

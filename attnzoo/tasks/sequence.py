@@ -155,8 +155,13 @@ class Seq2SeqTask(_SequenceTask):
     def forward(self, src: Tensor, tgt: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         return self.net(src, tgt, src_padding_mask)
 
+    @staticmethod
+    def net_inputs(batch: dict[str, Any]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch (teacher forcing)."""
+        return {"src": batch["src"], "tgt": batch["tgt_in"], "src_padding_mask": batch["src_padding_mask"]}
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        logits = self.net(batch["src"], batch["tgt_in"], batch["src_padding_mask"])  # [B, T, V]
+        logits = self.net(**self.net_inputs(batch))  # [B, T, V]
         loss = sequence_loss(logits, batch["labels"], self.label_smoothing)
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["src"].shape[0])
         return loss
@@ -188,7 +193,7 @@ class Seq2SeqTask(_SequenceTask):
 
     def _evaluate(self, batch: dict[str, Any], split: str) -> None:
         n = batch["src"].shape[0]
-        logits = self.net(batch["src"], batch["tgt_in"], batch["src_padding_mask"])
+        logits = self.net(**self.net_inputs(batch))
         self.log(f"{split}/loss", sequence_loss(logits, batch["labels"]), sync_dist=True, batch_size=n)
         beam = 1 if split == "val" else self.beam_size
         ids = self.translate(batch["src"], batch["src_padding_mask"], beam_size=beam)
@@ -278,8 +283,13 @@ class LanguageModelTask(_SequenceTask):
     def forward(self, tokens: Tensor) -> Tensor:
         return self.net(tokens)
 
+    @staticmethod
+    def net_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch."""
+        return {"tokens": batch["tokens"]}
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss = sequence_loss(self.net(batch["tokens"]), batch["labels"])
+        loss = sequence_loss(self.net(**self.net_inputs(batch)), batch["labels"])
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["tokens"].shape[0])
         return loss
 
@@ -297,7 +307,7 @@ class LanguageModelTask(_SequenceTask):
         )
 
     def _evaluate(self, batch: dict[str, Tensor], split: str) -> None:
-        logits = self.net(batch["tokens"])  # [B, L, V]
+        logits = self.net(**self.net_inputs(batch))  # [B, L, V]
         n = batch["tokens"].shape[0]
         self.log(f"{split}/loss", sequence_loss(logits, batch["labels"]), sync_dist=True, batch_size=n)
         self.ppl[split].update(logits.float(), batch["labels"])
@@ -309,7 +319,8 @@ class LanguageModelTask(_SequenceTask):
             data = self._text()
             prompt = torch.tensor([data.encode_prompt(self.prompt)], device=self.device)
             ids = self.generate(prompt, max_new_tokens=self.sample_tokens)
-            self._write_examples(split, [{"prompt": self.prompt, "sample": data.decode(ids[0])}])
+            text = data.decode(torch.cat([prompt[0], ids[0]]))  # the prompt and its continuation
+            self._write_examples(split, [{"prompt": self.prompt, "sample": text}])
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")

@@ -222,9 +222,8 @@ def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path
 
 def _token(tokenizer: Any, i: int) -> str:
     """The vocabulary entry of id `i` (subword tokenizers), else its decoded text."""
-    inner = getattr(tokenizer, "tokenizer", None)
-    if inner is not None and hasattr(inner, "id_to_token"):
-        return inner.id_to_token(i) or str(i)
+    if hasattr(tokenizer, "id_to_token"):
+        return tokenizer.id_to_token(i) or f"<{i}>"
     return tokenizer.decode([i]) or f"<{i}>"
 
 

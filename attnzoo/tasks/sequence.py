@@ -202,10 +202,12 @@ class Seq2SeqTask(_SequenceTask):
         refs = [[t] for t in batch["tgt_text"]]
         self.bleu[split].update(hyps, refs)
         self.chrf[split].update(hyps, refs)
-        for src, ref, hyp in zip(batch["src_text"], batch["tgt_text"], hyps, strict=True):
-            if len(self._kept) >= self.num_examples:
-                break
-            self._kept.append({"src": src, "ref": ref, "hyp": hyp})
+        want = self.num_examples - len(self._kept)
+        if want > 0:  # rows spread over the batch (batches are bucketed by length: short to long)
+            k = min(want, n)
+            rows = sorted({round(j * (n - 1) / max(1, k - 1)) for j in range(k)})
+            for i in rows:
+                self._kept.append({"src": batch["src_text"][i], "ref": batch["tgt_text"][i], "hyp": hyps[i]})
 
     def _epoch_end(self, split: str) -> None:
         # torchmetrics syncs the sufficient statistics across processes in compute(); 0-1 -> sacreBLEU's 0-100

@@ -10,7 +10,7 @@ COMMANDS = {
     "evaluate": "test metrics of a saved checkpoint",
     "ablate": "run a grid of attention variants and write one report",
     "bench": "speed and memory benchmarks",
-    "viz": "attention maps of a trained run",
+    "viz": "attention maps of a trained run (cross-attention maps for text-image runs)",
 }
 
 

@@ -22,12 +22,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .attention.factory import suggest
+from .attention.specs import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
 TRAINER_EXTRAS: dict[str, Any] = {
-    "grad_checkpointing": bool | dict,  # true, or {enabled, every, attention_only} (attnzoo.perf)
+    "grad_checkpointing": bool | dict,  # true, or {enabled, every, attention_only} (attnzoo.run.switches)
     "compile": bool,
     "num_threads": int | None,
 }
@@ -264,7 +264,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
     trainer = cfg.section("trainer")
-    if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.perf)
+    if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.run.switches)
         trainer.pop("precision")
     try:
         check_options(cfg, "trainer", trainer, trainer_schema)
@@ -273,8 +273,6 @@ def validate(cfg: Config) -> None:
             raise
         raise ConfigError(f"{err}, or 'auto' (bf16-mixed where the hardware is fast at it, else 32-true)") from None
     if "grad_checkpointing" in trainer:
-        from .perf import checkpointing_options
-
         try:
             checkpointing_options(trainer["grad_checkpointing"])
         except ValueError as err:
@@ -284,6 +282,27 @@ def validate(cfg: Config) -> None:
     for key in smoke:
         if str(key).split(".")[0] not in SECTIONS:
             raise ConfigError(f"smoke.{key}: expected a dotted config key (set in {cfg.where('smoke')})")
+
+
+CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")
+
+
+def checkpointing_options(value: Any, *, key: str = "trainer.grad_checkpointing") -> dict[str, Any]:
+    """Normalize `true/false` or `{enabled, every, attention_only}` to keyword arguments of set_grad_checkpointing."""
+    if isinstance(value, bool) or value is None:
+        return {"enabled": bool(value), "every": 1, "attention_only": False}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(CHECKPOINTING_KEYS)}, got {value!r}")
+    unknown = sorted(set(value) - set(CHECKPOINTING_KEYS))
+    if unknown:
+        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(CHECKPOINTING_KEYS)}")
+    opts = {"enabled": value.get("enabled", True), "every": value.get("every", 1)}
+    opts["attention_only"] = value.get("attention_only", False)
+    if not isinstance(opts["enabled"], bool) or not isinstance(opts["attention_only"], bool):
+        raise ValueError(f"{key}: enabled and attention_only must be true/false, got {value!r}")
+    if isinstance(opts["every"], bool) or not isinstance(opts["every"], int) or opts["every"] < 1:
+        raise ValueError(f"{key}.every: expected an int >= 1, got {opts['every']!r}")
+    return opts
 
 
 # ---------------------------------------------------------------------------------------------- building

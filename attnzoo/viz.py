@@ -6,6 +6,9 @@ attention rollout over the input. The input is an image file (ViT), a WAV file (
 spectrogram), a text given with `--text` (text runs), or example `--index` of the run's validation split
 (any recipe; runs whose tokens are not patches of the input, such as text, get the matrices).
 
+Runs with cross-attention (text-image) also get `--count` examples of `--split` drawn as where each word looks
+in the image.
+
 Maps come from `attnzoo.attention.capture_attention`: the captured calls run on the eager backend (the one
 that returns weights), whatever backend the run trained with; the weights are the same up to rounding.
 
@@ -23,66 +26,21 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError, load
-from .fit import _show_attnzoo_log
-from .viz_draw import Canvas, image_canvas, plot_matrices, plot_prefix_maps, plot_rollout, spectrogram_canvas
+from .config import ConfigError
+from .drawing.matrices import (
+    Canvas,
+    image_canvas,
+    plot_matrices,
+    plot_prefix_maps,
+    plot_rollout,
+    spectrogram_canvas,
+)
+from .drawing.rollout import capture, rollout
+from .run import load_run, show_log
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
-
-
-def rollout(maps: Sequence[Tensor], *, residual: float = 0.5, head_fusion: str = "mean") -> Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): how much each token's output draws on each input token.
-
-    Each layer's heads are fused (mean, max or min), the residual connection is modelled as
-    `residual * I + (1 - residual) * A`, rows are renormalized, and the layers are multiplied in order.
-
-    Args:
-        maps: one [B, H, L, L] self-attention tensor per layer, first layer first.
-
-    Returns:
-        [B, L, L]; row i is output token i's attribution over the input tokens (rows sum to 1).
-    """
-    if not maps:
-        raise ValueError("rollout needs at least one attention map")
-    if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"residual ({residual}) must be in [0, 1]")
-    fuse: dict[str, Callable[[Tensor], Tensor]] = {
-        "mean": lambda a: a.mean(1),
-        "max": lambda a: a.amax(1),
-        "min": lambda a: a.amin(1),
-    }
-    if head_fusion not in fuse:
-        raise ValueError(f"head_fusion {head_fusion!r}: valid: {sorted(fuse)}")
-    b, _, n, _ = maps[0].shape
-    out = torch.eye(n, dtype=torch.float64).expand(b, n, n)  # [B, L, L]
-    for i, a in enumerate(maps):
-        if a.dim() != 4 or a.shape[-2:] != (n, n):
-            raise ValueError(
-                f"layer {i}: rollout needs square self-attention maps [B, H, {n}, {n}], got {tuple(a.shape)}"
-            )
-        a = fuse[head_fusion](a.double())  # [B, L, L]
-        a = residual * torch.eye(n, dtype=a.dtype) + (1.0 - residual) * a
-        a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
-        out = a @ out
-    return out.float()
-
-
-def capture(net: torch.nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
-    """(logits, one [B, H, Lq, Lk] map per attention call) for `inputs`, in eval mode without gradients."""
-    from .attention import capture_attention
-
-    was_training = net.training
-    net.eval()
-    try:
-        with torch.no_grad(), capture_attention() as maps:
-            logits = net(**inputs)
-    finally:
-        net.train(was_training)
-    if not maps:
-        raise ValueError(f"{type(net).__name__} made no attnzoo Attention call: nothing to draw")
-    return logits, [m.float() for m in maps]
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -153,22 +111,6 @@ def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
 # ---------------------------------------------------------------------------------------------- command
 
 
-def load_run(run_dir: Path, checkpoint: str = "best", overrides: Sequence[str] = ()) -> tuple[Any, Any, str]:
-    """(data, net, data kind) of a run: its config rebuilt, the checkpoint's weights loaded."""
-    from .fit import build, run_checkpoint
-
-    ckpt = run_checkpoint(run_dir, checkpoint)
-    cfg = load([run_dir / "config.yaml"], overrides)
-    kind = cfg.section("data")["kind"]
-    try:
-        data, task, _ = build(cfg)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    task.load_state_dict(state["state_dict"])
-    return data, task.net, kind
-
-
 def visualize(
     run_dir: Path,
     *,
@@ -179,9 +121,16 @@ def visualize(
     out: Path | None = None,
     residual: float = 0.5,
     head_fusion: str = "mean",
+    split: str = "val",
+    count: int = 4,
 ) -> list[Path]:
-    """Draw the attention of a run on one input; returns the files written."""
-    data, net, kind = load_run(run_dir, checkpoint)
+    """Draw the attention of a run on one input; returns the files written.
+
+    Runs of models with cross-attention (the text-image recipe) also get, for the first `count` examples of
+    `split`, where each word looks in the image (`<out>/cross_attention/`).
+    """
+    run = load_run(run_dir, checkpoint)
+    data, net, kind = run.data, run.net, run.data_kind
     label = None
     if text is not None:
         if kind != "text" or input_path is not None:
@@ -222,7 +171,22 @@ def visualize(
         log.info("viz: the keys are not patches of the input (e.g. text, or linformer's projected keys): matrices only")
     torch.save(saved, out / "maps.pt")
     written.append(out / "maps.pt")
+    if hasattr(net, "cross_blocks"):
+        written += cross_attention_maps(data, net, split=split, count=count, out=out / "cross_attention")
     return written
+
+
+def cross_attention_maps(data: Any, net: torch.nn.Module, *, split: str, count: int, out: Path) -> list[Path]:
+    """Cross-attention maps (text queries over image patches) of the first `count` examples of `split`."""
+    from .drawing.cross_attention import text_image_maps
+
+    if split not in ("val", "test"):
+        raise ConfigError(f"--split: {split!r}; valid: ['val', 'test']")
+    if count < 1:
+        raise ConfigError(f"--count: {count}; expected at least 1")
+    batch = next(iter(data.val_dataloader() if split == "val" else data.test_dataloader()))
+    texts = data.datasets[split].texts[: len(batch["label"])]
+    return text_image_maps(net, batch, texts, out, class_names=data.class_names, count=count)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,8 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")
     p.add_argument("--residual", type=float, default=0.5, help="rollout: weight of the residual connection")
     p.add_argument("--head-fusion", default="mean", choices=("mean", "max", "min"), help="rollout: how heads combine")
+    p.add_argument(
+        "--split", default="val", choices=("val", "test"), help="cross-attention maps: examples of this split"
+    )
+    p.add_argument("--count", type=int, default=4, help="cross-attention maps: how many examples (text-image runs)")
     args = p.parse_args(argv)
-    _show_attnzoo_log()
+    show_log()
     try:
         written = visualize(
             args.run_dir,
@@ -247,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=args.out,
             residual=args.residual,
             head_fusion=args.head_fusion,
+            split=args.split,
+            count=args.count,
         )
     except (ConfigError, ValueError) as err:
         print(f"attnzoo viz: error: {err}", file=sys.stderr)

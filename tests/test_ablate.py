@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from attnzoo.ablate import ablate, plan, status
+from attnzoo.ablation.grid import axis_labels, load_grid
+from attnzoo.ablation.runner import ablate, plan, status
 from attnzoo.config import ConfigError, build_data, build_net, load
-from attnzoo.grid import axis_labels, load_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -185,7 +185,7 @@ summary = {"test": {"test/acc": 0.5 + 0.1 * seed}, "best": {"path": "x", "val/ac
 
 
 def test_a_failing_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path, monkeypatch):
-    import attnzoo.ablate as module
+    import attnzoo.ablation.runner as module
 
     monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", _FAKE_FIT, *run.overrides,
                                                                       "--run-dir", str(run.run_dir)])  # fmt: skip

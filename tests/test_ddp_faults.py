@@ -13,7 +13,7 @@ _DIES = """
 import os, sys
 import lightning as L
 from attnzoo.config import load
-from attnzoo.fit import fit
+from attnzoo.run import fit
 
 class Die(L.Callback):  # a process dies like a killed one: no cleanup, no message to the others
     def on_train_batch_end(self, trainer, *args):

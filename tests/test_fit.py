@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnzoo.config import load, smoke_overrides
-from attnzoo.fit import fit
+from attnzoo.run import fit
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -52,7 +52,7 @@ _KILLED = """
 import os, sys
 import lightning as L
 from attnzoo.config import load
-from attnzoo.fit import fit
+from attnzoo.run import fit
 
 class Kill(L.Callback):  # dies like a killed process: no cleanup, no flush
     def on_train_batch_end(self, trainer, *args):
@@ -98,7 +98,7 @@ def test_resume_after_a_kill_mid_epoch_continues_steps_without_losing_or_repeati
 _TRAIN_AND_SAVE = """
 import sys, torch
 from attnzoo.config import load
-from attnzoo.fit import fit
+from attnzoo.run import fit
 import lightning as L
 
 class Save(L.Callback):
@@ -181,7 +181,7 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
 
 def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
     """A text run's labels.json fixes the class order at evaluation, whatever labels the evaluated data has."""
-    from attnzoo.evaluate import _use_saved_labels
+    from attnzoo.run.rundir import _use_saved_labels
 
     (tmp_path / "labels.json").write_text(json.dumps({"class_names": ["neg", "pos"]}))
     cfg = load([ROOT / "recipes" / "text_cls.yaml"])
@@ -200,7 +200,7 @@ def test_summary_reports_the_backends_training_ran_on():
     from types import SimpleNamespace
 
     from attnzoo.attention import Attention
-    from attnzoo.runlog import RunSummary
+    from attnzoo.run.metrics import RunSummary
 
     net = torch.nn.Sequential(Attention(16, 2), Attention(16, 2))
     trainer = SimpleNamespace(world_size=1, global_step=1, current_epoch=0, precision="32-true")

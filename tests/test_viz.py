@@ -7,8 +7,9 @@ import torch
 
 from attnzoo.attention.attention import ATTENTION_KINDS
 from attnzoo.config import build_net, load
-from attnzoo.fit import build
-from attnzoo.viz import capture, main, rollout
+from attnzoo.drawing.rollout import capture, rollout
+from attnzoo.run import build
+from attnzoo.viz import main
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -153,3 +154,16 @@ def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):
     assert len(saved["maps"]) == 2 and saved["maps"][0].shape[-1] in (tokens, tokens + 1)  # (+ a class token)
     assert main([str(run), "--text", expression, "--input", str(tmp_path / "x.png")]) == 2
     assert "--text: for runs with data kind 'text'" in capsys.readouterr().err
+
+
+def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys):
+    small = ["data.num_train=32", "data.num_val=8", "model.image_depth=1", "model.fusion_depth=1"]
+    (tmp_path / "ti").mkdir()
+    run = _saved_run(tmp_path / "ti", ROOT / "recipes" / "text_image.yaml", [*small, "model.text_depth=1"])
+    assert main([str(run), "--out", str(tmp_path / "out"), "--count", "2"]) == 0
+    names = [Path(p).name for p in capsys.readouterr().out.split()]
+    assert names[:2] == ["attention_matrices.png", "maps.pt"]
+    assert names[2:] == ["cross_attention_000.png", "cross_attention_001.png"]
+    assert all((tmp_path / "out" / "cross_attention" / n).stat().st_size > 0 for n in names[2:])
+    assert main([str(run), "--count", "0"]) == 2
+    assert "--count: 0" in capsys.readouterr().err

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention.cache import DecodingCache
-from ..attention.factory import build
+from ..attention.factory import attention_context
+from ..attention.specs import build
 from ..attention.positions import POSITIONS
 from ..layers.decoder import make_decoder
 from ..layers.encoder import make_encoder
@@ -111,16 +112,18 @@ class Seq2Seq(nn.Module):
             vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
         )
         common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio, drop_path_rate=drop_path_rate)
-        context = dict(max_len=max_len, seq_len=max_len)  # linformer's seq_len: the longest key sequence
-        self.encoder = make_encoder(depth=encoder_depth, attention=attention, proj_drop=drop_rate, **common, **context)
+        context = attention_context(max_len=max_len)  # seq_len (linformer's longest key sequence) from max_len
+        self.encoder = make_encoder(
+            depth=encoder_depth, attention=attention, proj_drop=drop_rate, context=context, **common
+        )
         self.decoder = make_decoder(
             depth=decoder_depth,
             attention=attention if decoder_attention is None else decoder_attention,
             cross_attention=cross_attention,
             proj_drop=drop_rate,
             what="model.attention" if decoder_attention is None else "model.decoder_attention",
+            context=context,
             **common,
-            **context,
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
 

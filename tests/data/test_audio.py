@@ -319,7 +319,7 @@ QUICK_FIT = [
 @pytest.mark.parametrize("setting", ["folder", "csv_multilabel_mixup"])
 def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
     from attnzoo.config import load
-    from attnzoo.fit import fit
+    from attnzoo.run import fit
 
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "ast.yaml"
     if setting == "folder":

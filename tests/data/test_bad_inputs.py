@@ -17,8 +17,8 @@ from attnzoo.data.audio_io import AudioFileError, read_wav
 from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
 from attnzoo.data.text_files import read_text_file
-from attnzoo.reliability import check_checkpoint_shapes
-from tests.test_reliability import VIT
+from attnzoo.run.reliability import check_checkpoint_shapes
+from tests.run.test_reliability import VIT
 
 
 def _png(img: Image.Image) -> bytes:

@@ -348,7 +348,7 @@ def test_registered_tokenizers_build():
 
 def test_text_recipe_on_a_user_csv_saves_its_label_vocabulary(tmp_path):
     from attnzoo.config import ConfigError, load
-    from attnzoo.fit import fit
+    from attnzoo.run import fit
 
     train = _write(tmp_path / "train.csv", ROWS * 4)
     recipe = "recipes/text_cls.yaml"

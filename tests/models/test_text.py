@@ -5,9 +5,9 @@ import torch
 
 from attnzoo.attention.attention import ATTENTION_KINDS
 from attnzoo.attention.biases import BIASES
-from attnzoo.attention.factory import build
 from attnzoo.attention.positions import POSITIONS
 from attnzoo.attention.rotary import ROTARY
+from attnzoo.attention.specs import build
 from attnzoo.data.batching import PadCollate
 from attnzoo.models.text import POOLINGS, TextClassifier
 
@@ -166,7 +166,7 @@ def test_listops_4k_trains_with_sliding_window_on_cpu(tmp_path):
     import json
 
     from attnzoo.config import load
-    from attnzoo.fit import fit
+    from attnzoo.run import fit
 
     files = ["recipes/text_cls.yaml", "configs/data/listops_4k.yaml", "configs/attention/sliding_window.yaml"]
     small = ["data.listops.num_train=16", "data.listops.num_val=4", "data.listops.num_test=4", "run.test=false"]

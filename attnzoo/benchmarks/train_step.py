@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 
-from attnzoo.bench import time_side_by_side, write_results
+from attnzoo.benchmarks.harness import time_side_by_side, write_results
 from attnzoo.models.vit import ViT, timm_to_attnzoo
 
 SHAPE = dict(img_size=64, patch_size=8, in_chans=3, num_classes=10, embed_dim=192, num_heads=3, mlp_ratio=4.0)

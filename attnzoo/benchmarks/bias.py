@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from attnzoo.attention import attend, sdpa_bias
 from attnzoo.attention.biases import ALiBi, RelativeBias2D, T5RelativeBias
-from attnzoo.bench import peak_memory_of, time_side_by_side, write_results
+from attnzoo.benchmarks.harness import peak_memory_of, time_side_by_side, write_results
 
 B, H, D = 1, 4, 64
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

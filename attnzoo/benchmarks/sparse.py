@@ -15,7 +15,7 @@ import math
 import torch
 
 from attnzoo.attention import BigBird, SlidingWindow, attend
-from attnzoo.bench import peak_memory_of, time_side_by_side, write_results
+from attnzoo.benchmarks.harness import peak_memory_of, time_side_by_side, write_results
 
 B, H, D = 1, 4, 64
 WINDOW = 256

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnzoo.attention import attend
-from attnzoo.bench import peak_memory_of, time_side_by_side, write_results
+from attnzoo.benchmarks.harness import peak_memory_of, time_side_by_side, write_results
 
 B, H, D = 1, 4, 64
 METHODS = ("eager", "sdpa", "direct")

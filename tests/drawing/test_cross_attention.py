@@ -5,8 +5,8 @@ import torch
 from PIL import Image
 
 from attnzoo.data.text_image import TextImageDataModule
+from attnzoo.drawing.cross_attention import draw_cross_attention, text_image_maps, word_spans
 from attnzoo.models.text_image import TextImageNet
-from attnzoo.viz_maps import draw_cross_attention, text_image_maps, word_spans
 
 
 def test_word_spans_follow_utf8_bytes():

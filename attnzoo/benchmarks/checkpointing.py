@@ -7,7 +7,7 @@ Run: python -m attnzoo.bench checkpointing   (depth 12, 1,024 tokens, width 192,
 
 import torch
 
-from attnzoo.bench import peak_memory_of, time_side_by_side, write_results
+from attnzoo.benchmarks.harness import peak_memory_of, time_side_by_side, write_results
 from attnzoo.layers.encoder import make_encoder
 
 WIDTH, HEADS = 192, 3

@@ -1,4 +1,4 @@
-"""Training-speed switches of the `trainer:` section: precision `auto`, activation checkpointing, torch.compile.
+"""Trainer switches of the `trainer:` section: precision `auto`, activation checkpointing, torch.compile.
 
 - `trainer.precision: auto` resolves to `bf16-mixed` where bfloat16 is fast (a CUDA device with bf16, or a CPU
   with avx512_bf16 / AMX), `16-mixed` (fp16 with loss scaling) on CUDA without bf16, else `32-true`. The choice
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,26 @@ import torch
 from torch import nn
 
 log = logging.getLogger("attnzoo")
-CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")
+# tests only: "1" / "0" makes precision `auto` act as on a CPU with / without bfloat16 instructions
+CPU_BF16_ENV = "ATTNZOO_CPU_BF16"
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions (avx512_bf16 or AMX); without them bf16 autocast is slower.
+
+    The environment variable `ATTNZOO_CPU_BF16=1|0` overrides what the CPU says, so the test suite can run both
+    branches of `precision: auto` on any machine.
+    """
+    forced = os.environ.get(CPU_BF16_ENV)
+    if forced is not None:
+        if forced not in ("0", "1"):
+            raise ValueError(f"{CPU_BF16_ENV}={forced!r}: expected 1 (CPU has bf16) or 0 (it has not)")
+        return forced == "1"
+    return _cpu_flags_have_bf16()
 
 
 @functools.cache
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU has bfloat16 instructions (avx512_bf16 or AMX); without them bf16 autocast is slower."""
+def _cpu_flags_have_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
@@ -51,27 +66,10 @@ def resolve_precision(precision: Any, accelerator: Any = "auto") -> tuple[Any, s
     return "32-true", f"CPU ({capability}) has no avx512_bf16/AMX, where bf16 autocast is slower than fp32"
 
 
-def checkpointing_options(value: Any, *, key: str = "trainer.grad_checkpointing") -> dict[str, Any]:
-    """Normalize `true/false` or `{enabled, every, attention_only}` to keyword arguments of set_grad_checkpointing."""
-    if isinstance(value, bool) or value is None:
-        return {"enabled": bool(value), "every": 1, "attention_only": False}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(CHECKPOINTING_KEYS)}, got {value!r}")
-    unknown = sorted(set(value) - set(CHECKPOINTING_KEYS))
-    if unknown:
-        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(CHECKPOINTING_KEYS)}")
-    opts = {"enabled": value.get("enabled", True), "every": value.get("every", 1)}
-    opts["attention_only"] = value.get("attention_only", False)
-    if not isinstance(opts["enabled"], bool) or not isinstance(opts["attention_only"], bool):
-        raise ValueError(f"{key}: enabled and attention_only must be true/false, got {value!r}")
-    if isinstance(opts["every"], bool) or not isinstance(opts["every"], int) or opts["every"] < 1:
-        raise ValueError(f"{key}.every: expected an int >= 1, got {opts['every']!r}")
-    return opts
-
-
 def apply_grad_checkpointing(net: nn.Module, value: Any) -> int:
     """Apply `trainer.grad_checkpointing` to every `Encoder` in `net`; returns how many were set."""
-    from .layers.encoder import Encoder
+    from ..config import checkpointing_options
+    from ..layers.encoder import Encoder
 
     opts = checkpointing_options(value)
     if not opts["enabled"]:

@@ -11,7 +11,7 @@ import torch
 
 from attnzoo.attention import Attention
 from attnzoo.attention.variants import DCMHAttention, LinformerAttention, TalkingHeadsAttention
-from attnzoo.bench import peak_memory_of, time_side_by_side, write_results
+from attnzoo.benchmarks.harness import peak_memory_of, time_side_by_side, write_results
 
 B, DIM, HEADS = 1, 256, 4
 PROJ_LEN, CHUNK = 256, 256

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from attnzoo.config import load
-from attnzoo.fit import fit
-from attnzoo.reliability import SELF_SIGNAL_ENV, AtomicCheckpointIO, NonFiniteLossError
+from attnzoo.run import fit
+from attnzoo.run.reliability import SELF_SIGNAL_ENV, AtomicCheckpointIO, NonFiniteLossError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VIT = ROOT / "recipes" / "vit.yaml"
 # a tiny deterministic CPU run: 2 epochs of 4 batches, augmentation on (so random state matters on resume)
 TINY = [

@@ -1,15 +1,12 @@
 """Cross-attention maps: where each text word looks in the image, per fusion layer, drawn as heatmaps (PNG).
 
-`python -m attnzoo.viz_maps <run dir> [--checkpoint best|last|FILE] [--split val|test] [--count 4] [--out DIR]`
-draws the first examples of a split for a run of the text-image recipe (default out: <run dir>/cross_attention).
+`python -m attnzoo.viz <text-image run dir> [--split val|test] [--count 4]` draws them for a trained run.
 
 Notation: H heads, L text tokens (UTF-8 bytes), N image patches on a (gh, gw) grid.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -145,46 +142,3 @@ def text_image_maps(
             )
         )
     return paths
-
-
-def maps_of_run(run_dir: Path, *, checkpoint: str, split: str, count: int, out: Path | None) -> list[Path]:
-    """Rebuild a text-image run from its config, load a checkpoint, draw `count` examples of `split`."""
-    from .config import ConfigError, load
-    from .fit import build, run_checkpoint
-
-    ckpt = run_checkpoint(run_dir, checkpoint)
-    data, task, _ = build(load([run_dir / "config.yaml"]))
-    if not hasattr(task.net, "cross_blocks"):
-        raise ConfigError(f"{run_dir}: the model is a {type(task.net).__name__}, not a text-image model")
-    task.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"])
-    batch = next(iter(data.val_dataloader() if split == "val" else data.test_dataloader()))
-    texts = data.datasets[split].texts[: len(batch["label"])]
-    return text_image_maps(
-        task.net, batch, texts, out or run_dir / "cross_attention", class_names=data.class_names, count=count
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from .config import ConfigError
-
-    p = argparse.ArgumentParser(
-        prog="python -m attnzoo.viz_maps", description="Cross-attention maps of a text-image run."
-    )
-    p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit (text-image recipe)")
-    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
-    p.add_argument("--split", choices=("val", "test"), default="val")
-    p.add_argument("--count", type=int, default=4, help="examples to draw (from the first batch)")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: <run dir>/cross_attention)")
-    args = p.parse_args(argv)
-    try:
-        paths = maps_of_run(args.run_dir, checkpoint=args.checkpoint, split=args.split, count=args.count, out=args.out)
-    except ConfigError as err:
-        print(f"attnzoo viz_maps: error: {err}", file=sys.stderr)
-        return 2
-    for path in paths:
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

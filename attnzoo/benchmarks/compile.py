@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from attnzoo.bench import load_suite, time_side_by_side, write_results
-from attnzoo.perf import compile_net
+from attnzoo.benchmarks.harness import load_suite, time_side_by_side, write_results
+from attnzoo.run.switches import compile_net
 
 _train_step = load_suite("train_step")  # the same model and step as the train_step suite
 make_models, make_step = _train_step.make_models, _train_step.make_step

@@ -1,4 +1,4 @@
-"""Training-speed switches (`attnzoo.perf`): precision auto, activation checkpointing and compile from config."""
+"""Trainer switches (`attnzoo.run.switches`): precision auto, activation checkpointing and compile from config."""
 
 import json
 from pathlib import Path
@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnzoo import perf
 from attnzoo.config import ConfigError, load
-from attnzoo.fit import fit
 from attnzoo.models.vit import ViT
+from attnzoo.run import fit
+from attnzoo.run import switches as perf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VIT = ROOT / "recipes" / "vit.yaml"
 QUICK = ["trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.accelerator=cpu"]
 QUICK += ["trainer.devices=1", "trainer.num_sanity_val_steps=0", "run.test=false"]
@@ -46,9 +46,23 @@ def test_explicit_precision_is_kept(explicit):
     assert perf.resolve_precision(explicit, "cpu")[0] == explicit
 
 
-def test_cpu_bf16_detection_reads_the_cpu_flags():
+def test_cpu_bf16_detection_reads_the_cpu_flags(monkeypatch):
+    monkeypatch.delenv(perf.CPU_BF16_ENV, raising=False)
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     assert perf.cpu_has_fast_bf16() == ("avx512_bf16" in flags or "amx_bf16" in flags)
+
+
+@pytest.mark.parametrize("forced", ["0", "1"])
+def test_the_test_switch_forces_each_precision_branch(monkeypatch, forced):
+    monkeypatch.setenv(perf.CPU_BF16_ENV, forced)
+    expected = "bf16-mixed" if forced == "1" else "32-true"
+    assert perf.resolve_precision("auto", "cpu")[0] == expected
+
+
+def test_the_test_switch_rejects_other_values(monkeypatch):
+    monkeypatch.setenv(perf.CPU_BF16_ENV, "yes")
+    with pytest.raises(ValueError, match="ATTNZOO_CPU_BF16"):
+        perf.cpu_has_fast_bf16()
 
 
 # ------------------------------------------------------------------------------------------------ checkpointing

@@ -1,0 +1,1 @@
+"""Benchmark suites for `attnzoo bench` and the harness they share (`harness`)."""

@@ -1,0 +1,93 @@
+"""Building a run from its config: data (set up) -> network -> task (LightningModule) -> Trainer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from ..config import TRAINER_EXTRAS, Config, ConfigError, build_data, build_net, build_task
+from .switches import apply_grad_checkpointing, compile_net, resolve_precision
+
+log = logging.getLogger("attnzoo")
+
+
+def resolve_auto_precision(cfg: Config) -> None:
+    """`trainer.precision: auto` -> the value for this machine, logged and written into `cfg` (the saved config)."""
+    trainer_cfg = cfg.section("trainer")
+    if trainer_cfg.get("precision") != "auto":
+        return
+    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
+    log.info("trainer.precision: auto -> %s (%s)", value, why)
+    OmegaConf.update(cfg.data, "trainer.precision", value)
+
+
+def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
+    """(data, task, context): the DataModule (set up), the LightningModule with its network, the data context.
+
+    Bad values the config's signatures cannot catch (a missing data folder, ...) raise ConfigError here,
+    before any training.
+    """
+    import lightning as L
+
+    L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
+    resolve_auto_precision(cfg)
+    trainer_cfg = cfg.section("trainer")
+    if trainer_cfg.get("num_threads"):  # intra-op threads of each process (torch.set_num_threads)
+        import torch
+
+        torch.set_num_threads(trainer_cfg["num_threads"])
+    try:
+        data = build_data(cfg)
+        context = data.model_context()
+        net = build_net(cfg, context)
+        apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
+        if trainer_cfg.get("compile"):
+            compile_net(net)
+        task = build_task(cfg, net, context)
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    return data, task, context
+
+
+def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequence[Any] = ()) -> tuple[Any, Any]:
+    """(Trainer, RunSummary callback) writing into `run_dir`."""
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from . import reliability
+    from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
+
+    run = cfg.section("run")
+    monitor = run.get("monitor") or f"val/{task.monitor}"
+    mode = run.get("mode") or task.monitor_mode
+    ckpt_dir = run_dir / "checkpoints"
+    logger = RunCSVLogger(str(run_dir))
+    summary = RunSummary()
+    callbacks = [
+        ModelCheckpoint(
+            dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, save_last=True, enable_version_counter=False
+        ),
+        MetricsCheckpointSync(logger),
+        summary,
+        *reliability.callbacks(ckpt_dir / "last.ckpt"),
+        *extra_callbacks,
+    ]
+    if run.get("save_every_n_steps"):
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=ckpt_dir,
+                filename="last",
+                every_n_train_steps=run["save_every_n_steps"],
+                enable_version_counter=False,
+            )
+        )
+    kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
+    plugins = [reliability.AtomicCheckpointIO()]
+    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
+    return trainer, summary

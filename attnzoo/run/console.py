@@ -1,0 +1,23 @@
+"""What every command prints: attnzoo's log messages, and which process is the one that speaks."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+
+def show_log() -> None:
+    """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
+    logger = logging.getLogger("attnzoo")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is global rank 0 (also before Lightning has set up its strategy)."""
+    return (
+        int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    )

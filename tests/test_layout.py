@@ -1,0 +1,90 @@
+"""The package layout holds: imports flow one way (commands -> run/ablation/drawing -> config -> models/data/tasks
+-> layers/generation -> attention), `attnzoo.attention` imports no Lightning, and no library module imports a command.
+
+Imports are read from the source (every `import` statement, also those inside functions), not from a running process.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnzoo"
+COMMANDS = {"fit", "evaluate", "ablate", "viz", "bench", "cli", "translate", "generate", "baseline"}
+# a module may import attnzoo modules of its own level or below; the first part of the module name gives its level
+LEVELS = {
+    "attention": 0,
+    "layers": 1,
+    "generation": 1,
+    "models": 2,
+    "data": 2,
+    "tasks": 2,
+    "config": 3,
+    "run": 4,
+    "ablation": 4,
+    "drawing": 4,
+    "benchmarks": 4,
+    **dict.fromkeys(COMMANDS, 5),
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Absolute names of the modules `path` imports (relative imports resolved against `name`)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in MODULES}
+    return found
+
+
+MODULES = _modules()
+
+
+def _level(module: str) -> int:
+    part = module.split(".")[1] if module.count(".") else ""
+    return LEVELS[part]
+
+
+def test_every_module_has_a_level():
+    missing = sorted({m.split(".")[1] for m in MODULES if m.count(".")} - set(LEVELS))
+    assert not missing, f"attnzoo modules/packages with no level in this test: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("attnzoo.attention")))
+def test_the_attention_core_imports_no_lightning_and_nothing_above_it(name):
+    imported = _imports(name, MODULES[name])
+    assert not {m for m in imported if m.split(".")[0] in ("lightning", "pytorch_lightning", "torchmetrics")}
+    above = sorted(m for m in imported if m.startswith("attnzoo") and not m.startswith("attnzoo.attention"))
+    assert not above, f"{name} imports {above}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.count(".")))
+def test_imports_flow_one_way(name):
+    own = _level(name)
+    imported = {m for m in _imports(name, MODULES[name]) if m.startswith("attnzoo.") and m in MODULES}
+    upward = sorted(m for m in imported if _level(m) > own)
+    assert not upward, f"{name} (level {own}) imports {upward} from above it"
+    if own < LEVELS["fit"]:
+        commands = sorted(m for m in imported if m.split(".")[1] in COMMANDS)
+        assert not commands, f"library module {name} imports the command modules {commands}"
+
+
+def test_the_top_of_the_package_holds_only_commands_and_config():
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert top <= COMMANDS | {"config"}, f"modules at the top that are not commands: {sorted(top - COMMANDS)}"

@@ -18,8 +18,8 @@ from torch import nn
 
 from ..attention.cache import DecodingCache
 from ..attention.factory import attention_context
-from ..attention.specs import build
 from ..attention.positions import POSITIONS
+from ..attention.specs import build
 from ..layers.decoder import make_decoder
 from ..layers.encoder import make_encoder
 
@@ -157,9 +157,8 @@ class Seq2Seq(nn.Module):
         x = self.decoder(self.embed(tokens, offset), memory, memory_padding_mask, cache=cache)  # [B, L, C]
         return self.embed.logits(x) if self.head is None else self.head(x)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing: src [B, S], decoder input tgt [B, T] (BOS then the target shifted) -> logits [B, T, V].
-
-        Target padding needs no mask: it comes after the real tokens, which (causal) never read it.
+    def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
+        """Teacher forcing: src [B, S], decoder input tgt_in [B, T] (BOS, then the target but its last token)
+        -> logits [B, T, V]. Target padding needs no mask: it follows the real tokens, which (causal) never read it.
         """
-        return self.decode_step(tgt, self.encode(src, src_padding_mask), src_padding_mask)
+        return self.decode_step(tgt_in, self.encode(src, src_padding_mask), src_padding_mask)

@@ -5,12 +5,12 @@ and checkpoints of another shape. Each case counts as one "input tried" in the r
 """
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tests.run.test_reliability import VIT
 
 from attnzoo.attention.patterns import DilatedSlidingWindow, SlidingWindow
 from attnzoo.config import ConfigError, load
@@ -19,8 +19,6 @@ from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
 from attnzoo.data.text_files import read_text_file
 from attnzoo.run.reliability import check_checkpoint_shapes
-
-VIT = Path(__file__).resolve().parents[2] / "recipes" / "vit.yaml"
 
 
 def _png(img: Image.Image) -> bytes:

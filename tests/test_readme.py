@@ -29,7 +29,7 @@ def test_readme_lightning_example_trains_and_masks_padding(tmp_path, monkeypatch
     exec(compile("\n" * (line - 1) + code, str(README), "exec"), ns)  # tracebacks point at README lines
 
     model, trainer, tokens, labels = ns["model"], ns["trainer"], ns["tokens"], ns["labels"]
-    assert trainer.global_step == trainer.max_steps == 60
+    assert trainer.global_step == trainer.max_steps > 0
     assert model.encoder.checkpoint_every == 1, "activation checkpointing is not on"
     model.eval()
     with torch.no_grad():

@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
-from ..attention.factory import suggest
+from ..attention.specs import suggest
 from . import listops
 from .batching import BucketBatchSampler, PadCollate, TokenDataset
 from .text_files import check_labels, label_vocabulary, read_text_file

@@ -131,7 +131,7 @@ def make_tokenizer(spec: str) -> Tokenizer:
         return TOKENIZERS[spec]()
     if spec.endswith(".json") or Path(spec).exists():
         return FileTokenizer(path=spec)
-    from ..attention.factory import suggest
+    from ..attention.specs import suggest
 
     valid = list(TOKENIZERS)
     hint = suggest(spec, valid)

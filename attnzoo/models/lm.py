@@ -64,7 +64,7 @@ class CausalLM(nn.Module):
             cross=False,
             drop_path_rate=drop_path_rate,
             proj_drop=drop_rate,
-            **attention_context(max_len=max_len),
+            context=attention_context(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
 

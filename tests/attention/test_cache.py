@@ -11,11 +11,12 @@ from attnzoo.attention import ATTENTION_KINDS, BACKENDS, PATTERNS, Attention, Ca
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, ALiBi, T5RelativeBias
 from attnzoo.attention.cache import CrossKVCache, KVCache, SlidingWindowKVCache
-from attnzoo.attention.factory import attention_layer, build
+from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.patterns import And, BigBird, GlobalTokens, KeyPadding, RandomBlocks, Shifted
 from attnzoo.attention.positions import Learned, Sinusoidal
 from attnzoo.attention.rotary import ROTARY
+from attnzoo.attention.specs import build
 
 DIM, HEADS = 32, 4
 

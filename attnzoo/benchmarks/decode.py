@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from attnzoo.bench import time_side_by_side, write_results
+from attnzoo.benchmarks.harness import time_side_by_side, write_results
 from attnzoo.generation import greedy
 from attnzoo.models import CausalLM
 

@@ -109,7 +109,7 @@ class Seq2SeqTask(_SequenceTask):
     Logs `{split}/loss`, `val/bleu`, `val/chrf` (greedy decoding) and `test/bleu`, `test/chrf` (beam search).
 
     Args:
-        net: an encoder-decoder (`attnzoo.models.Seq2Seq`): `net(src, tgt, src_padding_mask)` -> logits [B, T, V],
+        net: an encoder-decoder (`attnzoo.models.Seq2Seq`): `net(src, tgt_in, src_padding_mask)` -> logits [B, T, V],
             and the generation protocol (`attnzoo.generation`).
         pad_id, bos_id, eos_id, max_len: from the data.
         label_smoothing: epsilon of the training loss (validation and test losses use none).
@@ -152,13 +152,13 @@ class Seq2SeqTask(_SequenceTask):
         self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
         self._kept: list[dict[str, str]] = []
 
-    def forward(self, src: Tensor, tgt: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
-        return self.net(src, tgt, src_padding_mask)
+    def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
+        return self.net(src, tgt_in, src_padding_mask)
 
     @staticmethod
     def net_inputs(batch: dict[str, Any]) -> dict[str, Tensor]:
         """The keyword arguments of `net` in a batch (teacher forcing)."""
-        return {"src": batch["src"], "tgt": batch["tgt_in"], "src_padding_mask": batch["src_padding_mask"]}
+        return {"src": batch["src"], "tgt_in": batch["tgt_in"], "src_padding_mask": batch["src_padding_mask"]}
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         logits = self.net(**self.net_inputs(batch))  # [B, T, V]

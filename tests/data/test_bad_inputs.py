@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tests.test_reliability import VIT
+from tests.run.test_reliability import VIT
 
 from attnzoo.attention.patterns import DilatedSlidingWindow, SlidingWindow
 from attnzoo.config import ConfigError, load

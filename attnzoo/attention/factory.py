@@ -31,13 +31,8 @@ def suggest(word: str, choices: list[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
-    """An object from `spec` using `table` (kind -> class); None for an empty spec.
-
-    Args:
-        what: the config key being built, for error messages (e.g. "model.attention.pattern").
-        context: keyword arguments the model supplies; passed when the class's constructor takes them.
-    """
+def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, dict[str, Any], bool] | None:
+    """(class, kind, keyword arguments, whether it takes **kwargs) of a spec, or None for an empty one."""
     if spec is None or spec == "none" or spec is False:
         return None
     if isinstance(spec, str):
@@ -63,11 +58,42 @@ def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any
         raise ValueError(
             f"{what}: {kind!r} takes no argument {unknown[0]!r}; valid: {valid}{suggest(unknown[0], valid)}"
         )
+    return cls, kind, kwargs, takes_any
+
+
+def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
+    """An object from `spec` using `table` (kind -> class); None for an empty spec.
+
+    Args:
+        what: the config key being built, for error messages (e.g. "model.attention.pattern").
+        context: keyword arguments the model supplies; passed when the class's constructor takes them.
+    """
+    resolved = _resolve(spec, table, what)
+    if resolved is None:
+        return None
+    cls, kind, kwargs, takes_any = resolved
+    params = inspect.signature(cls).parameters
     given = {k: v for k, v in context.items() if (k in params or takes_any) and k not in kwargs}
     try:
         return cls(**given, **kwargs)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{what} ({kind}): {err}") from err
+
+
+def check_spec(spec: Any, table: Mapping[str, Any], what: str) -> None:
+    """Raise ValueError for what `build` would refuse in `spec` that needs no model context: an unknown kind or
+    argument, and, when every required argument is given in the spec itself, a bad value (the object is built)."""
+    resolved = _resolve(spec, table, what)
+    if resolved is None:
+        return
+    cls, kind, kwargs, _ = resolved
+    params = inspect.signature(cls).parameters.values()
+    required = [p.name for p in params if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if all(name in kwargs for name in required):  # else the model's context supplies the rest at build time
+        try:
+            cls(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{what} ({kind}): {err}") from err
 
 
 ATTENTION_OPTIONS = ("backend", "num_kv_heads", "qkv_bias", "qk_norm", "attn_drop", "proj_drop")
@@ -109,6 +135,8 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
             valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
+    for name, spec in specs.items():  # now, not when the first layer is built: a typo stops before any training
+        check_spec(spec, tables[name], f"{what}.{name}")
 
     layers = itertools.count()
 

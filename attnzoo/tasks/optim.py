@@ -32,6 +32,12 @@ def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> No
     for key in spec:
         if key != "kind" and key not in accepted:
             raise ValueError(f"{what}: {kind!r} takes no option {key!r}; valid: {accepted}{suggest(key, accepted)}")
+    # values (lr < 0, betas out of range, ...): built as training builds it, for a one-weight model
+    try:
+        make_optimizer(nn.Linear(1, 1), spec)
+    except (TypeError, ValueError) as err:
+        options = {k: v for k, v in spec.items() if k != "kind"}
+        raise ValueError(f"{what}: {kind!r} refuses {options}: {err}") from None
 
 
 def make_optimizer(net: nn.Module, spec: Mapping[str, Any]) -> torch.optim.Optimizer:

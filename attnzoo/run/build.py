@@ -70,9 +70,9 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     logger = RunCSVLogger(str(run_dir))
     summary = RunSummary()
     callbacks = [
-        ModelCheckpoint(
-            dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, save_last=True, enable_version_counter=False
-        ),
+        ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False),
+        # last.ckpt after every epoch, improved or not (Lightning's save_last follows the best checkpoint's saves)
+        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
         *reliability.callbacks(ckpt_dir / "last.ckpt"),

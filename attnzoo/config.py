@@ -332,13 +332,12 @@ def _check_parts(cfg: Config) -> None:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
 
 
-# model keys that are a width split evenly over `num_heads` attention heads
-def _is_width(key: str) -> bool:
-    return key == "dim" or key.endswith("_dim")
+# model keys that are a width split evenly over `num_heads` attention heads (not e.g. an MLP's hidden size)
+WIDTH_KEYS = ("dim", "embed_dim", "width", "d_model", "text_dim", "image_dim")
 
 
 def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
-    """`model.num_heads` >= 1 and every width (`embed_dim`, `dim`, `text_dim`, ...) a positive multiple of it;
+    """`model.num_heads` >= 1 and every width (`WIDTH_KEYS`: `embed_dim`, `dim`, ...) a positive multiple of it;
     values the config leaves out are the builder's defaults. Errors name both keys and where each was set."""
     given = cfg.section("model")
     defaults = {k: p.default for k, p in parameters(builder).items() if p.default is not inspect.Parameter.empty}
@@ -351,7 +350,7 @@ def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
     if type_ok(heads, int) and heads < 1:
         raise ConfigError(f"model.num_heads: {heads} ({where('num_heads')}) must be >= 1")
     for key, width in sizes.items():
-        if not _is_width(str(key)) or not type_ok(width, int):
+        if key not in WIDTH_KEYS or not type_ok(width, int):
             continue
         if width < 1:
             raise ConfigError(f"model.{key}: {width} ({where(key)}) must be >= 1")

@@ -93,8 +93,10 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
     for path in configs:
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
+            raise ConfigError(f"config file {str(path)!r} " + ("is a directory" if path.is_dir() else "does not exist"))
         layer = read_yaml(path)
+        if not path.read_bytes().strip():
+            raise ConfigError(f"config file {str(path)!r} is empty")
         if not isinstance(layer, DictConfig):
             raise ConfigError(f"{path}: expected a mapping of sections {list(SECTIONS)}")
         origins.update(dict.fromkeys(_flatten(layer), str(path)))
@@ -334,6 +336,9 @@ def _check_parts(cfg: Config) -> None:
 
 # model keys that are a width split evenly over `num_heads` attention heads (not e.g. an MLP's hidden size)
 WIDTH_KEYS = ("dim", "embed_dim", "width", "d_model", "text_dim", "image_dim")
+# model sizes that must be positive, and suffixes of dropout probabilities (in [0, 1))
+POSITIVE_KEYS = ("patch_size", "img_size", "fstride", "tstride", "n_mels", "max_len", "mlp_ratio")
+RATE_SUFFIXES = ("drop_rate", "drop_path_rate", "_drop")
 
 
 def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
@@ -346,6 +351,11 @@ def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
     def where(key: str) -> str:
         return f"set in {cfg.where(f'model.{key}')}" if key in given else f"the default of model.kind {given['kind']!r}"
 
+    for key, value in sizes.items():
+        if key in POSITIVE_KEYS and type_ok(value, float) and value <= 0:
+            raise ConfigError(f"model.{key}: {value} ({where(key)}) must be > 0")
+        if str(key).endswith(RATE_SUFFIXES) and type_ok(value, float) and not 0 <= value < 1:
+            raise ConfigError(f"model.{key}: {value} ({where(key)}) is a probability: give a value in [0, 1)")
     heads = sizes.get("num_heads")
     if type_ok(heads, int) and heads < 1:
         raise ConfigError(f"model.num_heads: {heads} ({where('num_heads')}) must be >= 1")
@@ -373,6 +383,12 @@ def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:
                 f"trainer.{key}: {value} (set in {cfg.where(f'trainer.{key}')}) trains nothing; give a number >= 1 "
                 "(or -1 for no limit)"
             )
+    clip = trainer.get("gradient_clip_val")
+    if type_ok(clip, float) and clip < 0:
+        raise ConfigError(
+            f"trainer.gradient_clip_val: {clip} (set in {cfg.where('trainer.gradient_clip_val')}) must be >= 0 "
+            "(a negative bound would flip the gradients); null for no clipping"
+        )
     limit = trainer.get("limit_train_batches")
     if type_ok(limit, float) and limit <= 0:
         raise ConfigError(

@@ -70,11 +70,11 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if ckpt_path is not None:
         from .reliability import check_checkpoint_shapes
 
+        changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
         try:
             step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
-        changes = resume_changes(run_dir, cfg)
         if is_rank_zero():
             resumes = record_resume(run_dir, ckpt_path, step, changes)
             shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())

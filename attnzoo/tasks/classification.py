@@ -64,6 +64,10 @@ class ClassificationTask(L.LightningModule):
         check_optimizer(self.optimizer_spec)
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
 
+    def logged_metrics(self) -> list[str]:
+        """The names this task logs during fit (what `run.monitor` may name)."""
+        return [f"train/{self.monitor}", "train/loss", *self.val_metrics.keys(), "val/loss"]
+
     def forward(self, **inputs: Tensor) -> Tensor:
         return self.net(**inputs)
 

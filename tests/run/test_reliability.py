@@ -330,3 +330,17 @@ def test_image_text_pairs_given_only_train_and_val_files_test_on_val(tmp_path):
     data = TextImageDataModule(train=str(paths["train"]), val=str(paths["val"]), image_size=16, classes=gen.class_names)
     data.setup()
     assert test_split(data) == "val"
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("trainer.devices=0", r"trainer \{'accelerator': 'cpu', 'devices': 0.*Trainer\(devices=0\)"),
+        ("run.monitor=val/accuracy", r"run.monitor: 'val/accuracy' .* valid: \[.*'val/acc'.*did you mean 'val/acc'"),
+        ("model.patch_size=5", r"model \(kind 'vit'\): img_size \(28\) must be a multiple of patch_size \(5\)"),
+    ],
+)
+def test_what_only_the_built_run_can_check_stops_before_training_naming_the_section(override, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        fit(load([VIT], [*TINY, override, f"run.dir={tmp_path}"]))
+    assert not list((tmp_path / "vit").iterdir())  # nothing trained, no run dir left

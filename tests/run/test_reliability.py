@@ -246,10 +246,13 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_
 )
 def test_a_garbage_or_empty_checkpoint_is_named_on_resume_and_evaluate(content, tmp_path, capsys):
     from attnzoo.evaluate import main as evaluate
+    from attnzoo.run import build
 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(load([VIT], TINY).to_yaml())
+    cfg = load([VIT], TINY)
+    build(cfg)  # fills in what the data gives (num_classes, ...), as the config.yaml fit writes
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(content)
     code, err = _fit_main(["--resume", str(run_dir)], capsys)
     assert code == 2 and f"{str(run_dir / 'checkpoints' / 'last.ckpt')!r} is not a checkpoint" in err, err

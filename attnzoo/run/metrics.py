@@ -17,6 +17,7 @@ import csv
 import os
 import resource
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -25,6 +26,8 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
+
+from ..config import ConfigError
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -64,6 +67,28 @@ class _KeepingWriter(ExperimentWriter):
             writer.writeheader()
             writer.writerows(kept)
         os.replace(tmp, self.metrics_file_path)
+
+
+def check_history(path: Path) -> None:
+    """Raise ConfigError when an existing metrics.csv is not one a run wrote (unreadable text, no `step` column):
+    a resume appends to it and cuts it back to its checkpoint, which needs its rows."""
+    if not path.is_file():
+        return
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            fields = list(reader.fieldnames or [])
+            for _ in reader:
+                pass
+    except (UnicodeDecodeError, csv.Error) as err:
+        problem = f"{type(err).__name__}: {err}"
+    else:
+        problem = "" if not fields or "step" in fields else f"no 'step' column (columns: {fields[:8]})"
+    if problem:
+        raise ConfigError(
+            f"{path} is not a metrics history written by attnzoo ({problem}); move it away to resume (the resumed "
+            "run then starts a new metrics.csv)"
+        )
 
 
 def is_test_row(row: dict[str, str]) -> bool:

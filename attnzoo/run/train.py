@@ -68,9 +68,11 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     data, task, _ = build(cfg)
     resumes = read_resumes(run_dir)
     if ckpt_path is not None:
+        from .metrics import check_history
         from .reliability import check_checkpoint_shapes
 
         changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
+        check_history(run_dir / "metrics.csv")
         try:
             step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:

@@ -347,3 +347,15 @@ def test_what_only_the_built_run_can_check_stops_before_training_naming_the_sect
     with pytest.raises(ConfigError, match=match):
         fit(load([VIT], [*TINY, override, f"run.dir={tmp_path}"]))
     assert not list((tmp_path / "vit").iterdir())  # nothing trained, no run dir left
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01garbage,,\n\xff\xfe", b"loss;acc\n1;2\n"], ids=["binary", "not_ours"])
+def test_a_damaged_metrics_csv_stops_a_resume_naming_it_before_training(content, tmp_path):
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    (run_dir / "metrics.csv").write_bytes(content)
+    with pytest.raises(ConfigError, match=r"metrics.csv is not a metrics history written by attnzoo .*move it away"):
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert (run_dir / "metrics.csv").read_bytes() == content and not (run_dir / ".lock").exists()
+    (run_dir / "metrics.csv").unlink()  # moved away: the resume goes on, logging from the checkpoint's step
+    fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert [int(r["step"]) for r in _rows(run_dir) if r["train/loss"]] == [4, 5, 6, 7]

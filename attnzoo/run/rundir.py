@@ -120,7 +120,7 @@ def record_resume(run_dir: Path, checkpoint: Path, step: int, changes: dict[str,
     records.append(
         {
             "time": datetime.datetime.now().isoformat(timespec="seconds"),
-            "checkpoint": str(checkpoint),
+            "checkpoint": str(Path(checkpoint).resolve()),
             "step": step,
             "changed": changes,
         }

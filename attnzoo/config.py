@@ -383,6 +383,16 @@ def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:
                 f"trainer.{key}: {value} (set in {cfg.where(f'trainer.{key}')}) trains nothing; give a number >= 1 "
                 "(or -1 for no limit)"
             )
+    for key in ("accumulate_grad_batches", "check_val_every_n_epoch", "log_every_n_steps"):
+        value = trainer.get(key)
+        if type_ok(value, int) and value < 1:
+            raise ConfigError(f"trainer.{key}: {value} (set in {cfg.where(f'trainer.{key}')}) must be >= 1")
+    every = cfg.section("run").get("save_every_n_steps")
+    if type_ok(every, int) and every < 0:
+        raise ConfigError(
+            f"run.save_every_n_steps: {every} (set in {cfg.where('run.save_every_n_steps')}) must be >= 1 "
+            "(0 or null: checkpoints at epoch ends only)"
+        )
     clip = trainer.get("gradient_clip_val")
     if type_ok(clip, float) and clip < 0:
         raise ConfigError(

@@ -142,11 +142,15 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(f"data.crop_scale ({crop_scale}) must be in (0, 1]")
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"data.batch_size ({batch_size}) must be >= 1 and num_workers ({num_workers}) >= 0")
+        for key, value in (("eval_batch_size", eval_batch_size), ("img_size", img_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"data.{key} ({value}) must be >= 1")
         self.dataset, self.root = dataset, None if root is None else Path(root).expanduser()
         self.img_size, self.val_fraction, self.seed = img_size, val_fraction, seed
         self.augment, self.crop_scale, self.hflip = augment, crop_scale, hflip
         self.mean, self.std = mean, std
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size if eval_batch_size is not None else batch_size
         self.num_workers, self.shuffle = num_workers, shuffle
         self.on_bad_image = on_bad_image
         self.skipped: list[str] = []  # image files left out (on_bad_image=skip)

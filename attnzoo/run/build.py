@@ -117,5 +117,5 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         )
     except (MisconfigurationException, ValueError, ImportError, RuntimeError) as err:  # devices=0, no GPU, ...
         shown = {k: kwargs[k] for k in ("accelerator", "devices", "strategy", "precision") if k in kwargs}
-        raise ConfigError(f"trainer {shown} (set in {cfg.where('trainer')}): {err}") from None
+        raise ConfigError(f"trainer {shown}: {err}") from None
     return trainer, summary

@@ -162,12 +162,16 @@ class RunSummary(L.Callback):
     """
 
     def __init__(self) -> None:
+        self.started = False  # whether training began (on_train_start ran)
         self.train_seconds = 0.0
         self.train_samples = 0
         self.wait_seconds = 0.0
         self._t0 = 0.0
         self._last_end: float | None = None
         self.train_backends: dict[str, int] | None = None
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.started = True
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._last_end = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,8 +61,10 @@ def fit(
     finally:
         if lock is not None:
             lock.release()
-            if created and not any(run_dir.iterdir()):  # stopped before writing anything: leave no empty run dir
-                run_dir.rmdir()
+            if created and not any(
+                (run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json")
+            ):
+                shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 
 
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
@@ -91,6 +94,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     try:
         trainer.fit(task, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
+        if summary.started or isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"before training started: {err}".replace("  ", " ")) from err
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
     result: dict[str, Any] = {

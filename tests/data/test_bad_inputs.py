@@ -16,6 +16,7 @@ from attnzoo.config import ConfigError, load
 from attnzoo.data.audio_io import AudioFileError, read_wav
 from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
+from attnzoo.data.text import TextDataModule
 from attnzoo.data.text_files import read_text_file
 from attnzoo.run.reliability import check_checkpoint_shapes
 from tests.run.test_reliability import VIT
@@ -172,6 +173,9 @@ def test_a_checkpoint_of_another_shape_names_the_keys(tmp_path):
         ("model.mlp_ratio=0", r"model.mlp_ratio: 0 .* must be > 0"),
         ("model.drop_path_rate=2.0", r"model.drop_path_rate: 2.0 .* give a value in \[0, 1\)"),
         ("trainer.gradient_clip_val=-1", r"trainer.gradient_clip_val: -1 .* must be >= 0"),
+        ("trainer.accumulate_grad_batches=0", r"trainer.accumulate_grad_batches: 0 .* must be >= 1"),
+        ("trainer.check_val_every_n_epoch=0", r"trainer.check_val_every_n_epoch: 0 .* must be >= 1"),
+        ("run.save_every_n_steps=-1", r"run.save_every_n_steps: -1 .* must be >= 1"),
         ("task.optimizer=null", r"task.optimizer: None .* is not an optimizer; give a mapping such as \{kind: adamw"),
         ("task.scheduler.warmup=-1", r"task.scheduler \(cosine\): warmup \(-1\) must be >= 0"),
         ("trainer.max_epochs=0", r"trainer.max_epochs: 0 .* trains nothing"),
@@ -225,3 +229,25 @@ def test_a_jsonl_of_image_text_pairs_with_non_utf8_bytes_is_named(tmp_path):
     data = TextImageDataModule(train=str(path), val=str(path))
     with pytest.raises(ValueError, match=r"train.jsonl line 1, column 30: byte\(s\) f6 are not UTF-8"):
         data.setup()
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: ImageDataModule(img_size=0), r"data.img_size \(0\) must be >= 1"),
+        (lambda: ImageDataModule(eval_batch_size=0), r"data.eval_batch_size \(0\) must be >= 1"),  # was: batch_size
+        (lambda: TextDataModule(listops={"num_train": 0}), r"data.listops.num_train \(0\) must be an int >= 1"),
+        (lambda: TextDataModule(listops={"num_val": 0}), r"data.listops.num_val \(0\) must be an int >= 1"),
+    ],
+)
+def test_data_sizes_that_failed_deep_in_a_loader_are_refused_by_name(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_a_pretrained_file_that_is_not_a_checkpoint_is_named(tmp_path):
+    from attnzoo.models.vit import read_checkpoint
+
+    (tmp_path / "vit.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"model.pretrained: '.*vit.pth' is not a readable PyTorch file"):
+        read_checkpoint(tmp_path / "vit.pth")

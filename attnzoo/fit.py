@@ -49,14 +49,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
-    from .run.reliability import Interrupted, NonFiniteLossError
+    from .run.reliability import Interrupted, NonFiniteLossError, StoppedAtOnce
 
     try:
         run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # before training started (during data setup), or a second Ctrl+C
+    except StoppedAtOnce as err:
+        print(f"attnzoo fit: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # before training started (during data setup)
         print("attnzoo fit: interrupted; checkpoints already written are kept", file=sys.stderr)
         return 130
     except Interrupted as err:

@@ -49,6 +49,20 @@ class Interrupted(Exception):
         return 128 + self.signum
 
 
+class StoppedAtOnce(Exception):
+    """A second Ctrl+C stopped training at once, without saving the batch in progress (Lightning exits 1 after a
+    KeyboardInterrupt); the run continues from its last checkpoint with `--resume <run dir>`."""
+
+    exit_code = 128 + signal.SIGINT
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = run_dir
+        super().__init__(
+            f"stopped at once by a second Ctrl+C (the batch in progress was not saved); continue from the last "
+            f"checkpoint with --resume {run_dir}"
+        )
+
+
 class NonFiniteLossError(RuntimeError):
     """A training loss was NaN or infinite."""
 

@@ -94,6 +94,12 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     try:
         trainer.fit(task, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path else None)
+    except SystemExit as err:  # Lightning's answer to a KeyboardInterrupt (our second Ctrl+C) is sys.exit(1)
+        if err.code != 1:
+            raise
+        from .reliability import StoppedAtOnce
+
+        raise StoppedAtOnce(run_dir) from None
     except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
         if summary.started or isinstance(err, ConfigError):
             raise

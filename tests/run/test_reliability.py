@@ -360,3 +360,34 @@ def test_a_damaged_metrics_csv_stops_a_resume_naming_it_before_training(content,
     (run_dir / "metrics.csv").unlink()  # moved away: the resume goes on, logging from the checkpoint's step
     fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
     assert [int(r["step"]) for r in _rows(run_dir) if r["train/loss"]] == [4, 5, 6, 7]
+
+
+_TWO_CTRL_C = """
+import os, signal, sys
+import lightning as L
+import attnzoo.run.reliability as reliability
+from attnzoo.fit import main
+
+class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again before the batch ends
+    def on_train_batch_start(self, trainer, module, batch, i):
+        if trainer.global_step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+own = reliability.callbacks
+reliability.callbacks = lambda checkpoint: [*own(checkpoint), TwoCtrlC()]
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_exits_130_and_the_run_resumes_from_its_last_checkpoint(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", _TWO_CTRL_C, "--config", str(VIT), *TINY, f"run.dir={tmp_path}"]
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr and "second Ctrl+C" in stopped.stderr, stopped.stderr[-3000:]
+    (run_dir,) = (tmp_path / "vit").iterdir()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4  # epoch 0's
+    assert not (run_dir / ".lock").exists() and not list((run_dir / "checkpoints").glob("*.tmp"))
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    assert sorted(_losses(run_dir)) == list(range(8))  # rows after the checkpoint dropped, logged again once

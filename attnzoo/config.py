@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .attention.factory import suggest
+from .attention.specs import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
@@ -298,7 +298,8 @@ def validate(cfg: Config) -> None:
 def _check_parts(cfg: Config) -> None:
     """Attention, objective, scheduler and optimizer specs: kinds, argument names, and the values that can be
     checked without the data (the model's own context fills in the rest when it is built)."""
-    from .attention.factory import attention_layer, check_spec
+    from .attention.factory import attention_layer
+    from .attention.specs import check_spec
     from .tasks.objectives import OBJECTIVES
     from .tasks.optim import SCHEDULES, check_optimizer
 

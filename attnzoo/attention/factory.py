@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from .specs import build, check_context, import_path, suggest
+from .specs import build, check_context, check_spec, import_path, suggest
 
 ATTENTION_OPTIONS = ("backend", "num_kv_heads", "qkv_bias", "qk_norm", "attn_drop", "proj_drop")
 # what a model may tell its attention layers (see `specs.CONTEXT_KEYS`); `attention_layer` adds the per-layer keys
@@ -76,6 +76,8 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
             valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
+    for name, spec in specs.items():  # now, not when the first layer is built: a typo stops before any training
+        check_spec(spec, tables[name], f"{what}.{name}")
 
     layers = itertools.count()
 

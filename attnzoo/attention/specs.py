@@ -56,15 +56,8 @@ def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -
             )
 
 
-def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
-    """An object from `spec` using `table` (kind -> class); None for an empty spec.
-
-    Args:
-        what: the config key being built, for error messages (e.g. "model.attention.pattern").
-        context: what the builder knows (keys of `CONTEXT_KEYS`); each is passed when the class's constructor
-            takes it.
-    """
-    check_context(context, list(CONTEXT_KEYS), what)
+def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, dict[str, Any], bool] | None:
+    """(class, kind, keyword arguments, whether it takes **kwargs) of a spec, or None for an empty one."""
     if spec is None or spec == "none" or spec is False:
         return None
     if isinstance(spec, str):
@@ -90,8 +83,42 @@ def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any
         raise ValueError(
             f"{what}: {kind!r} takes no argument {unknown[0]!r}; valid: {valid}{suggest(unknown[0], valid)}"
         )
+    return cls, kind, kwargs, takes_any
+
+
+def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
+    """An object from `spec` using `table` (kind -> class); None for an empty spec.
+
+    Args:
+        what: the config key being built, for error messages (e.g. "model.attention.pattern").
+        context: what the builder knows (keys of `CONTEXT_KEYS`); each is passed when the class's constructor
+            takes it.
+    """
+    check_context(context, list(CONTEXT_KEYS), what)
+    resolved = _resolve(spec, table, what)
+    if resolved is None:
+        return None
+    cls, kind, kwargs, takes_any = resolved
+    params = inspect.signature(cls).parameters
     given = {k: v for k, v in context.items() if (k in params or takes_any) and k not in kwargs}
     try:
         return cls(**given, **kwargs)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{what} ({kind}): {err}") from err
+
+
+def check_spec(spec: Any, table: Mapping[str, Any], what: str) -> None:
+    """Raise ValueError for what `build` would refuse in `spec` that needs no context: an unknown kind or
+    argument, and, when every required argument is given in the spec itself, a bad value (the object is built).
+    Configs are checked with it before anything is built, so a typo stops before training."""
+    resolved = _resolve(spec, table, what)
+    if resolved is None:
+        return
+    cls, kind, kwargs, _ = resolved
+    params = inspect.signature(cls).parameters.values()
+    required = [p.name for p in params if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if all(name in kwargs for name in required):  # else the builder's context supplies the rest
+        try:
+            cls(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{what} ({kind}): {err}") from err

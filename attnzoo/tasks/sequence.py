@@ -44,6 +44,7 @@ class _SequenceTask(L.LightningModule):
 
     monitor: str
     monitor_mode: str
+    metric_names: tuple[str, ...]
 
     def __init__(
         self,
@@ -57,11 +58,17 @@ class _SequenceTask(L.LightningModule):
         if num_examples < 0:
             raise ValueError(f"task.num_examples ({num_examples}) must be >= 0")
         self.net = net
-        self.optimizer_spec = dict(optimizer or {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.01})
+        if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
+            raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
+        self.optimizer_spec = dict(optimizer if optimizer is not None else {"kind": "adamw", "lr": 1e-3})
         check_optimizer(self.optimizer_spec)
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
+
+    def logged_metrics(self) -> list[str]:
+        """The names this task logs during fit (what `run.monitor` may name)."""
+        return ["train/loss", "val/loss", *(f"val/{m}" for m in self.metric_names)]
 
     def _text(self) -> Any:
         """The DataModule that turns ids into text (`decode`, `encode_source` / `encode_prompt`)."""
@@ -113,7 +120,8 @@ class Seq2SeqTask(_SequenceTask):
             and the generation protocol (`attnzoo.generation`).
         pad_id, bos_id, eos_id, max_len: from the data.
         label_smoothing: epsilon of the training loss (validation and test losses use none).
-        optimizer: `{kind: adamw, lr: ..., ...}`, any timm optimizer and its options.
+        optimizer: `{kind: adamw, lr: ..., ...}`, any timm optimizer and its options; None is AdamW,
+            lr 1e-3.
         scheduler: `{kind: cosine | constant, warmup: ...}` stepped every optimizer step, or None.
         beam_size, length_penalty: test-time beam search (`attnzoo.generation.beam_search`).
         max_new_tokens: the longest translation generated (default: max_len).
@@ -147,7 +155,7 @@ class Seq2SeqTask(_SequenceTask):
         self.label_smoothing = label_smoothing
         self.beam_size, self.length_penalty = beam_size, length_penalty
         self.max_new_tokens = max_new_tokens or max_len
-        self.monitor, self.monitor_mode = "bleu", "max"
+        self.monitor, self.monitor_mode, self.metric_names = "bleu", "max", ("bleu", "chrf")
         self.bleu = nn.ModuleDict({s: SacreBLEUScore() for s in ("val", "test")})
         self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
         self._kept: list[dict[str, str]] = []
@@ -279,7 +287,7 @@ class LanguageModelTask(_SequenceTask):
         self.pad_id, self.bos_id, self.eos_id, self.max_len = pad_id, bos_id, eos_id, max_len
         self.prompt, self.sample_tokens = prompt, sample_tokens
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.monitor, self.monitor_mode = "ppl", "min"
+        self.monitor, self.monitor_mode, self.metric_names = "ppl", "min", ("ppl",)
         self.ppl = nn.ModuleDict({s: Perplexity(ignore_index=IGNORE_INDEX) for s in ("val", "test")})
 
     def forward(self, tokens: Tensor) -> Tensor:

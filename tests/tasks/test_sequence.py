@@ -78,6 +78,13 @@ def test_tasks_are_registered():
     assert TASKS["seq2seq"] is Seq2SeqTask and TASKS["lm"] is LanguageModelTask
 
 
+def test_logged_metrics_name_what_run_monitor_may_follow():
+    assert _seq2seq_task().logged_metrics() == ["train/loss", "val/loss", "val/bleu", "val/chrf"]
+    net = CausalLM(vocab_size=len(WORDS), max_len=16, dim=16, depth=1, num_heads=2)
+    task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=16)
+    assert f"val/{task.monitor}" in task.logged_metrics() and task.monitor_mode == "min"
+
+
 def test_label_smoothed_loss_mixes_the_target_with_the_uniform_distribution_over_labelled_positions():
     logits = torch.randn(2, 3, 7)
     labels = torch.tensor([[1, 4, -100], [6, -100, -100]])

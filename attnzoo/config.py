@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .attention.factory import suggest
+from .attention.specs import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)

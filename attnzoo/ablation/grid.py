@@ -36,7 +36,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..attention.factory import suggest
+from ..attention.specs import suggest
 from ..config import ConfigError
 
 GRID_KEYS = ("recipes", "metric", "mode", "seeds", "fixed", "axes")

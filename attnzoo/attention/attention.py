@@ -7,6 +7,7 @@ Hkv key/value heads, D head dim.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Iterator
@@ -211,7 +212,7 @@ class Attention(nn.Module):
         Kinds that cannot (their math needs every key at once) override this with their reason.
         """
         pattern = self.pattern if pattern is None else pattern
-        if type(self)._attend is not Attention._attend and "cache" not in inspect.signature(self._attend).parameters:
+        if not _attend_takes_cache(type(self)):
             return f"attention kind {type(self).__name__} overrides _attend without a `cache` argument"
         if self.is_cross:
             if pattern is not None:
@@ -254,37 +255,38 @@ class Attention(nn.Module):
         reason = self.cannot_decode(pattern)
         if reason is not None:
             raise ValueError(f"{type(self).__name__} cannot decode incrementally: {reason}")
+        if self.is_cross and not isinstance(cache, CrossKVCache):
+            raise ValueError(f"cross-attention takes a CrossKVCache (from new_cache()), got {cache!r}")
+        if not self.is_cross and not isinstance(cache, KVCache):
+            raise ValueError(f"self-attention takes a KVCache (from new_cache()), got {cache!r}")
+        lookback = None if pattern is None else pattern.lookback
+        if isinstance(cache, SlidingWindowKVCache) and (lookback is None or cache.window <= lookback):
+            raise ValueError(
+                f"SlidingWindowKVCache(window={cache.window}) is too small for pattern {pattern!r}, whose queries "
+                f"read {'any distance' if lookback is None else lookback} back: "
+                + ("use a KVCache" if lookback is None else f"it needs window >= {lookback + 1}")
+            )
         b, lq, _ = x.shape
         h, d = self.num_heads, self.head_dim
         start = cache.advance(lq)  # the new tokens' first position
-        positions = torch.arange(start, start + lq, device=x.device)
+        positions = torch.arange(start, start + lq, device=x.device) if self.rotary is not None else None
         if self.is_cross:
-            if not isinstance(cache, CrossKVCache):
-                raise ValueError(f"cross-attention takes a CrossKVCache (from new_cache()), got {cache!r}")
 
             def project() -> tuple[Tensor, Tensor]:
                 if context is None:
                     raise ValueError("the first call with an empty CrossKVCache needs the context (the source)")
                 k, v = self._project_kv(context)  # [B, Hkv, S, D] x2
                 k = self.k_norm(k)
-                if self.rotary is not None:
+                if self.rotary is not None:  # source keys at positions 0 .. S - 1 (rotary rotates q and k: no q here)
                     _, k = self.rotary(k[:, :, :0], k, positions[:0], torch.arange(k.shape[2], device=k.device))
                 return k, v
 
             k, v = cache.keys(project)
             q = self.q_norm(self.q(x).view(b, lq, h, d).transpose(1, 2))  # [B, H, L, D]
-            if self.rotary is not None:
+            if self.rotary is not None:  # the new queries at their positions (no keys to rotate)
                 q, _ = self.rotary(q, q[:, :, :0], positions, positions[:0])
             k_start = 0
         else:
-            if not isinstance(cache, KVCache):
-                raise ValueError(f"self-attention takes a KVCache (from new_cache()), got {cache!r}")
-            lookback = pattern.lookback
-            if isinstance(cache, SlidingWindowKVCache) and lookback is not None and cache.window <= lookback:
-                raise ValueError(
-                    f"SlidingWindowKVCache(window={cache.window}) is too small for pattern {pattern!r}, whose "
-                    f"queries read {lookback} positions back: it needs window >= {lookback + 1}"
-                )
             q, k, v = self._project(x, None)
             q, k = self.q_norm(q), self.k_norm(k)
             if self.rotary is not None:
@@ -367,6 +369,11 @@ class Attention(nn.Module):
         if self.pattern is not None:
             parts.append(f"pattern={self.pattern!r}")
         return ", ".join(parts)
+
+
+@functools.cache
+def _attend_takes_cache(cls: type[Attention]) -> bool:
+    return cls._attend is Attention._attend or "cache" in inspect.signature(cls._attend).parameters
 
 
 def _dense(bias: Any, q: Tensor, k: Tensor) -> Tensor:

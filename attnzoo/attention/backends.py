@@ -5,16 +5,19 @@ D head dim. Inputs are q [B, H, Lq, D], k and v [B, Hkv, Lk, D]; the output is [
 
 Masks follow one convention inside this file: an *allowed* bool tensor, True where a query may read a
 key, broadcastable to [B, H, Lq, Lk]. (`key_padding_mask` from users is the opposite, True = padding,
-as in `torch.nn.MultiheadAttention`; it is flipped once, in `allowed_mask`.)
+as in `torch.nn.MultiheadAttention`; it is turned around in one place, `patterns.unpadded`.)
 
 A query with no allowed key returns zeros (and zero gradients), never NaN, on every backend.
 
 Backends join the capability table `BACKENDS`; `backend="auto"` walks `AUTO_ORDER` and takes the first
-backend whose `supports()` has no objection, logging the choice once per distinct situation.
+backend whose `supports()` has no objection, logging the choice once per distinct situation. A backend with
+several kernel paths names them (`Sdpa.PATHS`, sdpa's CPU bias paths) and says which one a request takes
+(`path(req)`): what ran is then reported as "name[path]", in the log and in the name `attend` returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import sdpa_bias
+from .patterns import unpadded
 
 log = logging.getLogger("attnzoo")
 
@@ -80,14 +84,24 @@ class Backend(Protocol):
 # shared helpers
 
 
-def allowed_mask(pattern: Any | None, key_padding_mask: Tensor | None, lq: int, lk: int, device) -> Tensor | None:
-    """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed."""
+def allowed_mask(
+    pattern: Any | None, key_padding_mask: Tensor | None, lq: int, lk: int, device, rows: slice | None = None
+) -> Tensor | None:
+    """The dense allowed mask, [B or 1, 1, Lq, Lk], or None when every pair is allowed.
+
+    Args:
+        rows: only these query rows ([B or 1, 1, c, Lk]), for engines that go through the queries in chunks.
+    """
     allowed = None
     if pattern is not None:
-        allowed = pattern.dense_mask(lq, lk, device=device)  # [Lq, Lk], or [B, Lq, Lk] for per-batch patterns
-        allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq, Lk]
+        if rows is None:
+            allowed = pattern.dense_mask(lq, lk, device=device)  # [Lq, Lk], or [B, Lq, Lk] for per-batch patterns
+        else:
+            q_idx = torch.arange(lq, device=device)[rows]
+            allowed = pattern.bind(lq, lk).mask_at(q_idx, torch.arange(lk, device=device))  # [c, Lk] or [B, c, Lk]
+        allowed = allowed[None, None] if allowed.dim() == 2 else allowed[:, None]  # [1|B, 1, Lq|c, Lk]
     if key_padding_mask is not None:
-        keep = ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
+        keep = unpadded(key_padding_mask)[:, None, None, :]  # [B, 1, 1, Lk]
         allowed = keep if allowed is None else allowed & keep
     return allowed
 
@@ -179,14 +193,29 @@ class Eager:
 
 
 class Sdpa:
-    """`F.scaled_dot_product_attention` (flash / memory-efficient / cuDNN on GPU, flash on CPU)."""
+    """`F.scaled_dot_product_attention` (flash / memory-efficient / cuDNN on GPU, flash on CPU), and on CPU three
+    paths of `sdpa_bias.py` for biases, named in `PATHS` and reported as "sdpa[<path>]" (`auto`'s log, the
+    name `attend` returns, `Attention.backend_used`). Plain "sdpa" is torch's kernel, with or without a mask."""
 
     name = "sdpa"
+    PATHS = {
+        "table_grad": "CPU training of a learned table over offsets (T5, relative_2d): the fused forward, and a "
+        "chunked backward that sums each chunk's score gradient into the table (sdpa_with_relative_bias)",
+        "hankel_table": "CPU, a 1D table over offsets that is not trained (ALiBi, a frozen T5, inference): "
+        "read in place as a Hankel view by the fused kernel (sdpa_with_fixed_sequence_bias)",
+        "bias_grad": "CPU training of any other learned bias: the fused forward on the dense bias, and a "
+        "chunked backward (sdpa_with_bias_grad)",
+    }
 
     def supports(self, req: Request) -> str | None:
         if req.return_weights:
             return "fused kernels do not return attention weights"
         return None
+
+    def path(self, req: Request) -> str | None:
+        """The path of `PATHS` that runs `req`, or None for torch's kernel."""
+        trained = trains(req.bias) and req.needs_grad  # needs_grad: grad mode is on
+        return _sdpa_path(req.device_type, req.dtype, req.bias, trained, req.lq, req.lk, req.dropout_p)[0]
 
     def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
         if return_weights:
@@ -194,14 +223,13 @@ class Sdpa:
         lq, lk = q.shape[-2], k.shape[-2]
         gqa = q.shape[1] != k.shape[1]
         groups = q.shape[1] // k.shape[1]
-        relative = _cpu_relative_table(q, k, bias)
-        trained = relative is not None and _trains_on_cpu(q, bias, dropout_p)
-        sequence = relative is not None and relative["grid_q"][0] == relative["grid_k"][0] == 1
-        if trained or (sequence and not relative["num_prefix_tokens"]):
+        trained = trains(bias) and torch.is_grad_enabled()
+        path, relative = _sdpa_path(q.device.type, q.dtype, bias, trained, lq, lk, dropout_p)
+        if path in ("table_grad", "hankel_table"):
             # a table over offsets, never made dense whole (sdpa_bias.py): a learned one gets its gradient reduced
-            # chunk by chunk; a fixed 1D one (ALiBi, a frozen T5) is read in place as a view
+            # chunk by chunk; a fixed 1D one is read in place as a view
             allowed, alive = rescued_mask(pattern, key_padding_mask, lq, lk, q.device)
-            if trained:
+            if path == "table_grad":
                 out = sdpa_bias.sdpa_with_relative_bias(
                     q, repeat_kv(k, groups), repeat_kv(v, groups), **relative, allowed=allowed, scale=scale
                 )
@@ -223,8 +251,7 @@ class Sdpa:
             mask = b.to(q.dtype)
             if allowed is not None:
                 mask = mask.masked_fill(~allowed, float("-inf"))
-        if mask.dtype != torch.bool and sdpa_bias.supported(q, mask, dropout_p):
-            # a learned bias: the fused kernel plus a chunked backward, not the math path (see sdpa_bias.py)
+        if path == "bias_grad":  # the fused kernel plus a chunked backward, not the math path (see sdpa_bias.py)
             out = sdpa_bias.sdpa_with_bias_grad(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, scale)
         else:
             out = F.scaled_dot_product_attention(
@@ -235,16 +262,24 @@ class Sdpa:
         return out, None
 
 
-def _cpu_relative_table(q: Tensor, k: Tensor, bias: Tensor | Any | None) -> dict[str, Any] | None:
-    """`bias.relative(Lq, Lk)` (a table over offsets, see `Bias.relative`) for a CPU call, else None."""
-    if q.device.type != "cpu" or bias is None or isinstance(bias, Tensor) or not hasattr(bias, "relative"):
-        return None
-    return bias.relative(q.shape[-2], k.shape[-2])
-
-
-def _trains_on_cpu(q: Tensor, bias: Any, dropout_p: float) -> bool:
-    """True when this call trains `bias` and `sdpa_bias` can run it (no dropout, a float dtype it takes)."""
-    return trains(bias) and torch.is_grad_enabled() and not dropout_p and q.dtype in sdpa_bias.DTYPES
+def _sdpa_path(
+    device_type: str, dtype: torch.dtype | None, bias: Any, trained: bool, lq: int, lk: int, dropout_p: float
+) -> tuple[str | None, dict[str, Any] | None]:
+    """(`Sdpa.PATHS` key or None, the bias's table over offsets or None) for a call; `trained`: the call trains
+    `bias` (grad mode on and the bias needs a gradient)."""
+    if device_type != "cpu" or bias is None:
+        return None, None
+    # sdpa_bias computes a bias gradient without dropout, in the float dtypes it takes
+    learned = trained and not dropout_p and dtype in sdpa_bias.DTYPES
+    relative = None if isinstance(bias, Tensor) or not hasattr(bias, "relative") else bias.relative(lq, lk)
+    if relative is None:
+        return ("bias_grad" if learned else None), None
+    if learned:
+        return "table_grad", relative
+    sequence = relative["grid_q"][0] == relative["grid_k"][0] == 1 and not relative["num_prefix_tokens"]
+    if sequence and not trained:  # the view detaches the table: only for a table that takes no gradient here
+        return "hankel_table", relative
+    return None, relative
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -271,26 +306,41 @@ def check_backend_name(name: str) -> None:
         raise ValueError(f"unknown attention backend {name!r}; valid: {['auto', *BACKENDS]}")
 
 
+def with_path(name: str, req: Request) -> str:
+    """`name`, or "name[path]" when the backend runs `req` on one of its named paths (`Sdpa.PATHS`)."""
+    path = BACKENDS[name].path(req) if hasattr(BACKENDS[name], "path") else None
+    return name if path is None else f"{name}[{path}]"
+
+
+def backend_name(used: str) -> str:
+    """The registered backend of a name `choose_backend` returns: "sdpa[hankel_table]" -> "sdpa"."""
+    return used.partition("[")[0]
+
+
 def choose_backend(req: Request, backend: str = "auto") -> str:
-    """The backend name that will run `req`. Explicit choices that cannot run raise; `auto` logs once."""
+    """What will run `req`: a backend name, with its path when it has named ones ("sdpa[table_grad]").
+
+    Explicit choices that cannot run raise; `auto` logs its choice once per distinct situation.
+    """
     check_backend_name(backend)
     if backend != "auto":
         reason = BACKENDS[backend].supports(req)
         if reason is not None:
             raise ValueError(f"attention backend {backend!r} cannot run this call ({req.describe()}): {reason}")
-        return backend
+        return with_path(backend, req)
     skipped = []
     for name in AUTO_ORDER:
         reason = BACKENDS[name].supports(req)
         if reason is None and hasattr(BACKENDS[name], "avoid_in_auto"):
             reason = BACKENDS[name].avoid_in_auto(req)
         if reason is None:
-            key = (name, req.describe())
+            chosen = with_path(name, req)
+            key = (chosen, req.describe())
             if key not in _logged:
                 _logged.add(key)
                 why = "; ".join(f"not {n}: {r}" for n, r in skipped)
-                log.info("attention backend auto -> %s for %s%s", name, req.describe(), f" ({why})" if why else "")
-            return name
+                log.info("attention backend auto -> %s for %s%s", chosen, req.describe(), f" ({why})" if why else "")
+            return chosen
         skipped.append((name, reason))
     raise RuntimeError(f"no attention backend can run {req.describe()}: {skipped}")  # eager accepts everything
 
@@ -308,7 +358,9 @@ def attend(
     backend: str = "auto",
     return_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None, str]:
-    """Attention over q [B, H, Lq, D] and k, v [B, Hkv, Lk, D]; returns (out [B, H, Lq, D], weights, backend).
+    """Attention over q [B, H, Lq, D] and k, v [B, Hkv, Lk, D]; returns (out [B, H, Lq, D], weights, what ran).
+
+    What ran is the backend's name, with the path for backends that have named ones ("sdpa[hankel_table]").
 
     Args:
         pattern: which (query, key) pairs interact (see `patterns.py`); None means all.
@@ -332,19 +384,21 @@ def attend(
         dtype=q.dtype,
         head_dim=q.shape[-1],
     )
-    name = choose_backend(req, backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    out, weights = BACKENDS[name](
-        q,
-        k,
-        v,
-        pattern=pattern,
-        bias=bias,
-        key_padding_mask=key_padding_mask,
-        dropout_p=dropout_p,
-        scale=scale,
-        return_weights=return_weights,
-    )
+    # a bias module's tables are made once for the call: choosing a kernel path may read them too
+    with bias.once_per_call() if hasattr(bias, "once_per_call") else contextlib.nullcontext():
+        name = choose_backend(req, backend)
+        out, weights = BACKENDS[backend_name(name)](
+            q,
+            k,
+            v,
+            pattern=pattern,
+            bias=bias,
+            key_padding_mask=key_padding_mask,
+            dropout_p=dropout_p,
+            scale=scale,
+            return_weights=return_weights,
+        )
     return out, weights, name
 
 

@@ -112,7 +112,11 @@ class Bias(nn.Module):
     @contextlib.contextmanager
     def once_per_call(self) -> Iterator[Bias]:
         """Inside the block, `dense` and `relative` are computed once per shape and reused: one bias for every
-        layer of an encoder's forward, as T5 shares its bias (`Encoder(shared_bias=)`)."""
+        layer of an encoder's forward, as T5 shares its bias (`Encoder(shared_bias=)`), and one table for
+        choosing a kernel and running it (`attend`). A block inside another shares the outer one's results."""
+        if self.__dict__.get("_memo") is not None:
+            yield self
+            return
         self._memo: dict[Hashable, Any] | None = {}
         try:
             yield self
@@ -400,5 +404,5 @@ class RelativeBias2D(Bias):
         )
 
 
-# config short names -> classes (see attnzoo.attention.factory)
+# config short names -> classes (see attnzoo.attention.specs)
 BIASES: dict[str, type[Bias]] = {"t5": T5RelativeBias, "relative_2d": RelativeBias2D, "alibi": ALiBi}

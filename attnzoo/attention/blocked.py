@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .backends import Request, register_backend
-from .patterns import Pattern, num_blocks
+from .backends import Request, register_backend, trains
+from .patterns import Pattern, num_blocks, unpadded
 
 Tensor = torch.Tensor
 
@@ -159,10 +159,19 @@ class Blocked:
             cache[(lq, lk)] = min(work, key=work.get)
         return cache[(lq, lk)]
 
+    PATHS = {
+        "bias_grad": "training a learned bias: an explicit softmax over each group of blocks instead of SDPA, "
+        "whose CPU kernels do not train a mask",
+    }
+
     def supports(self, req: Request) -> str | None:
         if req.return_weights:
             return "block-sparse attention does not return attention weights"
         return None
+
+    def path(self, req: Request) -> str | None:
+        """ "bias_grad" when the call trains its bias (see `PATHS`), else None (SDPA per group of blocks)."""
+        return "bias_grad" if trains(req.bias) and req.needs_grad else None
 
     def avoid_in_auto(self, req: Request) -> str | None:
         if req.pattern is None:
@@ -197,7 +206,7 @@ class Blocked:
         hkv, lk = k.shape[1], k.shape[2]
         bq, bk = self.blocks(pattern, lq, lk)
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
-        keep = None if key_padding_mask is None else ~key_padding_mask  # [B, Lk]
+        keep = None if key_padding_mask is None else unpadded(key_padding_mask)  # [B, Lk]
         bound = pattern.bind(lq, lk)
         groups = self.groups(pattern, lq, lk, q.device)
         if not groups:  # no query reads any key
@@ -222,7 +231,7 @@ class Blocked:
                 mask = allowed if add is None else add.masked_fill(~allowed, float("-inf"))
             if kernel is not None:
                 o = kernel(qg, kg, vg, mask, dropout_p, scale)
-            elif add is not None and add.requires_grad:  # SDPA's CPU kernels do not train a mask: explicit math
+            elif add is not None and add.requires_grad:  # path "bias_grad": SDPA's CPU kernels do not train a mask
                 o = _eager(qg, kg, vg, mask, dropout_p, scale)
             else:
                 o = F.scaled_dot_product_attention(

@@ -1,12 +1,12 @@
 """KV caches for incremental decoding: `Attention.forward(x, ..., cache=...)` adds a few tokens per call.
 
 A self-attention cache holds the keys and values of every token seen so far (`KVCache`), or only the last
-W of them (`SlidingWindowKVCache`, for patterns that never read further back: memory O(W)). A cross-attention
-cache (`CrossKVCache`) holds the keys and values of one source, computed once. Every cache counts the queries
-it has seen (`offset`: the position of the next one), so a call's positions continue where the cache ends:
-rotary angles, bias rows and pattern rows are taken at those positions (`Pattern.shifted`, `Bias.shifted`).
-Keys are cached after qk-norm and rotary, with the layer's Hkv heads (grouped-query attention caches Hkv,
-not H).
+ones a window of W keys needs (`SlidingWindowKVCache`, for patterns that never read further back: memory
+O(W)). A cross-attention cache (`CrossKVCache`) holds the keys and values of one source, computed once.
+Every cache counts the queries it has seen (`offset`: the position of the next one), so a call's positions
+continue where the cache ends: rotary angles, bias rows and pattern rows are taken at those positions
+(`Pattern.shifted`, `Bias.shifted`). Keys are cached after qk-norm and rotary, with the layer's Hkv heads
+(grouped-query attention caches Hkv, not H).
 
 `DecodingCache` gathers the caches of a model's layers for generation: `reorder` (beam search), `nbytes`.
 Caches are for inference: they are filled under `torch.no_grad()` (gradients would keep every step alive).
@@ -92,8 +92,9 @@ class KVCache(Cache):
 
 
 class SlidingWindowKVCache(KVCache):
-    """Keeps only the last `window` keys (memory O(window)): for patterns whose queries read at most
-    `window - 1` positions back (`Pattern.lookback`; `Attention.new_cache()` sizes it)."""
+    """For patterns whose queries read at most `window` keys, themselves included (`Pattern.lookback` + 1;
+    `Attention.new_cache()` sizes it): between calls it keeps only the last window - 1 keys, those the next
+    token reads besides itself, so a one-token step reads exactly `window` keys. Memory O(window)."""
 
     def __init__(self, *, window: int) -> None:
         super().__init__()
@@ -102,9 +103,10 @@ class SlidingWindowKVCache(KVCache):
         self.window = window
 
     def _keep(self, x: Tensor, dim: int) -> Tensor:
-        if x.shape[dim] <= self.window:
+        keep = self.window - 1
+        if x.shape[dim] <= keep:
             return x
-        return x.narrow(dim, x.shape[dim] - self.window, self.window).clone()  # a copy: the rest is freed
+        return x.narrow(dim, x.shape[dim] - keep, keep).clone()  # a copy: the rest is freed
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(window={self.window}, offset={self.offset}, keys={self.length})"

@@ -1,76 +1,39 @@
-"""Config -> attention objects: short names for built-ins, a dotted import path for a user's own class.
+"""Attention config -> an attention class: kind, pattern, bias and rotary specs plus `Attention` options.
 
-A spec is None / "none" (nothing), a kind name ("causal"), or a mapping with `kind` and the class's
-keyword arguments (`{kind: sliding_window, window: 128}`). Builders also pass *context* the model knows
-(num_heads, grid size, prefix tokens, ...); each class receives only the context its constructor accepts.
+Specs are built by `specs.build` (short names for built-ins, a dotted import path for a user's own class).
+A model tells its attention what it knows about its tokens as *model context* (`MODEL_CONTEXT`), made by
+`attention_context` from the token layout; `attention_layer` adds each layer's width, heads and index.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
 import itertools
 from collections.abc import Mapping
 from typing import Any
 
-
-def import_path(path: str) -> Any:
-    """`package.module.Name` -> the object."""
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"{path!r} is not a dotted import path (package.module.Name)")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"cannot import {path!r}: {err}") from err
-
-
-def suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
-    """An object from `spec` using `table` (kind -> class); None for an empty spec.
-
-    Args:
-        what: the config key being built, for error messages (e.g. "model.attention.pattern").
-        context: keyword arguments the model supplies; passed when the class's constructor takes them.
-    """
-    if spec is None or spec == "none" or spec is False:
-        return None
-    if isinstance(spec, str):
-        spec = {"kind": spec}
-    if not isinstance(spec, Mapping) or "kind" not in spec:
-        raise ValueError(f"{what}: expected a kind name or a mapping with 'kind', got {spec!r}")
-    kwargs = {k: v for k, v in spec.items() if k != "kind"}
-    kind = spec["kind"]
-    if kind in (None, "none"):
-        return None
-    if kind in table:
-        cls = table[kind]
-    elif "." in str(kind):
-        cls = import_path(kind)
-    else:
-        valid = ["none", *table]
-        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")
-    params = inspect.signature(cls).parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    unknown = [k for k in kwargs if k not in params and not takes_any]
-    if unknown:
-        valid = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
-        raise ValueError(
-            f"{what}: {kind!r} takes no argument {unknown[0]!r}; valid: {valid}{suggest(unknown[0], valid)}"
-        )
-    given = {k: v for k, v in context.items() if (k in params or takes_any) and k not in kwargs}
-    try:
-        return cls(**given, **kwargs)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{what} ({kind}): {err}") from err
-
+from .specs import build, check_context, import_path, suggest
 
 ATTENTION_OPTIONS = ("backend", "num_kv_heads", "qkv_bias", "qk_norm", "attn_drop", "proj_drop")
+# what a model may tell its attention layers (see `specs.CONTEXT_KEYS`); `attention_layer` adds the per-layer keys
+MODEL_CONTEXT = ("seq_len", "grid_size", "num_prefix_tokens")
+
+
+def attention_context(
+    *, grid_size: tuple[int, int] | None = None, max_len: int | None = None, num_prefix_tokens: int = 0
+) -> dict[str, Any]:
+    """The model context of a token layout: a patch grid (images, spectrograms) or the longest text (`max_len`),
+    after `num_prefix_tokens` (cls, distillation). `seq_len`, the longest sequence a layer sees, is derived here
+    and nowhere else."""
+    if (grid_size is None) == (max_len is None):
+        raise ValueError(
+            f"tokens come from a patch grid or a text, exactly one: grid_size={grid_size}, max_len={max_len}"
+        )
+    tokens = max_len if grid_size is None else grid_size[0] * grid_size[1]
+    context: dict[str, Any] = {"seq_len": num_prefix_tokens + tokens, "num_prefix_tokens": num_prefix_tokens}
+    if grid_size is not None:
+        context["grid_size"] = tuple(grid_size)
+    return context
 
 
 def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention", **context: Any) -> type:
@@ -81,7 +44,11 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     bias and rotary objects, built with `context` plus the instance's `num_heads`, `head_dim` (the channels
     rotary rotates: `Attention.rotary_dim`) and `layer_index` (instances of the returned class count from 0 in
     the order they are built: per-layer random blocks draw from it, and so does a kind that names it).
+
+    Args:
+        context: model context, keys of `MODEL_CONTEXT` (`attention_context` makes it); any other key raises.
     """
+    check_context(context, MODEL_CONTEXT, f"{what} (attention_layer)")
     from .attention import ATTENTION_KINDS, Attention
     from .biases import BIASES
     from .patterns import PATTERNS
@@ -103,7 +70,7 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     if issubclass(base, Attention):  # a kind's constructor passes Attention's options on through **kwargs
         known |= set(inspect.signature(Attention).parameters)
     # model context a kind's constructor names explicitly (e.g. linformer's seq_len), unless the config sets it
-    from_context = {k: v for k, v in context.items() if k in own and k not in options and k not in ("dim", "num_heads")}
+    from_context = {k: v for k, v in context.items() if k in own and k not in options}
     for key in options:
         if key not in known:
             valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})

@@ -36,7 +36,7 @@ def band_of(pattern: Any | None, lq: int, lk: int) -> tuple[int, int] | None:
     """
     if pattern is None:
         return (-1, -1)
-    if lq != lk:
+    if lq != lk or getattr(pattern, "batch_size", None) is not None:  # a per-batch pattern carries padding
         return None
     if getattr(pattern, "is_causal", False):
         return (-1, 0)

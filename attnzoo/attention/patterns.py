@@ -52,14 +52,17 @@ class Pattern:
 
     def dense_mask(self, lq: int, lk: int, device: torch.device | str | None = None) -> Tensor:
         """bool [Lq, Lk] (or [B, Lq, Lk] when `batch_size` is set), True where query i may read key j."""
-        bound = self.bind(lq, lk)
-        q_idx = torch.arange(lq, device=device)[:, None]
-        kv_idx = torch.arange(lk, device=device)[None, :]
-        zero = torch.zeros((), dtype=torch.long, device=device)
-        if bound.batch_size is None:
-            return bound.mask_mod(zero, zero, q_idx, kv_idx).expand(lq, lk)
-        b = torch.arange(bound.batch_size, device=device)[:, None, None]
-        return bound.mask_mod(b, zero, q_idx, kv_idx).expand(bound.batch_size, lq, lk)
+        return self.bind(lq, lk).mask_at(torch.arange(lq, device=device), torch.arange(lk, device=device))
+
+    def mask_at(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """The mask of a bound pattern (see `bind`) at queries q_idx [c] and keys kv_idx [n]: bool [c, n], or
+        [B, c, n] when `batch_size` is set (each batch element its own rows)."""
+        c, n = len(q_idx), len(kv_idx)
+        zero = torch.zeros((), dtype=torch.long, device=q_idx.device)
+        if self.batch_size is None:
+            return self.mask_mod(zero, zero, q_idx[:, None], kv_idx[None, :]).expand(c, n)
+        b = torch.arange(self.batch_size, device=q_idx.device)[:, None, None]
+        return self.mask_mod(b, zero, q_idx[:, None], kv_idx[None, :]).expand(self.batch_size, c, n)
 
     def block_mask(self, lq: int, lk: int, block_q: int, block_k: int, device=None) -> Tensor:
         """bool [nQb, nKb]: True where some query of block i may read some key of block j (superset allowed).
@@ -319,6 +322,13 @@ class _BoundRandomBlocks(Pattern):
         return (integral[r1, c1] - integral[r0, c1] - integral[r1, c0] + integral[r0, c0]) > 0
 
 
+def unpadded(padding_mask: Tensor) -> Tensor:
+    """True where a position holds a real token, from a padding mask (True = padding, as `key_padding_mask` in
+    `torch.nn.MultiheadAttention`). The one place attnzoo turns padding around: every backend, the chunked
+    engine, `KeyPadding` and pooling over tokens call this."""
+    return ~padding_mask
+
+
 class KeyPadding(Pattern):
     """Per-batch key padding as a pattern: `padding_mask` bool [B, Lk], True marks padding (never read).
 
@@ -330,14 +340,15 @@ class KeyPadding(Pattern):
             raise ValueError(f"padding_mask must be bool [B, Lk]; got {padding_mask.dtype} {list(padding_mask.shape)}")
         self.padding_mask = padding_mask
         self.batch_size = padding_mask.shape[0]
+        self._keys = unpadded(padding_mask)  # [B, Lk], True = a key to read
 
     def mask_mod(self, b, h, q_idx, kv_idx):
-        pad = self.padding_mask.to(kv_idx.device)
-        return ~pad[b, kv_idx.clamp(max=pad.shape[1] - 1)]
+        keys = self._keys.to(kv_idx.device)
+        return keys[b, kv_idx.clamp(max=keys.shape[1] - 1)]
 
     def block_mask(self, lq, lk, block_q, block_k, device=None):
         nkb = num_blocks(lk, block_k)
-        keep = torch.nn.functional.pad(~self.padding_mask.to(device), (0, nkb * block_k - lk))
+        keep = torch.nn.functional.pad(self._keys.to(device), (0, nkb * block_k - lk))
         has_key = keep.view(-1, nkb, block_k).any(dim=2).any(dim=0)  # [nKb]
         return has_key[None, :].expand(num_blocks(lq, block_q), nkb)
 
@@ -459,7 +470,7 @@ class Shifted(Pattern):
         return self.pattern.shifted(self.q_start + q_start, self.k_start + k_start)
 
 
-# config short names -> classes (see attnzoo.attention.factory)
+# config short names -> classes (see attnzoo.attention.specs)
 PATTERNS: dict[str, type[Pattern]] = {
     "causal": Causal,
     "sliding_window": SlidingWindow,

@@ -134,5 +134,5 @@ class Rotary2D(nn.Module):
         return f"head_dim={self.head_dim}, grid={self.grid_size}, prefix_tokens={self.num_prefix_tokens}"
 
 
-# config short names -> classes (see attnzoo.attention.factory)
+# config short names -> classes (see attnzoo.attention.specs)
 ROTARY: dict[str, type[nn.Module]] = {"rope": Rotary, "rope_2d": Rotary2D}

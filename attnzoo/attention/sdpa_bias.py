@@ -29,18 +29,7 @@ Tensor = torch.Tensor
 _CHUNK_ELEMENTS = 1 << 21  # scores per backward chunk (B * H * c * Lk), 8 MiB in fp32
 _FORWARD_CHUNK_ELEMENTS = 1 << 23  # bias values per forward chunk (H * c * Lk): the fused kernel gains from more rows
 _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def supported(q: Tensor, bias: Tensor, dropout_p: float) -> bool:
-    """True when `sdpa_with_bias_grad` can run this call (CPU, no dropout, bias needing a gradient)."""
-    return (
-        q.device.type == "cpu"
-        and dropout_p == 0.0
-        and bias.requires_grad
-        and torch.is_grad_enabled()
-        and q.dtype in DTYPES
-    )
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the fused CPU kernel takes here
 
 
 def _chunked_backward(q, k, v, out, lse, dout, scale, bounds, fill, sink):

@@ -16,9 +16,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
-from ..attention.factory import suggest
+from ..attention.specs import suggest
 from . import listops
 from .batching import BucketBatchSampler, PadCollate, TokenDataset
+from .subword import KINDS as SUBWORD_KINDS
 from .text_files import check_labels, label_vocabulary, read_text_file
 from .tokenize import make_tokenizer
 
@@ -45,8 +46,10 @@ class TextDataModule(L.LightningDataModule):
         text_column, label_column: column (or JSON key) names.
         labels: the class names in order (a list, or a `labels.json` saved with a run); default: the distinct
             labels of the train split, sorted.
-        tokenizer: "bytes" (UTF-8 bytes), "listops" (ListOps words), a `tokenizers` JSON file, or "auto":
-            listops for the embedded ListOps, bytes for files.
+        tokenizer: "bytes" (UTF-8 bytes), "listops" (ListOps words), a subword kind learned from the train split
+            ("bpe", "wordpiece", "unigram"; saved with a run as `tokenizer.json`), a `tokenizers` JSON file, or
+            "auto": listops for the embedded ListOps, bytes for files.
+        vocab_size: the subword vocabulary size (special tokens included).
         max_len: longer texts are cut to this many tokens (and how many were cut is logged).
         bucket: batch texts of similar lengths together (pools of `bucket_pool` batches).
         pad_to_multiple: round padded lengths up to a multiple of this (e.g. a sparse backend's block size).
@@ -63,6 +66,7 @@ class TextDataModule(L.LightningDataModule):
         label_column: str = "label",
         labels: list[str] | str | None = None,
         tokenizer: str = "auto",
+        vocab_size: int = 8000,
         max_len: int = 512,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
@@ -85,6 +89,7 @@ class TextDataModule(L.LightningDataModule):
         self.text_column, self.label_column = text_column, label_column
         self.labels = labels
         self.tokenizer_spec = tokenizer
+        self.vocab_size = vocab_size
         self.max_len = max_len
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -126,8 +131,11 @@ class TextDataModule(L.LightningDataModule):
         if spec == "auto":
             spec = "listops" if use_listops else "bytes"
             log.info("data.tokenizer=auto chose %r (%s)", spec, "ListOps words" if use_listops else "UTF-8 bytes")
-        self.tokenizer = make_tokenizer(spec)
+        trained = spec in SUBWORD_KINDS
+        self.tokenizer = None if trained else make_tokenizer(spec)
         splits = self._listops_splits() if use_listops else self._file_splits()
+        if trained:  # learned from the train split only
+            self.tokenizer = make_tokenizer(spec, texts=splits["train"][0], vocab_size=self.vocab_size)
         for name, (texts, labels, source) in splits.items():
             ids = [self._encode(text, source) for text in texts]
             cut = sum(len(x) > self.max_len for x in ids)
@@ -146,7 +154,7 @@ class TextDataModule(L.LightningDataModule):
 
     def _listops_splits(self) -> dict[str, tuple[list[str], list[str], str]]:
         opts = dict(self.listops)
-        if self.tokenizer.name == "listops" and opts["max_len"] > self.max_len:
+        if getattr(self.tokenizer, "name", None) == "listops" and opts["max_len"] > self.max_len:
             raise ValueError(
                 f"data.listops.max_len ({opts['max_len']}) exceeds data.max_len ({self.max_len}): expressions would "
                 "be cut; raise data.max_len"
@@ -244,10 +252,14 @@ class TextDataModule(L.LightningDataModule):
         return self._loader("test", train=False)
 
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
-        """Write the label vocabulary and tokenizer description (`labels.json`) into `run_dir`."""
+        """Write the label vocabulary and tokenizer description (`labels.json`) into `run_dir`, and a tokenizer
+        learned from the train split (`tokenizer.json`, which `data.tokenizer=<run>/tokenizer.json` reloads)."""
         self._require_setup()
         path = Path(run_dir) / "labels.json"
         path.parent.mkdir(parents=True, exist_ok=True)
+        saved = [path]
+        if self.tokenizer_spec in SUBWORD_KINDS:
+            saved.append(self.tokenizer.save(Path(run_dir) / "tokenizer.json"))
         record = {
             "class_names": self.class_names,
             "label_column": self.label_column if self.files["train"] else None,
@@ -255,7 +267,7 @@ class TextDataModule(L.LightningDataModule):
             "tokenizer": self.tokenizer.describe(),
         }
         path.write_text(json.dumps(record, indent=2) + "\n")
-        return [path]
+        return saved
 
     def _require_setup(self) -> None:
         if not self.datasets:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..attention.factory import suggest
+from ..attention.specs import suggest
 
 FORMATS = (".csv", ".tsv", ".jsonl")
 

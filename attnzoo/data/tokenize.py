@@ -1,7 +1,8 @@
-"""Tokenizers that need no download: UTF-8 bytes (every language), a fixed word list, or a user's file.
+"""Tokenizers that need no download: UTF-8 bytes (every language), a fixed word list, a subword vocabulary learned
+from the train split (`attnzoo.data.subword`), or a user's file.
 
-A tokenizer has `name`, `vocab_size`, `pad_id`, `encode(text) -> list[int]` and `describe() -> dict` (saved
-with a run). `make_tokenizer(spec)` builds one from the `data.tokenizer` config value.
+A tokenizer has `name`, `vocab_size`, `pad_id`, `encode(text) -> list[int]`, `decode(ids) -> str` and
+`describe() -> dict` (saved with a run). `make_tokenizer(spec)` builds one from the `data.tokenizer` config value.
 """
 
 from __future__ import annotations
@@ -20,24 +21,34 @@ class Tokenizer(Protocol):
 
     def encode(self, text: str) -> list[int]: ...
 
+    def decode(self, ids: Sequence[int]) -> str: ...
+
     def describe(self) -> dict[str, Any]: ...
 
 
 class ByteTokenizer:
-    """UTF-8 bytes: id = byte + 1, id 0 is padding (257 ids)."""
+    """UTF-8 bytes: id = byte + 1, id 0 is padding (257 ids); with `bos_eos`, ids 257 and 258 begin and end a
+    sequence (259 ids), for translation and language models."""
 
     name = "bytes"
-    vocab_size = 257
     pad_id = 0
+    unk_id = None
+    cls_id = None
+
+    def __init__(self, *, bos_eos: bool = False) -> None:
+        self.vocab_size = 259 if bos_eos else 257
+        self.bos_id = 257 if bos_eos else None
+        self.eos_id = 258 if bos_eos else None
 
     def encode(self, text: str) -> list[int]:
         return [b + 1 for b in text.encode("utf-8")]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return bytes(i - 1 for i in ids if i != self.pad_id).decode("utf-8", errors="replace")
+        return bytes(int(i) - 1 for i in ids if 0 < int(i) < 257).decode("utf-8", errors="replace")
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.name, "vocab_size": self.vocab_size, "pad_id": self.pad_id}
+        ids = {"bos_id": self.bos_id, "eos_id": self.eos_id} if self.bos_id is not None else {}
+        return {"kind": self.name, "vocab_size": self.vocab_size, "pad_id": self.pad_id, **ids}
 
 
 class WordTokenizer:
@@ -115,6 +126,9 @@ class FileTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text).ids
 
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path), "vocab_size": self.vocab_size, "pad_id": self.pad_id}
 
@@ -125,14 +139,34 @@ TOKENIZERS = {
 }
 
 
-def make_tokenizer(spec: str) -> Tokenizer:
-    """A tokenizer from a name in `TOKENIZERS` or a path to a `tokenizers` JSON file."""
+def make_tokenizer(
+    spec: str, *, texts: Sequence[str] | None = None, vocab_size: int = 8000, lowercase: bool = False
+) -> Tokenizer:
+    """A tokenizer from a name in `TOKENIZERS`, a subword kind trained on `texts`, or a `tokenizers` JSON file.
+
+    Args:
+        spec: "bytes", "listops", "bpe", "wordpiece", "unigram" or a file path.
+        texts: the training split's texts, for a subword kind (`attnzoo.data.subword`).
+        vocab_size, lowercase: subword options.
+    """
+    from .subword import KINDS, SubwordTokenizer
+
     if spec in TOKENIZERS:
         return TOKENIZERS[spec]()
+    if spec in KINDS:
+        if texts is None:
+            raise ValueError(
+                f"data.tokenizer {spec!r} is trained on the train split's texts, which this data does not give; "
+                f"valid here: {list(TOKENIZERS)} or a `tokenizers` .json file"
+            )
+        return SubwordTokenizer.train(texts, kind=spec, vocab_size=vocab_size, lowercase=lowercase)
     if spec.endswith(".json") or Path(spec).exists():
         return FileTokenizer(path=spec)
-    from ..attention.factory import suggest
+    from ..attention.specs import suggest
 
-    valid = list(TOKENIZERS)
+    valid = list(TOKENIZERS) + list(KINDS)
     hint = suggest(spec, valid)
-    raise ValueError(f"data.tokenizer: unknown {spec!r}; valid: {valid} or a `tokenizers` .json file{hint}")
+    raise ValueError(
+        f"data.tokenizer: unknown {spec!r}; valid: {list(TOKENIZERS)}, a subword kind trained on the train split "
+        f"{list(KINDS)}, or a `tokenizers` .json file{hint}"
+    )

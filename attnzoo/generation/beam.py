@@ -68,8 +68,9 @@ def beam_search(
         beam_size: K, live hypotheses per input (1 is greedy decoding).
         length_penalty: alpha in score = sum(log p) / length ** alpha (0: raw log-probability; > 0 favours
             longer hypotheses).
-        early_stopping: an input is done once it has K finished hypotheses (fairseq). False: only when no live
-            hypothesis can still beat the worst of them, whatever its future length (exact, slower).
+        early_stopping: an input is done once it has K finished hypotheses (fairseq). False: only once no live
+            hypothesis can still beat the worst of them, whatever length it ends at (slower; the stop never
+            cuts off a better hypothesis, though the beam itself still prunes).
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
@@ -89,7 +90,7 @@ def beam_search(
     generated = torch.empty(b * k, 0, dtype=torch.long, device=device)  # [N, t]
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     done = [False] * b
-    first_row = (torch.arange(b, device=device) * k)[:, None]  # [B, 1]
+    first_row = (torch.arange(b, device=device) * k)[:, None]  # [B, 1]: input i's beams are rows i K .. i K + K - 1
     for step in range(max_new_tokens):
         log_probs = steps(tokens).log_softmax(dim=-1)  # [N, V]
         vocab = log_probs.shape[-1]
@@ -98,11 +99,12 @@ def beam_search(
         beam, token = index // vocab, index % vocab
         length = step + 1
         ends = (token == eos_id) & top.isfinite()
-        ends[:, k:] = False  # only the K best may end (fairseq): the others are no better than a live beam
+        ends[:, k:] = False  # only the K best may end (fairseq): the others rank below K that go on
+        top_list, beam_list = top.tolist(), beam.tolist()  # one device sync per step, not one per hypothesis
         for i, j in ends.nonzero().tolist():
             if not done[i]:
-                row = int(first_row[i, 0] + beam[i, j])
-                _keep(finished[i], _hypothesis(generated[row], eos_id, float(top[i, j]), length, length_penalty), k)
+                hyp = _hypothesis(generated[i * k + beam_list[i][j]], eos_id, top_list[i][j], length, length_penalty)
+                _keep(finished[i], hyp, k)
         # the K best candidates that do not end continue
         live = ~(token == eos_id)
         rank = live.long().cumsum(dim=1) - 1
@@ -114,17 +116,17 @@ def beam_search(
         generated = torch.cat([generated.index_select(0, rows), new_token[:, None]], dim=1)
         steps.reorder(rows)
         tokens = new_token[:, None]
+        live_scores = scores.tolist()
         for i in range(b):
             if done[i]:
                 continue
             if step == max_new_tokens - 1:  # live hypotheses end at the length limit
-                for j in range(k):
-                    if math.isfinite(float(scores[i, j])):
-                        hyp = _hypothesis(generated[i * k + j], None, float(scores[i, j]), length, length_penalty)
-                        _keep(finished[i], hyp, k)
+                for j, score in enumerate(live_scores[i]):
+                    if math.isfinite(score):
+                        _keep(finished[i], _hypothesis(generated[i * k + j], None, score, length, length_penalty), k)
                 done[i] = True
             else:
-                bound = _best_reachable(float(scores[i, 0]), length, max_new_tokens, length_penalty)
+                bound = _best_reachable(live_scores[i][0], length, max_new_tokens, length_penalty)
                 full = len(finished[i]) >= k
                 done[i] = full and (early_stopping or bound <= finished[i][-1].score)
         if all(done):

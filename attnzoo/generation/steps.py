@@ -74,6 +74,11 @@ def prepare(
     max_new_tokens: int,
 ) -> tuple[Tensor | None, Tensor | None, Tensor]:
     """Check the inputs and run the encoder once: (memory, memory_padding_mask, prompt [B, P])."""
+    if not isinstance(model, Decodes):
+        raise ValueError(
+            f"{type(model).__name__} cannot generate: it needs new_cache() and "
+            "decode_step(tokens, memory, memory_padding_mask, cache) (see attnzoo.generation.steps.Decodes)"
+        )
     if getattr(model, "training", False):
         raise ValueError("call model.eval() before generating: dropout would change every step")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:

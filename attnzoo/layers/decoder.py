@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -186,7 +186,7 @@ def make_decoder(
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
     what: str = "model.attention",
-    **context,
+    context: Mapping[str, Any] | None = None,
 ) -> Decoder:
     """A pre-norm `Decoder` of `depth` `DecoderBlock`s with attention from attention configs.
 
@@ -198,7 +198,7 @@ def make_decoder(
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim`.
         what: the config key of `attention`, for error messages.
-        context: what the model knows that attention parts may need (max_len, seq_len, ...).
+        context: the model context of the attention layers (`attnzoo.attention.factory.attention_context`).
     """
     from timm.layers import Mlp
 
@@ -209,8 +209,8 @@ def make_decoder(
     attention = dict(attention or {})
     if attention.get("pattern") in (None, "none"):
         attention["pattern"] = "causal"  # built by the kind itself, so kinds that take no pattern say so here
-    self_cls = attention_layer(attention, what, **context)
-    cross_cls = attention_layer(cross_attention, "model.cross_attention", **context) if cross else None
+    self_cls = attention_layer(attention, what, **(context or {}))
+    cross_cls = attention_layer(cross_attention, "model.cross_attention", **(context or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         DecoderBlock(

@@ -6,7 +6,8 @@ Notation: B batch, L tokens, C width, H heads.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -76,7 +77,7 @@ def make_encoder(
     proj_drop: float = 0.0,
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
-    **context,
+    context: Mapping[str, Any] | None = None,
 ) -> Encoder:
     """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config.
 
@@ -84,7 +85,7 @@ def make_encoder(
         attention: the `model.attention` config (see `attnzoo.attention.factory.attention_layer`).
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim` (timm's ViT uses LayerNorm with eps=1e-6).
-        context: what the model knows that attention parts may need (grid_size, num_prefix_tokens, ...).
+        context: the model context of the attention layers (`attnzoo.attention.factory.attention_context`).
     """
     from timm.layers import Mlp
 
@@ -93,7 +94,7 @@ def make_encoder(
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    attn_cls = attention_layer(attention, **context)
+    attn_cls = attention_layer(attention, **(context or {}))
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         TransformerBlock(

@@ -19,6 +19,7 @@ from timm.layers import resample_abs_pos_embed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import nn
 
+from ..attention.factory import attention_context
 from ..attention.patterns import Pattern
 from ..data.audio_features import LogMel, SpecAugment
 from ..layers.encoder import make_encoder
@@ -113,7 +114,9 @@ class AST(nn.Module):
         self.num_prefix_tokens = 2 if dist_token else 1
         self.patch_embed = nn.Conv2d(1, embed_dim, kernel_size=patch_size, stride=(fstride, tstride))
         self.prefix = nn.Parameter(torch.zeros(1, self.num_prefix_tokens, embed_dim))  # cls (, dist)
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_prefix_tokens + self.grid[0] * self.grid[1], embed_dim))
+        # rows of the grid are time steps; seq_len: tokens per training clip
+        context = attention_context(grid_size=(self.grid[1], self.grid[0]), num_prefix_tokens=self.num_prefix_tokens)
+        self.pos_embed = nn.Parameter(torch.zeros(1, context["seq_len"], embed_dim))
         self.pos_drop = nn.Dropout(drop_rate)
         self.encoder = make_encoder(
             dim=embed_dim,
@@ -122,9 +125,7 @@ class AST(nn.Module):
             mlp_ratio=mlp_ratio,
             attention=attention,
             drop_path_rate=drop_path_rate,
-            grid_size=(self.grid[1], self.grid[0]),
-            num_prefix_tokens=self.num_prefix_tokens,
-            seq_len=self.num_prefix_tokens + self.grid[0] * self.grid[1],  # tokens per clip (e.g. for linformer)
+            context=context,
         )
         self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
         self.head_drop = nn.Dropout(drop_rate)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..attention.cache import DecodingCache
+from ..attention.factory import attention_context
 from ..layers.decoder import make_decoder
 from .seq2seq import TokenEmbedding, check_tokens
 
@@ -63,8 +64,7 @@ class CausalLM(nn.Module):
             cross=False,
             drop_path_rate=drop_path_rate,
             proj_drop=drop_rate,
-            max_len=max_len,
-            seq_len=max_len,
+            context=attention_context(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
 

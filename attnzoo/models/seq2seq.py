@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention.cache import DecodingCache
-from ..attention.factory import build
+from ..attention.factory import attention_context
 from ..attention.positions import POSITIONS
+from ..attention.specs import build
 from ..layers.decoder import make_decoder
 from ..layers.encoder import make_encoder
 
@@ -111,16 +112,18 @@ class Seq2Seq(nn.Module):
             vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
         )
         common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio, drop_path_rate=drop_path_rate)
-        context = dict(max_len=max_len, seq_len=max_len)  # linformer's seq_len: the longest key sequence
-        self.encoder = make_encoder(depth=encoder_depth, attention=attention, proj_drop=drop_rate, **common, **context)
+        context = attention_context(max_len=max_len)  # seq_len (linformer's longest key sequence) from max_len
+        self.encoder = make_encoder(
+            depth=encoder_depth, attention=attention, proj_drop=drop_rate, context=context, **common
+        )
         self.decoder = make_decoder(
             depth=decoder_depth,
             attention=attention if decoder_attention is None else decoder_attention,
             cross_attention=cross_attention,
             proj_drop=drop_rate,
             what="model.attention" if decoder_attention is None else "model.decoder_attention",
+            context=context,
             **common,
-            **context,
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
 
@@ -154,9 +157,8 @@ class Seq2Seq(nn.Module):
         x = self.decoder(self.embed(tokens, offset), memory, memory_padding_mask, cache=cache)  # [B, L, C]
         return self.embed.logits(x) if self.head is None else self.head(x)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
-        """Teacher forcing: src [B, S], decoder input tgt [B, T] (BOS then the target shifted) -> logits [B, T, V].
-
-        Target padding needs no mask: it comes after the real tokens, which (causal) never read it.
+    def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
+        """Teacher forcing: src [B, S], decoder input tgt_in [B, T] (BOS, then the target but its last token)
+        -> logits [B, T, V]. Target padding needs no mask: it follows the real tokens, which (causal) never read it.
         """
-        return self.decode_step(tgt, self.encode(src, src_padding_mask), src_padding_mask)
+        return self.decode_step(tgt_in, self.encode(src, src_padding_mask), src_padding_mask)

@@ -12,9 +12,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention.factory import build
+from ..attention.factory import attention_context
 from ..attention.positions import POSITIONS
+from ..attention.specs import build
 from ..layers.encoder import make_encoder
+from ..layers.pooling import mean_pool
 
 Tensor = torch.Tensor
 
@@ -59,7 +61,8 @@ class TextClassifier(nn.Module):
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
         self.pad_id, self.max_len, self.pooling = pad_id, max_len, pooling
         self.num_prefix_tokens = 1 if pooling == "cls" else 0
-        positions = max_len + self.num_prefix_tokens
+        context = attention_context(max_len=max_len, num_prefix_tokens=self.num_prefix_tokens)
+        positions = context["seq_len"]  # the cls token has a position too
 
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim)) if pooling == "cls" else None
@@ -74,9 +77,7 @@ class TextClassifier(nn.Module):
             drop_path_rate=drop_path_rate,
             layer_scale=layer_scale,
             proj_drop=drop_rate,
-            max_len=positions,
-            seq_len=positions,  # linformer's longest key sequence
-            num_prefix_tokens=self.num_prefix_tokens,
+            context=context,
         )
         self.head = nn.Linear(dim, num_classes)
 
@@ -101,11 +102,5 @@ class TextClassifier(nn.Module):
         if self.pos_embed is not None:
             x = self.pos_embed(x)
         x = self.encoder(self.drop(x), key_padding_mask=padding_mask)  # [B, L', C]
-        if self.pooling == "cls":
-            pooled = x[:, 0]
-        elif padding_mask is None:
-            pooled = x.mean(dim=1)
-        else:
-            keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # [B, L, 1]
-            pooled = (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
+        pooled = x[:, 0] if self.pooling == "cls" else mean_pool(x, padding_mask)  # [B, C]
         return self.head(self.drop(pooled))

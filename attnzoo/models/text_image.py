@@ -12,10 +12,12 @@ from timm.layers import Mlp
 from torch import nn
 
 from ..attention import capture_attention
-from ..attention.factory import attention_layer, build
+from ..attention.factory import attention_context, attention_layer
 from ..attention.positions import POSITIONS
+from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
+from ..layers.pooling import mean_pool
 from .vit import ViT
 
 Tensor = torch.Tensor
@@ -114,6 +116,7 @@ class TextImageNet(nn.Module):
         self.grid_size = self.image_encoder.grid_size
 
         self.token_embed = nn.Embedding(vocab_size, text_dim, padding_idx=pad_id)
+        text_context = attention_context(max_len=max_len)  # of every text self-attention
         self.text_pos = build(text_pos, POSITIONS, "model.text_pos", dim=text_dim, max_len=max_len)  # None: "none"
         self.text_encoder = make_encoder(
             dim=text_dim,
@@ -123,12 +126,11 @@ class TextImageNet(nn.Module):
             attention=attention,
             drop_path_rate=drop_path_rate,
             final_norm=False,
-            max_len=max_len,
-            seq_len=max_len,
+            context=text_context,
         )
 
         cross_cls = attention_layer(cross_attention, what="model.cross_attention")
-        self_cls = attention_layer(attention, max_len=max_len, seq_len=max_len)
+        self_cls = attention_layer(attention, **text_context)
         hidden = int(text_dim * mlp_ratio)
         self.cross_blocks = nn.ModuleList(
             CrossAttentionBlock(
@@ -201,9 +203,4 @@ class TextImageNet(nn.Module):
         return (logits, maps) if return_cross_attention else logits
 
     def _pool(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
-        if self.pooling == "first":
-            return x[:, 0]
-        if padding_mask is None:
-            return x.mean(dim=1)
-        keep = (~padding_mask).unsqueeze(-1).to(x.dtype)  # [B, L, 1]
-        return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+        return x[:, 0] if self.pooling == "first" else mean_pool(x, padding_mask)  # [B, Ct]

@@ -18,6 +18,7 @@ import torch
 from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
 from torch import nn
 
+from ..attention.factory import attention_context
 from ..layers.encoder import make_encoder
 
 log = logging.getLogger("attnzoo")
@@ -71,7 +72,8 @@ class ViT(nn.Module):
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
         self.grid_size = tuple(self.patch_embed.grid_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
-        n_pos = self.patch_embed.num_patches + self.num_prefix_tokens
+        context = attention_context(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens)
+        n_pos = context["seq_len"]  # tokens per image
         self.pos_embed = nn.Parameter(torch.randn(1, n_pos, embed_dim) * 0.02) if pos_embed == "learned" else None
         self.pos_drop = nn.Dropout(pos_drop_rate)
         self.encoder = make_encoder(
@@ -85,9 +87,7 @@ class ViT(nn.Module):
             proj_drop=proj_drop_rate,
             final_norm=global_pool == "token",
             norm_layer=norm_layer,
-            grid_size=self.grid_size,
-            num_prefix_tokens=self.num_prefix_tokens,
-            seq_len=n_pos,  # tokens per image (e.g. for attention kind linformer)
+            context=context,
         )
         self.fc_norm = norm_layer(embed_dim) if global_pool == "avg" else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)

@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from ..attention.factory import build
+from ..attention.specs import build
 from .objectives import OBJECTIVES, Objective
 from .optim import SCHEDULES, check_optimizer, make_optimizer
 

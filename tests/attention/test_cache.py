@@ -11,11 +11,12 @@ from attnzoo.attention import ATTENTION_KINDS, BACKENDS, PATTERNS, Attention, Ca
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, ALiBi, T5RelativeBias
 from attnzoo.attention.cache import CrossKVCache, KVCache, SlidingWindowKVCache
-from attnzoo.attention.factory import attention_layer, build
+from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.patterns import And, BigBird, GlobalTokens, KeyPadding, RandomBlocks, Shifted
 from attnzoo.attention.positions import Learned, Sinusoidal
 from attnzoo.attention.rotary import ROTARY
+from attnzoo.attention.specs import build
 
 DIM, HEADS = 32, 4
 
@@ -210,8 +211,8 @@ def test_sliding_window_cache_memory_stays_bounded():
         for _ in range(40):
             layer(torch.randn(2, 1, DIM), cache=cache)
             sizes.append(cache.nbytes())
-    assert cache.length == 4 and cache.offset == 49
-    assert len(set(sizes)) == 1 and sizes[0] == 2 * 2 * 2 * 4 * (DIM // HEADS) * 4  # k, v: [B, Hkv, W, D] fp32
+    assert cache.length == 3 and cache.offset == 49  # the W - 1 keys the next token reads besides itself
+    assert len(set(sizes)) == 1 and sizes[0] == 2 * 2 * 2 * 3 * (DIM // HEADS) * 4  # k, v: [B, Hkv, W - 1, D] fp32
     full = _layer(pattern="causal", kv=2).new_cache()
     assert type(full) is KVCache
 
@@ -222,7 +223,7 @@ def test_dcmha_keeps_its_key_state_in_a_sliding_window():
     with torch.no_grad():
         inc, cache = _incremental(layer, x)
         torch.testing.assert_close(inc, layer(x), atol=1e-5, rtol=1e-5)
-    assert set(cache.state) == {"pre", "post"} and all(t.shape[1] == 3 for t in cache.state.values())
+    assert set(cache.state) == {"pre", "post"} and all(t.shape[1] == 2 for t in cache.state.values())
 
 
 def test_cache_reorder_selects_rows():

@@ -9,7 +9,7 @@ from attnzoo.attention import AUTO_ORDER, BACKENDS, Attention, Causal, attend
 from attnzoo.attention import flash as flash_module
 from attnzoo.attention.backends import Request, choose_backend
 from attnzoo.attention.flash import band_of
-from attnzoo.attention.patterns import Pattern
+from attnzoo.attention.patterns import KeyPadding, Pattern
 
 
 class Band(Pattern):
@@ -86,6 +86,7 @@ def test_refusal_reasons(monkeypatch, change, reason):
         (Band(2, 2) | Strided(), 9, None),
         (Strided(), 9, None),
         (Band(-1, 2), 9, None),  # misses the diagonal
+        (Band(2, 2) & KeyPadding(torch.zeros(12, 9, dtype=torch.bool)), 9, None),  # per batch: padding, not a band
     ],
 )
 def test_band_detection(pattern, n, band):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnzoo.attention import PATTERNS, Attention, KeyPadding
-from attnzoo.attention.factory import attention_layer, build
+from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.patterns import (
     BigBird,
     BlockLocal,
@@ -15,6 +15,7 @@ from attnzoo.attention.patterns import (
     RandomBlocks,
     SlidingWindow,
 )
+from attnzoo.attention.specs import build
 
 # one example config per short name; a new entry in PATTERNS needs a line here (the test below says so)
 EXAMPLES = {

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from attnzoo.attention.factory import attention_layer, build
+from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.positions import POSITIONS, Learned, SinCos2D, Sinusoidal, set_grid_size, sinusoidal
+from attnzoo.attention.specs import build
 
 
 @pytest.mark.parametrize("name", list(POSITIONS))

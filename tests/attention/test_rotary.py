@@ -8,8 +8,9 @@ import torch
 
 from attnzoo.attention import BACKENDS, Attention
 from attnzoo.attention.backends import Request
-from attnzoo.attention.factory import attention_layer, build
+from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.rotary import ROTARY, Rotary, Rotary2D
+from attnzoo.attention.specs import build
 
 D = 16
 GRID, PREFIX = (3, 5), 1

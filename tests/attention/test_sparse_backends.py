@@ -14,8 +14,8 @@ from torch import nn
 from attnzoo.attention import BACKENDS, Attention, GlobalTokens, SlidingWindow, attend, choose_backend
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, Bias
-from attnzoo.attention.factory import build
 from attnzoo.attention.flex import Flex
+from attnzoo.attention.specs import build
 from tests.attention.test_patterns import PATTERN_CASES
 
 H, HKV, D = 4, 2, 16
@@ -75,7 +75,8 @@ def check_against_eager(fn, pattern, bias, length, backward):
 def via(backend: str):
     def fn(q, k, v, pattern, bias, pad):
         out, _, used = attend(q, k, v, pattern=pattern, bias=bias, key_padding_mask=pad, backend=backend)
-        assert used == backend
+        learned = bias is not None and any(p.requires_grad for p in bias.parameters()) and torch.is_grad_enabled()
+        assert used == (f"{backend}[bias_grad]" if backend == "blocked" and learned else backend)
         return out
 
     return fn
@@ -174,6 +175,20 @@ def test_blocked_dense_tensor_bias_and_no_pattern():
     out, _, _ = attend(q, k, v, key_padding_mask=pad, backend="blocked")
     ref, _, _ = attend(q, k, v, key_padding_mask=pad, backend="eager")
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+
+
+def test_blocked_names_its_bias_grad_path(monkeypatch):
+    from attnzoo.attention import blocked
+
+    ran = []
+    real = blocked._eager
+    monkeypatch.setattr(blocked, "_eager", lambda *a: ran.append(1) or real(*a))
+    q, k, v, pad = inputs(300)
+    kw = dict(pattern=SlidingWindow(window=20), bias=LearnedOffsetBias(num_heads=H), key_padding_mask=pad)
+    assert attend(q, k, v, backend="blocked", **kw)[2] == "blocked[bias_grad]" and ran  # trains the bias
+    ran.clear()
+    with torch.no_grad():
+        assert attend(q, k, v, backend="blocked", **kw)[2] == "blocked" and not ran  # SDPA per group
 
 
 def test_blocked_trains_attention_layer_with_dropout():

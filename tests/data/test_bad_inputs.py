@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tests.run.test_reliability import VIT
 
 from attnzoo.attention.patterns import DilatedSlidingWindow, SlidingWindow
 from attnzoo.config import ConfigError, load
@@ -19,6 +18,7 @@ from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
 from attnzoo.data.text_files import read_text_file
 from attnzoo.run.reliability import check_checkpoint_shapes
+from tests.run.test_reliability import VIT
 
 
 def _png(img: Image.Image) -> bytes:

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from attnzoo.attention import ATTENTION_KINDS
+from attnzoo.attention import ATTENTION_KINDS, capture_attention
 from attnzoo.generation import Steps, beam_search, filter_logits, greedy, sample
 from attnzoo.models import CausalLM, Seq2Seq
 
@@ -237,6 +237,18 @@ def test_sampling_over_the_cache_equals_recomputation_and_top_k_1_is_greedy():
     assert torch.equal(sample(model, **kw, top_k=1), greedy(model, **kw))
 
 
+def test_cross_attention_weights_are_captured_while_decoding():
+    model = seq2seq("sinusoidal", {"num_kv_heads": 2})
+    src, pad = sources()
+    with capture_attention() as records:
+        out = greedy(model, src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=4)
+    cross = [w for w in records if w.shape[-1] == src.shape[1] and w.shape[-2] == 1]  # [B, H, 1, S] per layer and step
+    assert len(cross) == 2 * 4 and out.shape == (3, 4)
+    for w in cross:
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+        assert (w.masked_select(pad[:, None, None, :]) == 0).all()  # padded source tokens get no weight
+
+
 def test_filter_logits_keeps_the_top_k_and_the_nucleus():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 3.0]])
     kept = lambda out: set(torch.nonzero(out[0].isfinite()).flatten().tolist())
@@ -254,6 +266,8 @@ def test_filter_logits_keeps_the_top_k_and_the_nucleus():
 def test_generation_errors_are_clear():
     model = seq2seq()
     src, pad = sources()
+    with pytest.raises(ValueError, match="Linear cannot generate: it needs new_cache"):
+        greedy(torch.nn.Linear(2, 2), prompt=src, max_new_tokens=3)
     with pytest.raises(ValueError, match="give a prompt"):
         greedy(model, src=src, max_new_tokens=3)
     with pytest.raises(ValueError, match="max_new_tokens must be an int >= 1"):

@@ -5,9 +5,9 @@ import torch
 
 from attnzoo.attention.attention import ATTENTION_KINDS
 from attnzoo.attention.biases import BIASES
-from attnzoo.attention.factory import build
 from attnzoo.attention.positions import POSITIONS
 from attnzoo.attention.rotary import ROTARY
+from attnzoo.attention.specs import build
 from attnzoo.data.batching import PadCollate
 from attnzoo.models.text import POOLINGS, TextClassifier
 

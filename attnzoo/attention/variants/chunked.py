@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as checkpointed
 
-from ..backends import masked_softmax, repeat_kv
+from ..backends import allowed_mask, masked_softmax, repeat_kv
 
 Tensor = torch.Tensor
 Hook = Callable[[Tensor, slice], Tensor]  # (a [B, H, c, Lk], the chunk's query rows) -> [B, H, c, Lk]
@@ -48,7 +48,7 @@ def chunked_attention(
         post: applied to the weights after the softmax (masked pairs are 0 there); it must map zeros to zeros
             for masked keys to stay ignored (linear head mixing does).
         pattern, bias, key_padding_mask: as in `attend()`; patterns and bias modules are evaluated per chunk
-            (`mask_mod`, `values`), so nothing of size Lq x Lk is built.
+            (`Pattern.mask_at` of the bound pattern, `values`), so nothing of size Lq x Lk is built.
         chunk_size: queries per chunk; None computes all queries at once.
         checkpoint: recompute each chunk in the backward pass (only when there is more than one chunk).
         return_weights: also return the final weights [B, H, Lq, Lk] (post-hook, pre-dropout).
@@ -60,7 +60,6 @@ def chunked_attention(
     groups = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    keep = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # [B, 1, 1, Lk]
     kv_idx = torch.arange(lk, device=q.device)
 
     def block(q_rows: Tensor, start: int) -> tuple[Tensor, Tensor | None]:
@@ -71,7 +70,7 @@ def chunked_attention(
             scores = scores + _bias_rows(bias, rows, q_idx, kv_idx, lq).float()
         if pre is not None:
             scores = pre(scores, rows)
-        weights = masked_softmax(scores, _allowed_rows(pattern, keep, q_idx, kv_idx))
+        weights = masked_softmax(scores, allowed_mask(pattern, key_padding_mask, lq, lk, q.device, rows))
         if post is not None:
             weights = post(weights, rows)
         weights = weights.to(q.dtype)
@@ -97,15 +96,3 @@ def _bias_rows(bias: Tensor | Any, rows: slice, q_idx: Tensor, kv_idx: Tensor, l
     if isinstance(bias, Tensor):
         return bias[..., rows, :] if bias.dim() >= 2 and bias.shape[-2] == lq else bias
     return bias.values(q_idx[:, None], kv_idx[None, :])  # [H, c, Lk] (or broadcastable)
-
-
-def _allowed_rows(pattern: Any | None, keep: Tensor | None, q_idx: Tensor, kv_idx: Tensor) -> Tensor | None:
-    """The chunk's allowed mask [B or 1, 1, c, Lk], or None when every pair is allowed."""
-    allowed = None
-    if pattern is not None:
-        zero = torch.zeros((), dtype=torch.long, device=q_idx.device)
-        allowed = pattern.mask_mod(zero, zero, q_idx[:, None], kv_idx[None, :])  # [c, Lk]
-        allowed = allowed.expand(len(q_idx), len(kv_idx))[None, None]  # [1, 1, c, Lk]
-    if keep is not None:
-        allowed = keep if allowed is None else allowed & keep
-    return allowed

@@ -111,14 +111,14 @@ class MultiHeadLatentAttention(Attention):
     def _queries(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x [B, Lq, C] -> (q_C [B, H, Lq, D], q_R [B, H, Lq, dr]), q_R not rotated yet."""
         b, lq, _ = x.shape
-        src = x if self.q_rank is None else self.q_down_norm(self.q_down(x))
+        src = x if self.q_rank is None else _norm(self.q_down_norm, self.q_down(x))
         q = self.q(src).view(b, lq, self.num_heads, -1).transpose(1, 2)  # [B, H, Lq, D + dr]
         return q.split([self.head_dim, self.rope_dim], dim=-1)
 
     def latent(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src [B, Lk, C or Cc] -> (latent c [B, Lk, r], rotary key k_R [B, 1, Lk, dr], not rotated yet)."""
         c, k_rope = self.kv(src).split([self.kv_rank, self.rope_dim], dim=-1)
-        return self.kv_norm(c), k_rope[:, None]
+        return _norm(self.kv_norm, c), k_rope[:, None]
 
     def _up(self) -> tuple[Tensor, Tensor]:
         """(W_uk, W_uv), each [H, D, r]."""
@@ -226,3 +226,8 @@ class MultiHeadLatentAttention(Attention):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, kv_rank={self.kv_rank}, q_rank={self.q_rank}, rope_dim={self.rope_dim}"
+
+
+def _norm(norm: nn.RMSNorm, x: Tensor) -> Tensor:
+    """RMSNorm in fp32 (its weight's dtype; the fused kernel wants them equal), back in x's dtype."""
+    return norm(x.to(norm.weight.dtype)).to(x.dtype)

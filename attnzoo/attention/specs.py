@@ -1,0 +1,102 @@
+"""Config spec -> object: short names for built-ins, a dotted import path for a user's own class.
+
+A spec is None / "none" (nothing), a kind name ("causal"), or a mapping with `kind` and the class's
+keyword arguments (`{kind: sliding_window, window: 128}`). Builders also pass *context*, what they know that
+the class may need (`CONTEXT_KEYS`: width, heads, patch grid, prefix tokens, ...); each class receives the
+context keys its constructor names, and a key outside `CONTEXT_KEYS` is an error, never dropped.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def import_path(path: str) -> Any:
+    """`package.module.Name` -> the object."""
+    module, _, name = path.rpartition(".")
+    if not module:
+        raise ValueError(f"{path!r} is not a dotted import path (package.module.Name)")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot import {path!r}: {err}") from err
+
+
+# every context key a builder may pass, and what it means
+CONTEXT_KEYS: dict[str, str] = {
+    "dim": "width of the layer being built (or of the model, for absolute positions)",
+    "num_heads": "query heads of the attention layer",
+    "head_dim": "width of one attention head (for rotary: the channels it rotates, `Attention.rotary_dim`)",
+    "layer_index": "the layer's place among those built from one attention config (random blocks draw from it)",
+    "seq_len": "the longest token sequence a layer sees, prefix tokens included",
+    "grid_size": "(rows, cols) of the patch grid",
+    "num_prefix_tokens": "tokens before the patches or the text (cls, distillation)",
+    "max_len": "positions an absolute position table covers",
+    "num_classes": "outputs of the task's head",
+}
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close; of equally close ones, the
+    first in `choices` (registries list their defaults first: "mah" suggests "mha", not "mla")."""
+    close = difflib.get_close_matches(word, choices, n=len(choices), cutoff=0.6)
+    if not close:
+        return ""
+    best = max(difflib.SequenceMatcher(None, word, c).ratio() for c in close)
+    first = next(c for c in choices if c in close and difflib.SequenceMatcher(None, word, c).ratio() == best)
+    return f"; did you mean {first!r}?"
+
+
+def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -> None:
+    """Raise a ValueError naming the first key of `context` not in `valid`, and the valid keys."""
+    for key in context:
+        if key not in valid:
+            raise ValueError(
+                f"{what}: unknown context key {key!r} (passed by the code building it, not set in the config); "
+                f"valid: {list(valid)}{suggest(key, list(valid))}"
+            )
+
+
+def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
+    """An object from `spec` using `table` (kind -> class); None for an empty spec.
+
+    Args:
+        what: the config key being built, for error messages (e.g. "model.attention.pattern").
+        context: what the builder knows (keys of `CONTEXT_KEYS`); each is passed when the class's constructor
+            takes it.
+    """
+    check_context(context, list(CONTEXT_KEYS), what)
+    if spec is None or spec == "none" or spec is False:
+        return None
+    if isinstance(spec, str):
+        spec = {"kind": spec}
+    if not isinstance(spec, Mapping) or "kind" not in spec:
+        raise ValueError(f"{what}: expected a kind name or a mapping with 'kind', got {spec!r}")
+    kwargs = {k: v for k, v in spec.items() if k != "kind"}
+    kind = spec["kind"]
+    if kind in (None, "none"):
+        return None
+    if kind in table:
+        cls = table[kind]
+    elif "." in str(kind):
+        cls = import_path(kind)
+    else:
+        valid = ["none", *table]
+        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")
+    params = inspect.signature(cls).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    unknown = [k for k in kwargs if k not in params and not takes_any]
+    if unknown:
+        valid = [k for k, p in params.items() if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+        raise ValueError(
+            f"{what}: {kind!r} takes no argument {unknown[0]!r}; valid: {valid}{suggest(unknown[0], valid)}"
+        )
+    given = {k: v for k, v in context.items() if (k in params or takes_any) and k not in kwargs}
+    try:
+        return cls(**given, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} ({kind}): {err}") from err

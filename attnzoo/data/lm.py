@@ -1,0 +1,339 @@
+"""`LMDataModule`: fixed-length blocks of subword tokens for causal language models.
+
+Data: text files (UTF-8; every non-blank line a document, or every file one), or, with no `train`, the embedded
+text: the Python Language Reference as Python's own `help()` shows it (`pydoc_data.topics`, ~80 topics such as
+"if", "for", "class", "exceptions", ~460 kB of English). Why this text: it ships with every Python, so it needs
+no download and no extra package; it is real, edited technical prose with code examples, the kind of text people
+train small models on; and its size suits a CPU run of minutes. It is the text of the running Python, so
+perplexities differ a little between Python versions (the run records the version).
+
+Splits: given files, or documents held out of train (`val_fraction`, `test_fraction` of the characters, a fixed
+draw from the seed). No leakage: a split holds whole documents, and any paragraph (text between blank lines) of a
+val or test document that also occurs verbatim in train is removed from it (counted in the log).
+
+Each document is encoded as bos + ids + eos and the documents of a split are joined into one stream, which is cut
+into blocks of `block_size` inputs; the labels are the inputs shifted by one (the last block of a split is padded).
+
+Batches (B batch, L = block_size):
+
+    tokens        [B, L] long   input ids, `pad_id` after the end of the split
+    labels        [B, L] long   the next token of each position, -100 (`IGNORE_INDEX`) at padding
+    padding_mask  [B, L] bool   True = padding
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .subword import TOKENIZER_FILE, sequence_tokenizer
+
+log = logging.getLogger("attnzoo")
+
+Tensor = torch.Tensor
+IGNORE_INDEX = -100
+DOCUMENTS = ("lines", "files")
+ARTIFACT = "lm.json"
+PARAGRAPH = re.compile(r"\n[ \t]*\n")
+
+
+def embedded_documents() -> list[str]:
+    """The Python Language Reference topics of the running Python, in sorted topic order."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as err:  # some Linux distributions package pydoc_data apart from Python
+        raise ValueError(
+            "the embedded LM text is Python's pydoc_data.topics, which this Python lacks; give data.train (text files)"
+        ) from err
+    return [topics[k].strip() for k in sorted(topics) if topics[k].strip()]
+
+
+def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
+    specs = [spec] if isinstance(spec, str) else list(spec)
+    files: list[Path] = []
+    for s in specs:
+        path = Path(s)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            if not found:
+                raise ValueError(f"data.{what}: no .txt files under {str(path)!r}")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ValueError(f"data.{what}: no such file or directory {s!r}")
+    return files
+
+
+def _decode(path: Path) -> str:
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path} line {line}: bytes that are not UTF-8 ({err.reason}); convert the file to UTF-8"
+        ) from None
+
+
+def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "train") -> list[str]:
+    """The documents of the files (or directories of .txt files) in `spec`: lines or whole files."""
+    docs = []
+    for path in _text_files(spec, what):
+        text = _decode(path)
+        if documents == "files":
+            docs += [text.strip()] if text.strip() else []
+        else:
+            docs += [line.strip() for line in text.splitlines() if line.strip()]
+    if not docs:
+        raise ValueError(f"data.{what}: no text in {spec!r}")
+    return docs
+
+
+def remove_seen_paragraphs(docs: list[str], train: list[str]) -> tuple[list[str], int]:
+    """`docs` without the paragraphs that occur verbatim in `train`, and how many were removed."""
+    seen = {p.strip() for doc in train for p in PARAGRAPH.split(doc)}
+    out, removed = [], 0
+    for doc in docs:
+        paragraphs = PARAGRAPH.split(doc)
+        kept = [p for p in paragraphs if p.strip() not in seen]
+        removed += len(paragraphs) - len(kept)
+        if kept:
+            out.append("\n\n".join(kept))
+    return out, removed
+
+
+class BlockDataset(Dataset):
+    """Blocks of `block_size` tokens of one stream and their next-token labels; the last block padded."""
+
+    def __init__(self, stream: Tensor, *, block_size: int, pad_id: int) -> None:
+        if stream.ndim != 1 or len(stream) < 2:
+            raise ValueError(f"a token stream needs at least 2 tokens, got shape {tuple(stream.shape)}")
+        self.stream, self.block_size, self.pad_id = stream, block_size, pad_id
+
+    def __len__(self) -> int:
+        return -(-(len(self.stream) - 1) // self.block_size)
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        start = i * self.block_size
+        x = self.stream[start : start + self.block_size].long()
+        y = self.stream[start + 1 : start + self.block_size + 1].long()
+        n = len(y)  # real positions: those with a next token
+        tokens = torch.full((self.block_size,), self.pad_id, dtype=torch.long)  # [L]
+        labels = torch.full((self.block_size,), IGNORE_INDEX, dtype=torch.long)  # [L]
+        tokens[:n], labels[:n] = x[:n], y
+        return {"tokens": tokens, "labels": labels, "padding_mask": torch.arange(self.block_size) >= n}
+
+
+class LMDataModule(L.LightningDataModule):
+    """Causal language-model data.
+
+    Args:
+        train, val, test: text files or directories of .txt files (one path or a list). With no `train`, the
+            embedded Python Language Reference. Without `val` (`test`), `val_fraction` (`test_fraction`) of the train
+            documents' characters are held out, as whole documents.
+        documents: "lines" (each non-blank line is a document) or "files" (each file is one).
+        tokenizer: a subword kind learned from the train split ("bpe", "wordpiece", "unigram"), "bytes", or a
+            `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
+        vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
+        block_size: tokens per training example (the model's context length).
+    """
+
+    def __init__(
+        self,
+        *,
+        train: str | list[str] | None = None,
+        val: str | list[str] | None = None,
+        test: str | list[str] | None = None,
+        documents: Literal["lines", "files"] = "lines",
+        tokenizer: str = "bpe",
+        vocab_size: int = 4000,
+        min_frequency: int = 2,
+        block_size: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if documents not in DOCUMENTS:
+            raise ValueError(f"data.documents: {documents!r} is not one of {list(DOCUMENTS)}")
+        if block_size < 2 or batch_size < 1:
+            raise ValueError(f"data.block_size ({block_size}) must be >= 2 and data.batch_size ({batch_size}) >= 1")
+        for name, frac in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not 0.0 < frac < 1.0:
+                raise ValueError(f"data.{name} ({frac}) must be in (0, 1)")
+        if train is None and (val is not None or test is not None):
+            raise ValueError(f"data.val ({val}) / data.test ({test}) given without data.train; set data.train too")
+        self.files = {"train": train, "val": val, "test": test}
+        self.documents = documents
+        self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.block_size = block_size
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.val_fraction, self.test_fraction = val_fraction, test_fraction
+        self.num_workers, self.seed = num_workers, seed
+        self.docs: dict[str, list[str]] = {}
+        self.sources: dict[str, str] = {}
+        self.removed: dict[str, int] = {}
+        self.datasets: dict[str, BlockDataset] = {}
+        self.tokenizer: Any = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        self.docs = self._splits()
+        self.tokenizer = sequence_tokenizer(
+            self.tokenizer_spec,
+            texts=self.docs["train"],
+            vocab_size=self.vocab_size,
+            min_frequency=self.min_frequency,
+            what="a language model (bos starts and eos ends each document)",
+        )
+        for split, docs in self.docs.items():
+            self.datasets[split] = BlockDataset(
+                self._stream(docs), block_size=self.block_size, pad_id=self.tokenizer.pad_id
+            )
+        sizes = ", ".join(f"{k} {len(self.docs[k])} docs / {len(v.stream)} tokens" for k, v in self.datasets.items())
+        log.info(
+            "data: %s (%s); tokenizer %s, %d tokens",
+            sizes,
+            self.sources["train"],
+            self.tokenizer.name,
+            self.tokenizer.vocab_size,
+        )
+
+    def _splits(self) -> dict[str, list[str]]:
+        if self.files["train"] is None:
+            train = embedded_documents()
+            self.sources["train"] = f"Python {sys.version.split()[0]} Language Reference (pydoc_data.topics)"
+        else:
+            train = read_documents(self.files["train"], documents=self.documents)
+            self.sources["train"] = str(self.files["train"])
+        given = {}
+        for split in ("val", "test"):
+            if self.files[split] is not None:
+                given[split] = read_documents(self.files[split], documents=self.documents, what=split)
+                self.sources[split] = str(self.files[split])
+        missing = [s for s in ("test", "val") if s not in given]
+        if missing:
+            held, train = self._hold_out(train, missing)
+            given.update(held)
+        out = {"train": train}
+        for split in ("val", "test"):
+            docs, removed = remove_seen_paragraphs(given[split], train)
+            if removed:
+                log.info("data: removed %d paragraphs of %s that occur verbatim in train", removed, split)
+            if not docs:
+                raise ValueError(f"data.{split}: every paragraph of {self.sources[split]} occurs in train")
+            out[split], self.removed[split] = docs, removed
+        return out
+
+    def _hold_out(self, docs: list[str], missing: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+        """`missing` splits of whole documents, each about its fraction of the characters (a draw from `seed`)."""
+        order = list(range(len(docs)))
+        random.Random(self.seed).shuffle(order)
+        total = sum(len(d) for d in docs)
+        held, start = {}, 0
+        for split in missing:
+            want, taken, chars = getattr(self, f"{split}_fraction") * total, [], 0
+            while start < len(order) and (not taken or chars < want):
+                taken.append(order[start])
+                chars += len(docs[order[start]])
+                start += 1
+            held[split] = [docs[i] for i in sorted(taken)]
+            self.sources[split] = f"{self.sources['train']} (held-out {split} part)"
+        if start >= len(order):
+            raise ValueError(
+                f"{self.sources['train']}: too few documents ({len(docs)}) to hold out {' and '.join(missing)}"
+            )
+        train = [docs[i] for i in sorted(order[start:])]
+        self.sources["train"] += " (train part)"
+        return held, train
+
+    def _stream(self, docs: list[str]) -> Tensor:
+        tok = self.tokenizer
+        encode = getattr(tok, "encode_batch", None) or (lambda xs: [tok.encode(x) for x in xs])
+        ids = [[tok.bos_id, *x, tok.eos_id] for x in encode(docs)]
+        return torch.tensor([i for doc in ids for i in doc], dtype=torch.int32)
+
+    # ------------------------------------------------------------------------------------------------------------
+
+    def model_context(self) -> dict[str, Any]:
+        self._require_setup()
+        tok = self.tokenizer
+        return {
+            "vocab_size": tok.vocab_size,
+            "pad_id": tok.pad_id,
+            "bos_id": tok.bos_id,
+            "eos_id": tok.eos_id,
+            "max_len": self.block_size,
+        }
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Ids that start a document with `text` (bos first), to generate its continuation."""
+        self._require_setup()
+        return [self.tokenizer.bos_id, *self.tokenizer.encode(text)]
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """Text of generated ids: up to the first eos, bos and padding left out."""
+        self._require_setup()
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        if self.tokenizer.eos_id in ids:
+            ids = ids[: ids.index(self.tokenizer.eos_id)]
+        return self.tokenizer.decode(ids)
+
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
+        self._require_setup()
+        ds = self.datasets[split]
+        return DataLoader(
+            ds,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            drop_last=train and len(ds) > self.batch_size,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+    def save_artifacts(self, run_dir: str | Path) -> list[Path]:
+        """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`lm.json`)."""
+        self._require_setup()
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        saved = [self.tokenizer.save(run_dir / TOKENIZER_FILE)] if hasattr(self.tokenizer, "save") else []
+        record = {
+            "sources": self.sources,
+            "documents": {k: len(v) for k, v in self.docs.items()},
+            "tokens": {k: len(v.stream) for k, v in self.datasets.items()},
+            "paragraphs_removed_as_seen_in_train": self.removed,
+            "tokenizer": self.tokenizer.describe() | ({"file": TOKENIZER_FILE} if saved else {}),
+            "block_size": self.block_size,
+        }
+        (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return [*saved, run_dir / ARTIFACT]
+
+    def _require_setup(self) -> None:
+        if not self.datasets:
+            raise RuntimeError("call LMDataModule.setup() first")

@@ -1,0 +1,154 @@
+"""Reading parallel text (source, target pairs) from tab-separated and JSONL files.
+
+- TSV (`.tsv`, `.txt`, `.tab`): one pair per line, fields split at tabs, no header and no quoting. Tatoeba/Anki
+  exports read as they are: `source<TAB>target[<TAB>attribution]` (columns 0 and 1), and Tatoeba's sentence-pair
+  downloads `id<TAB>source<TAB>id<TAB>target` with columns 1 and 3.
+- JSONL (`.jsonl`): one object per line, e.g. `{"src": "...", "tgt": "..."}`, with the key names configurable.
+
+Blank lines are ignored. Sides are stripped of surrounding whitespace. A bad line (too few fields, an empty side,
+bad JSON, a missing key, a value that is not a string, bytes that are not UTF-8) raises an error naming the file and
+the line, or, with `on_bad_line="skip"`, is left out, counted and logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("attnzoo")
+
+TSV_SUFFIXES = (".tsv", ".txt", ".tab")
+JSONL_SUFFIXES = (".jsonl",)
+FORMATS = ("auto", "tsv", "jsonl")
+ON_BAD_LINE = ("error", "skip")
+
+
+class BadLine(ValueError):
+    """A line that does not hold a pair; the message names the file and the line."""
+
+
+@dataclass
+class ParallelText:
+    """The pairs of one file, and the bad lines left out of it (line number, reason)."""
+
+    path: Path
+    pairs: list[tuple[str, str]]
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PairFormat:
+    """Where the two sides are: TSV column indices, JSONL keys; and what to do with a bad line."""
+
+    format: str = "auto"
+    src_column: int = 0
+    tgt_column: int = 1
+    src_key: str = "src"
+    tgt_key: str = "tgt"
+    on_bad_line: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"data.format: {self.format!r} is not one of {list(FORMATS)}")
+        if self.on_bad_line not in ON_BAD_LINE:
+            raise ValueError(f"data.on_bad_line: {self.on_bad_line!r} is not one of {list(ON_BAD_LINE)}")
+        if self.src_column < 0 or self.tgt_column < 0 or self.src_column == self.tgt_column:
+            raise ValueError(
+                f"data.src_column ({self.src_column}) and data.tgt_column ({self.tgt_column}) must be two different "
+                "column indices >= 0"
+            )
+        if not self.src_key or not self.tgt_key or self.src_key == self.tgt_key:
+            raise ValueError(f"data.src_key ({self.src_key!r}) and data.tgt_key ({self.tgt_key!r}) must differ")
+
+    def format_of(self, path: Path) -> str:
+        if self.format != "auto":
+            return self.format
+        suffix = path.suffix.lower()
+        if suffix in TSV_SUFFIXES:
+            return "tsv"
+        if suffix in JSONL_SUFFIXES:
+            return "jsonl"
+        raise ValueError(
+            f"{path}: cannot tell the format from the suffix {suffix!r}; name it {list(TSV_SUFFIXES + JSONL_SUFFIXES)} "
+            "or set data.format to 'tsv' or 'jsonl'"
+        )
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) per line; text is None where the bytes are not UTF-8."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
+                raw = raw[3:]
+            try:
+                yield n, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError:
+                yield n, None
+
+
+def _tsv_pair(line: str, fmt: PairFormat) -> tuple[str, str]:
+    fields = line.split("\t")
+    need = max(fmt.src_column, fmt.tgt_column) + 1
+    if len(fields) < need:
+        what = "no tab" if len(fields) == 1 else f"{len(fields)} tab-separated fields"
+        raise BadLine(
+            f"{what}; expected at least {need} (source in column {fmt.src_column}, target in {fmt.tgt_column})"
+        )
+    return fields[fmt.src_column], fields[fmt.tgt_column]
+
+
+def _jsonl_pair(line: str, fmt: PairFormat) -> tuple[str, str]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BadLine(f"not valid JSON ({err})") from None
+    if not isinstance(record, dict):
+        raise BadLine(f"expected a JSON object, got {type(record).__name__}")
+    sides = []
+    for key, what in ((fmt.src_key, "src"), (fmt.tgt_key, "tgt")):
+        if key not in record:
+            raise BadLine(f"no key {key!r} (keys: {list(record)}; set data.{what}_key)")
+        if not isinstance(record[key], str):
+            raise BadLine(f"{key!r} is a {type(record[key]).__name__}, not a string")
+        sides.append(record[key])
+    return sides[0], sides[1]
+
+
+def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
+    """The (source, target) pairs of one file.
+
+    Raises:
+        ValueError: no such file, an unknown format, a bad line (unless `fmt.on_bad_line == "skip"`), or no pairs.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such parallel text file: {str(path)!r}")
+    parse = _tsv_pair if fmt.format_of(path) == "tsv" else _jsonl_pair
+    out = ParallelText(path=path, pairs=[])
+    for n, line in _lines(path):
+        try:
+            if line is None:
+                raise BadLine("bytes that are not UTF-8")
+            if not line.strip():
+                continue
+            src, tgt = (side.strip() for side in parse(line, fmt))
+            for side, what in ((src, "source"), (tgt, "target")):
+                if not side:
+                    raise BadLine(f"empty {what}")
+        except BadLine as err:
+            if fmt.on_bad_line == "error":
+                raise BadLine(f"{path} line {n}: {err} (data.on_bad_line=skip leaves such lines out)") from None
+            out.skipped.append((n, str(err)))
+            continue
+        out.pairs.append((src, tgt))
+    if out.skipped:
+        first = "; ".join(f"line {n}: {why}" for n, why in out.skipped[:3])
+        log.warning(
+            "data: skipped %d bad lines of %s (%s%s)", len(out.skipped), path, first, "; ..." * (len(out.skipped) > 3)
+        )
+    if not out.pairs:
+        raise ValueError(f"{path}: no pairs" + (f" ({len(out.skipped)} bad lines skipped)" if out.skipped else ""))
+    return out

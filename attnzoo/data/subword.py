@@ -1,0 +1,283 @@
+"""Subword tokenizers (Hugging Face `tokenizers`) trained on a training split, saved with a run as one JSON file.
+
+Every kind shares one pipeline: NFKC normalization (optionally lowercased), words split at spaces with a "▁" marking
+each word start (SentencePiece's Metaspace), then subword pieces. Decoding joins the pieces and turns "▁" back into
+spaces, so `decode(encode(text))` gives the normalized text back exactly, except for a leading space (the one "▁"
+that every text starts with) and characters never seen in training (which become the unknown token). Kinds:
+
+- `bpe`: byte-pair-encoding merges learned from the texts (Sennrich et al.), applied in merge order.
+- `wordpiece`: the same learned vocabulary, applied greedily longest-match-first (BERT's WordPiece inference; HF's own
+  WordPiece trainer also learns its vocabulary with BPE). Word starts are marked by "▁" instead of "##" on the rest.
+- `unigram`: a unigram language model over pieces, pruned by EM (Kudo's SentencePiece unigram), Viterbi at encoding.
+
+Special tokens come first, in the order of `SPECIALS`: [PAD]=0, [UNK]=1, [BOS]=2, [EOS]=3, [CLS]=4. `encode` never
+adds them; the DataModules add bos/eos/cls where their task needs them.
+
+Training is deterministic for the same texts in the same order. BPE is so by itself. The unigram trainer sums
+floats in parallel and scores the characters it must keep in hash-set order, so its scores are rounded to 1e-6
+and those characters share one score (see `_canonical_unigram`). WordPiece reuses BPE's trainer because HF's
+WordPiece trainer assigns ids in hash order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("attnzoo")
+
+KINDS = ("bpe", "wordpiece", "unigram")
+SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "bos": "[BOS]", "eos": "[EOS]", "cls": "[CLS]"}
+# Names other tokenizer files use for the same roles (read when loading a file attnzoo did not write).
+ALIASES = {
+    "pad": ("[PAD]", "<pad>", "<|pad|>", "<PAD>"),
+    "unk": ("[UNK]", "<unk>", "<|unk|>", "<UNK>"),
+    "bos": ("[BOS]", "<s>", "<bos>", "<|startoftext|>", "<|begin_of_text|>"),
+    "eos": ("[EOS]", "</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>"),
+    "cls": ("[CLS]", "<cls>"),
+}
+_ROUND = 6  # decimals kept of unigram log-probabilities
+_TAIL_STEP = 1e-4  # the score step between characters the unigram trainer appends at the end
+
+
+def _hf():
+    try:
+        import tokenizers
+    except ImportError as err:  # a dependency of attnzoo; missing only in a broken install
+        raise ImportError("subword tokenizers need the `tokenizers` package (pip install tokenizers)") from err
+    return tokenizers
+
+
+class SubwordTokenizer:
+    """A trained or loaded `tokenizers.Tokenizer` with the special-token ids a model needs.
+
+    Build with `SubwordTokenizer.train(texts, ...)` or `SubwordTokenizer.load(path)`.
+
+    Args:
+        tokenizer: the `tokenizers.Tokenizer`.
+        name: what logs and `describe()` call it (the kind, or the file it came from).
+        kind: "bpe", "wordpiece", "unigram" (the model type), or "file" for another model type.
+    """
+
+    def __init__(self, *, tokenizer: Any, name: str, kind: str) -> None:
+        self.tok = tokenizer
+        self.tok.no_padding()
+        self.tok.no_truncation()  # the DataModules cut or drop long texts, and log how many
+        self.name, self.kind = name, kind
+        self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
+        ids = {role: self._find(names) for role, names in ALIASES.items()}
+        if ids["pad"] is None:
+            raise ValueError(f"{name}: the tokenizer has no padding token (none of {list(ALIASES['pad'])}); add one")
+        self.pad_id: int = ids["pad"]
+        self.unk_id: int | None = ids["unk"]
+        self.bos_id: int | None = ids["bos"]
+        self.eos_id: int | None = ids["eos"]
+        self.cls_id: int | None = ids["cls"]
+
+    def _find(self, names: Sequence[str]) -> int | None:
+        for token in names:
+            token_id = self.tok.token_to_id(token)
+            if token_id is not None:
+                return token_id
+        return None
+
+    def require(self, *roles: str, what: str) -> None:
+        """Raise unless the tokenizer has a token for each role ("bos", "eos", ...) that `what` needs."""
+        missing = [r for r in roles if getattr(self, f"{r}_id") is None]
+        if missing:
+            names = {r: list(ALIASES[r]) for r in missing}
+            raise ValueError(
+                f"{self.name}: {what} needs {missing} tokens, which the tokenizer lacks (looked for {names})"
+            )
+
+    # ------------------------------------------------------------------------------------------------ building
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        *,
+        kind: str = "bpe",
+        vocab_size: int = 8000,
+        min_frequency: int = 2,
+        lowercase: bool = False,
+    ) -> SubwordTokenizer:
+        """Learn a vocabulary of at most `vocab_size` tokens (specials included) from `texts`.
+
+        Args:
+            kind: "bpe", "wordpiece" or "unigram".
+            min_frequency: BPE/WordPiece merge only pairs seen at least this often.
+            lowercase: lowercase before everything else (for classification; translation keeps case).
+        """
+        if kind not in KINDS:
+            from ..attention.factory import suggest
+
+            raise ValueError(f"subword tokenizer kind {kind!r} is unknown; valid: {list(KINDS)}{suggest(kind, KINDS)}")
+        if vocab_size <= len(SPECIALS):
+            raise ValueError(f"data.vocab_size ({vocab_size}) must exceed the {len(SPECIALS)} special tokens")
+        if min_frequency < 1:
+            raise ValueError(f"data.min_frequency ({min_frequency}) must be >= 1")
+        hf = _hf()
+        texts = list(texts)
+        if not any(t.strip() for t in texts):
+            raise ValueError("cannot train a subword tokenizer on no text")
+        specials = list(SPECIALS.values())
+        if kind == "unigram":
+            model = hf.models.Unigram()
+            trainer = hf.trainers.UnigramTrainer(
+                vocab_size=vocab_size, special_tokens=specials, unk_token=SPECIALS["unk"], show_progress=False
+            )
+        else:
+            model = hf.models.BPE(unk_token=SPECIALS["unk"])
+            trainer = hf.trainers.BpeTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials, show_progress=False
+            )
+        tok = _pipeline(hf.Tokenizer(model), lowercase=lowercase)
+        tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+        if kind == "wordpiece":
+            wordpiece = hf.models.WordPiece(
+                vocab=tok.get_vocab(), unk_token=SPECIALS["unk"], continuing_subword_prefix=""
+            )
+            tok = _pipeline(hf.Tokenizer(wordpiece), lowercase=lowercase)
+            tok.add_special_tokens(specials)
+        elif kind == "unigram":
+            tok = _canonical_unigram(tok, specials)
+        out = cls(tokenizer=tok, name=kind, kind=kind)
+        if out.vocab_size < vocab_size:
+            log.info(
+                "data: the %s tokenizer has %d tokens (asked for %d): its trainer found no more in the texts",
+                kind,
+                out.vocab_size,
+                vocab_size,
+            )
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path) -> SubwordTokenizer:
+        """A tokenizer JSON file: one `save` wrote, or any `tokenizers` file with a padding token."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"no tokenizer file {str(path)!r}")
+        try:
+            tok = _hf().Tokenizer.from_file(str(path))
+        except Exception as err:  # the Rust side raises its own exception type
+            raise ValueError(f"{path}: not a `tokenizers` JSON file: {err}") from err
+        kind = json.loads(tok.to_str())["model"].get("type", "").lower()
+        return cls(tokenizer=tok, name=str(path), kind=kind if kind in KINDS else "file")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the tokenizer as `tokenizers` JSON."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.tok.save(str(path), pretty=True)
+        return path
+
+    # ------------------------------------------------------------------------------------------------ use
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def tokens(self, text: str) -> list[str]:
+        """The pieces of `text`, as strings (for display)."""
+        return self.tok.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, special tokens (padding, bos, eos, unknown, ...) left out."""
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.tok.id_to_token(token_id)
+
+    def to_str(self) -> str:
+        """The tokenizer as `tokenizers` JSON (two tokenizers with equal strings tokenize identically)."""
+        return self.tok.to_str()
+
+    def describe(self) -> dict[str, Any]:
+        ids = {f"{role}_id": getattr(self, f"{role}_id") for role in SPECIALS}
+        return {"kind": self.kind, "name": self.name, "vocab_size": self.vocab_size, **ids}
+
+    def __repr__(self) -> str:
+        return f"SubwordTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, name={self.name!r})"
+
+
+def _pipeline(tok: Any, *, lowercase: bool) -> Any:
+    hf = _hf()
+    norm = [hf.normalizers.NFKC()] + ([hf.normalizers.Lowercase()] if lowercase else [])
+    tok.normalizer = hf.normalizers.Sequence(norm)
+    tok.pre_tokenizer = hf.pre_tokenizers.Metaspace()
+    tok.decoder = hf.decoders.Metaspace()
+    return tok
+
+
+def _canonical_unigram(tok: Any, specials: list[str]) -> Any:
+    """The trained unigram tokenizer without run-to-run noise: scores rounded, ties in sorted order.
+
+    The trainer gives the characters it must keep but learned no score for the lowest score plus 0, 1, 2, ... times
+    `_TAIL_STEP`, in hash-set order; here they all get the lowest score (a change of a few thousandths in a
+    log-probability).
+    """
+    hf = _hf()
+    record = json.loads(tok.to_str())
+    vocab = record["model"]["vocab"]
+    head, pieces = vocab[: len(specials)], vocab[len(specials) :]
+    low = min(s for _, s in pieces)
+
+    def appended(piece: str, score: float) -> bool:
+        steps = (score - low) / _TAIL_STEP
+        return len(piece) == 1 and abs(steps - round(steps)) < 1e-5 and round(steps) < len(pieces)
+
+    pieces = [(p, round(low if appended(p, s) else s, _ROUND)) for p, s in pieces]
+    pieces.sort(key=lambda x: (-x[1], x[0]))
+    model = hf.models.Unigram([tuple(x) for x in head] + pieces, unk_id=record["model"]["unk_id"], byte_fallback=False)
+    out = _pipeline(hf.Tokenizer(model), lowercase=_lowercases(record))
+    out.add_special_tokens(specials)
+    return out
+
+
+def _lowercases(record: dict[str, Any]) -> bool:
+    norm = record.get("normalizer") or {}
+    return any(n.get("type") == "Lowercase" for n in norm.get("normalizers", []))
+
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def sequence_tokenizer(
+    spec: str, *, texts: Sequence[str], vocab_size: int = 8000, min_frequency: int = 2, what: str = "generation"
+) -> Any:
+    """A tokenizer with bos/eos ids, for models that generate text: a subword kind trained on `texts`, "bytes"
+    (UTF-8 bytes plus bos/eos), or a `tokenizers` JSON file (a run's saved `tokenizer.json`)."""
+    from .tokenize import ByteTokenizer
+
+    if spec in KINDS:
+        return SubwordTokenizer.train(texts, kind=spec, vocab_size=vocab_size, min_frequency=min_frequency)
+    if spec == "bytes":
+        return ByteTokenizer(bos_eos=True)
+    if spec.endswith(".json") or Path(spec).exists():
+        tok = SubwordTokenizer.load(spec)
+        tok.require("bos", "eos", what=what)
+        return tok
+    from ..attention.factory import suggest
+
+    valid = [*KINDS, "bytes"]
+    raise ValueError(
+        f"data.tokenizer: unknown {spec!r}; valid: {valid} or a `tokenizers` .json file{suggest(spec, valid)}"
+    )
+
+
+def run_tokenizer(run_dir: str | Path, spec: str) -> Any:
+    """The tokenizer a run used: its saved `tokenizer.json`, else the fixed tokenizer `spec` names ("bytes")."""
+    saved = Path(run_dir) / TOKENIZER_FILE
+    if saved.is_file():
+        return SubwordTokenizer.load(saved)
+    if spec == "bytes":
+        from .tokenize import ByteTokenizer
+
+        return ByteTokenizer(bos_eos=True)
+    raise ValueError(f"{run_dir}: no {TOKENIZER_FILE} (the run's data.tokenizer is {spec!r})")

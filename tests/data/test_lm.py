@@ -1,0 +1,150 @@
+"""Language-model data: the embedded text, reading files, splits without leakage, blocks and their labels."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from attnzoo.data import DATAMODULES
+from attnzoo.data.lm import (
+    IGNORE_INDEX,
+    BlockDataset,
+    LMDataModule,
+    embedded_documents,
+    read_documents,
+    remove_seen_paragraphs,
+)
+
+
+def _docs(n: int) -> list[str]:
+    return [f"document {i} talks about topic {i % 7} at some length, then stops." for i in range(n)]
+
+
+def test_embedded_text_is_real_prose():
+    docs = embedded_documents()
+    assert len(docs) > 50 and sum(len(d) for d in docs) > 200_000
+    assert any(d.startswith('The "if" statement') for d in docs)
+
+
+def test_blocks_and_labels():
+    stream = torch.arange(10, 33, dtype=torch.int32)  # 23 tokens: 22 predictions, blocks of 8 -> 3 blocks
+    ds = BlockDataset(stream, block_size=8, pad_id=0)
+    assert len(ds) == 3
+    items = [ds[i] for i in range(3)]
+    for item in items:
+        assert item["tokens"].shape == item["labels"].shape == item["padding_mask"].shape == (8,)
+        real = ~item["padding_mask"]
+        assert (item["labels"][real] == item["tokens"][real] + 1).all()  # the next token
+    assert items[1]["tokens"][0] == items[0]["labels"][-1]  # blocks continue the stream
+    assert items[2]["padding_mask"].tolist() == [False] * 6 + [True] * 2
+    assert items[2]["labels"][6:].tolist() == [IGNORE_INDEX] * 2 and items[2]["tokens"][6:].tolist() == [0, 0]
+    with pytest.raises(IndexError):
+        ds[3]
+
+
+def test_documents_from_lines_files_and_directories(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("first line\n\nsecond line\n")
+    (tmp_path / "d" / "b.txt").write_text("third line\n")
+    (tmp_path / "d" / "skip.md").write_text("not text\n")
+    assert read_documents(str(tmp_path / "d"), documents="lines") == ["first line", "second line", "third line"]
+    assert read_documents([str(tmp_path / "d" / "b.txt")], documents="files") == ["third line"]
+    with pytest.raises(ValueError, match=r"data.train: no such file or directory '.*missing.txt'"):
+        read_documents(str(tmp_path / "missing.txt"), documents="lines")
+
+
+def test_non_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"good line\nanother\ncaf\xe9 au lait\n")
+    with pytest.raises(ValueError, match=r"bad.txt line 3: bytes that are not UTF-8"):
+        LMDataModule(train=str(path)).setup()
+
+
+def test_held_out_documents_and_no_leakage(tmp_path, caplog):
+    docs = _docs(200) + ["a line that repeats"] * 20
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(docs))
+    dm = LMDataModule(train=str(path), documents="lines", vocab_size=200, block_size=16, seed=3)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        dm.setup()
+    train = set(dm.docs["train"])
+    for split in ("val", "test"):
+        assert dm.docs[split] and not train & set(dm.docs[split])
+    assert "a line that repeats" in train and "removed" in caplog.text
+    chars = {k: sum(len(d) for d in v) for k, v in dm.docs.items()}
+    assert 0.03 < chars["test"] / sum(chars.values()) < 0.08
+    again = LMDataModule(train=str(path), documents="lines", vocab_size=200, block_size=16, seed=3)
+    again.setup()
+    assert again.docs == dm.docs and torch.equal(again.datasets["val"].stream, dm.datasets["val"].stream)
+
+
+def test_remove_seen_paragraphs():
+    train = ["alpha\n\nbeta", "gamma"]
+    kept, removed = remove_seen_paragraphs(["beta\n\ndelta", "gamma", "epsilon"], train)
+    assert kept == ["delta", "epsilon"] and removed == 2
+
+
+def test_stream_and_batches(tmp_path):
+    (tmp_path / "train.txt").write_text("\n".join(_docs(60)))
+    (tmp_path / "val.txt").write_text("a new document about topic 3.\n")
+    (tmp_path / "test.txt").write_text("another document, at length.\n")
+    dm = DATAMODULES["lm"](
+        train=str(tmp_path / "train.txt"),
+        val=str(tmp_path / "val.txt"),
+        test=str(tmp_path / "test.txt"),
+        vocab_size=150,
+        block_size=12,
+        batch_size=4,
+    )
+    dm.setup()
+    tok = dm.tokenizer
+    assert dm.model_context() == {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 2, "eos_id": 3, "max_len": 12}
+    val = dm.datasets["val"].stream.tolist()
+    assert val == [tok.bos_id, *tok.encode("a new document about topic 3."), tok.eos_id]
+    train = dm.datasets["train"].stream
+    assert (train == tok.bos_id).sum() == (train == tok.eos_id).sum() == 60
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["tokens"].shape == batch["labels"].shape == (4, 12) and batch["tokens"].dtype == torch.long
+    assert len(dm.train_dataloader()) == len(dm.datasets["train"]) // 4
+    ids = dm.encode_prompt("document 5 talks")
+    assert ids[0] == tok.bos_id and dm.decode(ids) == "document 5 talks"
+    assert dm.decode([*ids, tok.eos_id, *tok.encode("after the end")]) == "document 5 talks"
+
+
+def test_embedded_default_and_artifacts(tmp_path):
+    dm = LMDataModule(vocab_size=300, block_size=64)
+    dm.setup()
+    assert {"train", "val", "test"} == set(dm.datasets) and all(len(d) > 0 for d in dm.datasets.values())
+    assert "Language Reference" in dm.sources["train"]
+    saved = dm.save_artifacts(tmp_path)
+    assert [p.name for p in saved] == ["tokenizer.json", "lm.json"]
+    record = json.loads(saved[1].read_text())
+    assert record["block_size"] == 64 and record["tokens"]["train"] == len(dm.datasets["train"].stream)
+    again = LMDataModule(vocab_size=300, block_size=64, tokenizer=str(saved[0]))
+    again.setup()
+    assert torch.equal(again.datasets["test"].stream, dm.datasets["test"].stream)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"documents": "paragraphs"}, r"data.documents: 'paragraphs' is not one of \['lines', 'files'\]"),
+        ({"block_size": 1}, r"data.block_size \(1\) must be >= 2"),
+        ({"val_fraction": 1.0}, r"data.val_fraction \(1.0\) must be in \(0, 1\)"),
+        ({"val": "v.txt"}, "given without data.train"),
+    ],
+)
+def test_option_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LMDataModule(**kwargs)
+
+
+def test_bytes_tokenizer(tmp_path):
+    (tmp_path / "t.txt").write_text("\n".join(_docs(30)))
+    dm = LMDataModule(train=str(tmp_path / "t.txt"), tokenizer="bytes", block_size=32)
+    dm.setup()
+    assert dm.model_context()["vocab_size"] == 259 and dm.save_artifacts(tmp_path / "run")[0].name == "lm.json"
+    assert dm.decode(dm.datasets["train"].stream[:20]).startswith("document ")

@@ -147,11 +147,14 @@ class MultiHeadLatentAttention(Attention):
         return q, k, kv[1]
 
     def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
-        width = q.shape[-1] - v.shape[-1]  # values padded to the key width: backends take one head dim
+        if cache is None:  # expanded: values padded to the key width (backends take one head dim), padding dropped
+            width, v = v.shape[-1], F.pad(v, (0, q.shape[-1] - v.shape[-1]))
+        else:  # absorbed: the values are the cached keys themselves; only their latent channels are kept
+            width = self.kv_rank
         out, weights = super()._attend(
             q,
             k,
-            F.pad(v, (0, width)),
+            v,
             x=x,
             context=context,
             pattern=pattern,
@@ -160,8 +163,8 @@ class MultiHeadLatentAttention(Attention):
             backend=backend,
             return_weights=return_weights,
         )
-        out = out[..., : v.shape[-1]]
-        if cache is not None:  # absorbed: out [B, H, Lq, r] is a mix of latents; W_uv maps it to the head
+        out = out[..., :width]
+        if cache is not None:  # out [B, H, Lq, r] is a mix of latents; W_uv maps it to the head
             out = torch.einsum("bhlr,hdr->bhld", out, self._up()[1].to(out.dtype))  # [B, H, Lq, D]
         return out, weights
 
@@ -176,8 +179,8 @@ class MultiHeadLatentAttention(Attention):
     def _read_cache(
         self, cache: Cache, x: Tensor, context: Tensor | None, pattern: Any | None, bias: Any | None
     ) -> tuple[Tensor, Tensor, Tensor, Any | None, Any | None]:
-        """Absorbed q [B, H, L, r + dr], cached keys [B, 1, T, r + dr] and values [B, 1, T, r], pattern and bias
-        read at the new tokens' positions."""
+        """Absorbed q [B, H, L, r + dr], the cached keys [B, 1, T, r + dr] (also the values: `_attend` keeps the
+        output's latent channels), pattern and bias read at the new tokens' positions."""
         reason = self.cannot_decode(pattern)
         if reason is not None:
             raise ValueError(f"{type(self).__name__} cannot decode incrementally: {reason}")
@@ -222,7 +225,7 @@ class MultiHeadLatentAttention(Attention):
             pattern = pattern.shifted(start, k_start)
         if bias is not None:
             bias = bias.shifted(start, k_start, lq, keys.shape[2], device=x.device)
-        return q, keys, keys[..., : self.kv_rank], pattern, bias
+        return q, keys, keys, pattern, bias
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, kv_rank={self.kv_rank}, q_rank={self.q_rank}, rope_dim={self.rope_dim}"

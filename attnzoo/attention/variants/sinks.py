@@ -51,8 +51,9 @@ class SinkAttention(Attention):
     """Multi-head attention with a learned sink logit per head in the softmax denominator.
 
     State-dict compatible with `Attention` (and timm's) plus `sinks` [H]. The sinks start at 0 (a softmax "plus
-    one": each query can put weight on nothing from the start). With a sliding-window pattern and a cache
-    (`new_cache()`), it decodes in O(window) memory: the streaming setting of the paper.
+    one": each query can put weight on nothing from the start). With a causal sliding window and a cache
+    (`new_cache()`), it decodes in O(window) memory: the paper's streaming setting, with a learned sink where the
+    paper keeps the first tokens.
 
     Args:
         kwargs: `Attention` options; `backend` one of "auto", "eager", "sdpa", "blocked", "flex".

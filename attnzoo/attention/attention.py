@@ -111,6 +111,12 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     @classmethod
+    def rotary_dim(cls, dim: int, num_heads: int, **options: Any) -> int:
+        """Channels per head a rotary embedding rotates: the head dim here; kinds with a rotary part of their own
+        (mla) override it. `factory.attention_layer` builds a config's rotary with this `head_dim`."""
+        return dim // num_heads
+
+    @classmethod
     def configure(cls, **defaults: Any) -> type[Attention]:
         """A subclass whose constructor defaults are `defaults`: a class to hand to timm's `attn_layer`."""
         for key in defaults:

@@ -30,7 +30,7 @@ def import_path(path: str) -> Any:
 CONTEXT_KEYS: dict[str, str] = {
     "dim": "width of the layer being built (or of the model, for absolute positions)",
     "num_heads": "query heads of the attention layer",
-    "head_dim": "width of one attention head",
+    "head_dim": "width of one attention head (for rotary: the channels it rotates, `Attention.rotary_dim`)",
     "layer_index": "the layer's place among those built from one attention config (random blocks draw from it)",
     "seq_len": "the longest token sequence a layer sees, prefix tokens included",
     "grid_size": "(rows, cols) of the patch grid",
@@ -41,9 +41,14 @@ CONTEXT_KEYS: dict[str, str] = {
 
 
 def suggest(word: str, choices: list[str]) -> str:
-    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close."""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close; of equally close ones, the
+    first in `choices` (registries list their defaults first: "mah" suggests "mha", not "mla")."""
+    close = difflib.get_close_matches(word, choices, n=len(choices), cutoff=0.6)
+    if not close:
+        return ""
+    best = max(difflib.SequenceMatcher(None, word, c).ratio() for c in close)
+    first = next(c for c in choices if c in close and difflib.SequenceMatcher(None, word, c).ratio() == best)
+    return f"; did you mean {first!r}?"
 
 
 def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -> None:

@@ -117,7 +117,8 @@ def test_self_attention_decodes_exactly_or_refuses(case):
         full = layer(x)
         inc, cache = _incremental(layer, x)
     torch.testing.assert_close(inc, full, atol=1e-5, rtol=1e-5)
-    assert cache.offset == 11 and cache.k.shape[1] == kv  # GQA caches its Hkv heads
+    # GQA caches its Hkv heads; mla caches one: its latent and rotary key, shared by all heads
+    assert cache.offset == 11 and cache.k.shape[1] == (1 if kind == "mla" else kv)
 
 
 def test_which_parts_decode():
@@ -180,7 +181,7 @@ def test_positions_continue_from_an_offset():
 
 @pytest.mark.parametrize("kind", list(ATTENTION_KINDS))
 def test_cross_attention_projects_the_source_once(kind):
-    layer = _layer(kind, pattern=None, cross=True, kv=2, rotary=None)
+    layer = _layer(kind, pattern=None, cross=True, kv=HEADS if kind == "mla" else 2, rotary=None)  # mla: no GQA
     calls = []
     layer.kv.register_forward_hook(lambda *args: calls.append(1))
     x, context = torch.randn(3, 7, DIM), torch.randn(3, 5, 24)

@@ -12,17 +12,23 @@ GPU when there are several (`--gpus`). The ablation directory (`--out`) holds:
 
 A run is finished when its summary.json exists and its ablate.json says "ok"; started again, an ablation
 runs only the missing runs (and failed ones, unless --skip-failed). Unfinished run dirs are cleared first.
+
+Exit status: 0 when every run is ok, 1 when some failed (the others are reported), 2 for a config error (nothing
+runs), 130 / 143 when Ctrl-C / SIGTERM stopped it: the runs in progress are stopped and recorded as interrupted,
+queued ones are not started, the report of the finished ones is written (a second Ctrl-C kills the runs in
+progress at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .ablation.grid import load_grid
-from .ablation.runner import ablate, gpu_slots, plan, status
+from .ablation.runner import AblationInterrupted, ablate, failed_runs, gpu_slots, plan, status
 from .config import ConfigError
 from .run import show_log
 
@@ -67,6 +73,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo ablate: error: {err}", file=sys.stderr)
         return 2
+    except AblationInterrupted as err:
+        print(f"attnzoo ablate: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # before any run started (while planning)
+        print("attnzoo ablate: interrupted before any run started", file=sys.stderr)
+        return 130
+    failed = failed_runs(out)
+    if failed:
+        total = len(json.loads((out / "ablation.json").read_text())["variants"])
+        print(f"attnzoo ablate: {len(failed)} of {total} runs failed: {failed}; errors and the report of the "
+              f"others in {out / 'report.md'}", file=sys.stderr)  # fmt: skip
+        return 1
     print(f"attnzoo ablate: report in {out / 'report.md'}", file=sys.stderr)
     return 0
 

@@ -11,7 +11,9 @@ COMMANDS = {
     "baseline": "pixels / TF-IDF / log-mel statistics + logistic regression on a recipe's data",
     "ablate": "run a grid of attention variants and write one report",
     "bench": "speed and memory benchmarks",
-    "viz": "attention maps of a trained run (cross-attention maps for text-image runs)",
+    "viz": "attention maps of a trained run (cross-attention maps for text-image runs, alignment for translation)",
+    "translate": "translate sentences with a trained translation run (greedy or beam search)",
+    "generate": "continue a prompt with a trained language-model run (sampling or greedy)",
 }
 
 

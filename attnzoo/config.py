@@ -102,11 +102,10 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
     for path in configs:
         path = Path(path)
         if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            layer = OmegaConf.load(path)
-        except (OmegaConfBaseException, ValueError) as err:  # yaml errors derive from ValueError
-            raise ConfigError(f"{path}: cannot parse: {err}") from err
+            raise ConfigError(f"config file {str(path)!r} " + ("is a directory" if path.is_dir() else "does not exist"))
+        layer = read_yaml(path)
+        if not path.read_bytes().strip():
+            raise ConfigError(f"config file {str(path)!r} is empty")
         if not isinstance(layer, DictConfig):
             raise ConfigError(f"{path}: expected a mapping of sections {list(SECTIONS)}")
         origins.update(dict.fromkeys(_flatten(layer), str(path)))
@@ -126,6 +125,31 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
     cfg = Config(merged, origins)
     validate(cfg)
     return cfg
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The YAML file at `path` as an OmegaConf object; a syntax error is one line naming the file, line and column."""
+    import yaml
+
+    path = Path(path)
+    try:
+        return OmegaConf.load(path)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        problem = err.problem or err.context or "invalid YAML"
+        if err.context and err.problem and err.context_mark is not None:
+            problem += f" ({err.context} at line {err.context_mark.line + 1})"
+        if mark is None:
+            raise ConfigError(f"{path}: YAML syntax error: {problem}") from None
+        lines = path.read_text(errors="replace").splitlines()
+        text = f": {lines[mark.line].strip()!r}" if mark.line < len(lines) and lines[mark.line].strip() else ""
+        raise ConfigError(
+            f"{path}, line {mark.line + 1}, column {mark.column + 1}: YAML syntax error: {problem}{text}"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}: {err.reason})") from None
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(f"{path}: cannot read: {type(err).__name__}: {str(err).splitlines()[0]}") from None
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -262,22 +286,8 @@ def validate(cfg: Config) -> None:
         check_options(
             cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}"
         )
-    attention = cfg.section("model").get("attention")
-    if attention is not None:
-        from .attention.factory import attention_layer
-
-        try:
-            attention_layer(attention)
-        except ValueError as err:
-            raise ConfigError(f"{err} (set in {cfg.where('model.attention')})") from err
-    optimizer = cfg.section("task").get("optimizer")
-    if optimizer:
-        from .tasks.optim import check_optimizer
-
-        try:
-            check_optimizer(optimizer)
-        except ValueError as err:
-            raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
+    check_model_sizes(cfg, MODELS[cfg.section("model")["kind"]])
+    _check_parts(cfg)
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
     trainer = {k: v for k, v in cfg.section("trainer").items() if f"trainer.{k}" not in auto}
     if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.run.switches)
@@ -288,6 +298,7 @@ def validate(cfg: Config) -> None:
         if not str(err).startswith("trainer.precision:"):
             raise
         raise ConfigError(f"{err}, or 'auto' (bf16-mixed where the hardware is fast at it, else 32-true)") from None
+    check_budget(cfg, trainer)
     if "grad_checkpointing" in trainer:
         try:
             checkpointing_options(trainer["grad_checkpointing"])
@@ -327,6 +338,119 @@ def auto_keys(cfg: Config) -> list[str]:
     for section in ("model", "task", "trainer", "run"):
         walk(cfg.section(section), section)
     return [k for k in found if k in allowed]
+
+
+def _check_parts(cfg: Config) -> None:
+    """Attention, objective, scheduler and optimizer specs: kinds, argument names, and the values that can be
+    checked without the data (the model's own context fills in the rest when it is built)."""
+    from .attention.factory import attention_layer
+    from .attention.specs import check_spec
+    from .tasks.objectives import OBJECTIVES
+    from .tasks.optim import SCHEDULES, check_optimizer
+
+    model, task = cfg.section("model"), cfg.section("task")
+    for key, value in model.items():  # `attention`, and e.g. text_image's `image_attention`, `cross_attention`
+        if str(key).endswith("attention") and isinstance(value, dict):
+            try:
+                attention_layer(value, what=f"model.{key}")
+            except ValueError as err:
+                raise ConfigError(f"{err} (set in {cfg.where(f'model.{key}')})") from err
+    for key, table in (("objective", OBJECTIVES), ("scheduler", SCHEDULES)):
+        if key in task:
+            try:
+                check_spec(task[key], table, f"task.{key}")
+            except ValueError as err:
+                raise ConfigError(f"{err} (set in {cfg.where(f'task.{key}')})") from err
+    if "objective" in task and task["objective"] in (None, "none"):
+        raise ConfigError(
+            f"task.objective: {task['objective']!r} (set in {cfg.where('task.objective')}) is not an objective; "
+            f"valid: {sorted(OBJECTIVES)}, e.g. {{kind: multiclass, label_smoothing: 0.1}}"
+        )
+    if "optimizer" in task:
+        optimizer = task["optimizer"]
+        if not isinstance(optimizer, dict) or not optimizer:
+            raise ConfigError(
+                f"task.optimizer: {optimizer!r} (set in {cfg.where('task.optimizer')}) is not an optimizer; give a "
+                "mapping such as {kind: adamw, lr: 0.001, weight_decay: 0.05} (any timm optimizer and its options), "
+                "or leave the key out for that default"
+            )
+        try:
+            check_optimizer(optimizer)
+        except ValueError as err:
+            raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
+
+
+# model keys that are a width split evenly over `num_heads` attention heads (not e.g. an MLP's hidden size)
+WIDTH_KEYS = ("dim", "embed_dim", "width", "d_model", "text_dim", "image_dim")
+# model sizes that must be positive, and suffixes of dropout probabilities (in [0, 1))
+POSITIVE_KEYS = ("patch_size", "img_size", "fstride", "tstride", "n_mels", "max_len", "mlp_ratio")
+RATE_SUFFIXES = ("drop_rate", "drop_path_rate", "_drop")
+
+
+def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
+    """`model.num_heads` >= 1 and every width (`WIDTH_KEYS`: `embed_dim`, `dim`, ...) a positive multiple of it;
+    values the config leaves out are the builder's defaults. Errors name both keys and where each was set."""
+    given = cfg.section("model")
+    defaults = {k: p.default for k, p in parameters(builder).items() if p.default is not inspect.Parameter.empty}
+    sizes = {**defaults, **given}
+
+    def where(key: str) -> str:
+        return f"set in {cfg.where(f'model.{key}')}" if key in given else f"the default of model.kind {given['kind']!r}"
+
+    for key, value in sizes.items():
+        if key in POSITIVE_KEYS and type_ok(value, float) and value <= 0:
+            raise ConfigError(f"model.{key}: {value} ({where(key)}) must be > 0")
+        if str(key).endswith(RATE_SUFFIXES) and type_ok(value, float) and not 0 <= value < 1:
+            raise ConfigError(f"model.{key}: {value} ({where(key)}) is a probability: give a value in [0, 1)")
+    heads = sizes.get("num_heads")
+    if type_ok(heads, int) and heads < 1:
+        raise ConfigError(f"model.num_heads: {heads} ({where('num_heads')}) must be >= 1")
+    for key, width in sizes.items():
+        if key not in WIDTH_KEYS or not type_ok(width, int):
+            continue
+        if width < 1:
+            raise ConfigError(f"model.{key}: {width} ({where(key)}) must be >= 1")
+        if type_ok(heads, int) and width % heads:
+            fits = [h for h in range(1, min(width, 64) + 1) if width % h == 0]
+            raise ConfigError(
+                f"model.{key} ({width}, {where(key)}) is not divisible by model.num_heads ({heads}, "
+                f"{where('num_heads')}): each head takes {key} / num_heads channels; num_heads that divide "
+                f"{width}: {fits}"
+            )
+
+
+def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:
+    """A training budget that trains something: `max_epochs` / `max_steps` >= 1 (or -1 for no limit) and a
+    non-zero `limit_train_batches`."""
+    for key in ("max_epochs", "max_steps"):
+        value = trainer.get(key)
+        if type_ok(value, int) and (value == 0 or value < -1):
+            raise ConfigError(
+                f"trainer.{key}: {value} (set in {cfg.where(f'trainer.{key}')}) trains nothing; give a number >= 1 "
+                "(or -1 for no limit)"
+            )
+    for key in ("accumulate_grad_batches", "check_val_every_n_epoch", "log_every_n_steps"):
+        value = trainer.get(key)
+        if type_ok(value, int) and value < 1:
+            raise ConfigError(f"trainer.{key}: {value} (set in {cfg.where(f'trainer.{key}')}) must be >= 1")
+    every = cfg.section("run").get("save_every_n_steps")
+    if type_ok(every, int) and every < 0:
+        raise ConfigError(
+            f"run.save_every_n_steps: {every} (set in {cfg.where('run.save_every_n_steps')}) must be >= 1 "
+            "(0 or null: checkpoints at epoch ends only)"
+        )
+    clip = trainer.get("gradient_clip_val")
+    if type_ok(clip, float) and clip < 0:
+        raise ConfigError(
+            f"trainer.gradient_clip_val: {clip} (set in {cfg.where('trainer.gradient_clip_val')}) must be >= 0 "
+            "(a negative bound would flip the gradients); null for no clipping"
+        )
+    limit = trainer.get("limit_train_batches")
+    if type_ok(limit, float) and limit <= 0:
+        raise ConfigError(
+            f"trainer.limit_train_batches: {limit} (set in {cfg.where('trainer.limit_train_batches')}) trains "
+            "nothing; give a batch count >= 1 or a fraction in (0, 1]"
+        )
 
 
 CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")

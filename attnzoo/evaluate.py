@@ -2,7 +2,8 @@
 
 Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
 `--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
-them to `<run dir>/evaluate-<checkpoint>.json`.
+them to `<run dir>/evaluate-<checkpoint>.json`. Data with no test examples is scored on its validation split,
+as `fit` does (the report's `split` says which).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from .config import ConfigError
 from .run import load_run, show_log
+from .run.splits import test_split
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
@@ -24,8 +26,13 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
     trainer = L.Trainer(**trainer_cfg, devices=1, logger=False)
-    step = trainer.test if split == "test" else trainer.validate
-    results = step(run.task, datamodule=run.data, verbose=False)
+    if split == "val":
+        results = trainer.validate(run.task, datamodule=run.data, verbose=False)
+    elif test_split(run.data) == "test":
+        results = trainer.test(run.task, datamodule=run.data, verbose=False)
+    else:  # no test examples: the test pass scores the validation split, as fit's does (test/* metrics)
+        split = "val"
+        results = trainer.test(run.task, dataloaders=run.data.val_dataloader(), verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     report = {"checkpoint": str(run.checkpoint), "split": split, "metrics": metrics}
     name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem

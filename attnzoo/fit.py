@@ -6,7 +6,9 @@ Builds data -> model -> task -> Trainer from the config and trains. Each run get
 writes, if it has one (the text data's label vocabulary, `labels.json`).
 
 Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `config.yaml` (or the
-`--config` files given), its directory, and continues from `last.ckpt` (or the given checkpoint).
+`--config` files given), its directory, and continues from `last.ckpt` (or the given checkpoint). A resume may
+change the training budget and logging (`attnzoo.run.rundir.RESUME_MAY_CHANGE`, recorded in `resumes.json` and
+`summary.json`), nothing that defines the model or data. One process at a time uses a run directory (`.lock`).
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
-    from .run.reliability import Interrupted, NonFiniteLossError
+    from .run.reliability import Interrupted, NonFiniteLossError, StoppedAtOnce
 
     try:
         run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
+    except StoppedAtOnce as err:
+        print(f"attnzoo fit: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # before training started (during data setup)
+        print("attnzoo fit: interrupted; checkpoints already written are kept", file=sys.stderr)
+        return 130
     except Interrupted as err:
         print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
         return err.exit_code

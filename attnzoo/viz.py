@@ -131,6 +131,14 @@ def visualize(
     """
     run = load_run(run_dir, checkpoint)
     data, net, kind = run.data, run.net, run.data_kind
+    if kind == "translation":
+        if input_path is not None:
+            raise ConfigError("--input: translation runs take a sentence with --text (or --index of the val split)")
+        if text is None:
+            if not 0 <= index < len(data.pairs["val"]):
+                raise ConfigError(f"--index {index}: the validation split has {len(data.pairs['val'])} pairs")
+            text = data.pairs["val"][index][0]
+        return [translation_alignment(run, text, out or run_dir / "viz" / ("text" if index == 0 else f"val-{index}"))]
     label = None
     if text is not None:
         if kind != "text" or input_path is not None:
@@ -176,6 +184,49 @@ def visualize(
     return written
 
 
+def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path:
+    """`<out>/alignment.png`: the cross-attention of the run's translation of `text` (greedy, or beam search),
+    source tokens across and generated tokens down, per decoder layer; the maps also go to `<out>/maps.pt`."""
+    from .attention import capture_attention
+    from .drawing.alignment import draw_alignment
+    from .translate import source_batch
+
+    task, data = run.task.eval(), run.data
+    src, mask = source_batch(data, [text])  # [1, S]
+    hyp = task.translate(src, mask, beam_size=beam)[0]  # [T]
+    hyp = hyp[hyp != data.tokenizer.pad_id]
+    # teacher-forced pass over bos + the hypothesis: row t is what generated token t read
+    tgt = torch.cat([torch.tensor([data.tokenizer.bos_id]), hyp[:-1]])[None]  # [1, T]
+    net = run.net
+    layers = [b.cross_attn for b in net.decoder.blocks if getattr(b, "cross_attn", None) is not None]
+    marks: list[int] = []  # the index of the record each cross-attention call appends
+    with torch.no_grad(), capture_attention() as records:
+        memory = net.encode(src, mask)
+        hooks = [m.register_forward_pre_hook(lambda m, a: marks.append(len(records))) for m in layers]
+        try:
+            net.decode_step(tgt, memory, mask)
+        finally:
+            for h in hooks:
+                h.remove()
+    cross = [records[i][0].float() for i in marks]  # [H, T, S] per decoder layer
+    source = [_token(data.tokenizer, i) for i in src[0].tolist()]
+    target = [_token(data.tokenizer, i) for i in hyp.tolist()]
+    translation = data.decode(hyp)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save({"cross_attention": cross, "source": source, "target": target}, out / "maps.pt")
+    title = f"{text}\n-> {translation}\n(cross-attention, heads averaged; captured on the eager backend)"
+    path = draw_alignment(cross, source, target, out / "alignment.png", title=title)
+    log.info("viz: %s -> %s", text, translation)
+    return path
+
+
+def _token(tokenizer: Any, i: int) -> str:
+    """The vocabulary entry of id `i` (subword tokenizers), else its decoded text."""
+    if hasattr(tokenizer, "id_to_token"):
+        return tokenizer.id_to_token(i) or f"<{i}>"
+    return tokenizer.decode([i]) or f"<{i}>"
+
+
 def cross_attention_maps(data: Any, net: torch.nn.Module, *, split: str, count: int, out: Path) -> list[Path]:
     """Cross-attention maps (text queries over image patches) of the first `count` examples of `split`."""
     from .drawing.cross_attention import text_image_maps
@@ -193,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo viz", description="Attention maps of a trained run for one input.")
     p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit")
     p.add_argument("--input", type=Path, help="an input file (image); default: an example of the validation split")
-    p.add_argument("--text", help="a text to draw (runs with data kind text), instead of a validation example")
+    p.add_argument("--text", help="a text to draw (text runs; translation runs: a sentence whose alignment is drawn)")
     p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input/--text")
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")

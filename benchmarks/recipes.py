@@ -8,7 +8,7 @@ Stand-ins are built first where missing (benchmarks/standins/*.py; the text and 
 `fortunes`, `wordnet-base` and `espeak-ng`). Settings were tuned on the runs marked "tune" and not changed for the
 ones marked "report". Each run is `python -m attnzoo.fit` in its own process with the recipe's own settings
 (`run.baseline: true`); wall time, the process's CPU time and the machine's load average are recorded, with the
-hardware, in `<out>/recipes.json` and `<out>/recipes.md`.
+hardware, in `<out>/standins.json` and `<out>/standins.md`.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> None:
     from attnzoo.benchmarks.harness import hardware
 
     info = {**hardware(), "torch": torch.__version__, "python": platform.python_version()}
-    out_json = args.out / "recipes.json"
+    out_json = args.out / "standins.json"
     old = json.loads(out_json.read_text())["runs"] if out_json.is_file() else []
     records = {r["name"]: r for r in old}
     for name in names:
@@ -166,7 +166,7 @@ def main() -> None:
         result = {"hardware": info, "runs": [records[n] for n in order]}
         args.out.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "recipes.md").write_text(markdown(result["runs"], info))
+        (args.out / "standins.md").write_text(markdown(result["runs"], info))
 
 
 if __name__ == "__main__":

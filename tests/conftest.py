@@ -3,7 +3,10 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_threads():
+    # one intra-op thread in every test: results do not depend on the machine's core count, and no test inherits
+    # the thread count an earlier one left behind (an in-process run applies its trainer.num_threads globally)
+    torch.set_num_threads(1)
     torch.manual_seed(0)
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from attnzoo.ablation.grid import axis_labels, load_grid
 from attnzoo.ablation.runner import ablate, plan, status
-from attnzoo.config import ConfigError, build_data, build_net, load
+from attnzoo.config import ConfigError, build_data, build_net, load, smoke_overrides
+from attnzoo.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -144,8 +145,9 @@ def _grid_cases():
 
 @functools.cache
 def _data(recipe: str):
-    """(model context, a batch of 2 training examples) of a recipe's data."""
-    data = build_data(load([RECIPES[recipe]]))
+    """(model context, a batch of 2 training examples) of a recipe's data (sized as its smoke run)."""
+    smoke = [o for o in smoke_overrides(load([RECIPES[recipe]])) if o.startswith("data.")]
+    data = build_data(load([RECIPES[recipe]], smoke))
     batch = next(iter(data.train_dataloader()))
     return data.model_context(), {k: v[:2] for k, v in batch.items()}
 
@@ -163,7 +165,7 @@ def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_p
         net = build_net(cfg, context)
         if cfg.section("trainer").get("grad_checkpointing"):
             net.set_grad_checkpointing(True)
-        logits = net(**{k: v for k, v in batch.items() if k != "label"})
+        logits = net(**TASKS[cfg.section("task")["kind"]].net_inputs(batch))
         logits.float().logsumexp(-1).sum().backward()
         assert all(p.grad is not None for p in net.parameters() if p.requires_grad), run.variant.name
 
@@ -264,3 +266,103 @@ def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again
     assert ((first / "ablate.json").read_text(), (first / "summary.json").stat().st_mtime_ns) == finished
     assert json.loads((second / "ablate.json").read_text())["status"] == "ok"
     assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["1", "1"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            {"kind": "slidng_window", "window": 4},
+            r"pattern.kind: unknown 'slidng_window'.*did you mean 'sliding_window'",
+        ),
+        ({"kind": "sliding_window", "windw": 4}, r"pattern: 'sliding_window' takes no argument 'windw'.*'window'"),
+    ],
+)
+def test_the_plan_and_dry_run_catch_a_typo_inside_a_mapping_value(value, message, tmp_path, capsys):
+    from attnzoo.ablate import main
+
+    axes = {"model.attention.pattern": {"full": "none", "w": value}}
+    grid = _grid(tmp_path, axes)
+    with pytest.raises(ConfigError, match=rf"variant pattern=w,seed=0: model.attention.{message}"):
+        plan([VIT], load_grid(grid), [], tmp_path / "out")
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    assert "did you mean" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_an_ablation_with_a_failed_run_exits_1_naming_it(tmp_path, monkeypatch, capsys):
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", _FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
+    out = tmp_path / "out"
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "1 of 2 runs failed: ['backend=eager,seed=0']" in err and str(out / "report.md") in err
+    assert (out / "report.md").is_file() and not (out / ".lock").exists()
+
+
+# a fit that runs until stopped: on SIGINT/SIGTERM it "saves" for a moment and exits 130/143 as attnzoo fit does
+_SLOW_FIT = """
+import json, os, signal, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+run_dir = Path(args[args.index("--run-dir") + 1])
+if os.environ.get("FAKE_FIT") == "fast":
+    summary = {"test": {"test/acc": 0.5}, "best": {"path": "x", "val/acc": 0.5}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    sys.exit(0)
+got = []
+signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+(run_dir / "started").write_text("")
+while not got:
+    time.sleep(0.05)
+time.sleep(1.0)  # writing its checkpoint
+sys.exit(128 + got[0])
+"""
+_DRIVER = """
+import sys
+import attnzoo.ablation.runner as runner
+fake = sys.argv[1]
+runner.fit_command = lambda configs, run: [sys.executable, "-c", fake, *run.overrides, "--run-dir", str(run.run_dir)]
+from attnzoo.ablate import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_ctrl_c_stops_the_runs_in_flight_starts_no_queued_one_and_exits_130(presses, tmp_path):
+    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]}, seeds=(0, 1))
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", _DRIVER, _SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out", str(out),
+               "--jobs", "2"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while len(list(out.glob("runs/*/started"))) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(list(out.glob("runs/*/started"))) == 2, "the first two runs never started"
+        for _ in range(presses):  # Ctrl-C in a terminal: SIGINT to the ablation and its runs
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "started none of the 2 queued" in err, err
+    started = sorted(p.parent.name for p in out.glob("runs/*/started"))
+    assert len(started) == 2 and len(list((out / "runs").iterdir())) == 2  # the queued runs never started
+    for name in started:
+        record = json.loads((out / "runs" / name / "ablate.json").read_text())
+        assert record["status"] == "interrupted", record
+    assert not list(out.rglob("*.tmp")) and not (out / ".lock").exists()
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["0", "0"]
+
+    again = subprocess.run(command, env={**env, "FAKE_FIT": "fast"}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "4 runs, 0 finished, 4 to run" in again.stderr
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["2", "2"]

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..attention.specs import suggest
-from ..config import ConfigError
+from ..config import ConfigError, read_yaml
 
 GRID_KEYS = ("recipes", "metric", "mode", "seeds", "fixed", "axes")
 MAX_ID = 120  # longest variant id (a directory name); longer ids are cut and get a hash suffix
@@ -155,8 +155,8 @@ def load_grid(path: str | Path) -> Grid:
     if not path.is_file():
         raise ConfigError(f"grid file {str(path)!r} does not exist")
     try:
-        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except (OmegaConfBaseException, ValueError) as err:
+        raw = OmegaConf.to_container(read_yaml(path), resolve=True)
+    except OmegaConfBaseException as err:
         raise _fail(path, f"cannot parse: {err}") from err
     if not isinstance(raw, dict):
         raise _fail(path, f"expected a mapping with keys {list(GRID_KEYS)}")

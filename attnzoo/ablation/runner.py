@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, load
+from ..run.lock import RunLock
 from .grid import Grid, Variant, load_grid
 
 log = logging.getLogger("attnzoo")
@@ -108,15 +109,19 @@ class Runner:
         self.configs = list(configs)
         self.slots = list(slots) or [{}]
         self._free = list(range(len(self.slots)))
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # also taken by stop() in a signal handler, which may interrupt stop()
         self._active: set[subprocess.Popen] = set()
+        self._starting = 0  # runs between their start and their process being tracked
         self.stopping = False
 
     def run(self, run: Planned, command: Sequence[str] | None = None) -> dict[str, Any]:
-        if self.stopping:
-            return {"variant": run.variant.id, "status": "interrupted", "wall_seconds": 0.0}
+        """Run `run` to its end and record it; a run whose turn comes after `stop()` is not started (its directory
+        is left as it was) and returns status "not started"."""
         with self._lock:
+            if self.stopping:
+                return {"variant": run.variant.id, "status": "not started", "wall_seconds": 0.0}
             slot = self._free.pop(0)
+            self._starting += 1
         try:
             return self._run(run, list(command or fit_command(self.configs, run)), self.slots[slot])
         finally:
@@ -143,6 +148,9 @@ class Runner:
             proc = subprocess.Popen(command, stdout=out, stderr=err, env=env)
             with self._lock:
                 self._active.add(proc)
+                self._starting -= 1
+                if self.stopping:  # stop() came while this run was starting
+                    proc.terminate()
             try:
                 code = proc.wait()
             finally:
@@ -161,12 +169,15 @@ class Runner:
         _write_json(run.run_dir / "ablate.json", record)
         return record
 
-    def stop(self) -> None:
-        """Terminate the runs in progress (their dirs stay unfinished and run again next time)."""
-        self.stopping = True
+    def stop(self, *, kill: bool = False) -> int:
+        """Start no more runs and stop those in progress (SIGTERM: each saves and exits; `kill`: SIGKILL). Their
+        directories are recorded as interrupted and run again, from the start, next time. Returns how many runs
+        were in progress."""
         with self._lock:
+            self.stopping = True
             for proc in self._active:
-                proc.terminate()
+                proc.kill() if kill else proc.terminate()
+            return len(self._active) + self._starting
 
 
 def _error_line(tail: list[str], code: int) -> str:
@@ -213,15 +224,34 @@ def ablate(
     seeds: Sequence[int] | None = None,
     command_line: str = "",
 ) -> Path:
-    """Run the missing runs of a grid and write the report; returns the ablation directory."""
-    from .report import write_report
+    """Run the missing runs of a grid and write the report; returns the ablation directory.
 
+    Raises:
+        AblationInterrupted: SIGINT/SIGTERM stopped it (runs in progress stopped and recorded as interrupted,
+            queued ones not started, the report written).
+    """
     grid = load_grid(grid_path)
     if seeds:
         grid.seeds = list(seeds)
     out = Path(out)
     runs = plan(configs, grid, overrides, out)
-    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out, what="ablation directory"):  # one ablation at a time in `out`
+        return _ablate(configs, grid, grid_path, overrides, out, runs, slots, skip_failed, command_line)
+
+
+def _ablate(
+    configs: Sequence[str | Path],
+    grid: Grid,
+    grid_path: str | Path,
+    overrides: Sequence[str],
+    out: Path,
+    runs: list[Planned],
+    slots: Sequence[dict[str, str]],
+    skip_failed: bool,
+    command_line: str,
+) -> Path:
+    from .report import write_report
+
     info = {
         "command": command_line,
         "configs": [str(c) for c in configs],
@@ -241,25 +271,79 @@ def ablate(
     done = sum(s == "ok" for s in states.values())
     print(f"attnzoo ablate: {len(runs)} runs, {done} finished, {len(todo)} to run -> {out}", file=sys.stderr)
     runner = Runner(configs, slots)
-    previous = signal.signal(signal.SIGTERM, lambda *_: (runner.stop(), sys.exit(143)))
-    try:
-        with concurrent.futures.ThreadPoolExecutor(len(runner.slots)) as pool:
-            futures = {pool.submit(runner.run, r): r for r in todo}
-            for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                record = future.result()
-                extra = f" ({record['error']})" if record["status"] == "failed" else ""
-                if record["status"] == "interrupted":
-                    continue
-                print(
-                    f"attnzoo ablate: [{n}/{len(todo)}] {record['variant']}: {record['status']} "
-                    f"in {record['wall_seconds']:.0f}s{extra}",
-                    file=sys.stderr,
-                )
-                write_report(out)
-    except KeyboardInterrupt:
-        runner.stop()
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    records = []
+    with _StopOnSignal(runner) as stop, concurrent.futures.ThreadPoolExecutor(len(runner.slots)) as pool:
+        futures = {pool.submit(runner.run, r): r for r in todo}
+        for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            record = future.result()
+            records.append(record)
+            if record["status"] == "not started" or stop.signum is not None:
+                continue
+            extra = f" ({record['error']})" if record["status"] == "failed" else ""
+            print(
+                f"attnzoo ablate: [{n}/{len(todo)}] {record['variant']}: {record['status']} "
+                f"in {record['wall_seconds']:.0f}s{extra}",
+                file=sys.stderr,
+            )
+            write_report(out)
     write_report(out)
+    if stop.signum is not None:
+        stopped = sorted(r["variant"] for r in records if r["status"] == "interrupted")
+        queued = sorted(r["variant"] for r in records if r["status"] == "not started")
+        raise AblationInterrupted(signum=stop.signum, out=out, stopped=stopped, not_started=queued)
     return out
+
+
+class AblationInterrupted(Exception):
+    """An ablation stopped by SIGINT/SIGTERM: runs in progress were stopped, queued ones not started."""
+
+    def __init__(self, *, signum: int, out: Path, stopped: list[str], not_started: list[str]) -> None:
+        self.signum, self.out, self.stopped, self.not_started = signum, out, stopped, not_started
+        super().__init__(
+            f"{signal.Signals(signum).name} received: stopped {len(stopped)} run(s) in progress {stopped}, started "
+            f"none of the {len(not_started)} queued; the report of the finished runs is in {out / 'report.md'}. "
+            "Run the same command again to run the rest"
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class _StopOnSignal:
+    """While active (in the main thread), SIGINT/SIGTERM stop the runner instead of raising: the first stops runs
+    in progress (SIGTERM to each) and starts no more; a second kills them (SIGKILL). Either way every run is
+    recorded by its thread before `ablate` returns, so no run directory is left half written."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is None:
+            self.signum = signum
+            n = self.runner.stop()
+            text = f"{name} received: stopping {n} run(s) in progress, starting no more (again to kill them at once)"
+        else:
+            n = self.runner.stop(kill=True)
+            text = f"{name} received again: killing {n} run(s) in progress"
+        os.write(sys.stderr.fileno(), f"attnzoo ablate: {text}\n".encode())  # print() may be mid-write right now
+
+
+def failed_runs(out: Path) -> list[str]:
+    """Variant ids of the ablation in `out` whose last attempt failed."""
+    plan_file = out / "ablation.json"
+    variants = json.loads(plan_file.read_text()).get("variants", []) if plan_file.is_file() else []
+    return [v["id"] for v in variants if read_record(out / "runs" / v["id"]).get("status") == "failed"]

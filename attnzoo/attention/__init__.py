@@ -3,6 +3,7 @@
 from . import blocked, flash, flex, variants  # noqa: F401  (backends and attention kinds register themselves)
 from .attention import ATTENTION_KINDS, Attention, capture_attention
 from .backends import AUTO_ORDER, BACKENDS, attend, choose_backend, register_backend
+from .cache import CrossKVCache, DecodingCache, KVCache, SlidingWindowKVCache
 from .interop import from_multihead_attention
 from .patterns import (
     PATTERNS,
@@ -26,12 +27,16 @@ __all__ = [
     "BigBird",
     "BlockLocal",
     "Causal",
+    "CrossKVCache",
+    "DecodingCache",
     "DilatedSlidingWindow",
     "GlobalTokens",
+    "KVCache",
     "KeyPadding",
     "Pattern",
     "RandomBlocks",
     "SlidingWindow",
+    "SlidingWindowKVCache",
     "attend",
     "capture_attention",
     "choose_backend",

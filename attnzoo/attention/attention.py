@@ -7,6 +7,8 @@ Hkv key/value heads, D head dim.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -15,11 +17,13 @@ import torch
 from torch import nn
 
 from .backends import attend, check_backend_name
+from .cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 _capture: list[list[Tensor]] = []  # a stack of active `capture_attention()` lists
+_SMALL_MASK = 1 << 16  # a decoding call's mask this small is checked on the CPU for rows with nothing masked
 
 
 class Attention(nn.Module):
@@ -107,6 +111,12 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
 
     @classmethod
+    def rotary_dim(cls, dim: int, num_heads: int, **options: Any) -> int:
+        """Channels per head a rotary embedding rotates: the head dim here; kinds with a rotary part of their own
+        (mla) override it. `factory.attention_layer` builds a config's rotary with this `head_dim`."""
+        return dim // num_heads
+
+    @classmethod
     def configure(cls, **defaults: Any) -> type[Attention]:
         """A subclass whose constructor defaults are `defaults`: a class to hand to timm's `attn_layer`."""
         for key in defaults:
@@ -128,6 +138,7 @@ class Attention(nn.Module):
         bias: Tensor | None = None,
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
+        cache: Cache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend from x [B, Lq, C] to itself or to `context` [B, Lk, Cc].
 
@@ -135,22 +146,34 @@ class Attention(nn.Module):
             key_padding_mask: bool [B, Lk], True marks padding (as in `nn.MultiheadAttention`).
             return_weights: also return weights [B, H, Lq, Lk] (runs the eager backend).
             bias: a precomputed additive bias broadcastable to [B, H, Lq, Lk], used instead of the bias
-                module (to share one bias across layers, computed once per forward).
+                module (to share one bias across layers, computed once per forward); with a cache, a bias module.
             attn_mask, is_causal: timm's calling convention; a float `attn_mask` adds to scores, a bool one
                 marks allowed pairs with True.
+            cache: incremental decoding (`new_cache()`, `attnzoo.attention.cache`): x holds the next tokens,
+                whose positions continue where the cache ends; self-attention appends their keys and values to
+                the cache and reads everything it keeps, cross-attention projects `context` on the first call
+                only (later calls may pass context=None).
         """
         b, lq, _ = x.shape
-        q, k, v = self._project(x, context)  # [B, H, Lq, D], [B, Hkv, Lk, D] x2
-        q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
-            q, k = self.rotary(q, k)
-
         pattern = self.pattern
         if is_causal:
             from .patterns import Causal
 
             pattern = Causal() if pattern is None else pattern & Causal()
         bias = self.bias if bias is None else bias
+        if cache is None:
+            q, k, v = self._project(x, context)  # [B, H, Lq, D], [B, Hkv, Lk, D] x2
+            q, k = self.q_norm(q), self.k_norm(k)
+            if self.rotary is not None:
+                q, k = self.rotary(q, k)
+        else:
+            self_padding = key_padding_mask is not None and not self.is_cross
+            if attn_mask is not None or isinstance(bias, Tensor) or self_padding:
+                raise ValueError(
+                    "with a cache, Attention takes no attn_mask, bias tensor or self-attention key_padding_mask: "
+                    "masks and biases come from the pattern and bias modules, read at the cached positions"
+                )
+            q, k, v, pattern, bias = self._read_cache(cache, x, context, pattern, bias)
         if attn_mask is not None:
             extra = (
                 attn_mask
@@ -160,6 +183,7 @@ class Attention(nn.Module):
             bias = extra if bias is None else _dense(bias, q, k) + extra
 
         capturing = bool(_capture)
+        extra_args = {} if cache is None else {"cache": cache}  # overrides without `cache` still run uncached
         out, weights = self._attend(
             q,
             k,
@@ -171,12 +195,111 @@ class Attention(nn.Module):
             key_padding_mask=key_padding_mask,
             backend="auto" if capturing else self.backend,
             return_weights=return_weights or capturing,
+            **extra_args,
         )
         if capturing:
             _capture[-1].append(weights.detach())
         out = out.transpose(1, 2).reshape(b, lq, -1)  # [B, H, Lq, D] -> [B, Lq, C]
         out = self.proj_drop(self.proj(out))
         return (out, weights) if return_weights else out
+
+    # ------------------------------------------------------------------------------------------------------------
+    # incremental decoding
+
+    def cannot_decode(self, pattern: Any | None = None) -> str | None:
+        """Why this layer cannot decode incrementally with `pattern` (default its own), or None when it can.
+
+        Kinds that cannot (their math needs every key at once) override this with their reason.
+        """
+        pattern = self.pattern if pattern is None else pattern
+        if not _attend_takes_cache(type(self)):
+            return f"attention kind {type(self).__name__} overrides _attend without a `cache` argument"
+        if self.is_cross:
+            if pattern is not None:
+                return f"a cross-attention pattern ({pattern!r}) is not supported with a cache"
+        elif pattern is None or not pattern.causal_only:
+            return (
+                f"self-attention pattern {pattern!r} lets queries read later keys (or depends on the lengths); "
+                "incremental decoding needs a causal pattern: 'causal', or a sliding window with causal: true"
+            )
+        if self.bias is not None and not getattr(self.bias, "decodes", False):
+            return f"bias {type(self.bias).__name__} is not defined over 1D positions that grow"
+        if self.rotary is not None and not getattr(self.rotary, "decodes", False):
+            return f"rotary {type(self.rotary).__name__} is not defined over 1D positions that grow"
+        return None
+
+    def new_cache(self, *, is_causal: bool = False) -> Cache:
+        """An empty cache for this layer: `CrossKVCache` for cross-attention, else a `SlidingWindowKVCache` when
+        the pattern reads a bounded distance back (memory O(window)), else a `KVCache`.
+
+        Args:
+            is_causal: the calls will pass is_causal=True (the pattern is then this layer's & Causal).
+        """
+        pattern = self.pattern
+        if is_causal:
+            from .patterns import Causal
+
+            pattern = Causal() if pattern is None else pattern & Causal()
+        reason = self.cannot_decode(pattern)
+        if reason is not None:
+            raise ValueError(f"{type(self).__name__} cannot decode incrementally: {reason}")
+        if self.is_cross:
+            return CrossKVCache()
+        return KVCache() if pattern.lookback is None else SlidingWindowKVCache(window=pattern.lookback + 1)
+
+    def _read_cache(
+        self, cache: Cache, x: Tensor, context: Tensor | None, pattern: Any | None, bias: Any | None
+    ) -> tuple[Tensor, Tensor, Tensor, Any | None, Any | None]:
+        """q [B, H, L, D] of the new tokens, k and v [B, Hkv, Lk, D] of every key they read (through the cache),
+        and the pattern and bias read at their positions."""
+        reason = self.cannot_decode(pattern)
+        if reason is not None:
+            raise ValueError(f"{type(self).__name__} cannot decode incrementally: {reason}")
+        if self.is_cross and not isinstance(cache, CrossKVCache):
+            raise ValueError(f"cross-attention takes a CrossKVCache (from new_cache()), got {cache!r}")
+        if not self.is_cross and not isinstance(cache, KVCache):
+            raise ValueError(f"self-attention takes a KVCache (from new_cache()), got {cache!r}")
+        lookback = None if pattern is None else pattern.lookback
+        if isinstance(cache, SlidingWindowKVCache) and (lookback is None or cache.window <= lookback):
+            raise ValueError(
+                f"SlidingWindowKVCache(window={cache.window}) is too small for pattern {pattern!r}, whose queries "
+                f"read {'any distance' if lookback is None else lookback} back: "
+                + ("use a KVCache" if lookback is None else f"it needs window >= {lookback + 1}")
+            )
+        b, lq, _ = x.shape
+        h, d = self.num_heads, self.head_dim
+        start = cache.advance(lq)  # the new tokens' first position
+        positions = torch.arange(start, start + lq, device=x.device) if self.rotary is not None else None
+        if self.is_cross:
+
+            def project() -> tuple[Tensor, Tensor]:
+                if context is None:
+                    raise ValueError("the first call with an empty CrossKVCache needs the context (the source)")
+                k, v = self._project_kv(context)  # [B, Hkv, S, D] x2
+                k = self.k_norm(k)
+                if self.rotary is not None:  # source keys at positions 0 .. S - 1 (rotary rotates q and k: no q here)
+                    _, k = self.rotary(k[:, :, :0], k, positions[:0], torch.arange(k.shape[2], device=k.device))
+                return k, v
+
+            k, v = cache.keys(project)
+            q = self.q_norm(self.q(x).view(b, lq, h, d).transpose(1, 2))  # [B, H, L, D]
+            if self.rotary is not None:  # the new queries at their positions (no keys to rotate)
+                q, _ = self.rotary(q, q[:, :, :0], positions, positions[:0])
+            k_start = 0
+        else:
+            q, k, v = self._project(x, None)
+            q, k = self.q_norm(q), self.k_norm(k)
+            if self.rotary is not None:
+                q, k = self.rotary(q, k, positions, positions)
+            k, v = cache.update(k, v)  # [B, Hkv, kept + L, D]: keys at positions start + L - Lk ..
+            k_start = start + lq - k.shape[2]
+        if pattern is not None:
+            pattern = pattern.shifted(start, k_start)
+            if lq * k.shape[2] <= _SMALL_MASK and bool(pattern.dense_mask(lq, k.shape[2]).all()):
+                pattern = None  # every key the call reads is allowed (a decoding step, usually): no mask at all
+        if bias is not None:
+            bias = bias.shifted(start, k_start, lq, k.shape[2], device=x.device)
+        return q, k, v, pattern, bias
 
     def _attend(
         self,
@@ -191,11 +314,14 @@ class Attention(nn.Module):
         key_padding_mask: Tensor | None,
         backend: str,
         return_weights: bool,
+        cache: Cache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """q [B, H, Lq, D], k and v [B, Hkv, Lk, D] -> (out [B, H, Lq, D], weights or None).
 
         The one step attention kinds (`attnzoo.attention.variants`) override; `x` and `context` are the
         layer's inputs, for kinds whose attention depends on them beyond q, k, v. Sets `backend_used`.
+        When decoding, `cache` is the layer's cache (k and v already come from it), for kinds that keep
+        per-key state of their own (`cache.key_state`); an override without this argument cannot decode.
         """
         out, weights, self.backend_used = attend(
             q,
@@ -218,8 +344,7 @@ class Attention(nn.Module):
             if context is None:
                 raise ValueError("this Attention was built for cross-attention (context_dim set): pass context")
             q = self.q(x).view(b, lq, h, d).transpose(1, 2)  # [B, H, Lq, D]
-            kv = self.kv(context).view(b, context.shape[1], 2, hkv, d).permute(2, 0, 3, 1, 4)  # [2, B, Hkv, Lk, D]
-            return q, kv[0], kv[1]
+            return (q, *self._project_kv(context))
         if context is not None:
             raise ValueError("this Attention was built for self-attention; build it with context_dim to pass context")
         qkv = self.qkv(x)  # [B, Lq, (H + 2 Hkv) D]
@@ -232,11 +357,23 @@ class Attention(nn.Module):
         v = v.view(b, lq, hkv, d).transpose(1, 2)
         return q, k, v
 
+    def _project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values [B, Hkv, Lk, D] of context [B, Lk, Cc]."""
+        b, lk, _ = context.shape
+        kv = self.kv(context).view(b, lk, 2, self.num_kv_heads, self.head_dim)  # [B, Lk, 2, Hkv, D]
+        kv = kv.permute(2, 0, 3, 1, 4)  # [2, B, Hkv, Lk, D]
+        return kv[0], kv[1]
+
     def extra_repr(self) -> str:
         parts = [f"heads={self.num_heads}", f"kv_heads={self.num_kv_heads}", f"backend={self.backend}"]
         if self.pattern is not None:
             parts.append(f"pattern={self.pattern!r}")
         return ", ".join(parts)
+
+
+@functools.cache
+def _attend_takes_cache(cls: type[Attention]) -> bool:
+    return cls._attend is Attention._attend or "cache" in inspect.signature(cls._attend).parameters
 
 
 def _dense(bias: Any, q: Tensor, k: Tensor) -> Tensor:

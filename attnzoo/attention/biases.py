@@ -9,6 +9,8 @@ Which backend takes which form: eager and sdpa add `dense`; flex calls `score_mo
 parameters (`learned`) trains on every backend whose `supports()` accepts the call with `needs_grad`
 (`attend` counts a bias that needs gradients as a reason to need them).
 
+Incremental decoding reads a bias at shifted positions (`shifted`: the values of the new queries' rows).
+
 `dense` results that need no gradient (ALiBi, a frozen table, inference) are kept in a small LRU cache
 (`DENSE_CACHE_BYTES`), keyed by the parameters' identity and version, so a fixed bias costs one dense
 copy per shape, not one per call. Built-ins are listed in `BIASES` (config short names).
@@ -68,6 +70,7 @@ class Bias(nn.Module):
     """Base class: subclasses implement `values` (and usually faster `_dense` / `score_mod`). H = `num_heads`."""
 
     learned = False  # True when the bias has trainable parameters
+    decodes = True  # `values` is a function of 1D positions: incremental decoding reads it at shifted rows
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()
@@ -86,6 +89,15 @@ class Bias(nn.Module):
             return self._once(("dense", lq, lk, str(device), dtype), lambda: self._dense(lq, lk, device, dtype))
         key = (*self._cache_identity(), lq, lk, str(device), dtype)
         return _cache_get(key, lambda: self._dense(lq, lk, device, dtype))
+
+    def shifted(self, q_start: int, k_start: int, lq: int, lk: int, device=None) -> Bias | Tensor:
+        """This bias for queries at positions q_start.. and keys at k_start.. (a decoding call's rows): the module
+        itself at (0, 0), else its [H, Lq, Lk] values there (`attend` takes either)."""
+        if q_start == k_start == 0:
+            return self
+        q_idx = torch.arange(q_start, q_start + lq, device=device)[:, None]
+        kv_idx = torch.arange(k_start, k_start + lk, device=device)[None, :]
+        return self.values(q_idx, kv_idx).expand(self.num_heads, lq, lk)
 
     def relative(self, lq: int, lk: int) -> dict[str, Any] | None:
         """The bias as a table over (row, column) offsets, the keyword arguments of `toeplitz.relative_dense`
@@ -305,6 +317,7 @@ class RelativeBias2D(Bias):
     """
 
     learned = True
+    decodes = False  # defined over a token grid, not a sequence that grows
 
     def __init__(self, *, num_heads: int, grid_size: int | tuple[int, int], num_prefix_tokens: int = 0) -> None:
         super().__init__(num_heads)

@@ -193,7 +193,12 @@ class Blocked:
             cache[key] = plan(pattern, lq, lk, bq, bk, device)
         return cache[key]
 
-    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, kernel=None):
+        """As every backend; `kernel`, when given, replaces SDPA on each group of blocks (attention kinds whose
+        weights are not a softmax: `variants/sinks.py`, `variants/sigmoid.py`). It is called as
+        `kernel(q [n, H, bq, D], k, v [n, Hkv, K * bk, D], mask, dropout_p, scale) -> [n, H, bq, D]` with n = B * nb
+        (batch-major) and `mask` bool (True = allowed) or additive float (-inf = masked), [n, 1 | H, bq, K * bk];
+        rows that allow no key are opened in `mask` and zeroed afterwards."""
         if return_weights:
             raise ValueError("backend 'blocked' cannot return attention weights; use backend='eager' or 'auto'")
         pattern = _FULL if pattern is None else pattern
@@ -224,7 +229,9 @@ class Blocked:
                 if not all_alive:
                     allowed = allowed | ~alive  # keep kernels finite; those rows are zeroed below
                 mask = allowed if add is None else add.masked_fill(~allowed, float("-inf"))
-            if add is not None and add.requires_grad:  # path "bias_grad": SDPA's CPU kernels do not train a mask
+            if kernel is not None:
+                o = kernel(qg, kg, vg, mask, dropout_p, scale)
+            elif add is not None and add.requires_grad:  # path "bias_grad": SDPA's CPU kernels do not train a mask
                 o = _eager(qg, kg, vg, mask, dropout_p, scale)
             else:
                 o = F.scaled_dot_product_attention(

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from .specs import build, check_context, import_path, suggest
+from .specs import build, check_context, check_spec, import_path, suggest
 
 ATTENTION_OPTIONS = ("backend", "num_kv_heads", "qkv_bias", "qk_norm", "attn_drop", "proj_drop")
 # what a model may tell its attention layers (see `specs.CONTEXT_KEYS`); `attention_layer` adds the per-layer keys
@@ -41,9 +41,9 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
 
     `cfg` keys: `kind` (attention kind, default "mha"), `pattern`, `bias`, `rotary` (specs, see `build`),
     and `Attention` options (`backend`, `num_kv_heads`, `qk_norm`, ...). Each instance gets its own pattern,
-    bias and rotary objects, built with `context` plus the instance's `num_heads`, `head_dim` and
-    `layer_index` (instances of the returned class count from 0 in the order they are built: per-layer random
-    blocks draw from it).
+    bias and rotary objects, built with `context` plus the instance's `num_heads`, `head_dim` (the channels
+    rotary rotates: `Attention.rotary_dim`) and `layer_index` (instances of the returned class count from 0 in
+    the order they are built: per-layer random blocks draw from it, and so does a kind that names it).
 
     Args:
         context: model context, keys of `MODEL_CONTEXT` (`attention_context` makes it); any other key raises.
@@ -76,16 +76,22 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
             valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
+    for name, spec in specs.items():  # now, not when the first layer is built: a typo stops before any training
+        check_spec(spec, tables[name], f"{what}.{name}")
 
     layers = itertools.count()
 
-    def make_parts(dim: int, num_heads: int) -> dict[str, Any]:
-        ctx = {**context, "num_heads": num_heads, "head_dim": dim // num_heads, "dim": dim}
-        ctx["layer_index"] = next(layers)
+    def make_parts(dim: int, num_heads: int, layer_index: int) -> dict[str, Any]:
+        head_dim = base.rotary_dim(dim, num_heads, **options) if hasattr(base, "rotary_dim") else dim // num_heads
+        ctx = {**context, "num_heads": num_heads, "head_dim": head_dim, "dim": dim, "layer_index": layer_index}
         return {name: build(spec, tables[name], f"{what}.{name}", **ctx) for name, spec in specs.items()}
 
     def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:
+        index = next(layers)
+        # a kind that names layer_index (differential attention's lambda schedule) gets it too
+        indexed = {"layer_index": index} if "layer_index" in own and "layer_index" not in options else {}
+        parts = make_parts(dim, num_heads, index)
         # the config wins over what a host model (timm) passes for the same option
-        base.__init__(self, dim, num_heads, **{**kwargs, **from_context, **make_parts(dim, num_heads), **options})
+        base.__init__(self, dim, num_heads, **{**kwargs, **from_context, **indexed, **parts, **options})
 
     return type(f"Configured{base.__name__}", (base,), {"__init__": __init__, "__module__": base.__module__})

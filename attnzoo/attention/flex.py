@@ -84,19 +84,35 @@ class Flex:
     def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
         if return_weights or dropout_p > 0:
             raise ValueError("backend 'flex' returns no weights and has no dropout; use 'eager' or 'blocked'")
+        out, _ = self.run(q, k, v, pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale)
+        return out, None
+
+    def run(
+        self, q, k, v, *, pattern, bias, key_padding_mask, scale, then=None, return_lse=False
+    ) -> tuple[Tensor, Tensor | None]:
+        """(out [B, H, Lq, D], log-sum-exp of each row's scores [B, H, Lq] or None).
+
+        `then(score, b, h, q_idx, kv_idx)`, when given, maps each score after the bias (attention kinds whose
+        weights are not a softmax of the scores: `variants/sigmoid.py`); `return_lse` for kinds that rescale rows
+        (`variants/sinks.py`; compiled flex on CPU cannot return it in torch 2.14). A row with no allowed key gets
+        zeros and a log-sum-exp of -inf.
+        """
         lq, lk = q.shape[-2], k.shape[-2]
         pattern = _FULL if pattern is None else pattern
         if key_padding_mask is not None:
             pattern = pattern.bind(lq, lk) & KeyPadding(key_padding_mask)
         block_mask = self.block_mask(pattern, lq, lk, q.device)
         score_mod = _score_mod(bias, lq, lk, q.device, q.dtype)
+        if then is not None:
+            score_mod = _then(score_mod, then)
         k, v = k.to(q.dtype), v.to(q.dtype)
         # a query with no allowed key gets zeros from flex itself (its softmax denominator is guarded); the tests
         # hold it to that, since CPU-compiled flex cannot return the log-sum-exp to check rows here
+        aux = {"return_aux": _flex_module().AuxRequest(lse=True)} if return_lse else {}
         out = self._flex(q.device.type)(
-            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
-        )  # [B, H, Lq, D]
-        return out, None
+            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1], **aux
+        )  # [B, H, Lq, D], or (that, AuxOutput with lse [B, H, Lq])
+        return (out[0], out[1].lse) if return_lse else (out, None)
 
     def _flex(self, device_type: str):
         # CPU: static shapes, since torch 2.14's inductor emits C++ that does not build for dynamic-shape CPU flex
@@ -127,6 +143,17 @@ def _build(bound: Pattern, lq: int, lk: int, device):
         mask_mod=mask_mod,
         seq_lengths=(lq, lk),
     )
+
+
+def _then(first, then):
+    """The score_mod applying `first` (or nothing) and then `then`."""
+    if first is None:
+        return then
+
+    def both(score, b, h, q_idx, kv_idx):
+        return then(first(score, b, h, q_idx, kv_idx), b, h, q_idx, kv_idx)
+
+    return both
 
 
 def _score_mod(bias, lq: int, lk: int, device, dtype):

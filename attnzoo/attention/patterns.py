@@ -9,6 +9,11 @@ A pattern gives three views of one rule:
   each query block reads, for the blocked and flex backends.
 Patterns compose with `&` and `|`. Patterns whose rule depends on the lengths (random blocks) resolve it in
 `bind(lq, lk)`; backends call it, and `dense_mask`/`block_mask` do it themselves.
+
+Incremental decoding (`cache.py`) needs a pattern that never lets a query read a later key (`causal_only`)
+and whose rule depends on positions alone; `lookback` bounds how far back a query reads, so a sliding-window
+cache keeps `lookback + 1` keys. A decoding call reads its rows through `shifted(q_start, k_start)`: local
+query i and key j stand for positions q_start + i and k_start + j.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class Pattern:
 
     is_causal = False  # exactly the causal mask (lets sdpa use its is_causal fast path)
     batch_size: int | None = None  # set by patterns whose mask differs per batch element (uses `b`)
+    causal_only = False  # no query ever reads a later key, and the rule depends on positions only (decodes)
+    lookback: int | None = None  # every allowed pair has i - j <= lookback (None: no bound)
 
     def mask_mod(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         raise NotImplementedError
@@ -94,6 +101,10 @@ class Pattern:
         slot_used = torch.arange(width, device=bm.device)[None, :] < counts[:, None]
         return torch.where(slot_used, order, torch.zeros_like(order)), counts
 
+    def shifted(self, q_start: int, k_start: int) -> Pattern:
+        """This pattern read at positions: local query i is position q_start + i, local key j is k_start + j."""
+        return self if q_start == k_start == 0 else Shifted(self, q_start, k_start)
+
     def __and__(self, other: Pattern) -> Pattern:
         return And(self, other)
 
@@ -109,6 +120,7 @@ class Causal(Pattern):
     """Query i reads keys j <= i (top-left aligned, as `F.scaled_dot_product_attention(is_causal=True)`)."""
 
     is_causal = True
+    causal_only = True
 
     def mask_mod(self, b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
@@ -131,6 +143,14 @@ class SlidingWindow(Pattern):
     def __init__(self, *, window: int, causal: bool = False) -> None:
         self.window = _check_int("window", window, 0)
         self.causal = bool(causal)
+
+    @property
+    def causal_only(self) -> bool:
+        return self.causal
+
+    @property
+    def lookback(self) -> int:
+        return self.window
 
     def mask_mod(self, b, h, q_idx, kv_idx):
         d = q_idx - kv_idx
@@ -158,6 +178,14 @@ class DilatedSlidingWindow(Pattern):
         self.dilation = _check_int("dilation", dilation, 1)
         self.causal = bool(causal)
         self._span = SlidingWindow(window=self.window * self.dilation, causal=self.causal)
+
+    @property
+    def causal_only(self) -> bool:
+        return self.causal
+
+    @property
+    def lookback(self) -> int:
+        return self.window * self.dilation
 
     def mask_mod(self, b, h, q_idx, kv_idx):
         return self._span.mask_mod(b, h, q_idx, kv_idx) & ((q_idx - kv_idx) % self.dilation == 0)
@@ -219,6 +247,10 @@ class BlockLocal(Pattern):
 
     def __init__(self, *, block: int) -> None:
         self.block = _check_int("block", block, 1)
+
+    @property
+    def lookback(self) -> int:
+        return self.block - 1
 
     def mask_mod(self, b, h, q_idx, kv_idx):
         return q_idx // self.block == kv_idx // self.block
@@ -327,6 +359,13 @@ class And(Pattern):
         self.is_causal = all(p.is_causal for p in parts)
         sizes = {p.batch_size for p in parts} - {None}
         self.batch_size = max(sizes) if sizes else None
+        self.causal_only, self.lookback = self._decoding()
+
+    def _decoding(self) -> tuple[bool, int | None]:
+        # a pair must pass every part: one causal part makes the whole causal, the tightest bound holds
+        fixed = all(_position_only(p) for p in self.parts)
+        bounds = [p.lookback for p in self.parts if p.lookback is not None]
+        return fixed and any(p.causal_only for p in self.parts), min(bounds) if bounds else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}{self.parts!r}"
@@ -349,6 +388,12 @@ class And(Pattern):
 
 
 class Or(And):
+    def _decoding(self) -> tuple[bool, int | None]:
+        # a pair may pass any part: causal only when every part is, bounded only when every part is
+        bounds = [p.lookback for p in self.parts]
+        causal = all(p.causal_only and _position_only(p) for p in self.parts)
+        return causal, None if None in bounds else max(bounds)
+
     def mask_mod(self, b, h, q_idx, kv_idx):
         out = self.parts[0].mask_mod(b, h, q_idx, kv_idx)
         for p in self.parts[1:]:
@@ -390,6 +435,39 @@ class BigBird(Or):
 
     def bind(self, lq, lk):
         return Or(*(p.bind(lq, lk) for p in self.parts))
+
+
+def _position_only(pattern: Pattern) -> bool:
+    """False for patterns whose rule depends on the lengths or the batch (random blocks, key padding)."""
+    if isinstance(pattern, And):
+        return all(_position_only(p) for p in pattern.parts)
+    return not isinstance(pattern, RandomBlocks | KeyPadding | _BoundRandomBlocks)
+
+
+class Shifted(Pattern):
+    """`pattern` read at positions: local query i is position q_start + i and local key j is k_start + j.
+
+    What a decoding call attends with (`Attention.forward(cache=...)`): its queries start where the cache
+    ends, its keys where the cache's kept keys start.
+    """
+
+    def __init__(self, pattern: Pattern, q_start: int, k_start: int) -> None:
+        self.pattern, self.q_start, self.k_start = pattern, int(q_start), int(k_start)
+        self.batch_size = pattern.batch_size
+
+    @property
+    def causal_only(self) -> bool:
+        return self.pattern.causal_only
+
+    @property
+    def lookback(self) -> int | None:
+        return self.pattern.lookback
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return self.pattern.mask_mod(b, h, q_idx + self.q_start, kv_idx + self.k_start)
+
+    def shifted(self, q_start: int, k_start: int) -> Pattern:
+        return self.pattern.shifted(self.q_start + q_start, self.k_start + k_start)
 
 
 # config short names -> classes (see attnzoo.attention.specs)

@@ -1,6 +1,7 @@
 """Absolute position encodings added to token embeddings x [B, L, C] by the model builders.
 
-Each is a module `forward(x) -> x + encoding`. Grid encodings (`sincos_2d`, `learned` with a grid) expect
+Each is a module `forward(x) -> x + encoding`; 1D encodings also take `offset`, the position of x's first token
+(incremental decoding feeds a few tokens at a time). Grid encodings (`sincos_2d`, `learned` with a grid) expect
 P prefix tokens (cls, distillation) then the grid in row-major order, and follow the grid set by
 `set_grid_size` (which also reaches 2D biases and rotary); a learned grid table is resampled for other
 grids (timm's `resample_abs_pos_embed`), in forward and when loading a checkpoint of another grid.
@@ -45,9 +46,10 @@ def _check_x(x: Tensor, dim: int, name: str) -> None:
         raise ValueError(f"{name} (dim {dim}) expects x [B, L, {dim}]; got {list(x.shape)}")
 
 
-def sinusoidal(length: int, dim: int, *, base: float = 10000.0, device=None) -> Tensor:
-    """[L, C]: PE(p, 2i) = sin(p / base^(2i/C)), PE(p, 2i+1) = cos(p / base^(2i/C)) ("Attention Is All You Need")."""
-    pos = torch.arange(length, device=device, dtype=torch.float64)[:, None]
+def sinusoidal(length: int, dim: int, *, base: float = 10000.0, device=None, start: int = 0) -> Tensor:
+    """[L, C]: PE(p, 2i) = sin(p / base^(2i/C)), PE(p, 2i+1) = cos(p / base^(2i/C)) ("Attention Is All You Need")
+    for positions p = start .. start + L - 1."""
+    pos = torch.arange(start, start + length, device=device, dtype=torch.float64)[:, None]
     angle = pos / base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim)  # [L, C/2]
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()  # interleaved sin, cos
 
@@ -66,9 +68,9 @@ class Sinusoidal(nn.Module):
             raise ValueError(f"sinusoidal positions need an even dim; got {dim}")
         self.dim, self.base = dim, base
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_x(x, self.dim, "Sinusoidal")
-        return x + sinusoidal(x.shape[1], self.dim, base=self.base, device=x.device).to(x.dtype)
+        return x + sinusoidal(x.shape[1], self.dim, base=self.base, device=x.device, start=offset).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base}"
@@ -165,13 +167,17 @@ class Learned(nn.Module):
             self.table, list(self.grid_size), list(self.train_grid), num_prefix_tokens=self.num_prefix_tokens
         )
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x [B, L, C] + the encoding; `offset` (1D tables only) is the position of x's first token."""
         _check_x(x, self.dim, "Learned")
         table = self.encoding()
         if self.train_grid is None:
-            if x.shape[1] > table.shape[1]:
-                raise ValueError(f"Learned positions: {x.shape[1]} tokens exceed max_len {table.shape[1]}")
-            table = table[:, : x.shape[1]]
+            if offset + x.shape[1] > table.shape[1]:
+                at = f" from position {offset}" if offset else ""
+                raise ValueError(f"Learned positions: {x.shape[1]} tokens{at} exceed max_len {table.shape[1]}")
+            table = table[:, offset : offset + x.shape[1]]
+        elif offset:
+            raise ValueError("a grid Learned position table takes no offset (it encodes a whole grid)")
         elif x.shape[1] != table.shape[1]:
             raise ValueError(
                 f"Learned: {x.shape[1]} tokens, but grid {self.grid_size} + {self.num_prefix_tokens} prefix tokens "
@@ -220,7 +226,7 @@ class NoPosition(nn.Module):
     def __init__(self, **context: Any) -> None:
         super().__init__()
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         return x
 
 

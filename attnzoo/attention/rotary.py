@@ -1,11 +1,12 @@
 """Rotary position embeddings applied to q [B, H, Lq, D] and k [B, Hkv, Lk, D] inside `Attention`.
 
-Interface used by `Attention`: `rotary(q, k) -> (q, k)`, after qk-norm. Channel pairs (c, c + D/2) of each
-head are rotated by angle position * frequency_c (the "rotate half" layout), so the score between a query
-at position m and a key at position n depends on m - n only. Angles are computed in fp64 (large positions
-stay exact), the rotation in fp32 (fp64 for fp64 inputs), and the result has the input dtype. Query and key
-positions are separate (cross-attention, odd lengths, grouped-query heads all work: the rotation depends on
-the position, not on the head).
+Interface used by `Attention`: `rotary(q, k) -> (q, k)`, after qk-norm; with a KV cache (a rotary whose
+`decodes` is True), `rotary(q, k, q_pos, k_pos)` with the new tokens' positions (keys are cached rotated).
+Channel pairs (c, c + D/2) of each head are rotated by angle position * frequency_c (the "rotate half"
+layout), so the score between a query at position m and a key at position n depends on m - n only. Angles
+are computed in fp64 (large positions stay exact), the rotation in fp32 (fp64 for fp64 inputs), and the
+result has the input dtype. Query and key positions are separate (cross-attention, odd lengths,
+grouped-query heads all work: the rotation depends on the position, not on the head).
 
 Notation: B batch, H query heads, Hkv key/value heads, L tokens, D head dim.
 """
@@ -39,6 +40,8 @@ class Rotary(nn.Module):
         head_dim: D (even).
         base: frequency base.
     """
+
+    decodes = True  # positions are 1D: incremental decoding passes the new tokens' positions
 
     def __init__(self, *, head_dim: int, base: float = 10000.0) -> None:
         super().__init__()

@@ -30,7 +30,7 @@ def import_path(path: str) -> Any:
 CONTEXT_KEYS: dict[str, str] = {
     "dim": "width of the layer being built (or of the model, for absolute positions)",
     "num_heads": "query heads of the attention layer",
-    "head_dim": "width of one attention head",
+    "head_dim": "width of one attention head (for rotary: the channels it rotates, `Attention.rotary_dim`)",
     "layer_index": "the layer's place among those built from one attention config (random blocks draw from it)",
     "seq_len": "the longest token sequence a layer sees, prefix tokens included",
     "grid_size": "(rows, cols) of the patch grid",
@@ -41,9 +41,14 @@ CONTEXT_KEYS: dict[str, str] = {
 
 
 def suggest(word: str, choices: list[str]) -> str:
-    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close."""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close; of equally close ones, the
+    first in `choices` (registries list their defaults first: "mah" suggests "mha", not "mla")."""
+    close = difflib.get_close_matches(word, choices, n=len(choices), cutoff=0.6)
+    if not close:
+        return ""
+    best = max(difflib.SequenceMatcher(None, word, c).ratio() for c in close)
+    first = next(c for c in choices if c in close and difflib.SequenceMatcher(None, word, c).ratio() == best)
+    return f"; did you mean {first!r}?"
 
 
 def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -> None:
@@ -56,15 +61,8 @@ def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -
             )
 
 
-def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
-    """An object from `spec` using `table` (kind -> class); None for an empty spec.
-
-    Args:
-        what: the config key being built, for error messages (e.g. "model.attention.pattern").
-        context: what the builder knows (keys of `CONTEXT_KEYS`); each is passed when the class's constructor
-            takes it.
-    """
-    check_context(context, list(CONTEXT_KEYS), what)
+def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, dict[str, Any], bool] | None:
+    """(class, kind, keyword arguments, whether it takes **kwargs) of a spec, or None for an empty one."""
     if spec is None or spec == "none" or spec is False:
         return None
     if isinstance(spec, str):
@@ -90,8 +88,42 @@ def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any
         raise ValueError(
             f"{what}: {kind!r} takes no argument {unknown[0]!r}; valid: {valid}{suggest(unknown[0], valid)}"
         )
+    return cls, kind, kwargs, takes_any
+
+
+def build(spec: Any, table: Mapping[str, Any], what: str, **context: Any) -> Any:
+    """An object from `spec` using `table` (kind -> class); None for an empty spec.
+
+    Args:
+        what: the config key being built, for error messages (e.g. "model.attention.pattern").
+        context: what the builder knows (keys of `CONTEXT_KEYS`); each is passed when the class's constructor
+            takes it.
+    """
+    check_context(context, list(CONTEXT_KEYS), what)
+    resolved = _resolve(spec, table, what)
+    if resolved is None:
+        return None
+    cls, kind, kwargs, takes_any = resolved
+    params = inspect.signature(cls).parameters
     given = {k: v for k, v in context.items() if (k in params or takes_any) and k not in kwargs}
     try:
         return cls(**given, **kwargs)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{what} ({kind}): {err}") from err
+
+
+def check_spec(spec: Any, table: Mapping[str, Any], what: str) -> None:
+    """Raise ValueError for what `build` would refuse in `spec` that needs no context: an unknown kind or
+    argument, and, when every required argument is given in the spec itself, a bad value (the object is built).
+    Configs are checked with it before anything is built, so a typo stops before training."""
+    resolved = _resolve(spec, table, what)
+    if resolved is None:
+        return
+    cls, kind, kwargs, _ = resolved
+    params = inspect.signature(cls).parameters.values()
+    required = [p.name for p in params if p.default is p.empty and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if all(name in kwargs for name in required):  # else the builder's context supplies the rest
+        try:
+            cls(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{what} ({kind}): {err}") from err

@@ -13,6 +13,7 @@ model through `model_context()` (the model keeps them as buffers, so checkpoints
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import zlib
@@ -28,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from . import defaults, synth_audio
 from .audio_features import FEATURE_KINDS, LogMel
 from .audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
+from .text_files import read_utf8
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -295,7 +297,7 @@ class AudioDataModule(L.LightningDataModule):
         lists = {}
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
             if (root / name).is_file():
-                lists[split] = {line.strip() for line in (root / name).read_text().splitlines() if line.strip()}
+                lists[split] = {line.strip() for line in read_utf8(root / name).splitlines() if line.strip()}
         log.info("data: %s split by %s", root, ", ".join(lists) + " lists" if lists else "file-name hash")
         entries = []
         for name in classes:
@@ -314,7 +316,7 @@ class AudioDataModule(L.LightningDataModule):
         if not csv_path.is_file():
             raise ValueError(f"data.csv: {csv_path} is not a file")
         base = Path(self.root) if self.root is not None else csv_path.parent
-        with csv_path.open(newline="") as f:
+        with io.StringIO(read_utf8(csv_path), newline="") as f:
             reader = csv.DictReader(f)
             header = reader.fieldnames or []
             for key in ("path", "label"):

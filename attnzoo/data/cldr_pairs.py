@@ -8,7 +8,10 @@ forms; num2words spells numbers in each language. Short phrases and sentences bu
 
 - reordering: "March 3, 1998" -> "3. März 1998"; "On Tuesday I travel to Japan." -> "Am Dienstag reise ich nach
   Japan." (verb second); "I was born on ..." -> "Ich wurde am ... geboren." (participle last);
-- compounding: "twenty-one" -> "einundzwanzig";
+- compounding: "twenty-one" -> "einundzwanzig", "It costs three thousand four hundred and fifty-seven euros." ->
+  "Es kostet dreitausendvierhundertsiebenundfünfzig Euro." (counts up to 9999, so test sentences hold numbers
+  never seen in train; measurements of 1000 and more are written in digits, grouped as each language does:
+  "5,974 liters" -> "5.974 Liter" -> "5 974 litres");
 - agreement: "one hour" -> "eine Stunde", "It takes one day." -> "Die Reise dauert einen Tag." (accusative),
   "vingt et une heures" (feminine), "en France" / "au Japon" / "d'Autriche" (French country prepositions);
 - formats: "2:30 PM" -> "14:30"; "France, Germany, and Spain" -> "Frankreich, Deutschland und Spanien".
@@ -51,7 +54,12 @@ UNITS = {
 }  # fmt: skip
 DISTANCES = ("length-kilometer", "length-meter", "length-mile")
 DURATIONS = ("duration-minute", "duration-hour", "duration-day", "duration-week", "duration-month", "duration-year")
-CURRENCIES = ("EUR", "USD", "GBP", "JPY", "CHF", "CAD", "AUD", "INR", "SEK", "MXN")
+# Currencies -> the French gender of their name ("vingt et une livres sterling"). Counts start at 2: German
+# "ein(en) Japanischen Yen" would need adjective endings that CLDR's names do not carry.
+CURRENCIES = {
+    "EUR": "m", "USD": "m", "GBP": "f", "JPY": "m", "CHF": "m",
+    "CAD": "m", "AUD": "m", "INR": "f", "SEK": "f", "MXN": "m",
+}  # fmt: skip
 # "about 3 km", "more than 3 km", ...; French "de" elides before "un"/"une".
 MODIFIERS = [
     {"en": "", "de": "", "fr": ""},
@@ -108,7 +116,7 @@ def number_words(n: int, lang: str, gender: str = "m", case: str = "nom") -> str
 
     if lang == "de" and n == 1:
         return {"m": "einen" if case == "acc" else "ein", "f": "eine", "n": "ein"}[gender]
-    words = num2words(n, lang=lang)
+    words = num2words(n, lang=lang).replace(",", "")  # English "three thousand, four hundred": no comma
     if lang == "fr" and gender == "f" and (words == "un" or words.endswith((" un", "-un"))):
         words += "e"
     return words
@@ -170,6 +178,15 @@ class Generator:
 
     # ---------------------------------------------------------------------------------------------- pieces
 
+    def _count(self, low: int = 1) -> int:
+        """A count to spell out: 1-99 more often than 100-9999. Above 100, none ends in 01 (German "hunderteins"
+        changes before a noun in ways a rule here would get wrong)."""
+        if self.rng.random() < 0.6:
+            return self.rng.randint(low, 99)
+        while (n := self.rng.randint(100, 9999)) % 100 == 1:
+            pass
+        return n
+
     def _date(self) -> dt.date:
         start = dt.date(FIRST_YEAR, 1, 1).toordinal()
         return dt.date.fromordinal(self.rng.randint(start, dt.date(LAST_YEAR, 12, 31).toordinal()))
@@ -184,13 +201,16 @@ class Generator:
         from babel.units import format_unit
 
         gender = UNITS[unit][{"en": 0, "de": 0, "fr": 1}[lang]]
-        text = _plain(format_unit(n, unit, length="long", locale=lang))
+        text = _plain(format_unit(n, unit, length="long", locale=lang))  # "5,974 liters", "5.974 Liter", "5 974 litres"
+        if n >= 1000:  # digits, grouped as the language does
+            return text
         return text.replace(str(n), number_words(n, lang, gender, case), 1)
 
     def _money(self, n: int, currency: str, lang: str) -> str:
         from babel.numbers import get_currency_name
 
-        return f"{number_words(n, lang)} {get_currency_name(currency, count=n, locale=lang)}"
+        gender = CURRENCIES[currency] if lang == "fr" else "m"
+        return f"{number_words(n, lang, gender)} {get_currency_name(currency, count=n, locale=lang)}"
 
     def _time(self, hour: int, minute: int, lang: str) -> str:
         from babel.dates import format_time
@@ -213,11 +233,11 @@ class Generator:
         return {lang: self._long_date(day, lang) for lang in LANGS}
 
     def quantity(self) -> Phrase:
-        n, unit = self.rng.randint(1, 99), self.rng.choice(list(UNITS))
+        n, unit = self._count(), self.rng.choice(list(UNITS))
         return self._modified(self.rng.choice(MODIFIERS), {lang: self._unit(n, unit, lang) for lang in LANGS})
 
     def money(self) -> Phrase:
-        n, currency = self.rng.randint(2, 99), self.rng.choice(CURRENCIES)
+        n, currency = self._count(low=2), self.rng.choice(sorted(CURRENCIES))
         return {lang: self._money(n, currency, lang) for lang in LANGS}
 
     def country_list(self) -> Phrase:
@@ -299,7 +319,7 @@ class Generator:
         }
 
     def walked(self) -> Phrase:
-        n, unit = self.rng.randint(1, 99), self.rng.choice(DISTANCES)
+        n, unit = self._count(), self.rng.choice(DISTANCES)
         q = {lang: self._unit(n, unit, lang, case="acc") for lang in LANGS}
         return {
             "en": f"We walked {q['en']}.",
@@ -308,7 +328,7 @@ class Generator:
         }
 
     def trip(self) -> Phrase:
-        n, unit = self.rng.randint(1, 99), self.rng.choice(DURATIONS)
+        n, unit = self._count(), self.rng.choice(DURATIONS)
         mod = self.rng.choice(MODIFIERS[:2] + MODIFIERS[4:])  # "about", "almost": no "more than" in "takes"
         q = self._modified(mod, {lang: self._unit(n, unit, lang, case="acc") for lang in LANGS})
         return {
@@ -318,7 +338,7 @@ class Generator:
         }
 
     def costs(self) -> Phrase:
-        n, currency = self.rng.randint(2, 99), self.rng.choice(CURRENCIES)
+        n, currency = self._count(low=2), self.rng.choice(sorted(CURRENCIES))
         q = {lang: self._money(n, currency, lang) for lang in LANGS}
         return {"en": f"It costs {q['en']}.", "de": f"Es kostet {q['de']}.", "fr": f"Cela coûte {q['fr']}."}
 

@@ -128,6 +128,8 @@ class ImageDataModule(L.LightningDataModule):
         batch_size: per-process batch size.
         shuffle: shuffle the training data each epoch.
         seed: seed of the validation split (and of shuffling, when no `seed_everything` seed is set).
+        on_bad_image: for folders, what a corrupt or truncated image file does at setup (every file is decoded
+            once): "error" stops naming each such file, "skip" leaves them out and logs how many and which.
     """
 
     def __init__(
@@ -150,8 +152,11 @@ class ImageDataModule(L.LightningDataModule):
         num_workers: int = 0,
         shuffle: bool = True,
         seed: int = 0,
+        on_bad_image: Literal["error", "skip"] = "error",
     ) -> None:
         super().__init__()
+        if on_bad_image not in ("error", "skip"):
+            raise ValueError(f"data.on_bad_image {on_bad_image!r} is not one of ['error', 'skip']")
         if dataset == "folder" or (dataset != EMBEDDED and root is not None):
             if root is None:
                 raise ValueError(f"data.root is required for dataset {dataset!r}")
@@ -170,14 +175,20 @@ class ImageDataModule(L.LightningDataModule):
                 raise ValueError(f"data.{name} ({alpha}) must be >= 0")
         if batch_size < 1 or num_workers < 0:
             raise ValueError(f"data.batch_size ({batch_size}) must be >= 1 and num_workers ({num_workers}) >= 0")
+        for key, value in (("eval_batch_size", eval_batch_size), ("img_size", img_size)):
+            if value is not None and value < 1:
+                raise ValueError(f"data.{key} ({value}) must be >= 1")
         self.dataset, self.root = dataset, None if root is None else Path(root).expanduser()
         self.img_size, self.val_fraction, self.seed = img_size, val_fraction, seed
         self.augment, self.crop_scale, self.hflip = augment, crop_scale, hflip
         self.trivial_augment, self.mixup_alpha, self.cutmix_alpha = trivial_augment, mixup_alpha, cutmix_alpha
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.mean, self.std = mean, std
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size if eval_batch_size is not None else batch_size
         self.num_workers, self.shuffle = num_workers, shuffle
+        self.on_bad_image = on_bad_image
+        self.skipped: list[str] = []  # image files left out (on_bad_image=skip)
         self.splits: dict[str, Dataset] | None = None
         self.class_names: list[str] = []
         self.in_chans = 0
@@ -211,7 +222,6 @@ class ImageDataModule(L.LightningDataModule):
         raw = self._load()  # split -> dataset of (PIL image or uint8 tensor, label); "test" may be missing
         if "val" not in raw:
             raw["train"], raw["val"] = self._split(raw["train"])
-        raw.setdefault("test", raw["val"])
         sample = raw["train"][0][0]
         self.in_chans = len(sample.getbands()) if hasattr(sample, "getbands") else int(sample.shape[0])
         if self.img_size is None:
@@ -219,7 +229,7 @@ class ImageDataModule(L.LightningDataModule):
             self.chosen["data.img_size"] = (self.img_size, why)
         self._choose_augmentation()
         in_memory = self._to_memory(raw)
-        self.splits = {s: _Dicts(raw[s], self._transform(train=s == "train", in_memory=in_memory)) for s in SPLITS}
+        self.splits = {s: _Dicts(d, self._transform(train=s == "train", in_memory=in_memory)) for s, d in raw.items()}
         log.info("data: %s %s", self.dataset, {s: len(d) for s, d in self.splits.items()})
 
     def _common_size(self, data: Dataset) -> tuple[int, str]:
@@ -305,7 +315,7 @@ class ImageDataModule(L.LightningDataModule):
     def _folders(self) -> dict[str, Dataset]:
         from torchvision.datasets import ImageFolder
 
-        from .image_io import check_images, load_rgb
+        from .image_io import ImageFileError, describe, load_rgb, unreadable_images
 
         split_dirs = {s: self.root / s for s in SPLITS if (self.root / s).is_dir()}
         if "train" not in split_dirs:
@@ -316,8 +326,22 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(
                 f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}"
             ) from err
-        for d in out.values():
-            check_images([path for path, _ in d.samples])
+        bad = unreadable_images([path for d in out.values() for path, _ in d.samples])
+        if bad and self.on_bad_image == "error":
+            raise ImageFileError(
+                f"{len(bad)} unreadable image file(s): {describe(bad)}; remove or replace them, or set "
+                "data.on_bad_image=skip to leave them out"
+            )
+        if bad:
+            self.skipped = sorted(bad)
+            log.warning(
+                "data: skipped %d unreadable image file(s) (data.on_bad_image=skip): %s", len(bad), describe(bad)
+            )
+            for s, d in out.items():
+                d.samples = [(path, target) for path, target in d.samples if path not in bad]
+                d.imgs, d.targets = d.samples, [target for _, target in d.samples]
+                if not d.samples:
+                    raise ValueError(f"data.root: no readable image left in {split_dirs[s]}")
         self.class_names = list(out["train"].classes)
         for s, d in out.items():
             if d.classes != self.class_names:
@@ -354,10 +378,12 @@ class ImageDataModule(L.LightningDataModule):
         resize = [] if train and self.augment else [v2.Resize(self._size, antialias=True)]
         return v2.Compose([v2.ToImage(), *resize, *random, *self._fixed()])
 
-    def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray]:
+    def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
         """The split's pixels [N, C * S * S] (resized and normalized, never augmented) and class indices, for a
-        classical baseline (`attnzoo.run.baseline`)."""
+        classical baseline (`attnzoo.run.baseline`); None for a split the data does not have."""
         self.setup()
+        if split not in self.splits:
+            return None
         plain = _Dicts(self.splits[split].base, self.splits["val"].transform)  # the evaluation transform
         loader = DataLoader(plain, batch_size=256, num_workers=self.num_workers)
         pixels, labels = zip(*((b["image"].flatten(1), b["label"]) for b in loader), strict=True)
@@ -365,6 +391,9 @@ class ImageDataModule(L.LightningDataModule):
 
     def _loader(self, split: str) -> DataLoader:
         self.setup()
+        if split not in self.splits:  # only "test", when the source has none (a run then tests on val)
+            where = f" under {self.root}" if self.root is not None else ""
+            raise ValueError(f"data: {self.dataset}{where} has no {split} split")
         train = split == "train"
         data = self.splits[split]
         sampler = None

@@ -2,8 +2,8 @@
 
 torchvision's default loader converts with `Image.convert("RGB")`, which clips 16-bit images (most pixels turn
 white) and fails deep inside a DataLoader worker on a corrupt or truncated file. `load_rgb` rescales 16/32-bit
-images, drops alpha and converts CMYK, palette and grayscale images to RGB; `check_images` rejects unreadable
-files at setup, naming each one.
+images, drops alpha and converts CMYK, palette and grayscale images to RGB; `unreadable_images` decodes every
+file at setup and names each one that is corrupt or truncated.
 """
 
 from __future__ import annotations
@@ -41,15 +41,27 @@ def load_rgb(path: str) -> Image.Image:
     return img.convert("RGB")  # drops alpha, converts CMYK / palette / grayscale
 
 
-def check_images(paths: Sequence[str]) -> None:
-    """Open each file's header; raise `ImageFileError` listing every file that is not a readable image."""
-    bad = []
+def unreadable_images(paths: Sequence[str]) -> dict[str, str]:
+    """Path -> what is wrong, for each file that is not a whole readable image (its pixels are decoded, so a file
+    cut short is found here, not in the middle of an epoch)."""
+    bad = {}
     for path in paths:
         try:
             with Image.open(path) as img:
-                img.size  # noqa: B018 (the header is parsed on open)
+                img.load()
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
-            bad.append(f"{path} ({type(err).__name__})")
+            bad[path] = f"{type(err).__name__}: {err}"
+    return bad
+
+
+def check_images(paths: Sequence[str]) -> None:
+    """Raise `ImageFileError` listing every file that is not a whole readable image."""
+    bad = unreadable_images(paths)
     if bad:
-        shown = "; ".join(bad[:10]) + (f"; and {len(bad) - 10} more" if len(bad) > 10 else "")
-        raise ImageFileError(f"{len(bad)} unreadable image file(s): {shown}; remove or replace them")
+        raise ImageFileError(f"{len(bad)} unreadable image file(s): {describe(bad)}; remove or replace them")
+
+
+def describe(bad: dict[str, str], shown: int = 10) -> str:
+    """`path (problem); ...` for the first `shown` files, and how many more."""
+    text = "; ".join(f"{path} ({why})" for path, why in list(bad.items())[:shown])
+    return text + (f"; and {len(bad) - shown} more" if len(bad) > shown else "")

@@ -97,7 +97,9 @@ class TextDataModule(L.LightningDataModule):
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.max_len = max_len
         self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
+        if eval_batch_size is not None and eval_batch_size < 1:
+            raise ValueError(f"data.eval_batch_size ({eval_batch_size}) must be >= 1")
+        self.eval_batch_size = eval_batch_size if eval_batch_size is not None else batch_size
         self.bucket, self.bucket_pool, self.pad_to_multiple = bucket, bucket_pool, pad_to_multiple
         self.val_fraction, self.num_workers, self.seed = val_fraction, num_workers, seed
         self.listops = self._listops_options(listops or {})
@@ -111,7 +113,11 @@ class TextDataModule(L.LightningDataModule):
             if key not in LISTOPS_DEFAULTS:
                 valid = list(LISTOPS_DEFAULTS)
                 raise ValueError(f"data.listops: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
-        return {**LISTOPS_DEFAULTS, **given}
+        options = {**LISTOPS_DEFAULTS, **given}
+        for key, least in (("num_train", 1), ("num_val", 1), ("num_test", 0)):  # no test: a run tests on val
+            if not isinstance(options[key], int) or options[key] < least:
+                raise ValueError(f"data.listops.{key} ({options[key]!r}) must be an int >= {least}")
+        return options
 
     @property
     def num_classes(self) -> int:

@@ -7,6 +7,7 @@ reads as it is). JSONL has one object per line. Every error names the file, the 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise ValueError(f"{path}: unknown text file format {suffix!r}; valid: {list(FORMATS)}")
-    with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: drop the byte-order mark Excel writes
+    with io.StringIO(read_utf8(path), newline="") as f:
         if suffix == ".jsonl":
             for n, line in enumerate(f, start=1):
                 if not line.strip():
@@ -41,6 +42,22 @@ def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
             if None in record:  # more fields than the header
                 raise ValueError(f"{path} line {reader.line_num}: more fields than the header's columns {columns}")
             yield reader.line_num, record, columns
+
+
+def read_utf8(path: Path) -> str:
+    """The text of a UTF-8 file (a byte-order mark, as Excel writes, is dropped); a byte that is not UTF-8 raises
+    ValueError naming the file, line and column."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        bad = raw[err.start : err.end].hex(" ")
+        raise ValueError(
+            f"{path} line {line}, column {column}: byte(s) {bad} are not UTF-8 ({err.reason}); save the file as "
+            "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
 
 
 def _column_error(path: Path, what: str, column: str, columns: Sequence[str], where: str = "") -> ValueError:

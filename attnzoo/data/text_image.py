@@ -10,6 +10,7 @@ Batches: {"image": [B, C, H, W] float, "tokens": [B, L] long, "padding_mask": [B
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .image_io import ImageFileError, load_rgb
 from .scenes import MATCH_ANSWERS, SceneGenerator
+from .text_files import read_utf8
 from .tokenize import make_tokenizer
 
 log = logging.getLogger("attnzoo")
@@ -283,7 +285,7 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ValueError(f"JSONL file not found: {path}")
     records = []
-    with path.open(encoding="utf-8") as f:
+    with io.StringIO(read_utf8(path)) as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue

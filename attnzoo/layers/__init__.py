@@ -1,8 +1,19 @@
-"""Blocks built from the attention core: pre-norm transformer and cross-attention blocks, and the encoder."""
+"""Blocks built from the attention core: pre-norm transformer, cross-attention and decoder blocks, the encoder and
+the decoder."""
 
 from timm.layers import Mlp, SwiGLU
 
 from .block import CrossAttentionBlock, TransformerBlock
+from .decoder import Decoder, DecoderBlock, make_decoder
 from .encoder import Encoder
 
-__all__ = ["CrossAttentionBlock", "Encoder", "Mlp", "SwiGLU", "TransformerBlock"]
+__all__ = [
+    "CrossAttentionBlock",
+    "Decoder",
+    "DecoderBlock",
+    "Encoder",
+    "Mlp",
+    "SwiGLU",
+    "TransformerBlock",
+    "make_decoder",
+]

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from torch import nn
 
 from .ast import AST
+from .lm import CausalLM
+from .seq2seq import Seq2Seq
 from .text import TextClassifier
 from .text_image import TextImageNet
 from .vit import ViT, vit
@@ -18,6 +20,8 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "text": TextClassifier,
     "ast": AST,
     "text_image": TextImageNet,
+    "seq2seq": Seq2Seq,
+    "lm": CausalLM,
 }
 
-__all__ = ["AST", "MODELS", "TextClassifier", "TextImageNet", "ViT", "vit"]
+__all__ = ["AST", "MODELS", "CausalLM", "Seq2Seq", "TextClassifier", "TextImageNet", "ViT", "vit"]

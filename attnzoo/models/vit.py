@@ -178,7 +178,13 @@ def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"model.pretrained: checkpoint file {str(path)!r} does not exist")
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 (a damaged or foreign file fails in many ways; each gets this message)
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ValueError(
+            f"model.pretrained: {str(path)!r} is not a readable PyTorch file ({type(err).__name__}: {first})"
+        ) from None
     for key in ("state_dict", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]

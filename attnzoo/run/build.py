@@ -68,20 +68,41 @@ def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
         import torch
 
         torch.set_num_threads(trainer_cfg["num_threads"])
+    section = "data"
     try:
         data = build_data(cfg)
         apply_auto_values(cfg, data)
         context = data.model_context()
+        section = "model"
         net = build_net(cfg, context)
         apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
         if trainer_cfg.get("compile"):
             compile_net(net)
+        section = "task"
         task = build_task(cfg, net, context)
     except ConfigError:
         raise
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
+    except ValueError as err:  # a builder's own check; name the section when the message does not
+        text = str(err)
+        named = text.startswith((f"{section}.", f"{section}:", f"{section} ")) or section == "data"
+        raise ConfigError(text if named else f"{section} (kind {cfg.section(section).get('kind')!r}): {text}") from err
     return data, task, context
+
+
+def check_monitor(cfg: Config, task: Any) -> str:
+    """`run.monitor` (default `val/<the objective's monitor>`); ConfigError when the task never logs it."""
+    from ..attention.factory import suggest
+
+    monitor = cfg.section("run").get("monitor") or f"val/{task.monitor}"
+    logged = getattr(task, "logged_metrics", None)
+    if callable(logged):
+        known = [*logged(), "epoch", "step"]
+        if monitor not in known:
+            raise ConfigError(
+                f"run.monitor: {monitor!r} (set in {cfg.where('run.monitor')}) is not a metric this run logs; "
+                f"valid: {known}{suggest(monitor, known)}"
+            )
+    return monitor
 
 
 def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequence[Any] = ()) -> tuple[Any, Any]:
@@ -91,21 +112,22 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     `patience` validations, `trainer.max_epochs` being the ceiling.
     """
     import lightning as L
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from . import reliability
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
     run = cfg.section("run")
-    monitor = run.get("monitor") or f"val/{task.monitor}"
+    monitor = check_monitor(cfg, task)
     mode = run.get("mode") or task.monitor_mode
     ckpt_dir = run_dir / "checkpoints"
     logger = RunCSVLogger(str(run_dir))
     summary = RunSummary(monitor=monitor, mode=mode)
     callbacks = [
-        ModelCheckpoint(
-            dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, save_last=True, enable_version_counter=False
-        ),
+        ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False),
+        # last.ckpt after every epoch, improved or not (Lightning's save_last follows the best checkpoint's saves)
+        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
         *reliability.callbacks(ckpt_dir / "last.ckpt"),
@@ -126,5 +148,11 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
     plugins = [reliability.AtomicCheckpointIO()]
-    trainer = L.Trainer(**kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir))
+    try:
+        trainer = L.Trainer(
+            **kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir)
+        )
+    except (MisconfigurationException, ValueError, ImportError, RuntimeError) as err:  # devices=0, no GPU, ...
+        shown = {k: kwargs[k] for k in ("accelerator", "devices", "strategy", "precision") if k in kwargs}
+        raise ConfigError(f"trainer {shown}: {err}") from None
     return trainer, summary

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from typing import Any
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time of each message (not the stream of when it was made)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 def show_log() -> None:
     """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
     logger = logging.getLogger("attnzoo")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

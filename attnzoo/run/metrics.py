@@ -1,26 +1,33 @@
 """What a run writes besides checkpoints: the metrics CSV (kept consistent with checkpoints) and the summary.
 
-`RunCSVLogger` is Lightning's CSVLogger writing `<run>/metrics.csv` as rows are logged, except that an
-existing file is kept (a resumed run appends to it). `MetricsCheckpointSync` stores in each checkpoint how
-many rows were on disk and the logging step of the batch being saved: Lightning saves in
-`on_train_batch_end` and logs that batch's rows (train, and validation at an epoch end) just after, and does
-not redo them on resume. Resuming cuts the file back to those rows plus the saved batch's own rows, so rows
-logged after the checkpoint (and logged again after resuming) are neither lost nor duplicated.
+`metrics.csv` is the run's append-only history. `RunCSVLogger` is Lightning's CSVLogger writing
+`<run>/metrics.csv` as rows are logged, except that an existing file is kept (a resumed run appends to it).
+`MetricsCheckpointSync` stores in each checkpoint how many rows were on disk and the logging step of the batch
+being saved: Lightning saves in `on_train_batch_end` and logs that batch's rows (train, and validation at an
+epoch end) just after, and does not redo them on resume. Resuming training drops the train and validation rows
+logged after that checkpoint (they are logged again, so none is lost or duplicated); nothing else ever cuts the
+file: restoring a checkpoint to test it leaves it alone, and every test pass keeps its row, which names the
+step of the checkpoint it scored (`test/checkpoint_step`).
 """
 
 from __future__ import annotations
 
 import collections
 import csv
+import os
 import resource
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
+
+from ..config import ConfigError
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -40,21 +47,53 @@ class _KeepingWriter(ExperimentWriter):
             return sum(1 for _ in csv.DictReader(f))
 
     def truncate(self, rows: int, step: int) -> None:
-        """Keep the first `rows` rows on disk and the rows of `step` right after them; drop the rest."""
+        """Keep the first `rows` rows on disk, the rows of `step` right after them, and every test row; drop the
+        other rows (training and validation logged after the checkpoint being resumed)."""
         self.metrics = []
         if not self._fs.isfile(self.metrics_file_path):
             return
         with self._fs.open(self.metrics_file_path, "r", newline="") as f:
             on_disk = list(csv.DictReader(f))
-        kept = on_disk[:rows]
+        kept, saved_batch = on_disk[:rows], True
         for row in on_disk[rows:]:
-            if row.get("step") != str(step):
-                break
-            kept.append(row)
-        with self._fs.open(self.metrics_file_path, "w", newline="") as f:
+            saved_batch = saved_batch and row.get("step") == str(step)
+            if saved_batch or is_test_row(row):
+                kept.append(row)
+        if len(kept) == len(on_disk):
+            return
+        tmp = f"{self.metrics_file_path}.tmp"
+        with self._fs.open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
             writer.writeheader()
             writer.writerows(kept)
+        os.replace(tmp, self.metrics_file_path)
+
+
+def check_history(path: Path) -> None:
+    """Raise ConfigError when an existing metrics.csv is not one a run wrote (unreadable text, no `step` column):
+    a resume appends to it and cuts it back to its checkpoint, which needs its rows."""
+    if not path.is_file():
+        return
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            fields = list(reader.fieldnames or [])
+            for _ in reader:
+                pass
+    except (UnicodeDecodeError, csv.Error) as err:
+        problem = f"{type(err).__name__}: {err}"
+    else:
+        problem = "" if not fields or "step" in fields else f"no 'step' column (columns: {fields[:8]})"
+    if problem:
+        raise ConfigError(
+            f"{path} is not a metrics history written by attnzoo ({problem}); move it away to resume (the resumed "
+            "run then starts a new metrics.csv)"
+        )
+
+
+def is_test_row(row: dict[str, str]) -> bool:
+    """Whether a metrics.csv row was written by a test pass."""
+    return any(key.startswith("test/") and value not in ("", None) for key, value in row.items())
 
 
 class RunCSVLogger(CSVLogger):
@@ -75,25 +114,41 @@ class RunCSVLogger(CSVLogger):
 
 
 class MetricsCheckpointSync(L.Callback):
-    """Flush the metrics CSV with every checkpoint; on resume, cut it back to the rows of that checkpoint."""
+    """Flush the metrics CSV with every checkpoint; when training resumes from one, drop the train and validation
+    rows logged after it. A test pass logs the step of the checkpoint it scores as `test/checkpoint_step`."""
 
     def __init__(self, logger: RunCSVLogger) -> None:
         self.logger = logger
         self.trainer: L.Trainer | None = None
+        self._loaded_step: int | None = None
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         self.trainer = trainer
+        self._loaded_step = None  # setup runs before a checkpoint is restored
+
+    def on_load_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._loaded_step = int(checkpoint.get("global_step", 0))
+
+    def on_test_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        step = self._loaded_step if self._loaded_step is not None else trainer.global_step  # else: final weights
+        module.log("test/checkpoint_step", float(step), on_epoch=True, batch_size=1)
 
     def state_dict(self) -> dict[str, Any]:
         writer = self.logger.experiment
         if writer is None or self.trainer is None:  # not rank 0
             return {}
         writer.save()
-        return {"rows": writer.rows_on_disk(), "step": self.trainer.fit_loop.epoch_loop._batches_that_stepped}
+        loop = self.trainer.fit_loop.epoch_loop
+        progress = loop.batch_progress.current
+        # saved in a batch's on_train_batch_end: that batch's rows are logged just after, at this step; saved at an
+        # epoch end or after validation: every row of the checkpoint is on disk already (-1 keeps no more)
+        step = loop._batches_that_stepped if progress.processed > progress.completed else -1
+        return {"rows": writer.rows_on_disk(), "step": step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        resuming = self.trainer is not None and self.trainer.state.fn == TrainerFn.FITTING  # not a test restore
         writer = self.logger.experiment
-        if writer is not None and "rows" in state:
+        if resuming and writer is not None and "rows" in state:
             writer.truncate(state["rows"], state["step"])
 
 
@@ -109,12 +164,16 @@ class RunSummary(L.Callback):
     def __init__(self, *, monitor: str | None = None, mode: str = "max") -> None:
         self.monitor, self.mode = monitor, mode
         self.best: tuple[int, float] | None = None  # (epoch, value) of the best monitored validation
+        self.started = False  # whether training began (on_train_start ran)
         self.train_seconds = 0.0
         self.train_samples = 0
         self.wait_seconds = 0.0
         self._t0 = 0.0
         self._last_end: float | None = None
         self.train_backends: dict[str, int] | None = None
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.started = True
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._last_end = None
@@ -144,7 +203,7 @@ class RunSummary(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, idx: int) -> None:
         self._last_end = time.perf_counter()
         self.train_seconds += self._last_end - self._t0
-        self.train_samples += int(batch["label"].shape[0]) * trainer.world_size
+        self.train_samples += batch_samples(batch) * trainer.world_size
         if idx == 0:  # what training runs on (validation and test may take other backends, e.g. inference-only)
             self.train_backends = _backends(module)
 
@@ -191,6 +250,16 @@ def stop_reason(trainer: L.Trainer) -> dict[str, Any]:
     if trainer.max_epochs not in (None, -1) and epoch >= trainer.max_epochs:
         return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_epochs ({trainer.max_epochs}) reached"}
     return {"reason": "budget", "epoch": epoch, "message": "a trainer limit was reached (e.g. trainer.max_time)"}
+
+
+def batch_samples(batch: Any) -> int:
+    """Examples in a batch: the length of its "label" tensor (classification), else of its first tensor (a
+    translation or language-model batch holds text lists besides)."""
+    if isinstance(batch, dict):
+        first = batch["label"] if "label" in batch else next(v for v in batch.values() if isinstance(v, torch.Tensor))
+    else:
+        first = next(v for v in batch if isinstance(v, torch.Tensor))
+    return int(first.shape[0])
 
 
 def _backends(module: torch.nn.Module) -> dict[str, int]:

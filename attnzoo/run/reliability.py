@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,20 @@ class Interrupted(Exception):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class StoppedAtOnce(Exception):
+    """A second Ctrl+C stopped training at once, without saving the batch in progress (Lightning exits 1 after a
+    KeyboardInterrupt); the run continues from its last checkpoint with `--resume <run dir>`."""
+
+    exit_code = 128 + signal.SIGINT
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = run_dir
+        super().__init__(
+            f"stopped at once by a second Ctrl+C (the batch in progress was not saved); continue from the last "
+            f"checkpoint with --resume {run_dir}"
+        )
 
 
 class NonFiniteLossError(RuntimeError):
@@ -233,13 +248,34 @@ def callbacks(checkpoint: str | Path) -> list[L.Callback]:
     return [FiniteLoss(), GracefulStop(checkpoint=checkpoint), ResumeDataPosition()]
 
 
-def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module) -> None:
-    """Raise ValueError naming every parameter whose shape differs between `module` and the checkpoint at `path`,
-    and the keys only one of them has (a checkpoint of another model or model size)."""
+def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
+    """The Lightning checkpoint at `path` (tensors memory-mapped with `mmap`); ValueError saying why a file is
+    not one (empty, not a PyTorch file, unreadable, no `state_dict`), naming the file."""
+    path = Path(path)
+    what = f"{str(path)!r} is not a checkpoint"
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
-    except Exception as err:  # noqa: BLE001 (any unreadable file gets the same message)
-        raise ValueError(f"checkpoint {str(path)!r} cannot be read ({type(err).__name__}: {err})") from None
+        size = path.stat().st_size
+    except OSError as err:
+        raise ValueError(f"checkpoint {str(path)!r} cannot be read: {err.strerror or err}") from None
+    if size == 0:
+        raise ValueError(f"{what}: the file is empty (a copy or a save that did not finish?)")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{what}: it is not a PyTorch checkpoint file (torch.save writes a zip archive)")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # noqa: BLE001 (a damaged archive fails in many ways; each gets this message)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ValueError(f"{what} that can be read ({type(err).__name__}: {first[:300]})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
+        raise ValueError(f"{what} written by attnzoo fit (it holds no state_dict)")
+    return obj
+
+
+def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module) -> int:
+    """Raise ValueError naming every parameter whose shape differs between `module` and the checkpoint at `path`,
+    and the keys only one of them has (a checkpoint of another model or model size); returns its global step."""
+    checkpoint = read_checkpoint(path, mmap=True)
+    saved = checkpoint["state_dict"]
     own = module.state_dict()
     shapes = [f"{k} {list(saved[k].shape)} in the checkpoint vs {list(v.shape)} here" for k, v in own.items()
               if k in saved and saved[k].shape != v.shape]  # fmt: skip
@@ -252,3 +288,4 @@ def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module) -> None:
             f"checkpoint {str(path)!r} is from a model of another shape ({len(shapes)} mismatched, {len(missing)} "
             f"missing, {len(unexpected)} unexpected keys): {' | '.join(parts)}. Resume with the run's own config.yaml."
         )
+    return int(checkpoint.get("global_step", 0))

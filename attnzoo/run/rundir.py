@@ -2,14 +2,15 @@
 
 A run directory `<run.dir>/<run.name>/<timestamp>/` holds `config.yaml` (resolved, with derived values),
 `checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's
-`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`, and a subword tokenizer it
-learned, `tokenizer.json`).
+`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`; a learned tokenizer,
+`tokenizer.json`), which `load_run` reads back.
 """
 
 from __future__ import annotations
 
 import datetime
 import inspect
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..config import Config, ConfigError, load
+from ..config import Config, ConfigError, load, read_yaml
 
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
 
@@ -37,18 +38,107 @@ def new_run_dir(cfg: Config) -> Path:
 
 
 def resume_target(path: str | Path) -> tuple[Path, Path]:
-    """(run dir, checkpoint) from a run directory or a checkpoint inside one."""
+    """(run dir, checkpoint) from a run directory or a checkpoint inside one (`<run>/checkpoints/*.ckpt`)."""
     path = Path(path)
     if path.is_dir():
         ckpt = path / "checkpoints" / "last.ckpt"
         run_dir = path
     elif path.is_file():
+        if path.suffix != ".ckpt":
+            raise ConfigError(f"--resume: {str(path)!r} is not a checkpoint (.ckpt); give a run directory or one")
         ckpt, run_dir = path, path.parent.parent
     else:
         raise ConfigError(f"--resume: {str(path)!r} is neither a run directory nor a checkpoint file")
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"--resume: {str(run_dir)!r} is not a run directory (it has no config.yaml)")
     if not ckpt.is_file():
-        raise ConfigError(f"--resume: no checkpoint at {str(ckpt)!r}")
+        raise ConfigError(
+            f"--resume: {str(run_dir)!r} has no checkpoint to continue from ({str(ckpt)!r} does not exist): the run "
+            f"stopped before its first checkpoint. Start it again with --config {run_dir / 'config.yaml'}"
+        )
     return run_dir, ckpt
+
+
+# what a resumed run may change: its training budget, what it prints and logs, how many threads compute it, and
+# what happens after training. Any other change (model, data, task, seed, precision, ...) would continue a
+# checkpoint as something it is not, and is refused.
+RESUME_MAY_CHANGE = (
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.log_every_n_steps",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.num_threads",
+    "run.test",
+    "run.save_every_n_steps",
+)
+RESUMES_FILE = "resumes.json"  # one record per resume of a run; summary.json repeats it
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out if out or not prefix else {prefix: {}}
+    return {prefix: node}
+
+
+def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
+    """`{key: [old, new]}` between the run's `config.yaml` and `cfg` (resolved, with what the data derived).
+
+    Raises ConfigError naming every changed key outside `RESUME_MAY_CHANGE`, with its old and new value.
+    """
+    saved = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True)
+    old, new = (
+        _leaves(saved if isinstance(saved, dict) else {}),
+        _leaves(OmegaConf.to_container(cfg.data, resolve=True)),
+    )
+    unset = "<not set>"
+    changes = {
+        k: [old.get(k, unset), new.get(k, unset)]
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k, unset) != new.get(k, unset)
+    }
+    refused = [k for k in changes if not any(k == a or k.startswith(f"{a}.") for a in RESUME_MAY_CHANGE)]
+    if refused:
+        shown = "; ".join(f"{k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in refused)
+        back = " ".join(f"{k}={json.dumps(changes[k][0])}" for k in refused if changes[k][0] != unset)
+        raise ConfigError(
+            f"--resume: the config differs from the run's {run_dir / 'config.yaml'} in what defines the run: {shown}. "
+            f"A resume may change only {list(RESUME_MAY_CHANGE)}. Resume without these changes"
+            + (f" (e.g. {back})" if back else "")
+            + f", or start a new run with --config {run_dir / 'config.yaml'} and the changes"
+        )
+    return changes
+
+
+def record_resume(run_dir: Path, checkpoint: Path, step: int, changes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Append this resume to the run's `resumes.json`; returns every record so far."""
+    path = run_dir / RESUMES_FILE
+    records = read_resumes(run_dir)
+    records.append(
+        {
+            "time": datetime.datetime.now().isoformat(timespec="seconds"),
+            "checkpoint": str(Path(checkpoint).resolve()),
+            "step": step,
+            "changed": changes,
+        }
+    )
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(records, indent=2) + "\n")
+    os.replace(tmp, path)
+    return records
+
+
+def read_resumes(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / RESUMES_FILE
+    try:
+        records = json.loads(path.read_text()) if path.is_file() else []
+    except ValueError:
+        records = []
+    return records if isinstance(records, list) else []
 
 
 def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
@@ -87,9 +177,8 @@ def load_run(
 
     This is the one way every command (evaluate, viz, ...) reads a run.
     """
-    import torch
-
     from .build import build
+    from .reliability import read_checkpoint
 
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
@@ -98,14 +187,24 @@ def load_run(
     _use_saved_tokenizer(cfg, run_dir)
     data, task, _ = build(cfg)
     try:
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    except Exception as err:  # noqa: BLE001 (any unreadable file gets the same message)
-        raise ConfigError(f"checkpoint {str(ckpt)!r} cannot be read ({type(err).__name__}: {err})") from None
+        state = read_checkpoint(ckpt)["state_dict"]
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     try:
         task.load_state_dict(state)
     except RuntimeError as err:
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {run_dir}/config.yaml: {err}") from None
     return LoadedRun(run_dir, ckpt, cfg, data, task)
+
+
+def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
+    """The run's `tokenizer.json` as `data.tokenizer` when the config names a learned kind (bpe, wordpiece,
+    unigram): learning it again from data read now could give other ids than the weights were trained with."""
+    from ..data.subword import KINDS, TOKENIZER_FILE
+
+    saved = run_dir / TOKENIZER_FILE
+    if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
+        OmegaConf.update(cfg.data, "data.tokenizer", str(saved))
 
 
 def _use_saved_labels(cfg: Config, run_dir: Path) -> None:
@@ -119,13 +218,3 @@ def _use_saved_labels(cfg: Config, run_dir: Path) -> None:
     if saved.is_file() and data.get("labels") is None and module is not None:
         if "labels" in inspect.signature(module).parameters:
             OmegaConf.update(cfg.data, "data.labels", str(saved))
-
-
-def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
-    """The run's `tokenizer.json` (a subword vocabulary learned from its train split) as `data.tokenizer`, where
-    the config names a subword kind: learned again from other data it would give other ids."""
-    from ..data.subword import KINDS
-
-    saved = run_dir / "tokenizer.json"
-    if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
-        OmegaConf.update(cfg.data, "data.tokenizer", str(saved))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +14,14 @@ from typing import Any
 from ..config import Config, ConfigError
 from .build import build, make_trainer
 from .console import is_rank_zero
+from .lock import RunLock
 from .reliability import Interrupted
-from .rundir import RUN_DIR_ENV, new_run_dir, resume_target
+from .rundir import RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
+from .splits import test_split
+
+log = logging.getLogger("attnzoo")
+# what a run directory holds once a run has started in it (an ablation's fresh run dir holds only its own logs)
+RUN_FILES = ("config.yaml", "checkpoints", "metrics.csv", "summary.json")
 
 
 def fit(
@@ -26,26 +34,60 @@ def fit(
     """Train `cfg`; returns the run directory (`run_dir` if given, else a new one under `run.dir`).
 
     Args:
-        resume: a run directory (continues from its `last.ckpt`) or a checkpoint file inside one.
-        run_dir: write the run here instead of `<run.dir>/<run.name>/<timestamp>`.
+        resume: a run directory (continues from its `last.ckpt`) or a checkpoint file inside one. The config
+            may differ from the run's `config.yaml` only in `attnzoo.run.rundir.RESUME_MAY_CHANGE`.
+        run_dir: write the run here instead of `<run.dir>/<run.name>/<timestamp>` (a directory that holds no run).
         extra_callbacks: Lightning callbacks added to the run's own.
     """
-    ckpt_path = None
+    ckpt_path, what = None, "run directory"
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
+    elif run_dir is not None:
+        run_dir = Path(run_dir)
     else:
-        run_dir = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
+        run_dir, what = new_run_dir(cfg), f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
+    created = not run_dir.exists()
+    lock = RunLock(run_dir, what=what) if is_rank_zero() else None  # DDP workers work under rank 0's lock
+    if lock is not None:
+        lock.acquire()
+    try:
+        if ckpt_path is None and lock is not None:
+            held = [name for name in RUN_FILES if (run_dir / name).exists()]
+            if held:
+                raise ConfigError(
+                    f"{run_dir} already holds a run ({', '.join(held)}); continue it with --resume {run_dir}, "
+                    "or write the new run elsewhere"
+                )
+        return _fit(cfg, run_dir, ckpt_path, extra_callbacks)
+    finally:
+        if lock is not None:
+            lock.release()
+            if created and not any(
+                (run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json")
+            ):
+                shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
+
+
+def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
     data, task, _ = build(cfg)
+    resumes = read_resumes(run_dir)
     if ckpt_path is not None:
+        from .metrics import check_history
         from .reliability import check_checkpoint_shapes
 
+        changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
+        check_history(run_dir / "metrics.csv")
         try:
-            check_checkpoint_shapes(ckpt_path, task)
+            step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
+        if is_rank_zero():
+            resumes = record_resume(run_dir, ckpt_path, step, changes)
+            shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            log.info("resume: from %s (step %d)%s", ckpt_path, step, f"; changed {shown}" if shown else "")
+    tested_split = test_split(data) if cfg.section("run").get("test") else None  # decided before training
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
-        run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
         if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (label vocabulary, audio stats)
             data.save_artifacts(run_dir)
@@ -59,6 +101,16 @@ def fit(
             record = {"run_dir": str(run_dir), "finished": False, "stopped": stopped}
             (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
         raise
+    except SystemExit as err:  # Lightning's answer to a KeyboardInterrupt (our second Ctrl+C) is sys.exit(1)
+        if err.code != 1:
+            raise
+        from .reliability import StoppedAtOnce
+
+        raise StoppedAtOnce(run_dir) from None
+    except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
+        if summary.started or isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"before training started: {err}".replace("  ", " ")) from err
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
     result: dict[str, Any] = {
@@ -70,11 +122,20 @@ def fit(
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
-    if cfg.section("run").get("test"):
+    if tested_split is not None:
         tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
-        out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
-        result["test"] = {k: float(v) for k, v in (out[0] if out else {}).items()}
+        if tested_split == "test":
+            out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+        else:
+            out = trainer.test(task, dataloaders=data.val_dataloader(), ckpt_path=tested, verbose=False)
+        scores = {k: float(v) for k, v in (out[0] if out else {}).items()}
+        step = scores.pop("test/checkpoint_step", None)
+        result["test"] = {**scores, "split": tested_split}
         result["test"]["checkpoint"] = tested or "final weights (no validation ran, so no best checkpoint)"
+        if step is not None:
+            result["test"]["checkpoint_step"] = int(step)
+    if resumes:
+        result["resumes"] = resumes
     if cfg.section("run").get("baseline") and trainer.is_global_zero:
         from .baseline import fit_baseline
 

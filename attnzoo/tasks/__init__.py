@@ -2,7 +2,8 @@
 
 from .classification import ClassificationTask
 from .objectives import OBJECTIVES, Objective
+from .sequence import LanguageModelTask, Seq2SeqTask
 
-TASKS = {"classification": ClassificationTask}
+TASKS = {"classification": ClassificationTask, "seq2seq": Seq2SeqTask, "lm": LanguageModelTask}
 
-__all__ = ["OBJECTIVES", "TASKS", "ClassificationTask", "Objective"]
+__all__ = ["OBJECTIVES", "TASKS", "ClassificationTask", "LanguageModelTask", "Objective", "Seq2SeqTask"]

@@ -26,7 +26,8 @@ class ClassificationTask(L.LightningModule):
         net: the model, called as `net(**inputs)` -> logits [B, K].
         num_classes: K (from the data).
         objective: `{kind: multiclass, label_smoothing: ...}` (see `attnzoo.tasks.objectives.OBJECTIVES`).
-        optimizer: `{kind: adamw, lr: ..., weight_decay: ..., ...}`, any timm optimizer and its options.
+        optimizer: `{kind: adamw, lr: ..., weight_decay: ..., ...}`, any timm optimizer and its options; None
+            (the key left out of the config) is AdamW with lr 1e-3 and weight decay 0.05.
         scheduler: `{kind: cosine | constant, warmup: ...}` stepped every optimizer step, or None.
         multilabel: whether the data's labels are label sets (from the data); must match the objective.
     """
@@ -56,16 +57,27 @@ class ClassificationTask(L.LightningModule):
         self.train_metrics = built.metrics.clone(prefix="train/")
         self.val_metrics = built.metrics.clone(prefix="val/")
         self.test_metrics = built.metrics.clone(prefix="test/")
-        self.optimizer_spec = dict(optimizer or {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.05})
+        if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
+            raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
+        default = {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.05}
+        self.optimizer_spec = dict(optimizer if optimizer is not None else default)
         check_optimizer(self.optimizer_spec)
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
+
+    def logged_metrics(self) -> list[str]:
+        """The names this task logs during fit (what `run.monitor` may name)."""
+        return [f"train/{self.monitor}", "train/loss", *self.val_metrics.keys(), "val/loss"]
 
     def forward(self, **inputs: Tensor) -> Tensor:
         return self.net(**inputs)
 
+    @staticmethod
+    def net_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch: everything but the label."""
+        return {k: v for k, v in batch.items() if k != "label"}
+
     def _step(self, batch: dict[str, Tensor], split: str) -> Tensor:
-        inputs = {k: v for k, v in batch.items() if k != "label"}
-        logits = self.net(**inputs)
+        logits = self.net(**self.net_inputs(batch))
         loss = self.loss_fn(logits, batch["label"])
         n = batch["label"].shape[0]
         metrics = getattr(self, f"{split}_metrics")

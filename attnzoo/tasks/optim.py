@@ -32,6 +32,19 @@ def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> No
     for key in spec:
         if key != "kind" and key not in accepted:
             raise ValueError(f"{what}: {kind!r} takes no option {key!r}; valid: {accepted}{suggest(key, accepted)}")
+    for key in ("lr", "weight_decay", "momentum"):  # per-group values, which the optimizer classes do not check
+        value = spec.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{what}.{key}: {value} must be >= 0")
+    betas = spec.get("betas")
+    if betas is not None and not (isinstance(betas, list | tuple) and len(betas) == 2):
+        raise ValueError(f"{what}.betas: {betas!r}; expected two numbers, e.g. [0.9, 0.999]")
+    # other values (betas out of range, ...): built as training builds it, for a one-weight model
+    options = {k: v for k, v in spec.items() if k != "kind"}
+    try:
+        make_optimizer(nn.Linear(1, 1), spec)
+    except Exception as err:  # noqa: BLE001 (an optimizer's own check may raise anything, e.g. IndexError for betas)
+        raise ValueError(f"{what}: {kind!r} refuses {options}: {type(err).__name__}: {err}") from None
 
 
 def make_optimizer(net: nn.Module, spec: Mapping[str, Any]) -> torch.optim.Optimizer:

@@ -4,7 +4,7 @@ import pytest
 
 from attnzoo.attention.biases import BIASES
 from attnzoo.attention.factory import MODEL_CONTEXT, attention_context, attention_layer
-from attnzoo.attention.specs import CONTEXT_KEYS, build
+from attnzoo.attention.specs import CONTEXT_KEYS, build, suggest
 from attnzoo.layers.encoder import make_encoder
 
 
@@ -54,3 +54,9 @@ def test_context_reaches_the_parts_that_name_it():
     assert layer.seq_len == 7
     bias = build("relative_2d", BIASES, "bias", num_heads=2, head_dim=8, grid_size=(2, 3), num_prefix_tokens=1)
     assert bias.grid_size == (2, 3) and bias.num_prefix_tokens == 1
+
+
+def test_suggest_prefers_the_first_of_equally_close_choices():
+    assert suggest("mah", ["mha", "talking_heads", "mla"]) == "; did you mean 'mha'?"  # as close to 'mla'
+    assert suggest("sinkz", ["mha", "sinks"]) == "; did you mean 'sinks'?"
+    assert suggest("xyz", ["mha", "sinks"]) == ""

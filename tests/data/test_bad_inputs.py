@@ -16,6 +16,7 @@ from attnzoo.config import ConfigError, load
 from attnzoo.data.audio_io import AudioFileError, read_wav
 from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
+from attnzoo.data.text import TextDataModule
 from attnzoo.data.text_files import read_text_file
 from attnzoo.run.reliability import check_checkpoint_shapes
 from tests.run.test_reliability import VIT
@@ -43,13 +44,20 @@ def test_a_corrupt_image_in_a_folder_is_named_at_setup(tmp_path):
         data.setup()
 
 
-def test_a_truncated_image_is_named_when_read(tmp_path):
+def test_a_truncated_image_is_named_at_setup_or_skipped(tmp_path, caplog):
     whole = _png(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))
-    _folder(tmp_path, "cut.png", whole[: len(whole) // 2])
+    _folder(tmp_path, "cut.png", whole[: len(whole) // 2])  # the header is intact: only decoding finds it
     data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.5, shuffle=False)
-    # the header is intact: found when its pixels are read, which for a folder that fits in memory is at setup
-    with pytest.raises(ImageFileError, match=r"cut\.png: truncated or corrupt image"):
+    with pytest.raises(ImageFileError, match=r"cut\.png \(OSError: image file is truncated.*on_bad_image=skip"):
+        data.setup()  # before training, not mid-epoch
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.5, on_bad_image="skip")
+    with caplog.at_level("WARNING", logger="attnzoo"):
         data.setup()
+    assert data.skipped == [str(tmp_path / "a" / "cut.png")] and "skipped 1 unreadable image" in caplog.text
+    assert len(data.splits["train"]) + len(data.splits["val"]) == 6  # the 6 whole images, all readable
+    for split in ("train", "val"):
+        for i in range(len(data.splits[split])):
+            data.splits[split][i]
 
 
 def _palette() -> Image.Image:
@@ -144,5 +152,102 @@ def test_a_checkpoint_of_another_shape_names_the_keys(tmp_path):
         check_checkpoint_shapes(tmp_path / "c.ckpt", torch.nn.Linear(4, 5))
     check_checkpoint_shapes(tmp_path / "c.ckpt", torch.nn.Linear(4, 3))  # the same shape passes
     (tmp_path / "bad.ckpt").write_bytes(b"PK\x03\x04 truncated")
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="bad.ckpt' is not a checkpoint: it is not a PyTorch checkpoint file"):
         check_checkpoint_shapes(tmp_path / "bad.ckpt", small)
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("model.num_heads=0", r"model.num_heads: 0 \(set in the command line .*\) must be >= 1"),
+        (
+            "model.num_heads=5",
+            r"model.embed_dim \(64, set in .*vit.yaml\) is not divisible by model.num_heads \(5, set",
+        ),
+        ("model.embed_dim=0", r"model.embed_dim: 0 .* must be >= 1"),
+        ("task.optimizer.lr=-1", r"task.optimizer.lr: -1 must be >= 0"),
+        ("task.optimizer.betas=[0.9,1.5]", r"task.optimizer: .*Invalid beta parameter"),
+        ("task.optimizer.betas=[0.9]", r"task.optimizer.betas: \[0.9\]; expected two numbers"),
+        ("task.optimizer.weight_decay=-1", r"task.optimizer.weight_decay: -1 must be >= 0"),
+        ("model.patch_size=0", r"model.patch_size: 0 .* must be > 0"),
+        ("model.mlp_ratio=0", r"model.mlp_ratio: 0 .* must be > 0"),
+        ("model.drop_path_rate=2.0", r"model.drop_path_rate: 2.0 .* give a value in \[0, 1\)"),
+        ("trainer.gradient_clip_val=-1", r"trainer.gradient_clip_val: -1 .* must be >= 0"),
+        ("trainer.accumulate_grad_batches=0", r"trainer.accumulate_grad_batches: 0 .* must be >= 1"),
+        ("trainer.check_val_every_n_epoch=0", r"trainer.check_val_every_n_epoch: 0 .* must be >= 1"),
+        ("run.save_every_n_steps=-1", r"run.save_every_n_steps: -1 .* must be >= 1"),
+        ("task.optimizer=null", r"task.optimizer: None .* is not an optimizer; give a mapping such as \{kind: adamw"),
+        ("task.scheduler.warmup=-1", r"task.scheduler \(cosine\): warmup \(-1\) must be >= 0"),
+        ("trainer.max_epochs=0", r"trainer.max_epochs: 0 .* trains nothing"),
+        ("trainer.max_steps=0", r"trainer.max_steps: 0 .* trains nothing"),
+        ("trainer.limit_train_batches=0", r"trainer.limit_train_batches: 0 .* trains nothing"),
+        ("model.attention.pattern={kind: slidng_window, window: 4}", r"pattern.kind: unknown 'slidng_window'.*did you"),
+        (
+            "model.attention.pattern={kind: sliding_window, windw: 4}",
+            r"takes no argument 'windw'.*did you mean 'window'",
+        ),
+        ("model.attention.pattern={kind: sliding_window, window: -4}", r"pattern \(sliding_window\): window must be"),
+        ("model.attention.bias={kind: alibi, bidirectionl: true}", r"bias: 'alibi' takes no argument 'bidirectionl'"),
+    ],
+)
+def test_config_values_that_would_fail_in_training_stop_at_load_naming_the_key(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load([VIT], [override])
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("seed: 0\ndata:\n  kind: image\n   batch_size: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load([path])
+    message = str(err.value)
+    assert message.startswith(f"{path}, line 4, column 14: YAML syntax error: mapping values are not allowed")
+    assert "\n" not in message and "batch_size: 3" in message and len(message) < 300
+    path.write_text("data: {kind: image\n")
+    with pytest.raises(ConfigError, match=r"line 2, column 1: .*while parsing a flow mapping at line 1"):
+        load([path])
+
+
+@pytest.mark.parametrize(
+    "name, content, where",
+    [
+        ("t.csv", b"text,label\nhello,pos\ncaf\xe9 au lait,neg\n", "line 3, column 4"),
+        ("t.jsonl", b'{"text": "hello", "label": "pos"}\n{"text": "caf\xe9", "label": "neg"}\n', "line 2, column 14"),
+    ],
+)
+def test_non_utf8_bytes_in_a_text_file_name_the_file_line_and_column(name, content, where, tmp_path):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=rf"{name} {where}: byte\(s\) e9 are not UTF-8"):
+        read_text_file(tmp_path / name, text_column="text", label_column="label")
+
+
+def test_a_jsonl_of_image_text_pairs_with_non_utf8_bytes_is_named(tmp_path):
+    from attnzoo.data.text_image import TextImageDataModule
+
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b'{"image": "a.png", "text": "r\xf6d", "label": "x"}\n')
+    data = TextImageDataModule(train=str(path), val=str(path))
+    with pytest.raises(ValueError, match=r"train.jsonl line 1, column 30: byte\(s\) f6 are not UTF-8"):
+        data.setup()
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: ImageDataModule(img_size=0), r"data.img_size \(0\) must be >= 1"),
+        (lambda: ImageDataModule(eval_batch_size=0), r"data.eval_batch_size \(0\) must be >= 1"),  # was: batch_size
+        (lambda: TextDataModule(listops={"num_train": 0}), r"data.listops.num_train \(0\) must be an int >= 1"),
+        (lambda: TextDataModule(listops={"num_val": 0}), r"data.listops.num_val \(0\) must be an int >= 1"),
+    ],
+)
+def test_data_sizes_that_failed_deep_in_a_loader_are_refused_by_name(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_a_pretrained_file_that_is_not_a_checkpoint_is_named(tmp_path):
+    from attnzoo.models.vit import read_checkpoint
+
+    (tmp_path / "vit.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"model.pretrained: '.*vit.pth' is not a readable PyTorch file"):
+        read_checkpoint(tmp_path / "vit.pth")

@@ -21,7 +21,7 @@ SMALL = {"num_train": 600, "num_val": 40, "num_test": 60}
 # ------------------------------------------------------------------------------------------------ embedded data
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def gen() -> Generator:
     return Generator(random.Random(0))
 
@@ -47,6 +47,19 @@ def test_cldr_renderings(gen):
     ) == {"en": "more than one kilometer", "de": "mehr als ein Kilometer", "fr": "plus d'un kilomètre"}
     assert gen._time(14, 30, "en") == "2:30 PM" and gen._time(14, 30, "de") == "14:30"  # no narrow no-break space
     assert number_words(81, "fr", "f") == "quatre-vingt-une" and number_words(71, "fr", "f") == "soixante et onze"
+    assert gen._money(21, "SEK", "fr") == "vingt et une couronnes suédoises"
+    assert gen._money(3457, "EUR", "en") == "three thousand four hundred and fifty-seven euros"  # no comma
+    assert gen._money(3457, "EUR", "de") == "dreitausendvierhundertsiebenundfünfzig Euro"
+    big = [gen._unit(5974, "volume-liter", lang) for lang in LANGS]
+    assert big == ["5,974 liters", "5.974 Liter", "5 974 litres"]  # digits, grouped as each language does
+
+
+def test_counts(gen):
+    counts = [gen._count() for _ in range(3000)]
+    assert min(counts) == 1 and 9000 < max(counts) <= 9999
+    assert 0.5 < sum(n < 100 for n in counts) / len(counts) < 0.7
+    assert not [n for n in counts if n > 100 and n % 100 == 1]  # German "hunderteins" before a noun is avoided
+    assert min(gen._count(low=2) for _ in range(500)) == 2
 
 
 def test_french_country_prepositions(gen):

@@ -24,11 +24,23 @@ CASES = {
         dict(num_classes=3, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_len=24),
         lambda: (torch.randn(2, 3, 16, 16), torch.randint(1, 257, (2, 24))),
     ),
+    "seq2seq": (  # linformer in the encoder; the decoder's self-attention is masked, which linformer cannot be
+        dict(vocab_size=50, max_len=12, dim=32, encoder_depth=1, decoder_depth=1, num_heads=4, decoder_attention={}),
+        lambda: (torch.randint(1, 50, (2, 12)), torch.randint(1, 50, (2, 12))),
+    ),
 }
+# models whose every attention layer is masked self-attention: linformer is refused when they are built
+REFUSED = {"lm": dict(vocab_size=50, max_len=12, dim=32, depth=1, num_heads=4)}
 
 
 def test_every_model_has_a_case():
-    assert set(CASES) == set(MODELS)
+    assert set(CASES) | set(REFUSED) == set(MODELS)
+
+
+@pytest.mark.parametrize("kind", list(REFUSED))
+def test_models_that_cannot_take_linformer_say_so(kind):
+    with pytest.raises(ValueError, match="linformer' cannot use a pattern"):
+        MODELS[kind](**REFUSED[kind], attention=LINFORMER)
 
 
 @pytest.mark.parametrize("kind", list(CASES))

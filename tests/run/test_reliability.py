@@ -1,6 +1,7 @@
 """Interruption by a real signal and resume, atomic checkpoint writes, non-finite loss detection."""
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from attnzoo.config import load
+from attnzoo.config import ConfigError, load
 from attnzoo.run import fit
 from attnzoo.run.reliability import SELF_SIGNAL_ENV, AtomicCheckpointIO, NonFiniteLossError
 
@@ -64,6 +65,7 @@ def test_a_signal_saves_exits_cleanly_and_the_resumed_run_has_the_uninterrupted_
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt["global_step"] == at + 1  # the batch during which the signal arrived finished and was saved
     assert not list((run_dir / "checkpoints").glob("*.tmp"))
+    assert not (run_dir / ".lock").exists()  # released on the way out
 
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     resumed = _losses(run_dir)
@@ -120,3 +122,272 @@ def test_a_non_finite_loss_stops_at_its_step_with_advice_and_keeps_the_best_chec
     assert best["global_step"] == last["global_step"] == 4  # saved after epoch 0's validation, never after
     assert all(torch.isfinite(v).all() for v in best["state_dict"].values() if v.is_floating_point())
     assert max(_losses(run_dir)) == 5  # step 6 was never logged
+
+
+# ------------------------------------------------------------------------------------------ metrics.csv history
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+# best.ckpt is the first epoch's (monitor the step, lowest wins): the best epoch is never the last
+BEST_FIRST = ["run.monitor=step", "run.mode=min", "run.test=true", "trainer.limit_test_batches=1"]
+
+
+def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_when_a_finished_run_is_extended(tmp_path):
+    run_dir = fit(load([VIT], [*TINY, *BEST_FIRST, "trainer.max_epochs=3", f"run.dir={tmp_path}"]))
+    rows = _rows(run_dir)
+    assert [int(r["step"]) for r in rows if r["train/loss"]] == list(range(12))  # testing best.ckpt cut none
+    assert [r["epoch"] for r in rows if r["val/acc"]] == ["0", "1", "2"]
+    (test,) = [r for r in rows if r["test/acc"]]
+    assert float(test["test/checkpoint_step"]) == 4 == _summary(run_dir)["test"]["checkpoint_step"]
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 12
+
+    fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=4"]), resume=run_dir)
+    rows = _rows(run_dir)
+    assert [int(r["step"]) for r in rows if r["train/loss"]] == list(range(16))  # continued from step 12
+    assert [r["epoch"] for r in rows if r["val/acc"]] == ["0", "1", "2", "3"]
+    tests = [r for r in rows if r["test/acc"]]
+    assert len(tests) == 2 and all(float(r["test/checkpoint_step"]) == 4 for r in tests)  # one row per test pass
+    summary = _summary(run_dir)
+    assert summary["global_step"] == 16
+    (resumed,) = summary["resumes"]
+    assert resumed["step"] == 12 and resumed["changed"] == {"trainer.max_epochs": [3, 4]}
+    assert summary["test"]["split"] == "val"  # the embedded MNIST subset has no test split
+    assert not (run_dir / ".lock").exists()
+
+
+def test_a_resume_refuses_a_changed_model_data_or_seed_naming_each_key(tmp_path):
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    saved = (run_dir / "config.yaml").read_text()
+    changed = ["model.num_heads=1", "data.batch_size=4", "seed=3", "task.optimizer.lr=0.1"]
+    with pytest.raises(ConfigError) as err:
+        fit(load([run_dir / "config.yaml"], changed), resume=run_dir)
+    for part in (
+        "model.num_heads: 2 -> 1",
+        "data.batch_size: 8 -> 4",
+        "seed: 0 -> 3",
+        "task.optimizer.lr: 0.003 -> 0.1",
+    ):
+        assert part in str(err.value), str(err.value)
+    assert f"--config {run_dir / 'config.yaml'}" in str(err.value)
+    assert (run_dir / "config.yaml").read_text() == saved  # nothing rewritten
+    assert not (run_dir / "resumes.json").exists() and not (run_dir / ".lock").exists()
+    with pytest.raises(ConfigError, match=r"trainer.precision: '32-true' -> 'bf16-mixed'"):
+        fit(load([run_dir / "config.yaml"], ["trainer.precision=bf16-mixed"]), resume=run_dir)
+
+
+# ----------------------------------------------------------------------------------------------------- the lock
+
+_HOLD = """
+import sys, time
+from attnzoo.run.lock import RunLock
+RunLock(sys.argv[1]).acquire()
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_directory_in_use_is_refused_and_a_killed_holders_lock_is_taken_over(tmp_path, caplog):
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run_dir)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=rf"is in use by process {holder.pid} on "):
+            fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+        with pytest.raises(ConfigError, match="is in use by process"):  # not a new run into it either
+            fit(load([VIT], [*TINY, "trainer.max_epochs=1"]), run_dir=run_dir)
+    finally:
+        holder.kill()  # SIGKILL: no cleanup; its record stays in .lock
+        holder.wait()
+    assert str(holder.pid) in (run_dir / ".lock").read_text()
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert f"taking over the lock of process {holder.pid}" in caplog.text
+    assert _summary(run_dir)["global_step"] == 8 and not (run_dir / ".lock").exists()
+
+
+def test_a_new_run_is_not_written_into_a_directory_that_holds_one(tmp_path):
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    rows = (run_dir / "metrics.csv").read_text()
+    with pytest.raises(ConfigError, match=rf"already holds a run .*--resume {run_dir}"):
+        fit(load([VIT], [*TINY, "trainer.max_epochs=1"]), run_dir=run_dir)
+    assert (run_dir / "metrics.csv").read_text() == rows
+
+
+# ------------------------------------------------------------------------------------ resume and checkpoint errors
+
+
+def _fit_main(args: list[str], capsys) -> tuple[int, str]:
+    from attnzoo.fit import main
+
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_again(tmp_path, capsys):
+    run_dir = tmp_path / "vit" / "killed"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(load([VIT], TINY).to_yaml())  # what fit writes before training
+    code, err = _fit_main(["--resume", str(run_dir)], capsys)
+    assert code == 2 and "stopped before its first checkpoint" in err, err
+    assert f"--config {run_dir / 'config.yaml'}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"not a checkpoint at all", b"PK\x03\x04" + b"\x00" * 40], ids=["empty", "garbage", "bad_zip"]
+)
+def test_a_garbage_or_empty_checkpoint_is_named_on_resume_and_evaluate(content, tmp_path, capsys):
+    from attnzoo.evaluate import main as evaluate
+    from attnzoo.run import build
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    cfg = load([VIT], TINY)
+    build(cfg)  # fills in what the data gives (num_classes, ...), as the config.yaml fit writes
+    (run_dir / "config.yaml").write_text(cfg.to_yaml())
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(content)
+    code, err = _fit_main(["--resume", str(run_dir)], capsys)
+    assert code == 2 and f"{str(run_dir / 'checkpoints' / 'last.ckpt')!r} is not a checkpoint" in err, err
+    assert "mmap" not in err and "Traceback" not in err
+    assert evaluate([str(run_dir), "--checkpoint", "last"]) == 2
+    assert "last.ckpt' is not a checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["file", "/dev/null", "/proc/attnzoo", "/sys/attnzoo"])
+def test_a_run_dir_that_cannot_hold_runs_is_refused_before_anything_is_built(where, tmp_path, capsys):
+    if where == "file":
+        where = str(tmp_path / "a_file")
+        Path(where).write_text("x")
+    code, err = _fit_main(["--config", str(VIT), *TINY, f"run.dir={where}"], capsys)
+    assert code == 2 and f"run directory (run.dir={where})" in err and "cannot be created" in err, err
+
+
+def test_ctrl_c_before_training_starts_exits_130_without_a_traceback(tmp_path, capsys, monkeypatch):
+    import attnzoo.run.train as train
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "build", interrupted)
+    code, err = _fit_main(["--config", str(VIT), *TINY, f"run.dir={tmp_path}"], capsys)
+    assert code == 130 and "interrupted" in err
+    assert not list((tmp_path / "vit").iterdir())  # the new run dir held nothing: removed, lock released
+
+
+# ------------------------------------------------------------------------------------------- data without a test split
+
+TEXT = ROOT / "recipes" / "text_cls.yaml"
+TINY_TEXT = [*TINY[:10], "model.dim=16", "model.depth=1", "model.num_heads=2", "data.batch_size=4", "run.test=true"]
+
+
+def test_text_given_only_train_and_val_files_is_tested_on_val_and_says_so(tmp_path, caplog):
+    for split, n in (("train", 24), ("val", 8)):
+        lines = [
+            "text,label",
+            *(f"{'good' if i % 2 else 'bad'} film number {i},{'pos' if i % 2 else 'neg'}" for i in range(n)),
+        ]
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    files = [f"data.train={tmp_path / 'train.csv'}", f"data.val={tmp_path / 'val.csv'}", f"run.dir={tmp_path}"]
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        run_dir = fit(load([TEXT], [*TINY_TEXT, "trainer.max_epochs=1", *files]))
+    test = _summary(run_dir)["test"]
+    assert test["split"] == "val" and 0.0 <= test["test/acc"] <= 1.0 and "test/loss" in test
+    assert "the test pass scores the validation split" in caplog.text
+
+
+def test_an_audio_folder_whose_split_leaves_no_test_clip_tests_on_val(tmp_path):
+    from attnzoo.run.splits import test_split
+    from tests.data.test_audio import small, speech_commands
+
+    speech_commands(tmp_path)
+    (tmp_path / "testing_list.txt").write_text("")
+    data = small(source="folder", root=str(tmp_path))
+    data.setup()
+    assert len(data.datasets["test"]) == 0 and len(data.datasets["val"]) == 3
+    assert test_split(data) == "val"  # not a silent test pass over no clips
+    (tmp_path / "validation_list.txt").write_text("")
+    empty = small(source="folder", root=str(tmp_path))
+    empty.setup()
+    with pytest.raises(ConfigError, match="neither test nor validation examples; set run.test=false"):
+        test_split(empty)
+
+
+def test_image_text_pairs_given_only_train_and_val_files_test_on_val(tmp_path):
+    from attnzoo.data.scenes import SceneGenerator, write_jsonl
+    from attnzoo.data.text_image import TextImageDataModule
+    from attnzoo.run.splits import test_split
+
+    gen = SceneGenerator(task="vqa", seed=0)
+    paths = {}
+    for split in ("train", "val"):
+        examples = gen.examples(8, split=split)
+        paths[split] = write_jsonl(tmp_path, examples, gen.images(examples, image_size=16, split=split), name=split)
+    data = TextImageDataModule(train=str(paths["train"]), val=str(paths["val"]), image_size=16, classes=gen.class_names)
+    data.setup()
+    assert test_split(data) == "val"
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("trainer.devices=0", r"trainer \{'accelerator': 'cpu', 'devices': 0.*Trainer\(devices=0\)"),
+        ("trainer.val_check_interval=1000", r"before training started: `val_check_interval` \(1000\) must be less"),
+        ("run.monitor=val/accuracy", r"run.monitor: 'val/accuracy' .* valid: \[.*'val/acc'.*did you mean 'val/acc'"),
+        ("model.patch_size=5", r"model \(kind 'vit'\): img_size \(28\) must be a multiple of patch_size \(5\)"),
+    ],
+)
+def test_what_only_the_built_run_can_check_stops_before_training_naming_the_section(override, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        fit(load([VIT], [*TINY, override, f"run.dir={tmp_path}"]))
+    assert not list((tmp_path / "vit").iterdir())  # nothing trained, no run dir left
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01garbage,,\n\xff\xfe", b"loss;acc\n1;2\n"], ids=["binary", "not_ours"])
+def test_a_damaged_metrics_csv_stops_a_resume_naming_it_before_training(content, tmp_path):
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    (run_dir / "metrics.csv").write_bytes(content)
+    with pytest.raises(ConfigError, match=r"metrics.csv is not a metrics history written by attnzoo .*move it away"):
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert (run_dir / "metrics.csv").read_bytes() == content and not (run_dir / ".lock").exists()
+    (run_dir / "metrics.csv").unlink()  # moved away: the resume goes on, logging from the checkpoint's step
+    fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert [int(r["step"]) for r in _rows(run_dir) if r["train/loss"]] == [4, 5, 6, 7]
+
+
+_TWO_CTRL_C = """
+import os, signal, sys
+import lightning as L
+import attnzoo.run.reliability as reliability
+from attnzoo.fit import main
+
+class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again before the batch ends
+    def on_train_batch_start(self, trainer, module, batch, i):
+        if trainer.global_step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+own = reliability.callbacks
+reliability.callbacks = lambda checkpoint: [*own(checkpoint), TwoCtrlC()]
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_exits_130_and_the_run_resumes_from_its_last_checkpoint(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", _TWO_CTRL_C, "--config", str(VIT), *TINY, f"run.dir={tmp_path}"]
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr and "second Ctrl+C" in stopped.stderr, stopped.stderr[-3000:]
+    (run_dir,) = (tmp_path / "vit").iterdir()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 4  # epoch 0's
+    assert not (run_dir / ".lock").exists() and not list((run_dir / "checkpoints").glob("*.tmp"))
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    assert sorted(_losses(run_dir)) == list(range(8))  # rows after the checkpoint dropped, logged again once

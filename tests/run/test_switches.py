@@ -131,7 +131,7 @@ def test_auto_precision_and_checkpointing_run_and_are_recorded(tmp_path):
     assert 0.0 <= summary["data_wait_share"] < 1.0
 
 
-@pytest.mark.slow  # ~45 s idle, ~100 s under load: bf16 autocast is ~13x slower than fp32 on this CPU
+@pytest.mark.slow  # bf16 autocast on a CPU without bf16 instructions is ~13x slower than fp32
 def test_bf16_mixed_reaches_the_accuracy_of_fp32_within_one_point(tmp_path):
     # bf16 autocast on a CPU without bf16 instructions is slow (see benchmarks/results/train_step.md): keep it small
     steps = ["trainer.max_epochs=1", "trainer.limit_train_batches=100", "data.batch_size=32", "task.scheduler=null"]

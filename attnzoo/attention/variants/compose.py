@@ -59,7 +59,8 @@ class DynamicWeights(nn.Module):
 class HeadComposition(nn.Module):
     """Static head mixing, plus DCMHA's query-wise and key-wise dynamic terms when `query_dim` is given.
 
-    Usage: `state = comp.prepare(xq, xk)` once per forward, then `comp(a, rows, state)` per query chunk.
+    Usage: `state = comp.prepare(xq, xk)` once per forward, then `comp(a, rows, state)` per query chunk. Incremental
+    decoding keeps `key_state(xk)` per cached key and combines it with `query_state(xq)` through `arrange`.
 
     Args:
         num_heads: H.
@@ -100,8 +101,20 @@ class HeadComposition(nn.Module):
         """Dynamic weights for every query (from xq [B, Lq, Cq]) and key (from xk [B, Lk, Ck])."""
         if not self.dynamic:
             return {}
-        qw1, qw2, qg = self.query(xq)
-        kw1, kw2, kg = self.key(xk)
+        return self.arrange(self.query_state(xq), self.key_state(xk))
+
+    def query_state(self, xq: Tensor) -> Tensor:
+        """The query-wise weights of xq [B, Lq, Cq], packed as [B, Lq, 2 H R + H] (see `arrange`)."""
+        return self._pack(self.query(xq))
+
+    def key_state(self, xk: Tensor) -> Tensor:
+        """The key-wise weights of xk [B, Lk, Ck], packed as [B, Lk, 2 H R + H]: what a KV cache keeps per key."""
+        return self._pack(self.key(xk))
+
+    def arrange(self, q_state: Tensor, k_state: Tensor) -> dict[str, Tensor]:
+        """Packed query-wise and key-wise weights -> the layout `forward` reads."""
+        qw1, qw2, qg = self._unpack(q_state)
+        kw1, kw2, kg = self._unpack(k_state)
         return {
             "qw1": qw1,  # [B, Lq, H, R]
             "qw2": qw2,  # [B, Lq, R, H]
@@ -110,6 +123,17 @@ class HeadComposition(nn.Module):
             "qg": qg.transpose(1, 2)[..., None],  # [B, H, Lq, 1]
             "kg": kg.transpose(1, 2)[:, :, None, :],  # [B, H, 1, Lk]
         }
+
+    @staticmethod
+    def _pack(weights: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        w1, w2, gate = weights
+        return torch.cat([w1.flatten(2), w2.flatten(2), gate], dim=-1)  # [B, L, 2 H R + H]
+
+    def _unpack(self, packed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b, n, _ = packed.shape
+        h, r = self.static.shape[0], self.query.rank
+        w1, w2, gate = packed.split([h * r, r * h, h], dim=-1)
+        return w1.view(b, n, h, r), w2.view(b, n, r, h), gate  # [B, L, H, R], [B, L, R, H], [B, L, H]
 
     def forward(self, a: Tensor, rows: slice, state: dict[str, Tensor]) -> Tensor:
         """Compose a [B, H, c, Lk] (scores or weights of the queries `rows`) across heads, in fp32.
@@ -132,6 +156,14 @@ class HeadComposition(nn.Module):
         kw2 = f["kw2"].permute(0, 2, 3, 1)[..., None, :]  # [B, R, H, 1, Lk]
         gates = f["qg"][:, :, rows] + f["kg"]  # [B, H, c, 1] + [B, H, 1, Lk]
         return out + _low_rank(a, qw1, qw2) + _low_rank(a, kw1, kw2) + a * gates
+
+
+def _prepare(comp: HeadComposition, name: str, x: Tensor, xk: Tensor, cache: Any | None) -> dict[str, Tensor]:
+    """`comp.prepare(x, xk)`; with a KV cache, the key-wise weights of every key come from the cache, which keeps
+    them beside the keys (`name` tells the two compositions apart)."""
+    if cache is None or not comp.dynamic:
+        return comp.prepare(x, xk)
+    return comp.arrange(comp.query_state(x), cache.key_state(name, lambda: comp.key_state(xk)))
 
 
 def _low_rank(a: Tensor, w1: Tensor, w2: Tensor) -> Tensor:
@@ -190,9 +222,10 @@ class ComposedAttention(Attention):
         self.pre.reset_identity()
         self.post.reset_identity()
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights):
+    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
         xk = x if context is None else context
-        pre_state, post_state = self.pre.prepare(x, xk), self.post.prepare(x, xk)
+        pre_state = _prepare(self.pre, "pre", x, xk, cache)
+        post_state = _prepare(self.post, "post", x, xk, cache)
         out, weights = chunked_attention(
             q,
             k,

@@ -75,7 +75,15 @@ class LinformerAttention(Attention):
         self.proj_k = nn.Parameter(torch.randn(copies, proj_len, seq_len) * std)  # [1 or Hkv, P, N]
         self.proj_v = None if share == "kv" else nn.Parameter(torch.randn(copies, proj_len, seq_len) * std)
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights):
+    def cannot_decode(self, pattern=None) -> str | None:
+        if not self.is_cross:  # cross-attention decodes: the source, and so its projection, is fixed
+            return (
+                "linformer projects keys and values along the whole sequence (E @ K), so a new token changes every "
+                "projected row and nothing can be cached; decode with kind 'mha', 'talking_heads' or 'dcmha'"
+            )
+        return super().cannot_decode(pattern)
+
+    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
         if pattern is not None or bias is not None:
             raise ValueError(
                 "attention kind 'linformer' cannot take a pattern, is_causal or attn_mask at call time: keys are "

@@ -1,5 +1,6 @@
-"""Every attention kind in ATTENTION_KINDS: equals multi-head attention when its extra parts are the identity
-(forward and backward), respects key padding, stays finite, and plugs into timm's VisionTransformer."""
+"""Every attention kind in ATTENTION_KINDS: respects key padding, stays finite, returns weights, plugs into timm's
+VisionTransformer and trains in attnzoo's ViT; kinds that can be set to compute plain multi-head attention equal it
+(forward and backward). Kinds that cannot are checked against their explicit formulas in test_formulas.py."""
 
 import inspect
 import itertools
@@ -25,6 +26,13 @@ def to_mha(layer: nn.Module) -> None:
         layer.proj_k.copy_(eye)
         if layer.proj_v is not None:
             layer.proj_v.copy_(eye)
+
+
+def reduces_to_mha(kind: str) -> bool:
+    """True for kinds `to_mha` can set to compute plain multi-head attention (the others change the math itself:
+    gates, sinks, two maps, sigmoids, latents)."""
+    layer = build(kind, seq_len=8)
+    return kind == "mha" or hasattr(layer, "reset_identity") or hasattr(layer, "proj_k")
 
 
 def randomize_extras(layer: nn.Module) -> None:
@@ -54,10 +62,12 @@ def supports_pattern(kind: str) -> bool:
 
 
 def test_every_kind_is_reachable_from_config_and_turns_into_mha():
-    assert {"mha", "talking_heads", "dcmha", "linformer"} <= set(KINDS)
+    assert {"mha", "talking_heads", "dcmha", "linformer"} <= set(REDUCIBLE)
     for kind in KINDS:
         layer = build(kind, seq_len=8)
         assert isinstance(layer, ATTENTION_KINDS[kind]) and isinstance(layer, Attention)
+    for kind in REDUCIBLE:
+        layer = build(kind, seq_len=8)
         randomize_extras(layer)
         to_mha(layer)
         ref = Attention(DIM, HEADS, qkv_bias=True, backend="eager")
@@ -65,6 +75,8 @@ def test_every_kind_is_reachable_from_config_and_turns_into_mha():
         x = torch.randn(1, 8, DIM)
         torch.testing.assert_close(layer(x), ref(x), atol=1e-5, rtol=1e-5, msg=f"{kind}: to_mha() does not give MHA")
 
+
+REDUCIBLE = [k for k in KINDS if reduces_to_mha(k)]
 
 CASES = [
     dict(cross=c, kv=kv, causal=cz, lq=lq, lk=lk)
@@ -75,7 +87,7 @@ CASES = [
 
 @pytest.mark.parametrize(
     "kind, case",
-    [(k, c) for k in KINDS for c in CASES if not (c["causal"] and not supports_pattern(k))],
+    [(k, c) for k in REDUCIBLE for c in CASES if not (c["causal"] and not supports_pattern(k))],
     ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}{x}" for k, x in v.items()),
 )
 def test_identity_kind_equals_mha_forward_and_backward(kind, case):
@@ -110,7 +122,7 @@ def test_identity_kind_equals_mha_forward_and_backward(kind, case):
         torch.testing.assert_close(params[name].grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if k != "mha"])  # mha has no parameters of its own
+@pytest.mark.parametrize("kind", [k for k in REDUCIBLE if k != "mha"])  # mha has no parameters of its own
 def test_random_extras_change_the_output(kind):
     # guards the identity test: the kind's own parameters do act
     layer = build(kind, seq_len=9, chunk_size=4)
@@ -200,13 +212,17 @@ def test_plugs_into_timm_vision_transformer(kind):
     ours = VisionTransformer(**cfg, attn_layer=type(build(kind, seq_len=17, chunk_size=8)))
     assert all(isinstance(b.attn, ATTENTION_KINDS[kind]) for b in ours.blocks)
     missing, unexpected = ours.load_state_dict(theirs.state_dict(), strict=False)
-    assert not unexpected and all(".attn." in name for name in missing)
+    assert all(".attn." in name for name in missing + unexpected)
+    if kind != "mla":  # mla's projections differ from timm's (latents); every other kind loads timm's q, k, v
+        assert not unexpected
     x = torch.randn(2, 3, 32, 32)
     ours.train()
     ours(x).sum().backward()  # trains, its own parameters included
     params = dict(ours.named_parameters())
     assert all(params[n].grad is not None for n in missing)
     assert not missing or sum(params[n].grad.abs().sum() for n in missing) > 0
+    if kind not in REDUCIBLE:
+        return
     for block in ours.blocks:
         to_mha(block.attn)
     ours.eval()

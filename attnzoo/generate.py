@@ -1,0 +1,95 @@
+"""`python -m attnzoo.generate <lm run dir> --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K]
+[--top-p P] [--seed S] [--checkpoint best|last|FILE]`
+
+Continues a prompt with a trained language-model run (data kind `lm`), over the KV cache: sampling with the
+given temperature / top-k / top-p (defaults: the run's `task.temperature`, `task.top_k`, `task.top_p`), or
+greedy with `--temperature 0`. Prints the prompt and its continuation. Translation runs use
+`python -m attnzoo.translate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from .config import ConfigError
+from .run import load_run, show_log
+from .translate import check_kind
+
+UNSET = object()
+
+
+def generate(
+    run_dir: Path,
+    prompt: str,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float | None = None,
+    top_k: int | None | object = UNSET,
+    top_p: float | None | object = UNSET,
+    seed: int = 0,
+    checkpoint: str = "best",
+    overrides: Sequence[str] = (),
+) -> str:
+    """The prompt and its continuation by the run in `run_dir`; options left out keep the run's task settings."""
+    if max_new_tokens < 1:
+        raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
+    run = load_run(run_dir, checkpoint, overrides=overrides)
+    check_kind(run, "lm", "generate")
+    task = run.task.eval()
+    if temperature is not None:
+        if temperature < 0:
+            raise ConfigError(f"--temperature ({temperature}) must be >= 0 (0: greedy)")
+        task.temperature = temperature
+    if top_k is not UNSET:
+        task.top_k = top_k
+    if top_p is not UNSET:
+        task.top_p = top_p
+    ids = torch.tensor([run.data.encode_prompt(prompt)])  # [1, P], bos first
+    try:
+        new = task.generate(ids, max_new_tokens=max_new_tokens, seed=seed)  # [1, T]
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return run.data.decode(torch.cat([ids[0], new[0]]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="attnzoo generate", description="Continue a prompt with a trained LM run.")
+    p.add_argument("run_dir", type=Path, help="a language-model run directory written by attnzoo fit")
+    p.add_argument("--prompt", default="", help="the text to continue (default: start a document)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=None, help="0: greedy (default: the run's task.temperature)")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (default: the run's)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the run's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
+    args = p.parse_intermixed_args(argv)
+    show_log()
+    options = {"top_k": args.top_k} if args.top_k is not None else {}
+    if args.top_p is not None:
+        options["top_p"] = args.top_p
+    try:
+        text = generate(
+            args.run_dir,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            checkpoint=args.checkpoint,
+            overrides=args.overrides,
+            **options,
+        )
+    except ConfigError as err:
+        print(f"attnzoo generate: error: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The model protocol generation drives, and `Steps`: one decoding step after another, cached or recomputed.
+
+Notation: B inputs, N rows (B, or B * beams), S source tokens, P prompt tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@runtime_checkable
+class Decodes(Protocol):
+    """What generation needs of a model (`attnzoo.models.Seq2Seq` and `CausalLM` have it).
+
+    - `new_cache()`: an empty cache with `reorder(index)` (`attnzoo.attention.cache.DecodingCache`).
+    - `decode_step(tokens, memory, memory_padding_mask, cache)` -> logits [N, L, V] of `tokens` [N, L]:
+      with a cache, tokens are the next L tokens (the cache advances by L); with cache=None, they are the
+      whole prefix, recomputed. A decoder-only model gets memory=None and memory_padding_mask=None.
+    - `encode(src, src_padding_mask)` -> memory [B, S, C], for encoder-decoders only.
+    """
+
+    def new_cache(self) -> Any: ...
+
+    def decode_step(
+        self, tokens: Tensor, memory: Tensor | None, memory_padding_mask: Tensor | None, cache: Any | None
+    ) -> Tensor: ...
+
+
+class Steps:
+    """Feeds tokens to `model.decode_step` and returns the next-token logits, through a cache or by recomputing
+    the whole prefix every step (`use_cache=False`: the reference cached decoding is tested against).
+
+    Args:
+        model: a `Decodes` model.
+        memory, memory_padding_mask: the encoder output [N, S, C] and its padding [N, S] (None for an LM).
+        use_cache: decode incrementally over the model's cache.
+    """
+
+    def __init__(
+        self, model: Decodes, memory: Tensor | None, memory_padding_mask: Tensor | None, *, use_cache: bool
+    ) -> None:
+        self.model, self.memory, self.memory_padding_mask = model, memory, memory_padding_mask
+        self.cache = model.new_cache() if use_cache else None
+        self.prefix: Tensor | None = None  # every token fed so far [N, T] (without a cache)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """The next tokens [N, L] -> fp32 logits [N, V] at the last of them."""
+        if self.cache is not None:
+            logits = self.model.decode_step(tokens, self.memory, self.memory_padding_mask, self.cache)
+        else:
+            self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
+            logits = self.model.decode_step(self.prefix, self.memory, self.memory_padding_mask, None)
+        return logits[:, -1].float()
+
+    def reorder(self, index: Tensor) -> None:
+        """Rows become rows[index] (beam search). Memory is left alone: beams never leave their input's rows."""
+        if self.cache is not None:
+            self.cache.reorder(index)
+        elif self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)
+
+
+def prepare(
+    model: Decodes,
+    *,
+    src: Tensor | None,
+    src_padding_mask: Tensor | None,
+    prompt: Tensor | None,
+    bos_id: int | None,
+    max_new_tokens: int,
+) -> tuple[Tensor | None, Tensor | None, Tensor]:
+    """Check the inputs and run the encoder once: (memory, memory_padding_mask, prompt [B, P])."""
+    if not isinstance(model, Decodes):
+        raise ValueError(
+            f"{type(model).__name__} cannot generate: it needs new_cache() and "
+            "decode_step(tokens, memory, memory_padding_mask, cache) (see attnzoo.generation.steps.Decodes)"
+        )
+    if getattr(model, "training", False):
+        raise ValueError("call model.eval() before generating: dropout would change every step")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    memory = None
+    if src is not None:
+        if not hasattr(model, "encode"):
+            raise ValueError(f"{type(model).__name__} has no encode(): generate without src (a decoder-only model)")
+        memory = model.encode(src, src_padding_mask)
+    elif src_padding_mask is not None:
+        raise ValueError("src_padding_mask without src")
+    if prompt is None:
+        if bos_id is None:
+            raise ValueError("give a prompt [B, P] or a bos_id to start every row with")
+        if src is None:
+            raise ValueError("without src, give a prompt [B, P] (the batch size comes from it)")
+        prompt = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    if prompt.dim() != 2 or prompt.shape[1] < 1 or prompt.dtype != torch.long:
+        raise ValueError(f"prompt must be long [B, P] with P >= 1; got {prompt.dtype} {list(prompt.shape)}")
+    if src is not None and prompt.shape[0] != src.shape[0]:
+        raise ValueError(f"prompt has {prompt.shape[0]} rows, src {src.shape[0]}")
+    return memory, src_padding_mask, prompt

@@ -1,0 +1,97 @@
+"""Decoder-only causal language model: token embedding + positions + masked self-attention blocks + tied head.
+
+Notation: B batch, L tokens, C width, V vocabulary.
+The generation protocol (`attnzoo.generation`), with no memory: `new_cache()`,
+`decode_step(tokens, None, None, cache)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..attention.cache import DecodingCache
+from ..attention.factory import attention_context
+from ..layers.decoder import make_decoder
+from .seq2seq import TokenEmbedding, check_tokens
+
+Tensor = torch.Tensor
+
+
+class CausalLM(nn.Module):
+    """Predicts each next token from the ones before it (GPT-style, pre-norm).
+
+    Args:
+        vocab_size, pad_id: from the tokenizer.
+        max_len: the longest sequence in tokens (sizes a learned position table; generation stops there).
+        dim, depth, num_heads, mlp_ratio: width C, blocks, heads and MLP ratio.
+        position: absolute positions added to embeddings (`POSITIONS` spec): "sinusoidal", "learned", "none"
+            (with `attention: {rotary: rope}` or an ALiBi / T5 bias).
+        attention: the self-attention config (`attnzoo.attention.factory.attention_layer`), made causal.
+        tie_embeddings: the output projection reads the embedding table (else a separate linear head).
+        drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
+    """
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        pad_id: int = 0,
+        max_len: int = 256,
+        dim: int = 256,
+        depth: int = 4,
+        num_heads: int = 4,
+        mlp_ratio: float = 4.0,
+        position: str | dict[str, Any] = "sinusoidal",
+        attention: dict[str, Any] | None = None,
+        tie_embeddings: bool = True,
+        drop_rate: float = 0.1,
+        drop_path_rate: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.pad_id, self.max_len = pad_id, max_len
+        self.embed = TokenEmbedding(
+            vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
+        )
+        self.decoder = make_decoder(
+            dim=dim,
+            depth=depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            attention=attention,
+            cross=False,
+            drop_path_rate=drop_path_rate,
+            proj_drop=drop_rate,
+            context=attention_context(max_len=max_len),
+        )
+        self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
+
+    def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
+        """Activation checkpointing of the blocks (`Encoder.set_grad_checkpointing`)."""
+        self.decoder.set_grad_checkpointing(enabled, **kwargs)
+
+    def new_cache(self) -> DecodingCache:
+        """An empty decoding cache (one per batch of prompts)."""
+        return self.decoder.new_cache()
+
+    def decode_step(
+        self,
+        tokens: Tensor,
+        memory: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        cache: DecodingCache | None = None,
+    ) -> Tensor:
+        """tokens [B, L] -> logits [B, L, V]. Without a cache, tokens is the whole prefix; with one, the next L
+        tokens (their positions continue at `cache.offset`). A language model has no memory: pass None."""
+        if memory is not None or memory_padding_mask is not None:
+            raise ValueError("CausalLM has no encoder: decode_step takes memory=None, memory_padding_mask=None")
+        offset = 0 if cache is None else cache.offset
+        check_tokens(tokens, "tokens", self.max_len, offset)
+        x = self.decoder(self.embed(tokens, offset), cache=cache)  # [B, L, C]
+        return self.embed.logits(x) if self.head is None else self.head(x)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """tokens [B, L] -> next-token logits [B, L, V]. Right padding needs no mask: real tokens never read it."""
+        return self.decode_step(tokens)

@@ -1,0 +1,151 @@
+"""`<run dir>/.lock`: one process at a time trains in a run directory (a new run, a resume, an ablation's run).
+
+The lock is an exclusive `flock` on the file, which the kernel releases when the process ends however it
+ends, so a killed process never leaves the directory locked. The file also records who holds it (host, pid,
+start time, command): a second process is refused with that record, and a record left behind by a process
+that was killed is recognised when the next one takes the lock, and logged. DDP worker processes (ranks > 0)
+work in rank 0's directory and take no lock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+
+log = logging.getLogger("attnzoo")
+LOCK_FILE = ".lock"
+
+
+class RunLock:
+    """Exclusive use of a directory; `acquire()` creates the directory (checking it can be written) if needed.
+
+    Use as a context manager, or `acquire()` ... `release()` (release is safe to call more than once).
+    """
+
+    def __init__(self, directory: str | Path, *, what: str = "run directory") -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.what = what
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise ConfigError naming the process that holds it."""
+        if self._fd is not None:
+            return
+        make_writable_dir(self.directory, self.what)
+        for _ in range(10):  # a holder may release (and remove the file) between our open and our flock
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise ConfigError(
+                    f"{self.what} {str(self.directory)!r} is not writable: {err.strerror or err}"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                os.close(fd)
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise ConfigError(f"{self.what} {self.directory}: cannot lock {self.path}: {err}") from None
+                raise ConfigError(self._in_use_message()) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # locked a file its holder removed while releasing: try the new one
+                os.close(fd)
+                continue
+            previous = _read_record(fd)
+            if previous:
+                log.warning(
+                    "%s %s: taking over the lock of process %s on %s (started %s), which ended without releasing "
+                    "it (killed?)",
+                    self.what,
+                    self.directory,
+                    previous.get("pid"),
+                    previous.get("host"),
+                    previous.get("started"),
+                )
+            _write_record(fd)
+            self._fd = fd
+            return
+        raise ConfigError(f"{self.what} {self.directory}: could not take {self.path} (it keeps being replaced)")
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)  # while still holding it: no one else holds this file
+        except OSError:
+            pass
+        os.close(self._fd)  # releases the flock
+        self._fd = None
+
+    def _in_use_message(self) -> str:
+        try:
+            record = json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            record = {}
+        who = f"process {record.get('pid', '?')} on {record.get('host', '?')}"
+        since = f", started {record['started']}" if record.get("started") else ""
+        command = f": {record['command']}" if record.get("command") else ""
+        return (
+            f"{self.what} {self.directory} is in use by {who}{since}{command}. Wait for it to finish or stop it; "
+            "two processes writing one run would mix their checkpoints and metrics"
+        )
+
+
+def make_writable_dir(directory: Path, what: str = "run directory") -> None:
+    """Create `directory` (and its parents); raise ConfigError when it cannot be created or written into."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"{what} {str(directory)!r} cannot be created: {err.strerror or err}") from None
+    if not directory.is_dir():
+        raise ConfigError(f"{what} {str(directory)!r} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {str(directory)!r} is not writable")
+
+
+def _read_record(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    data = b""
+    while chunk := os.read(fd, 65536):
+        data += chunk
+    try:
+        record = json.loads(data.decode() or "{}")
+    except ValueError:
+        return {"pid": "?", "host": "?", "started": "?"}  # a holder killed while writing its record
+    return record if isinstance(record, dict) else {}
+
+
+def _write_record(fd: int) -> None:
+    record = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:500],
+    }
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (json.dumps(record) + "\n").encode())

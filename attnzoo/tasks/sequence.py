@@ -1,0 +1,345 @@
+"""Sequence tasks: translation (`Seq2SeqTask`) and language modelling (`LanguageModelTask`); the network is injected.
+
+Both train with teacher forcing: cross entropy over the next tokens, label -100 ignored (padding). Translation
+decodes on validation (greedy) and test (beam search) and scores the text with sacreBLEU-compatible BLEU and chrF
+(torchmetrics, 0-100); the language model reports perplexity and logs a sample from a prompt. A few examples of
+every evaluation go to the log and to `<run dir>/examples.txt` and `examples.json` (rank 0).
+
+Notation: B batch, S source tokens, T target tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.text import CHRFScore, Perplexity, SacreBLEUScore
+
+from ..attention.specs import build
+from ..generation import beam_search, greedy, sample
+from .optim import SCHEDULES, check_optimizer, make_optimizer
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+IGNORE_INDEX = -100
+EXAMPLES_FILE = "examples"  # <run dir>/examples.txt and examples.json
+
+
+def sequence_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """Mean cross entropy over the labelled positions: logits [B, L, V], labels [B, L] (-100 = none), in fp32."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing
+    )
+
+
+class _SequenceTask(L.LightningModule):
+    """What both tasks share: optimizer and schedule from config, examples written to the run directory."""
+
+    monitor: str
+    monitor_mode: str
+    metric_names: tuple[str, ...]
+
+    def __init__(
+        self,
+        *,
+        net: nn.Module,
+        optimizer: Mapping[str, Any] | None,
+        scheduler: Mapping[str, Any] | str | None,
+        num_examples: int,
+    ) -> None:
+        super().__init__()
+        if num_examples < 0:
+            raise ValueError(f"task.num_examples ({num_examples}) must be >= 0")
+        self.net = net
+        if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
+            raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
+        self.optimizer_spec = dict(optimizer if optimizer is not None else {"kind": "adamw", "lr": 1e-3})
+        check_optimizer(self.optimizer_spec)
+        self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
+        self.num_examples = num_examples
+        self.examples: dict[str, list[dict[str, str]]] = {}
+
+    def logged_metrics(self) -> list[str]:
+        """The names this task logs during fit (what `run.monitor` may name)."""
+        return ["train/loss", "val/loss", *(f"val/{m}" for m in self.metric_names)]
+
+    def _text(self) -> Any:
+        """The DataModule that turns ids into text (`decode`, `encode_source` / `encode_prompt`)."""
+        data = getattr(self.trainer, "datamodule", None)
+        if data is None or not hasattr(data, "decode"):
+            raise RuntimeError(f"{type(self).__name__} needs a DataModule with decode(ids) (translation or lm data)")
+        return data
+
+    def _write_examples(self, split: str, rows: list[dict[str, str]]) -> None:
+        """Log `rows` and rewrite examples.txt / examples.json with every split's latest examples (rank 0)."""
+        if not rows or self.trainer.sanity_checking:
+            return
+        self.examples[split] = rows
+        if not self.trainer.is_global_zero:
+            return
+        for row in rows:
+            log.info("%s example: %s", split, " | ".join(f"{k}: {v}" for k, v in row.items()))
+        run_dir = Path(self.trainer.default_root_dir)
+        if not run_dir.is_dir():
+            return
+        lines = []
+        for name, kept in self.examples.items():
+            lines.append(f"# {name} (epoch {self.current_epoch}, step {self.global_step})")
+            for row in kept:
+                lines.extend(f"{k}: {v}" for k, v in row.items())
+                lines.append("")
+        (run_dir / f"{EXAMPLES_FILE}.txt").write_text("\n".join(lines), encoding="utf-8")
+        (run_dir / f"{EXAMPLES_FILE}.json").write_text(
+            json.dumps(self.examples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+
+    def configure_optimizers(self) -> Any:
+        optimizer = make_optimizer(self.net, self.optimizer_spec)
+        if self.schedule is None:
+            return optimizer
+        total = int(self.trainer.estimated_stepping_batches)
+        lr_lambda = lambda step: self.schedule(step, total)  # noqa: E731
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class Seq2SeqTask(_SequenceTask):
+    """Translation: label-smoothed cross entropy with teacher forcing; BLEU and chrF of decoded text.
+
+    Logs `{split}/loss`, `val/bleu`, `val/chrf` (greedy decoding) and `test/bleu`, `test/chrf` (beam search).
+
+    Args:
+        net: an encoder-decoder (`attnzoo.models.Seq2Seq`): `net(src, tgt_in, src_padding_mask)` -> logits [B, T, V],
+            and the generation protocol (`attnzoo.generation`).
+        pad_id, bos_id, eos_id, max_len: from the data.
+        label_smoothing: epsilon of the training loss (validation and test losses use none).
+        optimizer: `{kind: adamw, lr: ..., ...}`, any timm optimizer and its options; None is AdamW,
+            lr 1e-3.
+        scheduler: `{kind: cosine | constant, warmup: ...}` stepped every optimizer step, or None.
+        beam_size, length_penalty: test-time beam search (`attnzoo.generation.beam_search`).
+        max_new_tokens: the longest translation generated (default: max_len).
+        num_examples: source / reference / hypothesis lines logged and written per evaluation.
+    """
+
+    def __init__(
+        self,
+        *,
+        net: nn.Module,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        max_len: int,
+        label_smoothing: float = 0.1,
+        optimizer: Mapping[str, Any] | None = None,
+        scheduler: Mapping[str, Any] | str | None = "cosine",
+        beam_size: int = 4,
+        length_penalty: float = 1.0,
+        max_new_tokens: int | None = None,
+        num_examples: int = 5,
+    ) -> None:
+        super().__init__(net=net, optimizer=optimizer, scheduler=scheduler, num_examples=num_examples)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"task.label_smoothing ({label_smoothing}) must be in [0, 1)")
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"task.beam_size ({beam_size!r}) must be an int >= 1")
+        if max_new_tokens is not None and not 1 <= max_new_tokens <= max_len:
+            raise ValueError(f"task.max_new_tokens ({max_new_tokens}) must be in [1, max_len ({max_len})]")
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.label_smoothing = label_smoothing
+        self.beam_size, self.length_penalty = beam_size, length_penalty
+        self.max_new_tokens = max_new_tokens or max_len
+        self.monitor, self.monitor_mode, self.metric_names = "bleu", "max", ("bleu", "chrf")
+        self.bleu = nn.ModuleDict({s: SacreBLEUScore() for s in ("val", "test")})
+        self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
+        self._kept: list[dict[str, str]] = []
+
+    def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
+        return self.net(src, tgt_in, src_padding_mask)
+
+    @staticmethod
+    def net_inputs(batch: dict[str, Any]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch (teacher forcing)."""
+        return {"src": batch["src"], "tgt_in": batch["tgt_in"], "src_padding_mask": batch["src_padding_mask"]}
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        logits = self.net(**self.net_inputs(batch))  # [B, T, V]
+        loss = sequence_loss(logits, batch["labels"], self.label_smoothing)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["src"].shape[0])
+        return loss
+
+    def translate(self, src: Tensor, src_padding_mask: Tensor | None, *, beam_size: int = 1) -> Tensor:
+        """Token ids [B, T'] of the translations of src [B, S]: greedy (beam_size 1) or beam search."""
+        if beam_size == 1:
+            return greedy(
+                self.net,
+                src=src,
+                src_padding_mask=src_padding_mask,
+                bos_id=self.bos_id,
+                eos_id=self.eos_id,
+                pad_id=self.pad_id,
+                max_new_tokens=self.max_new_tokens,
+            )
+        out = beam_search(
+            self.net,
+            src=src,
+            src_padding_mask=src_padding_mask,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+            max_new_tokens=self.max_new_tokens,
+            beam_size=beam_size,
+            length_penalty=self.length_penalty,
+        )
+        return out.tokens
+
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        n = batch["src"].shape[0]
+        logits = self.net(**self.net_inputs(batch))
+        self.log(f"{split}/loss", sequence_loss(logits, batch["labels"]), sync_dist=True, batch_size=n)
+        beam = 1 if split == "val" else self.beam_size
+        ids = self.translate(batch["src"], batch["src_padding_mask"], beam_size=beam)
+        data = self._text()
+        hyps = [data.decode(row) for row in ids]
+        refs = [[t] for t in batch["tgt_text"]]
+        self.bleu[split].update(hyps, refs)
+        self.chrf[split].update(hyps, refs)
+        want = self.num_examples - len(self._kept)
+        if want > 0:  # rows spread over the batch (batches are bucketed by length: short to long)
+            k = min(want, n)
+            rows = sorted({round(j * (n - 1) / max(1, k - 1)) for j in range(k)})
+            for i in rows:
+                self._kept.append({"src": batch["src_text"][i], "ref": batch["tgt_text"][i], "hyp": hyps[i]})
+
+    def _epoch_end(self, split: str) -> None:
+        # torchmetrics syncs the sufficient statistics across processes in compute(); 0-1 -> sacreBLEU's 0-100
+        self.log(f"{split}/bleu", 100 * self.bleu[split].compute(), prog_bar=split == "val")
+        self.log(f"{split}/chrf", 100 * self.chrf[split].compute())
+        self.bleu[split].reset()
+        self.chrf[split].reset()
+        self._write_examples(split, self._kept)
+        self._kept = []
+
+    def on_validation_epoch_start(self) -> None:
+        self._kept = []
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._kept = []
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")
+
+
+class LanguageModelTask(_SequenceTask):
+    """Causal language modelling: next-token cross entropy; perplexity on validation and test; a sample logged.
+
+    Logs `{split}/loss` and `{split}/ppl` (exp of the mean loss per token over the split); at every validation
+    and test end, the continuation of `prompt` (sampled with `temperature` / `top_k` / `top_p` from a fixed seed,
+    or greedy with temperature 0).
+
+    Args:
+        net: a decoder-only model (`attnzoo.models.CausalLM`): `net(tokens)` -> logits [B, L, V].
+        pad_id, bos_id, eos_id, max_len: from the data.
+        optimizer, scheduler: as `Seq2SeqTask`.
+        prompt: the text a sample continues ("" starts a document).
+        sample_tokens: tokens generated for the sample.
+        temperature, top_k, top_p: how the sample is drawn (`attnzoo.generation.sample`); temperature 0 is greedy.
+        num_examples: 0 turns the sample off.
+    """
+
+    def __init__(
+        self,
+        *,
+        net: nn.Module,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        max_len: int,
+        optimizer: Mapping[str, Any] | None = None,
+        scheduler: Mapping[str, Any] | str | None = "cosine",
+        prompt: str = "",
+        sample_tokens: int = 48,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        top_p: float | None = None,
+        num_examples: int = 1,
+    ) -> None:
+        super().__init__(net=net, optimizer=optimizer, scheduler=scheduler, num_examples=num_examples)
+        if temperature < 0:
+            raise ValueError(f"task.temperature ({temperature}) must be >= 0 (0: greedy)")
+        if sample_tokens < 1:
+            raise ValueError(f"task.sample_tokens ({sample_tokens}) must be >= 1")
+        self.pad_id, self.bos_id, self.eos_id, self.max_len = pad_id, bos_id, eos_id, max_len
+        self.prompt, self.sample_tokens = prompt, sample_tokens
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.monitor, self.monitor_mode, self.metric_names = "ppl", "min", ("ppl",)
+        self.ppl = nn.ModuleDict({s: Perplexity(ignore_index=IGNORE_INDEX) for s in ("val", "test")})
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.net(tokens)
+
+    @staticmethod
+    def net_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch."""
+        return {"tokens": batch["tokens"]}
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss = sequence_loss(self.net(**self.net_inputs(batch)), batch["labels"])
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["tokens"].shape[0])
+        return loss
+
+    def generate(self, prompt: Tensor, *, max_new_tokens: int, seed: int = 0) -> Tensor:
+        """Ids [1, T] continuing prompt [1, P] (bos first), drawn as configured; stops at eos or the context end."""
+        room = self.max_len - prompt.shape[1]
+        if room < 1:
+            raise ValueError(f"the prompt has {prompt.shape[1]} tokens; the model reads at most {self.max_len}")
+        common = dict(prompt=prompt, eos_id=self.eos_id, pad_id=self.pad_id, max_new_tokens=min(max_new_tokens, room))
+        if self.temperature == 0:
+            return greedy(self.net, **common)
+        generator = torch.Generator(device=prompt.device).manual_seed(seed)
+        return sample(
+            self.net, **common, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, generator=generator
+        )
+
+    def _evaluate(self, batch: dict[str, Tensor], split: str) -> None:
+        logits = self.net(**self.net_inputs(batch))  # [B, L, V]
+        n = batch["tokens"].shape[0]
+        self.log(f"{split}/loss", sequence_loss(logits, batch["labels"]), sync_dist=True, batch_size=n)
+        self.ppl[split].update(logits.float(), batch["labels"])
+
+    def _epoch_end(self, split: str) -> None:
+        self.log(f"{split}/ppl", self.ppl[split].compute(), prog_bar=split == "val")
+        self.ppl[split].reset()
+        if self.num_examples and not self.trainer.sanity_checking:
+            data = self._text()
+            prompt = torch.tensor([data.encode_prompt(self.prompt)], device=self.device)
+            ids = self.generate(prompt, max_new_tokens=self.sample_tokens)
+            text = data.decode(torch.cat([prompt[0], ids[0]]))  # the prompt and its continuation
+            self._write_examples(split, [{"prompt": self.prompt, "sample": text}])
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")

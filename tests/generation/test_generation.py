@@ -1,0 +1,284 @@
+"""Generation over the cache equals generation by full recomputation, for every position scheme, decodable
+pattern and attention kind, with GQA, padded sources of different lengths, in fp32 and bf16; beam search
+against greedy and against exhaustive search; sampling filters."""
+
+import contextlib
+import itertools
+import math
+
+import pytest
+import torch
+
+from attnzoo.attention import ATTENTION_KINDS, capture_attention
+from attnzoo.generation import Steps, beam_search, filter_logits, greedy, sample
+from attnzoo.models import CausalLM, Seq2Seq
+
+VOCAB, BOS, EOS, PAD = 24, 1, 2, 0
+
+# position schemes: absolute encodings, or attention parts (with position: none)
+POSITIONS = {
+    "sinusoidal": ("sinusoidal", {}),
+    "learned": ("learned", {}),
+    "rope": ("none", {"rotary": "rope"}),
+    "alibi": ("none", {"bias": {"kind": "alibi", "bidirectional": False}}),
+    "t5": ("none", {"bias": {"kind": "t5", "bidirectional": False, "num_buckets": 8, "max_distance": 16}}),
+}
+PATTERNS = {"causal": None, "window": {"kind": "sliding_window", "window": 3, "causal": True}}
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def seq2seq(position="sinusoidal", attention=None, **kw):
+    torch.manual_seed(0)
+    kw = dict(dim=32, num_heads=4, encoder_depth=2, decoder_depth=2, max_len=32, **kw)
+    net = Seq2Seq(vocab_size=VOCAB, position=position, attention=attention, tie_embeddings=False, drop_rate=0, **kw)
+    return net.eval()
+
+
+def lm(position="sinusoidal", attention=None):
+    torch.manual_seed(0)
+    net = CausalLM(
+        vocab_size=VOCAB, dim=32, depth=2, num_heads=4, max_len=32, position=position, attention=attention, drop_rate=0
+    )
+    return net.eval()
+
+
+def sources(batch=3, length=7):
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(3, VOCAB, (batch, length), generator=g)
+    lengths = torch.tensor([length, 4, 2])[:batch]
+    pad = torch.arange(length)[None, :] >= lengths[:, None]  # [B, S], True = pad
+    return src.masked_fill(pad, PAD), pad
+
+
+def autocast(dtype):
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def _config(position, pattern, kv, kind="mha"):
+    pos, parts = POSITIONS[position]
+    return pos, {"kind": kind, "num_kv_heads": kv, "pattern": PATTERNS[pattern], **parts}
+
+
+def stepwise_logits(model, tokens, memory=None, pad=None):
+    """Logits of every position of tokens [B, T], fed one step at a time through the cache (a 2-token prompt)."""
+    steps = Steps(model, memory, pad, use_cache=True)
+    out = [model.decode_step(tokens[:, :2], memory, pad, steps.cache)]
+    out += [model.decode_step(tokens[:, i : i + 1], memory, pad, steps.cache) for i in range(2, tokens.shape[1])]
+    return torch.cat(out, dim=1).float()
+
+
+CASES = [
+    pytest.param(position, pattern, kv, precision, id=f"{position}-{pattern}-kv{kv}-{precision}")
+    for position, pattern, precision in itertools.product(POSITIONS, PATTERNS, PRECISIONS)
+    for kv in (4, 2)
+]
+
+
+@pytest.mark.parametrize("position, pattern, kv, precision", CASES)
+def test_seq2seq_cached_greedy_equals_recomputation(position, pattern, kv, precision):
+    pos, attention = _config(position, pattern, kv)
+    model = seq2seq(pos, attention)
+    src, pad = sources()
+    dtype = PRECISIONS[precision]
+    with autocast(dtype), torch.no_grad():
+        kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=12)  # no EOS: every row runs 12 steps
+        cached, recomputed = greedy(model, **kw), greedy(model, **kw, use_cache=False)
+        assert torch.equal(cached, recomputed)
+        # logits of a random target: step by step through the cache vs one full forward
+        tokens = torch.randint(3, VOCAB, (3, 14), generator=torch.Generator().manual_seed(3))
+        memory = model.encode(src, pad)
+        full = model.decode_step(tokens, memory, pad).float()
+        steps = stepwise_logits(model, tokens, memory, pad)
+    tol = 1e-5 if dtype is None else 0.1
+    torch.testing.assert_close(steps, full, atol=tol, rtol=tol)
+    assert len(set(cached.flatten().tolist())) > 1  # not a constant: the comparison has something to compare
+
+
+@pytest.mark.parametrize("position, pattern, kv, precision", [c for c in CASES if c.values[2] == 2])
+def test_lm_cached_greedy_equals_recomputation(position, pattern, kv, precision):
+    pos, attention = _config(position, pattern, kv)
+    model = lm(pos, attention)
+    prompt = torch.randint(3, VOCAB, (3, 5), generator=torch.Generator().manual_seed(2))
+    with autocast(PRECISIONS[precision]), torch.no_grad():
+        kw = dict(prompt=prompt, max_new_tokens=14)
+        assert torch.equal(greedy(model, **kw), greedy(model, **kw, use_cache=False))
+
+
+@pytest.mark.parametrize("kind", list(ATTENTION_KINDS))
+def test_every_attention_kind_decodes_or_refuses(kind):
+    pos, attention = _config("rope", "window", 2, kind)
+    try:
+        model = seq2seq(pos, attention, cross_attention={"kind": kind})
+    except ValueError as err:  # a kind that cannot be a decoder's (causal) self-attention says so when built
+        assert kind in str(err) or "pattern" in str(err)
+        return
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, eos_id=EOS, max_new_tokens=10)
+    assert torch.equal(greedy(model, **kw), greedy(model, **kw, use_cache=False))
+
+
+def test_padded_rows_decode_as_they_do_alone():
+    model = seq2seq("sinusoidal", {"num_kv_heads": 2})
+    src, pad = sources()
+    kw = dict(bos_id=BOS, eos_id=EOS, max_new_tokens=10)
+    together = greedy(model, src=src, src_padding_mask=pad, **kw)
+    for i, n in enumerate((~pad).sum(dim=1).tolist()):
+        alone = greedy(model, src=src[i : i + 1, :n], **kw)
+        assert torch.equal(together[i, : alone.shape[1]], alone[0])
+
+
+@pytest.mark.parametrize("length_penalty, early_stopping", [(0.0, True), (1.0, True), (0.0, False), (0.6, True)])
+def test_beam_of_one_is_greedy(length_penalty, early_stopping):
+    model = seq2seq("sinusoidal", {"num_kv_heads": 2})
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, eos_id=EOS, max_new_tokens=12)
+    want = greedy(model, **kw)
+    got = beam_search(model, **kw, beam_size=1, length_penalty=length_penalty, early_stopping=early_stopping)
+    assert torch.equal(got.tokens, want[:, : got.tokens.shape[1]])
+    assert (want[:, got.tokens.shape[1] :] == PAD).all()
+
+
+def test_beam_search_over_the_cache_equals_recomputation():
+    model = seq2seq("none", {"num_kv_heads": 2, "rotary": "rope"})
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, eos_id=EOS, max_new_tokens=10, beam_size=4)
+    a, b = beam_search(model, **kw), beam_search(model, **kw, use_cache=False)
+    assert torch.equal(a.tokens, b.tokens)
+    torch.testing.assert_close(a.scores, b.scores)
+    assert all(1 <= len(h) <= 4 and h == sorted(h, reverse=True) for h in a.hypotheses)
+
+
+def test_beam_search_beats_greedy_on_its_own_score():
+    model = seq2seq("sinusoidal")
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, eos_id=EOS, max_new_tokens=10, length_penalty=0.0)
+    wide, narrow = beam_search(model, **kw, beam_size=5), beam_search(model, **kw, beam_size=1)
+    assert (wide.scores >= narrow.scores - 1e-5).all()
+
+
+def _sequence_scores(model, src, pad, vocab, max_len, alpha):
+    """Every hypothesis (ending in EOS, or max_len tokens without one) of each input, scored by full recomputation."""
+    memory = model.encode(src, pad)
+    out = [{} for _ in range(src.shape[0])]
+    others = [t for t in range(vocab) if t != EOS]
+    ended = [(*body, EOS) for n in range(max_len) for body in itertools.product(others, repeat=n)]
+    for hyp in ended + list(itertools.product(others, repeat=max_len)):
+        tokens = torch.tensor([[BOS, *hyp]] * src.shape[0])
+        log_probs = model.decode_step(tokens[:, :-1], memory, pad).float().log_softmax(dim=-1)  # [B, T, V]
+        total = log_probs.gather(2, tokens[:, 1:, None]).squeeze(2).sum(dim=1)  # [B]
+        for i in range(src.shape[0]):
+            out[i][hyp] = float(total[i]) / len(hyp) ** alpha
+    return out
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0, -0.5])
+def test_beam_search_finds_the_best_hypothesis_of_a_tiny_model(alpha):
+    vocab, max_len = 5, 3
+    torch.manual_seed(3)
+    model = Seq2Seq(vocab_size=vocab, dim=16, num_heads=2, encoder_depth=1, decoder_depth=1, max_len=8, drop_rate=0)
+    model.eval()
+    with torch.no_grad():  # a flatter distribution: many hypotheses compete
+        model.embed.embed.weight.mul_(0.5)
+    src = torch.tensor([[3, 4, 3], [4, 3, 0]])
+    pad = src == PAD
+    with torch.no_grad():
+        exhaustive = _sequence_scores(model, src, pad, vocab, max_len, alpha)
+    # 2K >= every candidate of a step and K >= every live prefix: nothing is pruned, so the search is exact
+    width = (vocab - 1) ** (max_len - 1) * vocab
+    out = beam_search(
+        model,
+        src=src,
+        src_padding_mask=pad,
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=PAD,
+        max_new_tokens=max_len,
+        beam_size=width,
+        length_penalty=alpha,
+        early_stopping=False,
+    )
+    for i, scores in enumerate(exhaustive):
+        best = max(scores, key=scores.get)
+        found = out.hypotheses[i][0]
+        assert tuple(found.tokens.tolist()) == best
+        assert math.isclose(found.score, scores[best], rel_tol=1e-5, abs_tol=1e-6)
+        for h in out.hypotheses[i]:  # every kept hypothesis carries its true score
+            assert math.isclose(h.score, scores[tuple(h.tokens.tolist())], rel_tol=1e-5, abs_tol=1e-6)
+    # a narrow beam finds something no better
+    narrow = beam_search(
+        model,
+        src=src,
+        src_padding_mask=pad,
+        bos_id=BOS,
+        eos_id=EOS,
+        max_new_tokens=max_len,
+        beam_size=2,
+        length_penalty=alpha,
+    )
+    assert (narrow.scores <= out.scores + 1e-6).all()
+
+
+def test_lm_generates_from_a_prompt_with_every_search():
+    model = lm("none", {"bias": "alibi", "pattern": {"kind": "sliding_window", "window": 4}})
+    prompt = torch.randint(3, VOCAB, (2, 3), generator=torch.Generator().manual_seed(4))
+    out = beam_search(model, prompt=prompt, eos_id=EOS, max_new_tokens=8, beam_size=3)
+    assert out.tokens.shape[0] == 2 and len(out.hypotheses) == 2
+    g = sample(model, prompt=prompt, max_new_tokens=8, generator=torch.Generator().manual_seed(0))
+    assert g.shape == (2, 8)
+
+
+def test_sampling_over_the_cache_equals_recomputation_and_top_k_1_is_greedy():
+    model = seq2seq("learned", {"num_kv_heads": 2})
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, eos_id=EOS, max_new_tokens=10)
+    a = sample(model, **kw, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(5))
+    b = sample(model, **kw, temperature=1.5, top_p=0.9, generator=torch.Generator().manual_seed(5), use_cache=False)
+    assert torch.equal(a, b)
+    assert torch.equal(sample(model, **kw, top_k=1), greedy(model, **kw))
+
+
+def test_cross_attention_weights_are_captured_while_decoding():
+    model = seq2seq("sinusoidal", {"num_kv_heads": 2})
+    src, pad = sources()
+    with capture_attention() as records:
+        out = greedy(model, src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=4)
+    cross = [w for w in records if w.shape[-1] == src.shape[1] and w.shape[-2] == 1]  # [B, H, 1, S] per layer and step
+    assert len(cross) == 2 * 4 and out.shape == (3, 4)
+    for w in cross:
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+        assert (w.masked_select(pad[:, None, None, :]) == 0).all()  # padded source tokens get no weight
+
+
+def test_filter_logits_keeps_the_top_k_and_the_nucleus():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 3.0]])
+    kept = lambda out: set(torch.nonzero(out[0].isfinite()).flatten().tolist())
+    assert kept(filter_logits(logits, top_k=2)) == {0, 4}
+    probs = logits.softmax(-1)[0]  # sorted: 4 (.64), 0 (.24), 1 (.09), ...
+    assert kept(filter_logits(logits, top_p=float(probs[4]) - 0.01)) == {4}
+    assert kept(filter_logits(logits, top_p=float(probs[4] + probs[0]) - 0.01)) == {4, 0}
+    assert kept(filter_logits(logits, top_p=float(probs[4] + probs[0]) + 0.01)) == {4, 0, 1}
+    assert kept(filter_logits(logits, top_k=3, top_p=1.0)) == {4, 0, 1}
+    for bad in (dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
+        with pytest.raises(ValueError):
+            filter_logits(logits, **bad)
+
+
+def test_generation_errors_are_clear():
+    model = seq2seq()
+    src, pad = sources()
+    with pytest.raises(ValueError, match="Linear cannot generate: it needs new_cache"):
+        greedy(torch.nn.Linear(2, 2), prompt=src, max_new_tokens=3)
+    with pytest.raises(ValueError, match="give a prompt"):
+        greedy(model, src=src, max_new_tokens=3)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 1"):
+        greedy(model, src=src, bos_id=BOS, max_new_tokens=0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sample(model, src=src, bos_id=BOS, max_new_tokens=3, temperature=0)
+    with pytest.raises(ValueError, match="beam_size must be an int >= 1"):
+        beam_search(model, src=src, bos_id=BOS, eos_id=EOS, max_new_tokens=3, beam_size=0)
+    with pytest.raises(ValueError, match="call model.eval"):
+        greedy(model.train(), src=src, bos_id=BOS, max_new_tokens=3)
+    with pytest.raises(ValueError, match="has no encode"):
+        greedy(lm(), src=src, bos_id=BOS, max_new_tokens=3)
+    with pytest.raises(ValueError, match="exceed the model's max_len"):
+        greedy(lm(), prompt=src, max_new_tokens=40)

@@ -287,7 +287,7 @@ def validate(cfg: Config) -> None:
             cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}"
         )
     check_model_sizes(cfg, MODELS[cfg.section("model")["kind"]])
-    _check_parts(cfg)
+    _check_parts(cfg, auto)
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
     trainer = {k: v for k, v in cfg.section("trainer").items() if f"trainer.{k}" not in auto}
     if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.run.switches)
@@ -340,7 +340,7 @@ def auto_keys(cfg: Config) -> list[str]:
     return [k for k in found if k in allowed]
 
 
-def _check_parts(cfg: Config) -> None:
+def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
     """Attention, objective, scheduler and optimizer specs: kinds, argument names, and the values that can be
     checked without the data (the model's own context fills in the rest when it is built)."""
     from .attention.factory import attention_layer
@@ -349,6 +349,13 @@ def _check_parts(cfg: Config) -> None:
     from .tasks.optim import SCHEDULES, check_optimizer
 
     model, task = cfg.section("model"), cfg.section("task")
+    for key in auto:  # chosen by the data when the run is built: checked then
+        section, *path = key.split(".")
+        node = {"model": model, "task": task}.get(section)
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
     for key, value in model.items():  # `attention`, and e.g. text_image's `image_attention`, `cross_attention`
         if str(key).endswith("attention") and isinstance(value, dict):
             try:

@@ -14,7 +14,8 @@ from attnzoo.viz import main
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
 AST = ROOT / "recipes" / "ast.yaml"
-TINY = ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "model.mlp_ratio=1.0", "data.batch_size=8"]
+TINY = ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "model.mlp_ratio=1.0", "data.batch_size=8",
+        "model.patch_size=7", "model.drop_path_rate=0.0"]  # fmt: skip
 
 
 def _maps(layers: int, b: int = 2, h: int = 3, n: int = 5) -> list[torch.Tensor]:

@@ -134,6 +134,9 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         *extra_callbacks,
     ]
     stopping = early_stopping_options(run.get("early_stopping"))
+    if stopping is not None and monitor in ("epoch", "step"):  # counters, not metrics: nothing to wait for
+        log.info("run.early_stopping: off, run.monitor is %r (a counter)", monitor)
+        stopping = None
     if stopping is not None:
         # checked after each validation only: a run stopped mid-epoch (max_steps) has no val metric to check
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, check_on_train_epoch_end=False, **stopping))

@@ -240,15 +240,16 @@ def stop_reason(trainer: L.Trainer) -> dict[str, Any]:
     from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
     epoch = trainer.current_epoch
-    for callback in trainer.early_stopping_callbacks:
+    for callback in getattr(trainer, "early_stopping_callbacks", []):
         if callback.stopping_reason != EarlyStoppingReason.NOT_STOPPED:
             return {"reason": "early_stopping", "epoch": epoch, "message": callback.stopping_reason_message}
-    if trainer.interrupted:
+    if getattr(trainer, "interrupted", False):
         return {"reason": "signal", "epoch": epoch, "message": "interrupted (Lightning caught the signal)"}
-    if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
-        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_steps ({trainer.max_steps}) reached"}
-    if trainer.max_epochs not in (None, -1) and epoch >= trainer.max_epochs:
-        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_epochs ({trainer.max_epochs}) reached"}
+    max_steps, max_epochs = getattr(trainer, "max_steps", -1), getattr(trainer, "max_epochs", -1)
+    if max_steps not in (None, -1) and trainer.global_step >= max_steps:
+        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_steps ({max_steps}) reached"}
+    if max_epochs not in (None, -1) and epoch >= max_epochs:
+        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_epochs ({max_epochs}) reached"}
     return {"reason": "budget", "epoch": epoch, "message": "a trainer limit was reached (e.g. trainer.max_time)"}
 
 

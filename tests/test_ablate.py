@@ -16,6 +16,7 @@ import pytest
 from attnzoo.ablation.grid import axis_labels, load_grid
 from attnzoo.ablation.runner import ablate, plan, status
 from attnzoo.config import ConfigError, build_data, build_net, load, smoke_overrides
+from attnzoo.run.build import apply_auto_values
 from attnzoo.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +150,7 @@ def _data(recipe: str):
     smoke = [o for o in smoke_overrides(load([RECIPES[recipe]])) if o.startswith("data.")]
     data = build_data(load([RECIPES[recipe]], smoke))
     batch = next(iter(data.train_dataloader()))
-    return data.model_context(), {k: v[:2] for k, v in batch.items()}
+    return data, data.model_context(), {k: v[:2] for k, v in batch.items()}
 
 
 @pytest.mark.parametrize(("grid_path", "recipe"), list(_grid_cases()))
@@ -159,9 +160,10 @@ def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_p
     runs = plan([RECIPES[recipe]], grid, [], tmp_path)  # validates every combination's config, trains nothing
     assert len(runs) == len(grid.variants()) >= 2, "an ablation grid should compare at least two runs"
     assert len({r.config_sha for r in runs}) == len(runs), "two variants of the grid produce the same config"
-    context, batch = _data(recipe)
+    data, context, batch = _data(recipe)
     for run in {r.variant.name: r for r in runs}.values():  # one forward and backward per variant (not per seed)
         cfg = load([RECIPES[recipe]], run.overrides)
+        apply_auto_values(cfg, data)  # what the data chooses for the recipe's `auto` keys, as a run does
         net = build_net(cfg, context)
         if cfg.section("trainer").get("grad_checkpointing"):
             net.set_grad_checkpointing(True)

@@ -204,7 +204,16 @@ def test_summary_reports_the_backends_training_ran_on():
     from attnzoo.run.metrics import RunSummary
 
     net = torch.nn.Sequential(Attention(16, 2), Attention(16, 2))
-    trainer = SimpleNamespace(world_size=1, global_step=1, current_epoch=0, precision="32-true")
+    trainer = SimpleNamespace(
+        world_size=1,
+        global_step=1,
+        current_epoch=0,
+        precision="32-true",
+        max_steps=1,
+        max_epochs=None,
+        interrupted=False,
+        early_stopping_callbacks=[],
+    )
     summary = RunSummary()
     for layer in net:
         layer.backend_used = "sdpa"

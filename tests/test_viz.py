@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnzoo.attention.attention import ATTENTION_KINDS
-from attnzoo.config import build_net, load
+from attnzoo.config import load
 from attnzoo.drawing.rollout import capture, rollout
 from attnzoo.run import build
 from attnzoo.viz import main
@@ -72,8 +72,8 @@ def run_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("kind", sorted(ATTENTION_KINDS))
 def test_captured_maps_are_one_per_layer_and_do_not_change_the_output(kind):
-    cfg = load([VIT], [*TINY, f"model.attention.kind={kind}"])
-    net = build_net(cfg, {"num_classes": 10, "in_chans": 1, "img_size": 28}).eval()
+    cfg = load([VIT], [*TINY, f"model.attention.kind={kind}", "trainer.precision=32-true"])
+    net = build(cfg)[1].net.eval()  # the recipe's `auto` keys resolved from its data, as in a run
     image = torch.randn(2, 1, 28, 28)
     with torch.no_grad():
         plain = net(image=image)

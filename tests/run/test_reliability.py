@@ -137,7 +137,13 @@ def _summary(run_dir: Path) -> dict:
 
 
 # best.ckpt is the first epoch's (monitor the step, lowest wins): the best epoch is never the last
-BEST_FIRST = ["run.monitor=step", "run.mode=min", "run.test=true", "trainer.limit_test_batches=1"]
+BEST_FIRST = [
+    "run.monitor=step",
+    "run.mode=min",
+    "run.early_stopping=null",  # early stopping cannot watch the step
+    "run.test=true",
+    "trainer.limit_test_batches=1",
+]
 
 
 def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_when_a_finished_run_is_extended(tmp_path):

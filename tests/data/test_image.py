@@ -5,7 +5,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DistributedSampler
 
-from attnzoo.data import DATAMODULES, ImageDataModule
+from attnzoo.data import DATAMODULES, ImageDataModule, defaults
 from attnzoo.data.image import EpochShuffle, load_mnist5k
 
 
@@ -125,3 +125,29 @@ def test_one_process_order_is_the_union_of_distributed_ranks(epoch):
         ranks.append(list(sampler))
     first = list(ours)[: 2 * b]
     assert sorted(first) == sorted(ranks[0][:b] + ranks[1][:b])
+
+
+def test_larger_images_get_trivial_augment_and_mixed_batches_with_soft_labels(tmp_path):
+    _write_folder(tmp_path, n=6, size=(40, 40))
+    data = ImageDataModule(
+        dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, augment="auto", crop_scale="auto",
+        trivial_augment="auto", mixup_alpha="auto", cutmix_alpha="auto",
+    )  # fmt: skip
+    data.setup()
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert chosen["data.img_size"] == 40 and chosen["data.trivial_augment"] is True
+    assert chosen["data.mixup_alpha"] == 0.2 and chosen["data.crop_scale"] == 0.35
+    assert chosen["model.patch_size"] == 4  # 40x40: a 10x10 grid, the closest to 14x14 among divisors of 40
+    batch = next(iter(data.train_dataloader()))
+    assert batch["image"].shape == (4, 3, 40, 40) and batch["label"].shape == (4, 2)
+    torch.testing.assert_close(batch["label"].sum(1), torch.ones(4))  # mixed one-hot labels
+    assert not torch.equal(batch["label"], batch["label"].round())  # soft: two images mixed
+    assert next(iter(data.val_dataloader()))["label"].dtype == torch.long  # evaluation is never mixed
+
+
+def test_tiny_images_get_gentle_augmentation_only():
+    data = ImageDataModule(augment="auto", crop_scale="auto", trivial_augment="auto", mixup_alpha="auto")
+    data.setup()
+    assert (data.augment, data.trivial_augment, data.mixup_alpha) == (False, False, 0.0)  # the embedded digits
+    chosen = {k: v for k, (v, _) in defaults.image_data(embedded=False, img_size=28).items()}
+    assert chosen["data.augment"] is True and chosen["data.crop_scale"] == 0.8 and chosen["data.mixup_alpha"] == 0.0

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..run.baseline import baseline_metric
+
 MB = 2**20
 LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "wer", "cer")
 
@@ -128,8 +130,9 @@ def baseline_row(rows: Any, metric: str | None) -> Row | None:
     for row in rows:
         for run in row.runs:
             found = (run.summary.get("baseline") or {}) if run.status == "ok" else {}
-            if metric and isinstance(found.get(metric), int | float):
-                values.append(float(found[metric]))
+            value = baseline_metric(run.summary, metric) if metric and found else None
+            if value is not None:
+                values.append(value)
                 names.add(f"{found.get('features', '?')} + {found.get('model', '?')}")
     if not values:
         return None

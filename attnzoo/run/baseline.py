@@ -133,6 +133,16 @@ def fit_baseline(data: Any, *, num_threads: int | None = None) -> dict[str, Any]
     return result
 
 
+def baseline_metric(summary: Mapping[str, Any], metric: str) -> float | None:
+    """The baseline's value of the run's `metric`, on the split the run scored: a run without a test split tests on
+    val (`summary["test"]["split"] == "val"`), so its `test/*` metrics pair with the baseline's `val/*`."""
+    baseline = summary.get("baseline") or {}
+    if metric.startswith("test/") and (summary.get("test") or {}).get("split") == "val":
+        metric = "val/" + metric.removeprefix("test/")
+    value = baseline.get(metric)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def comparison(summary: Mapping[str, Any]) -> str | None:
     """'test/acc 0.9120; baseline (TF-IDF of text + logistic regression) 0.9340' from a run's summary.json, on
     the test split when it ran, else validation (the best checkpoint's score); None without a baseline."""
@@ -144,6 +154,6 @@ def comparison(summary: Mapping[str, Any]) -> str | None:
     metric, value = f"test/{name}", (summary.get("test") or {}).get(f"test/{name}")
     if value is None:
         metric, value = monitor, summary["best"][monitor]
-    other = baseline.get(metric)
-    shown = f"{other:.4f}" if isinstance(other, int | float) else "-"
+    other = baseline_metric(summary, metric)
+    shown = f"{other:.4f}" if other is not None else "-"
     return f"{metric} {value:.4f}; baseline ({baseline['features']} + {baseline['model']}) {shown}"

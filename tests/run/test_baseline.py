@@ -178,3 +178,20 @@ def test_the_ablation_report_shows_the_baseline_as_a_row_and_a_line(tmp_path):
     assert rows["b"]["runs_ok"] == "1" and rows["b"]["runs_missing"] == "1"
     assert f"| *{name}* | *0.7067 ± 0.0115* |" in report
     assert "| **`a`** | **0.8500 ± 0.0707** |" in report  # the best attention variant, not the baseline
+
+
+def test_a_run_tested_on_val_is_compared_with_the_baseline_on_val():
+    from types import SimpleNamespace
+
+    from attnzoo.ablation.report import baseline_row
+    from attnzoo.run.baseline import baseline_metric, comparison
+
+    baseline = {"features": "pixels", "model": "logistic regression", "val/acc": 0.88, "train/acc": 0.99}
+    summary = {"best": {"path": "x", "val/acc": 0.9}, "test": {"test/acc": 0.93, "split": "val"}, "baseline": baseline}
+    assert baseline_metric(summary, "test/acc") == 0.88
+    assert comparison(summary).endswith("(pixels + logistic regression) 0.8800")
+    tested = {**summary, "test": {"test/acc": 0.93}, "baseline": {**baseline, "test/acc": 0.8}}
+    assert baseline_metric(tested, "test/acc") == 0.8  # a real test split pairs with the baseline's test split
+
+    row = SimpleNamespace(runs=[SimpleNamespace(status="ok", summary=summary)])  # an ablation row of one finished run
+    assert baseline_row([row], "test/acc").metric == [0.88]

@@ -235,13 +235,18 @@ def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
     grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
     out = ablate([VIT], grid, tmp_path / "out", command_line="python -m attnzoo.ablate (test)")
     rows = _csv(out / "report.csv")
-    assert [r["variant"] for r in rows] == ["backend=eager", "backend=sdpa"]
+    baseline = "baseline: pixels + logistic regression"  # the recipe fits one (run.baseline: true): a row of its own
+    assert [r["variant"] for r in rows] == ["backend=eager", "backend=sdpa", baseline]
+    assert rows[-1]["backends"] == "scikit-learn" and rows[-1]["runs_ok"] == "2"  # one baseline per finished run
+    assert 0.0 <= float(rows[-1]["metric_mean"]) <= 1.0
+    rows = rows[:-1]
     for row in rows:
         assert row["runs_ok"] == "1" and row["metric"] == "test/acc" and 0.0 <= float(row["metric_mean"]) <= 1.0
         assert float(row["samples_per_s_mean"]) > 0 and float(row["wall_s_mean"]) > 0 and int(row["parameters"]) > 0
         assert row["backends"] == row["backend"]  # the backend the runs report is the one the variant asked for
     table = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
-    assert len(table) == 1 + len(rows) and "backend=eager" in table[1] and "backend=sdpa" in table[2]
+    assert len(table) == 2 + len(rows) and "backend=eager" in table[1] and "backend=sdpa" in table[2]
+    assert baseline in table[3]
     assert all(_png_ok(out / name) for name in ("metric.png", "metric_vs_throughput.png"))
     assert len(_csv(out / "runs.csv")) == 2
 
@@ -267,7 +272,10 @@ def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again
     assert "2 runs, 1 finished, 1 to run" in again.stderr
     assert ((first / "ablate.json").read_text(), (first / "summary.json").stat().st_mtime_ns) == finished
     assert json.loads((second / "ablate.json").read_text())["status"] == "ok"
-    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["1", "1"]
+    assert [(r["variant"], r["runs_ok"]) for r in _csv(out / "report.csv")][:2] == [
+        ("backend=eager", "1"),
+        ("backend=sdpa", "1"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -170,7 +170,8 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
             w.writerow([row.name, *(row.values.get(a, "") for a in axes), metric or "", *stats[0], *stats[1],
                         stats[2][0], "cuda" if cuda else "rss", row.parameters[0] if row.parameters else "",
                         *stats[3], "+".join(sorted(row.backends)), " ".join(str(r.seed) for r in row.runs),
-                        row.count("ok"), row.count("failed"), row.count("missing")])  # fmt: skip
+                        len(row.metric) if row.baseline else row.count("ok"), row.count("failed"),
+                        row.count("missing")])  # fmt: skip
     with open(out / "runs.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "variant", "seed", "status", metric or "metric", "samples_per_s", "parameters",

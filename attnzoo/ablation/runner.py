@@ -10,14 +10,15 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import ConfigError, load
 from ..run.lock import RunLock
@@ -102,82 +103,152 @@ def fit_command(configs: Sequence[str | Path], run: Planned) -> list[str]:
     return [sys.executable, "-m", "attnzoo.fit", *args, "--run-dir", str(run.run_dir), *run.overrides]
 
 
+RUNNING = "running"
+POLL_SECONDS = 0.2  # how often a run in progress checks whether it was asked to stop
+
+
+def run_one(
+    run_dir: Path,
+    command: Sequence[str],
+    *,
+    variant: str,
+    config_sha: str,
+    launcher: str = "local",
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stop: Callable[[], int] = lambda: 0,
+) -> dict[str, Any]:
+    """Run one planned run in `run_dir` and record it in `run_dir/ablate.json`: the routine every launcher runs,
+    wherever it runs it (a thread of `ablate`, a SLURM job, a Ray trial).
+
+    The directory is cleared first (a run starts from scratch), the command's output goes to stdout.log and
+    stderr.log, and the record ends as ok, failed (with the error line and the end of stderr) or interrupted.
+    `stop()` is polled while the run goes: 1 asks it to stop (SIGTERM: fit saves and exits), 2 kills it; a run
+    asked to stop before it starts is not started and its directory is left as it was.
+
+    Args:
+        env: variables added to this process's environment (e.g. the GPUs of a slot).
+        cwd: the working directory of the command (relative paths in a config are read from there).
+    """
+    if stop():
+        return {"variant": variant, "status": "not started", "wall_seconds": 0.0}
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an interrupted or failed attempt: start again from scratch
+    run_dir.mkdir(parents=True)
+    record: dict[str, Any] = {
+        "variant": variant,
+        "status": RUNNING,
+        "config_sha": config_sha,
+        "command": list(command),
+        "env": dict(env or {}),
+        "launcher": launcher,
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if os.environ.get("SLURM_JOB_ID"):
+        record["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    _write_json(run_dir / "ablate.json", record)
+    pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    full_env = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
+    start = time.perf_counter()
+    sent = 0  # the stop level already passed on to the process
+    with open(run_dir / "stdout.log", "w") as out, open(run_dir / "stderr.log", "w") as err:
+        proc = subprocess.Popen(list(command), stdout=out, stderr=err, env=full_env, cwd=cwd)
+        try:
+            while (code := _wait(proc, POLL_SECONDS)) is None:
+                level = stop()
+                if level > sent:
+                    proc.kill() if level >= 2 else proc.terminate()
+                    sent = level
+        finally:
+            if proc.poll() is None:  # this process is going down (an exception): take the run with it
+                proc.kill()
+                proc.wait()
+    record["wall_seconds"] = time.perf_counter() - start
+    record["returncode"] = code
+    record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    tail = (run_dir / "stderr.log").read_text(errors="replace").splitlines()[-TAIL_LINES:]
+    if code == 0 and finished(run_dir):
+        record["status"] = "ok"
+    elif sent or stop() or code in INTERRUPTED or any("KeyboardInterrupt" in t for t in tail):
+        record["status"] = "interrupted"  # not a result: runs again next time
+    else:
+        record.update(status="failed", error=_error_line(tail, code), stderr_tail=tail)
+    _write_json(run_dir / "ablate.json", record)
+    return record
+
+
+def _wait(proc: subprocess.Popen, seconds: float) -> int | None:
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+class Launcher(Protocol):
+    """Where the runs of an ablation execute; every launcher runs each of them with `run_one`."""
+
+    name: str
+
+    def launch(
+        self, configs: Sequence[str | Path], out: Path, runs: list[Planned], done: Callable[[dict[str, Any]], None]
+    ) -> list[dict[str, Any]]:
+        """Run `runs` (each the way `run_one` does), call `done(record)` as each ends, return every record."""
+        ...
+
+    def stop(self, *, kill: bool = False) -> str:
+        """Called from a signal handler: stop the runs in progress and start no more; says what it did."""
+        ...
+
+
 class Runner:
-    """Runs planned runs as subprocesses, `len(slots)` at a time; each slot adds its environment (e.g. a GPU)."""
+    """Runs planned runs on this machine, `len(slots)` at a time; each slot adds its environment (e.g. a GPU)."""
+
+    name = "local"
 
     def __init__(self, configs: Sequence[str | Path], slots: Sequence[dict[str, str]]) -> None:
         self.configs = list(configs)
         self.slots = list(slots) or [{}]
         self._free = list(range(len(self.slots)))
-        self._lock = threading.RLock()  # also taken by stop() in a signal handler, which may interrupt stop()
-        self._active: set[subprocess.Popen] = set()
-        self._starting = 0  # runs between their start and their process being tracked
-        self.stopping = False
+        self._lock = threading.Lock()
+        self._active = 0  # runs taken from the queue and not yet recorded
+        self._level = 0  # 0 running, 1 stopping (SIGTERM to the runs), 2 killing (SIGKILL)
+
+    @property
+    def stopping(self) -> bool:
+        return self._level > 0
 
     def run(self, run: Planned, command: Sequence[str] | None = None) -> dict[str, Any]:
         """Run `run` to its end and record it; a run whose turn comes after `stop()` is not started (its directory
         is left as it was) and returns status "not started"."""
         with self._lock:
-            if self.stopping:
-                return {"variant": run.variant.id, "status": "not started", "wall_seconds": 0.0}
             slot = self._free.pop(0)
-            self._starting += 1
+            self._active += 1
         try:
-            return self._run(run, list(command or fit_command(self.configs, run)), self.slots[slot])
+            return run_one(run.run_dir, list(command or fit_command(self.configs, run)), variant=run.variant.id,
+                           config_sha=run.config_sha, env=self.slots[slot], stop=lambda: self._level)  # fmt: skip
         finally:
             with self._lock:
                 self._free.append(slot)
+                self._active -= 1
 
-    def _run(self, run: Planned, command: list[str], slot_env: dict[str, str]) -> dict[str, Any]:
-        if run.run_dir.exists():
-            shutil.rmtree(run.run_dir)  # an interrupted or failed attempt: start again from scratch
-        run.run_dir.mkdir(parents=True)
-        record: dict[str, Any] = {
-            "variant": run.variant.id,
-            "status": "running",
-            "config_sha": run.config_sha,
-            "command": command,
-            "env": slot_env,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
-        _write_json(run.run_dir / "ablate.json", record)
-        pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONPATH": pythonpath, **slot_env}
-        start = time.perf_counter()
-        with open(run.run_dir / "stdout.log", "w") as out, open(run.run_dir / "stderr.log", "w") as err:
-            proc = subprocess.Popen(command, stdout=out, stderr=err, env=env)
-            with self._lock:
-                self._active.add(proc)
-                self._starting -= 1
-                if self.stopping:  # stop() came while this run was starting
-                    proc.terminate()
-            try:
-                code = proc.wait()
-            finally:
-                with self._lock:
-                    self._active.discard(proc)
-        record["wall_seconds"] = time.perf_counter() - start
-        record["returncode"] = code
-        record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        tail = (run.run_dir / "stderr.log").read_text(errors="replace").splitlines()[-TAIL_LINES:]
-        if code == 0 and finished(run.run_dir):
-            record["status"] = "ok"
-        elif self.stopping or code in INTERRUPTED or any("KeyboardInterrupt" in t for t in tail):
-            record["status"] = "interrupted"  # not a result: runs again next time
-        else:
-            record.update(status="failed", error=_error_line(tail, code), stderr_tail=tail)
-        _write_json(run.run_dir / "ablate.json", record)
-        return record
+    def launch(
+        self, configs: Sequence[str | Path], out: Path, runs: list[Planned], done: Callable[[dict[str, Any]], None]
+    ) -> list[dict[str, Any]]:
+        records = []
+        with concurrent.futures.ThreadPoolExecutor(len(self.slots)) as pool:
+            for future in concurrent.futures.as_completed([pool.submit(self.run, r) for r in runs]):
+                records.append(future.result())
+                done(records[-1])
+        return records
 
-    def stop(self, *, kill: bool = False) -> int:
+    def stop(self, *, kill: bool = False) -> str:
         """Start no more runs and stop those in progress (SIGTERM: each saves and exits; `kill`: SIGKILL). Their
-        directories are recorded as interrupted and run again, from the start, next time. Returns how many runs
-        were in progress."""
-        with self._lock:
-            self.stopping = True
-            for proc in self._active:
-                proc.kill() if kill else proc.terminate()
-            return len(self._active) + self._starting
+        directories are recorded as interrupted and run again, from the start, next time."""
+        self._level = 2 if kill else max(self._level, 1)  # a plain assignment: safe in a signal handler
+        if kill:
+            return f"killing {self._active} run(s) in progress"
+        return f"stopping {self._active} run(s) in progress, starting no more (again to kill them at once)"
 
 
 def _error_line(tail: list[str], code: int) -> str:
@@ -220,11 +291,17 @@ def ablate(
     overrides: Sequence[str] = (),
     *,
     slots: Sequence[dict[str, str]] = ({},),
+    launcher: Launcher | None = None,
     skip_failed: bool = False,
     seeds: Sequence[int] | None = None,
     command_line: str = "",
 ) -> Path:
     """Run the missing runs of a grid and write the report; returns the ablation directory.
+
+    Args:
+        slots: the environments of the runs at a time on this machine (with the default, local, launcher).
+        launcher: where the runs execute (`attnzoo.ablation.slurm`, `attnzoo.ablation.ray_tune`); default: on
+            this machine, `len(slots)` at a time.
 
     Raises:
         AblationInterrupted: SIGINT/SIGTERM stopped it (runs in progress stopped and recorded as interrupted,
@@ -236,7 +313,8 @@ def ablate(
     out = Path(out)
     runs = plan(configs, grid, overrides, out)
     with RunLock(out, what="ablation directory"):  # one ablation at a time in `out`
-        return _ablate(configs, grid, grid_path, overrides, out, runs, slots, skip_failed, command_line)
+        launcher = launcher or Runner(configs, slots)
+        return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line)
 
 
 def _ablate(
@@ -246,7 +324,7 @@ def _ablate(
     overrides: Sequence[str],
     out: Path,
     runs: list[Planned],
-    slots: Sequence[dict[str, str]],
+    launcher: Launcher,
     skip_failed: bool,
     command_line: str,
 ) -> Path:
@@ -270,22 +348,21 @@ def _ablate(
     ]
     done = sum(s == "ok" for s in states.values())
     print(f"attnzoo ablate: {len(runs)} runs, {done} finished, {len(todo)} to run -> {out}", file=sys.stderr)
-    runner = Runner(configs, slots)
-    records = []
-    with _StopOnSignal(runner) as stop, concurrent.futures.ThreadPoolExecutor(len(runner.slots)) as pool:
-        futures = {pool.submit(runner.run, r): r for r in todo}
-        for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            record = future.result()
-            records.append(record)
-            if record["status"] == "not started" or stop.signum is not None:
-                continue
-            extra = f" ({record['error']})" if record["status"] == "failed" else ""
-            print(
-                f"attnzoo ablate: [{n}/{len(todo)}] {record['variant']}: {record['status']} "
-                f"in {record['wall_seconds']:.0f}s{extra}",
-                file=sys.stderr,
-            )
-            write_report(out)
+    ended = 0
+
+    def report(record: dict[str, Any]) -> None:
+        nonlocal ended
+        if record["status"] in ("not started", "submitted") or stop.signum is not None:
+            return
+        ended += 1
+        extra = f" ({record['error']})" if record["status"] == "failed" else ""
+        wall = f" in {record['wall_seconds']:.0f}s" if record.get("wall_seconds") is not None else ""
+        print(f"attnzoo ablate: [{ended}/{len(todo)}] {record['variant']}: {record['status']}{wall}{extra}",
+              file=sys.stderr)  # fmt: skip
+        write_report(out)
+
+    with _StopOnSignal(launcher) as stop:
+        records = launcher.launch(configs, out, todo, report)
     write_report(out)
     if stop.signum is not None:
         stopped = sorted(r["variant"] for r in records if r["status"] == "interrupted")
@@ -311,12 +388,12 @@ class AblationInterrupted(Exception):
 
 
 class _StopOnSignal:
-    """While active (in the main thread), SIGINT/SIGTERM stop the runner instead of raising: the first stops runs
+    """While active (in the main thread), SIGINT/SIGTERM stop the launcher instead of raising: the first stops runs
     in progress (SIGTERM to each) and starts no more; a second kills them (SIGKILL). Either way every run is
-    recorded by its thread before `ablate` returns, so no run directory is left half written."""
+    recorded before `ablate` returns, so no run directory is left half written."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
@@ -334,11 +411,9 @@ class _StopOnSignal:
         name = signal.Signals(signum).name
         if self.signum is None:
             self.signum = signum
-            n = self.runner.stop()
-            text = f"{name} received: stopping {n} run(s) in progress, starting no more (again to kill them at once)"
+            text = f"{name} received: {self.launcher.stop()}"
         else:
-            n = self.runner.stop(kill=True)
-            text = f"{name} received again: killing {n} run(s) in progress"
+            text = f"{name} received again: {self.launcher.stop(kill=True)}"
         os.write(sys.stderr.fileno(), f"attnzoo ablate: {text}\n".encode())  # print() may be mid-write right now
 
 
@@ -347,3 +422,34 @@ def failed_runs(out: Path) -> list[str]:
     plan_file = out / "ablation.json"
     variants = json.loads(plan_file.read_text()).get("variants", []) if plan_file.is_file() else []
     return [v["id"] for v in variants if read_record(out / "runs" / v["id"]).get("status") == "failed"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m attnzoo.ablation.runner --run-dir DIR --variant ID --config-sha SHA [--launcher NAME] -- COMMAND`:
+    `run_one` as a command, what a SLURM job script of `attnzoo.ablation.slurm` runs. SIGTERM or SIGINT stops the
+    run (fit saves and exits; recorded as interrupted), a second SIGINT kills it. Exit status: 0 ok, 1 failed,
+    128 + the signal number when interrupted."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m attnzoo.ablation.runner", description=main.__doc__)
+    p.add_argument("--run-dir", required=True, type=Path)
+    p.add_argument("--variant", required=True)
+    p.add_argument("--config-sha", required=True)
+    p.add_argument("--launcher", default="local")
+    p.add_argument("command", nargs="+", help="the run's command, after --")
+    args = p.parse_args(argv)
+    got: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        got.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    record = run_one(args.run_dir, args.command, variant=args.variant, config_sha=args.config_sha,
+                     launcher=args.launcher, stop=lambda: min(len(got), 2))  # fmt: skip
+    print(f"attnzoo: run {args.variant}: {record['status']} ({args.run_dir})", file=sys.stderr)
+    return {"ok": 0, "failed": 1}.get(record["status"], 128 + (got[0] if got else signal.SIGTERM))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,21 +2,33 @@
 
 Runs every variant of a grid (see `attnzoo.ablation.grid`) as its own `python -m attnzoo.fit` process, so a crash or
 an out-of-memory run ends only that run (recorded as failed, with its error); the others go on. Every run's
-config is validated before the first one starts. Runs go one after another, `--jobs` at a time, or one per
-GPU when there are several (`--gpus`). The ablation directory (`--out`) holds:
+config is validated before the first one starts. Where the runs go (`--launcher`):
+
+- `local` (default): on this machine, one after another, `--jobs` at a time, or one per GPU when there are several
+  (`--gpus`).
+- `slurm`: one SLURM batch job per run (`attnzoo.ablation.slurm`); the job scripts are written to `<out>/slurm/`,
+  `ablate` submits them and waits for them (`--no-wait`: submit and return; the same command later waits for the
+  jobs still queued, submitting none twice).
+- `ray`: one Ray Tune trial per run, each with a bundle of `--cpus-per-run` CPUs and `--gpus-per-run` GPUs
+  (`attnzoo.ablation.ray_tune`; `pip install "attnzoo[ray]"`), on a Ray instance started here or a cluster
+  (`--ray-address`).
+
+Every launcher runs each run with the same routine (`attnzoo.ablation.job.run_one`), so they fill the same run
+directories, resume the same way and write the same report. The ablation directory (`--out`) holds:
 
     ablation.json             the plan: command, configs, overrides, variants
     runs/<variant id>/        one fit run dir (config.yaml, checkpoints/, metrics.csv, summary.json) plus
                               ablate.json (status, error, wall time, command) and stdout.log / stderr.log
     report.csv  report.md  metric.png  metric_vs_throughput.png  runs.csv
+    slurm/  ray/              the job scripts and logs (slurm), Ray Tune's files (ray)
 
 A run is finished when its summary.json exists and its ablate.json says "ok"; started again, an ablation
 runs only the missing runs (and failed ones, unless --skip-failed). Unfinished run dirs are cleared first.
 
-Exit status: 0 when every run is ok, 1 when some failed (the others are reported), 2 for a config error (nothing
-runs), 130 / 143 when Ctrl-C / SIGTERM stopped it: the runs in progress are stopped and recorded as interrupted,
-queued ones are not started, the report of the finished ones is written (a second Ctrl-C kills the runs in
-progress at once).
+Exit status: 0 when every run is ok (or, with --no-wait, every job was submitted), 1 when some failed (the others
+are reported), 2 for a config error (nothing runs), 130 / 143 when Ctrl-C / SIGTERM stopped it: the runs in
+progress are stopped and recorded as interrupted (SLURM jobs cancelled), queued ones are not started, the report
+of the finished ones is written (a second Ctrl-C kills the runs in progress at once).
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .ablation.grid import load_grid
-from .ablation.runner import AblationInterrupted, ablate, failed_runs, gpu_slots, plan, status
+from .ablation.runner import AblationInterrupted, Launcher, Runner, ablate, failed_runs, gpu_slots, plan, status
 from .config import ConfigError
 from .run import show_log
 
@@ -39,9 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grid", required=True, help="a grid file (configs/ablations/*.yaml)")
     p.add_argument("--out", help="the ablation directory (default: runs/ablate/<recipe>-<grid>)")
     p.add_argument("--seeds", type=int, nargs="+", help="run these seeds instead of the grid's")
-    p.add_argument("--jobs", type=int, default=0, help="runs at a time (default: one per GPU group, else 1)")
-    p.add_argument("--gpus", default="auto", help="auto (one run per GPU when there are several), none, or 0,1,...")
-    p.add_argument("--gpus-per-run", type=int, default=1, help="GPUs each run sees (with trainer.devices=N for DDP)")
+    p.add_argument("--launcher", choices=["local", "slurm", "ray"], default="local",
+                   help="where the runs go: this machine, one SLURM job each, or one Ray Tune trial each")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=0,
+                   help="runs at a time (local default: one per GPU group, else 1; ray: as many as fit)")  # fmt: skip
+    p.add_argument("--gpus", default="auto", help="local: auto (a run per GPU when there are several), none, or 0,1,..")
+    p.add_argument("--gpus-per-run", type=int,
+                   help="GPUs each run gets (with trainer.devices=N for DDP); default local 1, slurm 0, ray 1 when "
+                   "the Ray cluster has GPUs, else 0")  # fmt: skip
+    p.add_argument("--cpus-per-run", type=int, help="slurm, ray: CPUs each run gets (default 1)")
+    p.add_argument("--ray-address", help="ray: a running Ray cluster (auto, ray://host:10001); default: start one here")
+    p.add_argument("--ray-cpus", type=int, help="ray: CPUs of the Ray instance started here (default: every core)")
+    p.add_argument("--slurm-partition", help="slurm: #SBATCH --partition")
+    p.add_argument("--slurm-time", help="slurm: #SBATCH --time, the limit of each run (e.g. 2:00:00)")
+    p.add_argument("--slurm-option", action="append", default=[], metavar="KEY[=VALUE]",
+                   help="slurm: one more #SBATCH --KEY=VALUE line; repeat (account=proj, qos=high)")  # fmt: skip
+    p.add_argument("--no-wait", action="store_true", help="slurm: submit the jobs and return")
     p.add_argument("--skip-failed", action="store_true", help="do not run again the runs that failed before")
     p.add_argument("--dry-run", action="store_true", help="validate every run's config and list the runs")
     p.add_argument("--report-only", action="store_true", help="write the report from the runs already done")
@@ -58,17 +83,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(write_report(out), file=sys.stderr)
             return 0
+        launcher = _launcher(args)
         if args.dry_run:
             grid = load_grid(args.grid)
             if args.seeds:
                 grid.seeds = args.seeds
-            for run in plan(args.config, grid, args.overrides, out):
+            runs = plan(args.config, grid, args.overrides, out)
+            for run in runs:
                 print(f"{run.variant.id}  [{status(run)}]  {' '.join(run.overrides)}")
+            if args.launcher == "slurm":
+                paths = launcher.write_scripts(args.config, out, runs)
+                print(f"attnzoo ablate: {len(paths)} job scripts in {out / 'slurm'}, none submitted", file=sys.stderr)
             return 0
-        slots = gpu_slots(args.gpus, args.gpus_per_run)
-        if args.jobs:
-            slots = [slots[i % len(slots)] for i in range(args.jobs)] if slots != [{}] else [{}] * args.jobs
-        ablate(args.config, args.grid, out, args.overrides, slots=slots, skip_failed=args.skip_failed,
+        ablate(args.config, args.grid, out, args.overrides, launcher=launcher, skip_failed=args.skip_failed,
                seeds=args.seeds, command_line=command_line)  # fmt: skip
     except ConfigError as err:
         print(f"attnzoo ablate: error: {err}", file=sys.stderr)
@@ -79,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before any run started (while planning)
         print("attnzoo ablate: interrupted before any run started", file=sys.stderr)
         return 130
+    if args.no_wait:
+        print("attnzoo ablate: the same command waits for the jobs and writes the report (nothing is submitted "
+              "twice); --report-only writes it from the runs done so far", file=sys.stderr)  # fmt: skip
+        return 0
     failed = failed_runs(out)
     if failed:
         total = len(json.loads((out / "ablation.json").read_text())["variants"])
@@ -87,6 +118,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"attnzoo ablate: report in {out / 'report.md'}", file=sys.stderr)
     return 0
+
+
+def _launcher(args: argparse.Namespace) -> Launcher:
+    """The launcher the options ask for; options of another launcher are an error, not ignored."""
+    other = {
+        "local": {"--cpus-per-run": args.cpus_per_run},
+        "slurm": {"--jobs": args.jobs, "--gpus": args.gpus != "auto"},
+        "ray": {"--gpus": args.gpus != "auto"},
+    }[args.launcher]
+    other |= {k: v for k, v in (("--ray-address", args.ray_address), ("--ray-cpus", args.ray_cpus))
+              if args.launcher != "ray"}  # fmt: skip
+    other |= {k: v for k, v in (("--slurm-partition", args.slurm_partition), ("--slurm-time", args.slurm_time),
+                                ("--slurm-option", args.slurm_option), ("--no-wait", args.no_wait))
+              if args.launcher != "slurm"}  # fmt: skip
+    given = [k for k, v in other.items() if v]
+    if given:
+        raise ConfigError(f"{given} do not apply to --launcher {args.launcher}")
+    if args.launcher == "slurm":
+        from .ablation.slurm import SlurmLauncher
+
+        return SlurmLauncher(partition=args.slurm_partition, time=args.slurm_time, options=args.slurm_option,
+                             cpus_per_run=args.cpus_per_run or 1, gpus_per_run=args.gpus_per_run or 0,
+                             wait=not args.no_wait)  # fmt: skip
+    if args.launcher == "ray":
+        from .ablation.ray_tune import RayLauncher
+
+        return RayLauncher(address=args.ray_address, num_cpus=args.ray_cpus, cpus_per_run=args.cpus_per_run or 1,
+                           gpus_per_run=args.gpus_per_run, max_concurrent=args.jobs)  # fmt: skip
+    slots = gpu_slots(args.gpus, args.gpus_per_run or 1)
+    if args.jobs:
+        slots = [slots[i % len(slots)] for i in range(args.jobs)] if slots != [{}] else [{}] * args.jobs
+    return Runner(args.config, slots)
 
 
 if __name__ == "__main__":

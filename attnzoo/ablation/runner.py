@@ -1,5 +1,6 @@
 """Running an ablation: every variant of a grid planned and validated, run as its own `attnzoo.fit` process
-(`--jobs` at a time, or one per GPU group), each recorded in its run directory; see `attnzoo.ablate`."""
+(`--jobs` at a time, or one per GPU group, or by another launcher), each recorded in its run directory by
+`attnzoo.ablation.job.run_one`; see `attnzoo.ablate`."""
 
 from __future__ import annotations
 
@@ -8,14 +9,10 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,13 +20,10 @@ from typing import Any, Protocol
 from ..config import ConfigError, load
 from ..run.lock import RunLock
 from .grid import Grid, Variant, load_grid
+from .job import finished, read_record, run_one, write_json
 
 log = logging.getLogger("attnzoo")
 DEFAULTS = ["trainer.enable_progress_bar=false"]  # output goes to log files; the user's overrides can undo it
-TAIL_LINES = 40  # lines of a failed run's stderr kept in its ablate.json
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-# exit codes of a fit stopped by SIGINT/SIGTERM: killed outright, or stopped cleanly by attnzoo.run.reliability
-INTERRUPTED = {-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM}
 
 
 @dataclass
@@ -76,113 +70,9 @@ def status(run: Planned) -> str:
     return "failed" if record.get("status") == "failed" and same else "missing"
 
 
-def finished(run_dir: Path) -> bool:
-    """Whether fit wrote the run's final summary.json (one stopped by a signal says "finished": false)."""
-    try:
-        return bool(json.loads((run_dir / "summary.json").read_text()).get("finished", True))
-    except (OSError, json.JSONDecodeError):
-        return False
-
-
-def read_record(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "ablate.json"
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError:
-        return {}
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def fit_command(configs: Sequence[str | Path], run: Planned) -> list[str]:
     args = [a for c in configs for a in ("--config", str(Path(c).resolve()))]
     return [sys.executable, "-m", "attnzoo.fit", *args, "--run-dir", str(run.run_dir), *run.overrides]
-
-
-RUNNING = "running"
-POLL_SECONDS = 0.2  # how often a run in progress checks whether it was asked to stop
-
-
-def run_one(
-    run_dir: Path,
-    command: Sequence[str],
-    *,
-    variant: str,
-    config_sha: str,
-    launcher: str = "local",
-    env: Mapping[str, str] | None = None,
-    cwd: str | Path | None = None,
-    stop: Callable[[], int] = lambda: 0,
-) -> dict[str, Any]:
-    """Run one planned run in `run_dir` and record it in `run_dir/ablate.json`: the routine every launcher runs,
-    wherever it runs it (a thread of `ablate`, a SLURM job, a Ray trial).
-
-    The directory is cleared first (a run starts from scratch), the command's output goes to stdout.log and
-    stderr.log, and the record ends as ok, failed (with the error line and the end of stderr) or interrupted.
-    `stop()` is polled while the run goes: 1 asks it to stop (SIGTERM: fit saves and exits), 2 kills it; a run
-    asked to stop before it starts is not started and its directory is left as it was.
-
-    Args:
-        env: variables added to this process's environment (e.g. the GPUs of a slot).
-        cwd: the working directory of the command (relative paths in a config are read from there).
-    """
-    if stop():
-        return {"variant": variant, "status": "not started", "wall_seconds": 0.0}
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an interrupted or failed attempt: start again from scratch
-    run_dir.mkdir(parents=True)
-    record: dict[str, Any] = {
-        "variant": variant,
-        "status": RUNNING,
-        "config_sha": config_sha,
-        "command": list(command),
-        "env": dict(env or {}),
-        "launcher": launcher,
-        "host": socket.gethostname(),
-        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    if os.environ.get("SLURM_JOB_ID"):
-        record["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
-    _write_json(run_dir / "ablate.json", record)
-    pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    full_env = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
-    start = time.perf_counter()
-    sent = 0  # the stop level already passed on to the process
-    with open(run_dir / "stdout.log", "w") as out, open(run_dir / "stderr.log", "w") as err:
-        proc = subprocess.Popen(list(command), stdout=out, stderr=err, env=full_env, cwd=cwd)
-        try:
-            while (code := _wait(proc, POLL_SECONDS)) is None:
-                level = stop()
-                if level > sent:
-                    proc.kill() if level >= 2 else proc.terminate()
-                    sent = level
-        finally:
-            if proc.poll() is None:  # this process is going down (an exception): take the run with it
-                proc.kill()
-                proc.wait()
-    record["wall_seconds"] = time.perf_counter() - start
-    record["returncode"] = code
-    record["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    tail = (run_dir / "stderr.log").read_text(errors="replace").splitlines()[-TAIL_LINES:]
-    if code == 0 and finished(run_dir):
-        record["status"] = "ok"
-    elif sent or stop() or code in INTERRUPTED or any("KeyboardInterrupt" in t for t in tail):
-        record["status"] = "interrupted"  # not a result: runs again next time
-    else:
-        record.update(status="failed", error=_error_line(tail, code), stderr_tail=tail)
-    _write_json(run_dir / "ablate.json", record)
-    return record
-
-
-def _wait(proc: subprocess.Popen, seconds: float) -> int | None:
-    try:
-        return proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 class Launcher(Protocol):
@@ -249,17 +139,6 @@ class Runner:
         if kill:
             return f"killing {self._active} run(s) in progress"
         return f"stopping {self._active} run(s) in progress, starting no more (again to kill them at once)"
-
-
-def _error_line(tail: list[str], code: int) -> str:
-    """The most telling line of a failed run's stderr: the last exception or `error:` line."""
-    for line in reversed(tail):
-        text = line.strip()
-        if "Error" in text.split(":")[0] or "error:" in text or text.startswith("Killed"):
-            return text
-    if code < 0:
-        return f"killed by signal {signal.Signals(-code).name}"
-    return f"exit code {code}" + (f": {tail[-1].strip()}" if tail else "")
 
 
 def gpu_slots(gpus: str, per_run: int) -> list[dict[str, str]]:
@@ -341,7 +220,7 @@ def _ablate(
         "variants": [{"id": r.variant.id, "name": r.variant.name, "values": r.variant.values,
                       "seed": r.variant.seed} for r in runs],
     }  # fmt: skip
-    _write_json(out / "ablation.json", info)
+    write_json(out / "ablation.json", info)
     states = {r.variant.id: status(r) for r in runs}
     todo = [
         r for r in runs if states[r.variant.id] == "missing" or states[r.variant.id] == "failed" and not skip_failed
@@ -422,34 +301,3 @@ def failed_runs(out: Path) -> list[str]:
     plan_file = out / "ablation.json"
     variants = json.loads(plan_file.read_text()).get("variants", []) if plan_file.is_file() else []
     return [v["id"] for v in variants if read_record(out / "runs" / v["id"]).get("status") == "failed"]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m attnzoo.ablation.runner --run-dir DIR --variant ID --config-sha SHA [--launcher NAME] -- COMMAND`:
-    `run_one` as a command, what a SLURM job script of `attnzoo.ablation.slurm` runs. SIGTERM or SIGINT stops the
-    run (fit saves and exits; recorded as interrupted), a second SIGINT kills it. Exit status: 0 ok, 1 failed,
-    128 + the signal number when interrupted."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m attnzoo.ablation.runner", description=main.__doc__)
-    p.add_argument("--run-dir", required=True, type=Path)
-    p.add_argument("--variant", required=True)
-    p.add_argument("--config-sha", required=True)
-    p.add_argument("--launcher", default="local")
-    p.add_argument("command", nargs="+", help="the run's command, after --")
-    args = p.parse_args(argv)
-    got: list[int] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        got.append(signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
-    record = run_one(args.run_dir, args.command, variant=args.variant, config_sha=args.config_sha,
-                     launcher=args.launcher, stop=lambda: min(len(got), 2))  # fmt: skip
-    print(f"attnzoo: run {args.variant}: {record['status']} ({args.run_dir})", file=sys.stderr)
-    return {"ok": 0, "failed": 1}.get(record["status"], 128 + (got[0] if got else signal.SIGTERM))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,391 @@
+"""`ablate --launcher slurm|ray`: the same run directories, records, resume and report as the local launcher.
+
+SLURM: a fake `sbatch` / `squeue` / `scancel` on PATH (`sbatch` runs the job script with bash in the background, as
+a node would; `squeue` lists the jobs still alive; `scancel` sends SIGTERM to a job's processes). Ray: a real local
+Ray instance with 2 CPUs.
+"""
+
+import csv
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import attnzoo.ablation.runner as runner
+import attnzoo.ablation.slurm as slurm
+from attnzoo.ablate import main
+from attnzoo.ablation.ray_tune import RayLauncher
+from attnzoo.ablation.runner import ablate
+from attnzoo.ablation.slurm import SlurmLauncher
+from tests.test_ablate import _FAKE_FIT, _SLOW_FIT, VIT, _grid
+
+ROOT = Path(__file__).resolve().parent.parent
+AXES = {"model.attention.backend": ["eager", "sdpa"]}  # with _FAKE_FIT: eager fails, sdpa is ok
+
+_SBATCH = """
+import os, re, subprocess, sys
+from pathlib import Path
+state = Path(os.environ["FAKE_SLURM"])
+script = Path(sys.argv[-1])
+with open(state / "sbatch.log", "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+job = str(100 + len((state / "sbatch.log").read_text().splitlines()))
+text = script.read_text()
+out = re.search(r"^#SBATCH --output=(.*)$", text, re.M).group(1).replace("%j", job)
+chdir = re.search(r"^#SBATCH --chdir=(.*)$", text, re.M).group(1)
+proc = subprocess.Popen(["bash", str(script)], stdout=open(out, "w"), stderr=subprocess.STDOUT, cwd=chdir,
+                        env={**os.environ, "SLURM_JOB_ID": job}, start_new_session=True)
+(state / f"{job}.pid").write_text(str(proc.pid))
+print(job)
+"""
+_SQUEUE = """
+import os
+from pathlib import Path
+state = Path(os.environ["FAKE_SLURM"])
+with open(state / "squeue.log", "a") as f:
+    f.write("squeue\\n")
+for path in sorted(state.glob("*.pid")):
+    try:  # alive, and not a zombie nobody reaped yet
+        if Path(f"/proc/{path.read_text()}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            print(path.stem)
+    except OSError:
+        pass
+"""
+_SCANCEL = """
+import os, signal, sys
+from pathlib import Path
+state = Path(os.environ["FAKE_SLURM"])
+for job in sys.argv[1:]:
+    with open(state / "scancel.log", "a") as f:
+        f.write(job + "\\n")
+    try:
+        os.killpg(int((state / f"{job}.pid").read_text()), signal.SIGTERM)  # every process of the job, as SLURM does
+    except ProcessLookupError:
+        pass
+"""
+# a fit that waits for the file $GO, then ends ok
+_WAITING_FIT = """
+import json, os, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+run_dir = Path(args[args.index("--run-dir") + 1])
+while not os.path.exists(os.environ["GO"]):
+    time.sleep(0.05)
+(run_dir / "summary.json").write_text(json.dumps({"test": {"test/acc": 0.5}, "best": {"path": "x", "val/acc": 0.5}}))
+"""
+# a fit whose process is killed with its job's run_one before it records anything (a node failure)
+_LOST_FIT = "import os, signal; os.kill(os.getppid(), signal.SIGKILL)"
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch) -> Path:
+    """A fake SLURM on PATH; returns its state folder (sbatch.log: one line per submission)."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "slurm-state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name, code in (("sbatch", _SBATCH), ("squeue", _SQUEUE), ("scancel", _SCANCEL)):
+        (bin_dir / name).write_text(f"#!{sys.executable}\n{code}")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM", str(state))
+    return state
+
+
+def _fake_fit(code: str):
+    return lambda configs, run: [sys.executable, "-c", code, *run.overrides, "--run-dir", str(run.run_dir)]
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/ablate.json"))}
+
+
+def _report(out: Path) -> list[dict[str, str]]:
+    """report.csv without what differs from one execution to the next (wall time)."""
+    return [{k: v for k, v in row.items() if not k.startswith("wall_s")} for row in _csv(out / "report.csv")]
+
+
+def _submitted(state: Path, command: str = "sbatch") -> int:
+    log = state / f"{command}.log"
+    return len(log.read_text().splitlines()) if log.is_file() else 0
+
+
+def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, capsys):
+    grid = _grid(tmp_path, AXES)
+    out = tmp_path / "out"
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--dry-run",
+            "--slurm-partition", "gpu", "--slurm-time", "1:30:00", "--cpus-per-run", "4", "--gpus-per-run", "2",
+            "--slurm-option", "account=proj", "--slurm-option", "exclusive", "trainer.max_epochs=2"]  # fmt: skip
+    assert main(args) == 0
+    assert "2 job scripts in" in capsys.readouterr().err
+    script = (out / "slurm" / "backend=sdpa,seed=0.sbatch").read_text()
+    lines = script.splitlines()
+    sbatch = [line for line in lines if line.startswith("#SBATCH")]
+    assert sbatch == [
+        "#SBATCH --job-name=out:backend=sdpa,seed=0",
+        f"#SBATCH --output={out.resolve()}/slurm/backend=sdpa,seed=0-%j.out",
+        f"#SBATCH --chdir={Path.cwd()}",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=2",  # one fit process per GPU, started by srun, as Lightning expects
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=1:30:00",
+        "#SBATCH --requeue",
+        "#SBATCH --account=proj",
+        "#SBATCH --exclusive",
+    ]
+    assert lines[0] == "#!/bin/bash" and "export OMP_NUM_THREADS=4" in lines
+    run_dir = out.resolve() / "runs" / "backend=sdpa,seed=0"
+    command = lines[-1]
+    assert command.startswith(
+        f"exec {sys.executable} -m attnzoo.ablation.job --launcher slurm --run-dir {shlex.quote(str(run_dir))}"
+    )
+    fit = f"{sys.executable} -m attnzoo.fit --config {VIT} --run-dir {shlex.quote(str(run_dir))}"
+    assert f" -- srun --kill-on-bad-exit=1 {fit}" in command
+    assert "trainer.max_epochs=2" in command and "'model.attention.backend=\"sdpa\"'" in command
+    assert not (out / "runs").exists() and not (out / "slurm" / "jobs.json").exists()  # a dry run submits nothing
+
+    assert main([*args[:6], "--launcher", "slurm", "--dry-run"]) == 0  # the defaults: one task, 1 CPU, no GPU
+    script = (out / "slurm" / "backend=sdpa,seed=0.sbatch").read_text()
+    assert "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=1\n#SBATCH --requeue\n" in script
+    assert "--gres" not in script and " srun " not in script and "--partition" not in script
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--slurm-option", "output=x.log"], "ablate sets it itself"),
+        (["--slurm-option", "time=1:00:00"], "use --slurm-time"),
+        (["--slurm-option", "a b"], "expected KEY=VALUE or KEY"),
+        (["--launcher", "local", "--slurm-time", "1:00"], "['--slurm-time'] do not apply to --launcher local"),
+        (["--launcher", "slurm", "--jobs", "2"], "['--jobs'] do not apply to --launcher slurm"),
+        (["--launcher", "ray", "--no-wait"], "['--no-wait'] do not apply to --launcher ray"),
+        (["--launcher", "ray", "--ray-address", "auto", "--ray-cpus", "2"], "--ray-cpus (2) sizes a Ray instance"),
+    ],
+)
+def test_launcher_options_that_do_not_fit_stop_before_anything_runs(tmp_path, capsys, extra, message):
+    grid = _grid(tmp_path, AXES)
+    launcher = [] if "--launcher" in extra else ["--launcher", "slurm"]
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), *launcher, *extra]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_slurm_launcher_fills_the_same_run_dirs_and_report_as_local_and_resumes_the_same_way(
+    tmp_path, fake_slurm, monkeypatch
+):
+    monkeypatch.setattr(runner, "fit_command", _fake_fit(_FAKE_FIT))
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_FAKE_FIT))
+    grid = _grid(tmp_path, AXES, seeds=(0, 1))
+    local = ablate([VIT], grid, tmp_path / "local")
+    out = ablate([VIT], grid, tmp_path / "slurm", launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0))
+
+    assert _submitted(fake_slurm) == 4
+    jobs = json.loads((out / "slurm" / "jobs.json").read_text())
+    assert sorted(jobs) == sorted(_records(local)) and sorted(j["job"] for j in jobs.values()) == [
+        "101",
+        "102",
+        "103",
+        "104",
+    ]
+    records, expected = _records(out), _records(local)
+    assert {k: r["status"] for k, r in records.items()} == {k: r["status"] for k, r in expected.items()}
+    for name, record in records.items():
+        assert record["launcher"] == "slurm" and record["slurm_job_id"] == jobs[name]["job"]
+        assert record["config_sha"] == expected[name]["config_sha"] and record.get("error") == expected[name].get(
+            "error"
+        )
+        assert (out / "slurm" / f"{name}-{record['slurm_job_id']}.out").is_file()  # SLURM's own log of the job
+        assert sorted(p.name for p in (out / "runs" / name).iterdir()) == sorted(
+            p.name for p in (local / "runs" / name).iterdir()
+        )
+    assert _report(out) == _report(local)
+
+    # started again: the failed runs are submitted again (unless --skip-failed), the finished ones never
+    ablate([VIT], grid, out, launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0), skip_failed=True)
+    assert _submitted(fake_slurm) == 4
+    ablate([VIT], grid, out, launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0))
+    assert _submitted(fake_slurm) == 6 and "backend=eager,seed=0.sbatch" in (fake_slurm / "sbatch.log").read_text()
+    assert _report(out) == _report(local)
+
+
+def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_without_submitting_twice(
+    tmp_path, fake_slurm, monkeypatch, capsys
+):
+    grid = _grid(tmp_path, AXES)
+    out = tmp_path / "out"
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_WAITING_FIT))
+    monkeypatch.setenv("GO", str(tmp_path / "go"))
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm"]
+    assert main([*args, "--no-wait"]) == 0
+    err = capsys.readouterr().err
+    assert "submitted 2 SLURM job(s) (101, 102)" in err and "the same command waits for the jobs" in err
+    assert _submitted(fake_slurm) == 2 and not (out / ".lock").exists()
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["0", "0"]
+
+    def go() -> None:  # once the second ablate has looked at the queue (its runs still waiting), let them end
+        while _submitted(fake_slurm, "squeue") < 2:
+            time.sleep(0.05)
+        (tmp_path / "go").write_text("")
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    assert main(args) == 0
+    thread.join()
+    err = capsys.readouterr().err
+    assert "submitted 0 SLURM job(s) (), 2 still queued from before (101, 102)" in err, err
+    assert _submitted(fake_slurm) == 2
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["1", "1"]
+    assert {r["slurm_job_id"] for r in _records(out).values()} == {"101", "102"}
+
+
+def test_a_slurm_job_that_ends_without_recording_its_run_is_recorded_failed_and_runs_again(
+    tmp_path, fake_slurm, monkeypatch
+):
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_LOST_FIT))
+    grid = _grid(tmp_path, {"model.attention.backend": ["sdpa"]})
+    out = ablate([VIT], grid, tmp_path / "out", launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0.3))
+    (record,) = _records(out).values()
+    assert record["status"] == "failed" and record["slurm_job_id"] == "101"
+    assert (
+        record["error"].startswith("SLURM job 101 ended before its run did")
+        and "backend=sdpa,seed=0-101.out" in record["error"]
+    )
+    assert _csv(out / "report.csv")[0]["runs_failed"] == "1"
+
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_FAKE_FIT))
+    ablate([VIT], grid, out, launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0.3))
+    assert _submitted(fake_slurm) == 2 and [r["status"] for r in _records(out).values()] == ["ok"]
+
+
+_SLURM_DRIVER = """
+import sys
+import attnzoo.ablation.slurm as slurm
+fake = sys.argv[1]
+slurm.fit_command = lambda configs, run: [sys.executable, "-c", fake, *run.overrides, "--run-dir", str(run.run_dir)]
+_init = slurm.SlurmLauncher.__init__
+slurm.SlurmLauncher.__init__ = lambda self, **kw: _init(self, **{**kw, "poll_seconds": 0.1, "grace_seconds": 0.2})
+from attnzoo.ablate import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_cancels_the_slurm_jobs_records_the_runs_interrupted_and_exits_130(tmp_path, fake_slurm):
+    grid = _grid(tmp_path, AXES)
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", _SLURM_DRIVER, _SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out",
+               str(out), "--launcher", "slurm"]  # fmt: skip
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while len(list(out.glob("runs/*/started"))) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(list(out.glob("runs/*/started"))) == 2, "the jobs never started"
+        os.kill(proc.pid, signal.SIGINT)  # Ctrl-C to ablate (the jobs run elsewhere: scancel reaches them)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "cancelling the ablation's SLURM jobs" in err and "stopped 2 run(s) in progress" in err, err
+    assert sorted((fake_slurm / "scancel.log").read_text().split()) == ["101", "102"]
+    assert {r["status"] for r in _records(out).values()} == {"interrupted"}
+    assert not (out / ".lock").exists()
+
+    again = subprocess.run(command, env={**os.environ, "FAKE_FIT": "fast"}, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 runs, 0 finished, 2 to run" in again.stderr and _submitted(fake_slurm) == 4
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["1", "1"]
+
+
+def test_ray_launcher_asks_for_the_extra_when_ray_is_not_installed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    grid = _grid(tmp_path, AXES)
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--launcher", "ray"]) == 2
+    assert 'pip install "attnzoo[ray]"' in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_ray_launcher_runs_each_run_as_a_trial_like_local(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # Ray sets it for each trial, from its bundle
+    monkeypatch.setattr(runner, "fit_command", _fake_fit(_FAKE_FIT))
+    grid = _grid(tmp_path, AXES)
+    local = ablate([VIT], grid, tmp_path / "local")
+    out = ablate([VIT], grid, tmp_path / "ray", launcher=RayLauncher(num_cpus=2))
+    records, expected = _records(out), _records(local)
+    assert {k: r["status"] for k, r in records.items()} == {
+        "backend=eager,seed=0": "failed",
+        "backend=sdpa,seed=0": "ok",
+    }
+    assert {k: r["status"] for k, r in records.items()} == {k: r["status"] for k, r in expected.items()}
+    for name, record in records.items():
+        assert record["launcher"] == "ray" and record["env"]["OMP_NUM_THREADS"] == "1"  # the bundle's one CPU
+        assert record["config_sha"] == expected[name]["config_sha"] and record.get("error") == expected[name].get(
+            "error"
+        )
+    assert _report(out) == _report(local)
+    trials = [p.name for p in (out / "ray").glob("*/*") if p.is_dir()]
+    assert sorted(trials) == sorted(records)  # Ray's files stay in the ablation directory, one folder per trial
+
+
+@pytest.mark.slow
+def test_ray_and_local_launchers_give_the_same_report_on_a_tiny_vit_grid(tmp_path):
+    grid = _grid(tmp_path, AXES, fixed={"trainer.precision": "32-true", "trainer.num_threads": 1})
+    local = ablate([VIT], grid, tmp_path / "local")
+    out = ablate([VIT], grid, tmp_path / "ray", launcher=RayLauncher(num_cpus=2))
+    assert _records(out).keys() == _records(local).keys()
+    assert all(r["status"] == "ok" for r in _records(out).values())
+    rows, expected = _report(out), _report(local)
+    assert [(r["variant"], r["runs_ok"], r["backends"]) for r in rows] == [
+        (r["variant"], r["runs_ok"], r["backends"]) for r in expected
+    ]
+    for row, other in zip(rows, expected, strict=True):  # one thread each, same seed: the same numbers
+        assert float(row["metric_mean"]) == pytest.approx(float(other["metric_mean"]), abs=1e-6), row["variant"]
+
+
+_RAY_DRIVER = """
+import sys
+fake = sys.argv[1]
+ray_tune.fit_command = lambda configs, run: [sys.executable, "-c", fake, *run.overrides, "--run-dir", str(run.run_dir)]
+from attnzoo.ablate import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_ray_trials_records_the_runs_interrupted_and_exits_130(tmp_path):
+    grid = _grid(tmp_path, AXES, seeds=(0, 1))
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", _RAY_DRIVER, _SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out",
+               str(out), "--launcher", "ray", "--ray-cpus", "2"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while len(list(out.glob("runs/*/started"))) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(list(out.glob("runs/*/started"))) == 2, "the first two trials never started their runs"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: SIGINT to the foreground process group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "stopped 2 run(s) in progress" in err and "none of the 2 queued" in err, err
+    assert sorted(r["status"] for r in _records(out).values()) == ["interrupted", "interrupted"]
+    assert len(list((out / "runs").iterdir())) == 2 and not (out / ".lock").exists()
+
+    again = subprocess.run(command, env={**env, "FAKE_FIT": "fast"}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "4 runs, 0 finished, 4 to run" in again.stderr
+    assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["2", "2"]

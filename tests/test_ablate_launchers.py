@@ -355,8 +355,9 @@ def test_ray_and_local_launchers_give_the_same_report_on_a_tiny_vit_grid(tmp_pat
 
 _RAY_DRIVER = """
 import sys
+import attnzoo.ablation.runner as runner
 fake = sys.argv[1]
-ray_tune.fit_command = lambda configs, run: [sys.executable, "-c", fake, *run.overrides, "--run-dir", str(run.run_dir)]
+runner.fit_command = lambda configs, run: [sys.executable, "-c", fake, *run.overrides, "--run-dir", str(run.run_dir)]
 from attnzoo.ablate import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -139,17 +139,21 @@ def _launcher(args: argparse.Namespace) -> Launcher:
         from .ablation.slurm import SlurmLauncher
 
         return SlurmLauncher(partition=args.slurm_partition, time=args.slurm_time, options=args.slurm_option,
-                             cpus_per_run=args.cpus_per_run or 1, gpus_per_run=args.gpus_per_run or 0,
+                             cpus_per_run=_given(args.cpus_per_run, 1), gpus_per_run=_given(args.gpus_per_run, 0),
                              wait=not args.no_wait)  # fmt: skip
     if args.launcher == "ray":
         from .ablation.ray_tune import RayLauncher
 
-        return RayLauncher(address=args.ray_address, num_cpus=args.ray_cpus, cpus_per_run=args.cpus_per_run or 1,
+        return RayLauncher(address=args.ray_address, num_cpus=args.ray_cpus, cpus_per_run=_given(args.cpus_per_run, 1),
                            gpus_per_run=args.gpus_per_run, max_concurrent=args.jobs)  # fmt: skip
-    slots = gpu_slots(args.gpus, args.gpus_per_run or 1)
+    slots = gpu_slots(args.gpus, _given(args.gpus_per_run, 1))
     if args.jobs:
         slots = [slots[i % len(slots)] for i in range(args.jobs)] if slots != [{}] else [{}] * args.jobs
     return Runner(args.config, slots)
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 if __name__ == "__main__":

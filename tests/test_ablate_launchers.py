@@ -226,6 +226,7 @@ def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_wi
     grid = _grid(tmp_path, AXES)
     out = tmp_path / "out"
     monkeypatch.setattr(slurm, "fit_command", _fake_fit(_WAITING_FIT))
+    monkeypatch.setattr(slurm, "POLL_SECONDS", 0.1)
     monkeypatch.setenv("GO", str(tmp_path / "go"))
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm"]
     assert main([*args, "--no-wait"]) == 0
@@ -269,43 +270,35 @@ def test_a_slurm_job_that_ends_without_recording_its_run_is_recorded_failed_and_
     assert _submitted(fake_slurm) == 2 and [r["status"] for r in _records(out).values()] == ["ok"]
 
 
-_SLURM_DRIVER = """
-import sys
-import attnzoo.ablation.slurm as slurm
-fake = sys.argv[1]
-slurm.fit_command = lambda configs, run: [sys.executable, "-c", fake, *run.overrides, "--run-dir", str(run.run_dir)]
-_init = slurm.SlurmLauncher.__init__
-slurm.SlurmLauncher.__init__ = lambda self, **kw: _init(self, **{**kw, "poll_seconds": 0.1, "grace_seconds": 0.2})
-from attnzoo.ablate import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
-def test_ctrl_c_cancels_the_slurm_jobs_records_the_runs_interrupted_and_exits_130(tmp_path, fake_slurm):
+def test_ctrl_c_cancels_the_slurm_jobs_records_the_runs_interrupted_and_exits_130(
+    tmp_path, fake_slurm, monkeypatch, capfd
+):
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_SLOW_FIT))
+    monkeypatch.setattr(slurm, "POLL_SECONDS", 0.1)
+    monkeypatch.setattr(slurm, "GRACE_SECONDS", 0.2)
     grid = _grid(tmp_path, AXES)
     out = tmp_path / "out"
-    command = [sys.executable, "-c", _SLURM_DRIVER, _SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out",
-               str(out), "--launcher", "slurm"]  # fmt: skip
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm"]
+
+    def ctrl_c() -> None:  # once both jobs run, Ctrl-C to ablate (the jobs run elsewhere: scancel reaches them)
         deadline = time.time() + 120
-        while len(list(out.glob("runs/*/started"))) < 2 and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-        assert len(list(out.glob("runs/*/started"))) == 2, "the jobs never started"
-        os.kill(proc.pid, signal.SIGINT)  # Ctrl-C to ablate (the jobs run elsewhere: scancel reaches them)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+        while len(list(out.glob("runs/*/started"))) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=ctrl_c, daemon=True)
+    thread.start()
+    assert main(args) == 130
+    thread.join()
+    err = capfd.readouterr().err
     assert "cancelling the ablation's SLURM jobs" in err and "stopped 2 run(s) in progress" in err, err
     assert sorted((fake_slurm / "scancel.log").read_text().split()) == ["101", "102"]
-    assert {r["status"] for r in _records(out).values()} == {"interrupted"}
+    assert {r["status"] for r in _records(out).values()} == {"interrupted"}  # each job recorded its run's end
     assert not (out / ".lock").exists()
 
-    again = subprocess.run(command, env={**os.environ, "FAKE_FIT": "fast"}, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "2 runs, 0 finished, 2 to run" in again.stderr and _submitted(fake_slurm) == 4
+    monkeypatch.setenv("FAKE_FIT", "fast")
+    assert main(args) == 0
+    assert "2 runs, 0 finished, 2 to run" in capfd.readouterr().err and _submitted(fake_slurm) == 4
     assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["1", "1"]
 
 

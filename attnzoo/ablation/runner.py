@@ -104,10 +104,6 @@ class Runner:
         self._active = 0  # runs taken from the queue and not yet recorded
         self._level = 0  # 0 running, 1 stopping (SIGTERM to the runs), 2 killing (SIGKILL)
 
-    @property
-    def stopping(self) -> bool:
-        return self._level > 0
-
     def run(self, run: Planned, command: Sequence[str] | None = None) -> dict[str, Any]:
         """Run `run` to its end and record it; a run whose turn comes after `stop()` is not started (its directory
         is left as it was) and returns status "not started"."""

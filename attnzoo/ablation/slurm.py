@@ -36,6 +36,10 @@ from .runner import Planned, fit_command, status
 
 log = logging.getLogger("attnzoo")
 TERMINAL = ("ok", "failed")  # what a job records when its run ended on its own
+POLL_SECONDS = 30.0  # how often ablate looks at the queue
+# how long a job may be out of the queue before its run's record is read as final (a shared filesystem can show
+# another node's writes late)
+GRACE_SECONDS = 90.0
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 # the #SBATCH options the launcher writes itself, and the ablate option that sets each
 OWN = {"job-name": None, "output": None, "error": None, "chdir": None, "requeue": None, "ntasks": None,
@@ -55,9 +59,8 @@ class SlurmLauncher:
             (`--ntasks-per-node=N`, as Lightning expects with trainer.devices=N).
         options: more `#SBATCH` options, each "key=value" or "key" (e.g. "account=proj", "exclusive").
         wait: wait for the jobs and record how each ended; False submits and returns.
-        poll_seconds: how often to look at the queue.
-        grace_seconds: how long a job may be out of the queue before its run's record is read as final (a
-            shared filesystem can show another node's writes late).
+        poll_seconds: how often to look at the queue (default POLL_SECONDS).
+        grace_seconds: how long a job may be out of the queue before its record is read as final (GRACE_SECONDS).
     """
 
     name = "slurm"
@@ -71,23 +74,26 @@ class SlurmLauncher:
         gpus_per_run: int = 0,
         options: Sequence[str] = (),
         wait: bool = True,
-        poll_seconds: float = 30.0,
-        grace_seconds: float = 90.0,
+        poll_seconds: float | None = None,
+        grace_seconds: float | None = None,
     ) -> None:
         if cpus_per_run < 1 or gpus_per_run < 0:
             raise ConfigError(f"--cpus-per-run ({cpus_per_run}) must be >= 1 and --gpus-per-run ({gpus_per_run}) >= 0")
         self.partition, self.time = partition, time
         self.cpus_per_run, self.gpus_per_run = cpus_per_run, gpus_per_run
         self.options = [_option(o) for o in options]
-        self.wait, self.poll_seconds, self.grace_seconds = wait, poll_seconds, grace_seconds
+        self.wait = wait
+        self.poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
+        self.grace_seconds = GRACE_SECONDS if grace_seconds is None else grace_seconds
         self._level = 0  # 0 running, 1 asked to stop (cancel the jobs), 2 asked again (stop waiting)
 
     def script(self, configs: Sequence[str | Path], out: Path, run: Planned) -> str:
         """The job script of `run` (paths made absolute)."""
         out, run = out.resolve(), replace(run, run_dir=run.run_dir.resolve())
-        if re.search(r"[\s%]", str(out)):
-            raise ConfigError(f"--launcher slurm: the ablation directory {str(out)!r} has a space or '%', which "
-                              "#SBATCH paths cannot hold; choose another --out")  # fmt: skip
+        for what, path in (("the ablation directory (--out)", out), ("the working directory", Path.cwd())):
+            if re.search(r"[\s%]", str(path)):
+                raise ConfigError(f"--launcher slurm: {what} {str(path)!r} has a space or '%', which #SBATCH paths "
+                                  "cannot hold")  # fmt: skip
         gpus = self.gpus_per_run
         lines = [
             "#!/bin/bash",

@@ -23,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-ARGS = ["--config", "recipes/vit.yaml", "--grid", "configs/ablations/attention.yaml", "--seeds", "0",
-        "trainer.max_epochs=1", "trainer.precision=32-true"]  # fmt: skip
+ARGS = ["--config", "recipes/vit.yaml", "--grid", "configs/ablations/attention.yaml", "trainer.max_epochs=1",
+        "trainer.precision=32-true", "--seeds", "0"]  # fmt: skip
 LAUNCHERS = {"local": [], "ray": ["--launcher", "ray", "--cpus-per-run", "1"]}
 SAME = ["variant", "runs_ok", "runs_failed", "metric", "metric_mean", "parameters", "backends"]  # must match
 SHOWN = [*SAME, "samples_per_s_mean", "wall_s_mean"]

@@ -59,15 +59,28 @@ def markdown(result: dict) -> str:
         lines += [f"## `{name}`: {launcher['wall_s']:.0f} s in all, load {launcher['load'][0]} / {launcher['load'][1]}",
                   "", f"`{launcher['command']}`", "", "| " + " | ".join(SHOWN) + " |",
                   "|" + "---|" * len(SHOWN)]  # fmt: skip
-        lines += ["| " + " | ".join(row[k] for k in SHOWN) + " |" for row in launcher["rows"]]
+        lines += ["| " + " | ".join(_cell(k, row[k]) for k in SHOWN) + " |" for row in launcher["rows"]]
         lines.append("")
-    return "\n".join(lines)
+    lines.append("`local` runs one run at a time; `ray` ran two trials at a time (one CPU each), Ray's start-up "
+                 "included. Full values (all digits) in ablate_launchers.json.")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _cell(column: str, value: str) -> str:
+    digits = {"metric_mean": 4, "samples_per_s_mean": 0, "wall_s_mean": 1}.get(column)
+    return f"{float(value):.{digits}f}" if digits is not None and value else value
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="a new folder for the two ablation directories")
+    p.add_argument("--markdown-only", action="store_true", help="rewrite the .md from the .json, run nothing")
     args = p.parse_args()
+    if args.markdown_only:
+        (RESULTS / "ablate_launchers.md").write_text(
+            markdown(json.loads((RESULTS / "ablate_launchers.json").read_text()))
+        )
+        return
     import ray
     import torch
 

@@ -36,6 +36,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .batching import sequence_loader
 from .subword import TOKENIZER_FILE, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
@@ -299,13 +300,10 @@ class LMDataModule(L.LightningDataModule):
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         self._require_setup()
         ds = self.datasets[split]
-        return DataLoader(
-            ds,
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            drop_last=train and len(ds) > self.batch_size,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+        batch_size = self.batch_size if train else self.eval_batch_size
+        drop_last = train and len(ds) > batch_size
+        return sequence_loader(
+            ds, batch_size=batch_size, train=train, drop_last=drop_last, num_workers=self.num_workers
         )
 
     def train_dataloader(self) -> DataLoader:

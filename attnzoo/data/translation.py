@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset
 
-from .batching import BucketBatchSampler
+from .batching import sequence_loader
 from .cldr_pairs import LANGS, generate_pairs
 from .parallel_files import PairFormat, read_pairs
 from .subword import TOKENIZER_FILE, sequence_tokenizer
@@ -339,21 +339,20 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         self._require_setup()
-        ds = self.datasets[split]
-        tok = self.tokenizer
-        collate = Seq2SeqCollate(pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, multiple=self.pad_to_multiple)
+        ds, tok = self.datasets[split], self.tokenizer
         batch_size = self.batch_size if train else self.eval_batch_size
-        common = {"collate_fn": collate, "num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
-        if not self.bucket:
-            return DataLoader(
-                ds, batch_size=batch_size, shuffle=train, drop_last=train and len(ds) > batch_size, **common
-            )
-        sampler = RandomSampler(ds) if train else SequentialSampler(ds)
-        drop_last = train and len(ds) > batch_size
-        batches = BucketBatchSampler(
-            sampler, batch_size, drop_last, lengths=ds.lengths, pool=self.bucket_pool, shuffle=train
+        return sequence_loader(
+            ds,
+            batch_size=batch_size,
+            train=train,
+            drop_last=train and len(ds) > batch_size,
+            num_workers=self.num_workers,
+            collate_fn=Seq2SeqCollate(
+                pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, multiple=self.pad_to_multiple
+            ),
+            bucket=self.bucket,
+            pool=self.bucket_pool,
         )
-        return DataLoader(ds, batch_sampler=batches, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

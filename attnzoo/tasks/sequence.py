@@ -24,7 +24,7 @@ from torchmetrics.text import CHRFScore, Perplexity, SacreBLEUScore
 
 from ..attention.specs import build
 from ..generation import beam_search, greedy, sample
-from .optim import SCHEDULES, check_optimizer, make_optimizer
+from .optim import SCHEDULES, configure_optimizers, optimizer_spec
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -58,10 +58,7 @@ class _SequenceTask(L.LightningModule):
         if num_examples < 0:
             raise ValueError(f"task.num_examples ({num_examples}) must be >= 0")
         self.net = net
-        if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
-            raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
-        self.optimizer_spec = dict(optimizer if optimizer is not None else {"kind": "adamw", "lr": 1e-3})
-        check_optimizer(self.optimizer_spec)
+        self.optimizer_spec = optimizer_spec(optimizer, {"kind": "adamw", "lr": 1e-3})
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
@@ -101,13 +98,8 @@ class _SequenceTask(L.LightningModule):
         )
 
     def configure_optimizers(self) -> Any:
-        optimizer = make_optimizer(self.net, self.optimizer_spec)
-        if self.schedule is None:
-            return optimizer
-        total = int(self.trainer.estimated_stepping_batches)
-        lr_lambda = lambda step: self.schedule(step, total)  # noqa: E731
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        total = int(self.trainer.estimated_stepping_batches) if self.schedule is not None else 0
+        return configure_optimizers(self.net, self.optimizer_spec, self.schedule, total)
 
 
 class Seq2SeqTask(_SequenceTask):

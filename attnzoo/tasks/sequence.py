@@ -40,7 +40,8 @@ def sequence_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) 
 
 
 class _SequenceTask(L.LightningModule):
-    """What both tasks share: optimizer and schedule from config, examples written to the run directory."""
+    """What both tasks share: optimizer and schedule from config, examples written to the run directory, and the
+    val/test hooks (a task writes `_evaluate` for a batch and `_epoch_end` for a split)."""
 
     monitor: str
     monitor_mode: str
@@ -96,6 +97,26 @@ class _SequenceTask(L.LightningModule):
         (run_dir / f"{EXAMPLES_FILE}.json").write_text(
             json.dumps(self.examples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
+
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        """Loss and metric updates of one val or test batch."""
+        raise NotImplementedError
+
+    def _epoch_end(self, split: str) -> None:
+        """Metrics of the split logged and reset; examples written."""
+        raise NotImplementedError
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")
 
     def configure_optimizers(self) -> Any:
         total = int(self.trainer.estimated_stepping_batches) if self.schedule is not None else 0
@@ -221,20 +242,8 @@ class Seq2SeqTask(_SequenceTask):
     def on_validation_epoch_start(self) -> None:
         self._kept = []
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_end("val")
-
     def on_test_epoch_start(self) -> None:
         self._kept = []
-
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_end("test")
 
 
 class LanguageModelTask(_SequenceTask):
@@ -323,15 +332,3 @@ class LanguageModelTask(_SequenceTask):
             ids = self.generate(prompt, max_new_tokens=self.sample_tokens)
             text = data.decode(torch.cat([prompt[0], ids[0]]))  # the prompt and its continuation
             self._write_examples(split, [{"prompt": self.prompt, "sample": text}])
-
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_end("val")
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_end("test")

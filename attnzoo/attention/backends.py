@@ -345,6 +345,35 @@ def choose_backend(req: Request, backend: str = "auto") -> str:
     raise RuntimeError(f"no attention backend can run {req.describe()}: {skipped}")  # eager accepts everything
 
 
+def request(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    pattern: Any | None,
+    bias: Tensor | Any | None,
+    key_padding_mask: Tensor | None,
+    dropout_p: float,
+    return_weights: bool,
+    trains_own: bool = False,
+) -> Request:
+    """The `Request` of a call; `trains_own`: the caller (an attention kind) has parameters of its own that train."""
+    grads = q.requires_grad or k.requires_grad or v.requires_grad or trains(bias) or trains_own
+    return Request(
+        device_type=q.device.type,
+        needs_grad=torch.is_grad_enabled() and grads,
+        return_weights=return_weights,
+        pattern=pattern,
+        bias=bias,
+        has_padding=key_padding_mask is not None,
+        lq=q.shape[-2],
+        lk=k.shape[-2],
+        dropout_p=dropout_p,
+        dtype=q.dtype,
+        head_dim=q.shape[-1],
+    )
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -371,18 +400,15 @@ def attend(
         return_weights: also return the [B, H, Lq, Lk] weights (only the eager backend can).
     """
     check_inputs(q, k, v, key_padding_mask)
-    req = Request(
-        device_type=q.device.type,
-        needs_grad=torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or trains(bias)),
-        return_weights=return_weights,
+    req = request(
+        q,
+        k,
+        v,
         pattern=pattern,
         bias=bias,
-        has_padding=key_padding_mask is not None,
-        lq=q.shape[-2],
-        lk=k.shape[-2],
+        key_padding_mask=key_padding_mask,
         dropout_p=dropout_p,
-        dtype=q.dtype,
-        head_dim=q.shape[-1],
+        return_weights=return_weights,
     )
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # a bias module's tables are made once for the call: choosing a kernel path may read them too

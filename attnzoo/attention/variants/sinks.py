@@ -77,7 +77,7 @@ class SinkAttention(Attention):
             key_padding_mask=key_padding_mask,
             dropout_p=dropout_p,
             return_weights=return_weights,
-            trains=self.sinks.requires_grad,
+            trains_own=self.sinks.requires_grad,
         )
         name = dispatch.choose(self.kind, req, backend, ORDER, _objection)
         self.backend_used = f"{name}[{self.kind}]"

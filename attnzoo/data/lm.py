@@ -37,7 +37,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .batching import sequence_loader
-from .subword import TOKENIZER_FILE, sequence_tokenizer
+from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
 
@@ -292,10 +292,7 @@ class LMDataModule(L.LightningDataModule):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""
         self._require_setup()
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        if self.tokenizer.eos_id in ids:
-            ids = ids[: ids.index(self.tokenizer.eos_id)]
-        return self.tokenizer.decode(ids)
+        return decode_generated(self.tokenizer, ids.tolist() if isinstance(ids, Tensor) else ids)
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         self._require_setup()
@@ -320,13 +317,13 @@ class LMDataModule(L.LightningDataModule):
         self._require_setup()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        saved = [self.tokenizer.save(run_dir / TOKENIZER_FILE)] if hasattr(self.tokenizer, "save") else []
+        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
         record = {
             "sources": self.sources,
             "documents": {k: len(v) for k, v in self.docs.items()},
             "tokens": {k: len(v.stream) for k, v in self.datasets.items()},
             "paragraphs_removed_as_seen_in_train": self.removed,
-            "tokenizer": self.tokenizer.describe() | ({"file": TOKENIZER_FILE} if saved else {}),
+            "tokenizer": tokenizer,
             "block_size": self.block_size,
         }
         (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

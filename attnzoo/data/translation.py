@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from .batching import sequence_loader
 from .cldr_pairs import LANGS, generate_pairs
 from .parallel_files import PairFormat, read_pairs
-from .subword import TOKENIZER_FILE, sequence_tokenizer
+from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
 
@@ -324,10 +324,7 @@ class TranslationDataModule(L.LightningDataModule):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""
         self._require_setup()
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        if self.tokenizer.eos_id in ids:
-            ids = ids[: ids.index(self.tokenizer.eos_id)]
-        return self.tokenizer.decode(ids)
+        return decode_generated(self.tokenizer, ids.tolist() if isinstance(ids, Tensor) else ids)
 
     def encode_source(self, text: str) -> list[int]:
         """Ids of a source sentence as the model reads it (cut to `max_len`)."""
@@ -368,15 +365,13 @@ class TranslationDataModule(L.LightningDataModule):
         self._require_setup()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        saved = []
-        if hasattr(self.tokenizer, "save"):
-            saved.append(self.tokenizer.save(run_dir / TOKENIZER_FILE))
+        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
         record = {
             "src_lang": self.src_lang,
             "tgt_lang": self.tgt_lang,
             "sources": self.sources,
             "sizes": {k: len(v) for k, v in self.datasets.items()},
-            "tokenizer": self.tokenizer.describe() | ({"file": TOKENIZER_FILE} if saved else {}),
+            "tokenizer": tokenizer,
             "max_len": self.max_len,
             "skipped": {k: [{"line": n, "reason": r} for n, r in v] for k, v in self.skipped.items() if v},
         }

@@ -118,6 +118,8 @@ class GracefulStop(L.Callback):
             from .cluster import requeue
 
             requeued = self.slurm_job if requeue(self.slurm_job) else None
+        if received == signal.SIGUSR1 and self.slurm_job is not None:
+            requeued = trainer.strategy.broadcast(requeued)  # every process says the same
         # raised at the next hook, once Lightning has logged this batch's metrics rows (resume does not redo them)
         self._stop = Interrupted(
             signum=received, step=trainer.global_step, checkpoint=self.checkpoint, requeued=requeued

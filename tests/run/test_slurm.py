@@ -143,8 +143,13 @@ def test_two_slurm_nodes_stop_together_on_one_nodes_sigusr1_requeue_once_and_con
     def both(extra: dict[str, str], signalled: dict[str, str]) -> list[subprocess.CompletedProcess]:
         port = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
         tasks = [
-            subprocess.Popen(cmd, env={**env, **port, **extra, **_task(rank, 2), **(signalled if rank else {})},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+            subprocess.Popen(
+                cmd,
+                env={**env, **port, **extra, **_task(rank, 2), **(signalled if rank else {})},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
             for rank in (0, 1)
         ]
         return [subprocess.CompletedProcess(t.args, t.wait(timeout=300), *t.communicate()) for t in tasks]

@@ -94,7 +94,10 @@ class GracefulStop(L.Callback):
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         # rank 0's path: processes started apart (torchrun on several machines) may each have named another run dir
-        self.checkpoint = trainer.strategy.broadcast(self.checkpoint)
+        own, self.checkpoint = self.checkpoint, trainer.strategy.broadcast(self.checkpoint)
+        if self.checkpoint != own:
+            run_dir, named = Path(self.checkpoint).parent.parent, Path(own).parent.parent
+            log.info("run directory %s (global rank 0's; rank %d had named %s)", run_dir, trainer.global_rank, named)
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         for sig in self.signals:  # after Lightning's own handlers (installed when fit starts): ours replace them

@@ -152,7 +152,7 @@ def test_two_slurm_nodes_stop_together_on_one_nodes_sigusr1_requeue_once_and_con
             )  # fmt: skip
             for rank in (0, 1)
         ]
-        return [subprocess.CompletedProcess(t.args, t.wait(timeout=300), *t.communicate()) for t in tasks]
+        return [subprocess.CompletedProcess(t.args, t.wait(timeout=240), *t.communicate()) for t in tasks]
 
     stopped = both({}, {SELF_SIGNAL_ENV: "SIGUSR1@5"})
     for rank, task in enumerate(stopped):

@@ -142,17 +142,14 @@ def test_two_slurm_nodes_stop_together_on_one_nodes_sigusr1_requeue_once_and_con
 
     def both(extra: dict[str, str], signalled: dict[str, str]) -> list[subprocess.CompletedProcess]:
         port = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-        tasks = [
-            subprocess.Popen(
-                cmd,
-                env={**env, **port, **extra, **_task(rank, 2), **(signalled if rank else {})},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )  # fmt: skip
-            for rank in (0, 1)
-        ]
-        return [subprocess.CompletedProcess(t.args, t.wait(timeout=240), *t.communicate()) for t in tasks]
+        logs = [tmp_path / f"task{rank}.log" for rank in (0, 1)]  # files: a full pipe would stall a task
+        tasks = []
+        for rank, log in enumerate(logs):
+            with open(log, "w") as out:
+                task_env = {**env, **port, **extra, **_task(rank, 2), **(signalled if rank else {})}
+                tasks.append(subprocess.Popen(cmd, env=task_env, stdout=out, stderr=subprocess.STDOUT))
+        codes = [t.wait(timeout=240) for t in tasks]
+        return [subprocess.CompletedProcess(cmd, c, "", log.read_text()) for c, log in zip(codes, logs, strict=True)]
 
     stopped = both({}, {SELF_SIGNAL_ENV: "SIGUSR1@5"})
     for rank, task in enumerate(stopped):

@@ -114,16 +114,24 @@ def test_sigusr1_requeues_the_job_and_the_same_command_started_again_continues_t
 
 
 def test_a_requeued_job_whose_run_stopped_before_its_first_checkpoint_trains_it_again(tmp_path, monkeypatch):
+    """With --run-dir (fit's run_dir) too: a requeued job's same command continues the run in it."""
     for key, value in _task(0, 1).items():
         monkeypatch.setenv(key, value)
-    run_dir = tmp_path / "vit" / "slurm-4242"
+    run_dir = tmp_path / "mine"
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text("stale: true\n")  # killed during its first epoch: rows, no checkpoint
     (run_dir / "metrics.csv").write_text("epoch,step,train/loss\n0,0,2.3\n0,1,2.2\n")
+    cfg = [*QUIET, "trainer.max_epochs=1"]
+    with pytest.raises(ConfigError, match="already holds a run"):  # the job's first start: not its run
+        fit(load([VIT], cfg), run_dir=run_dir)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert fit(load([VIT], [*QUIET, "trainer.max_epochs=1", f"run.dir={tmp_path}"])) == run_dir
+    assert fit(load([VIT], cfg), run_dir=run_dir) == run_dir
     assert _train_rows(run_dir) == ([0, 1, 2, 3], ["0"])  # the stale rows went with the stale run
     assert "stale" not in (run_dir / "config.yaml").read_text() and not (run_dir / "resumes.json").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")  # requeued once more: it finished, nothing to train
+    assert fit(load([VIT], cfg), run_dir=run_dir) == run_dir
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
 
 
 def _free_port() -> int:

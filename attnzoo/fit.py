@@ -9,6 +9,11 @@ Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `co
 `--config` files given), its directory, and continues from `last.ckpt` (or the given checkpoint). A resume may
 change the training budget and logging (`attnzoo.run.rundir.RESUME_MAY_CHANGE`, recorded in `resumes.json` and
 `summary.json`), nothing that defines the model or data. One process at a time uses a run directory (`.lock`).
+
+On several machines (torchrun, or SLURM's srun) every process runs this command; global rank 0 names the run
+directory and writes into it. In a SLURM job the directory is `<run.dir>/<run.name>/slurm-<job id>/`; SIGUSR1
+(`#SBATCH --signal=SIGUSR1@90`) saves `last.ckpt`, stops and requeues the job, and the same command, started again by
+SLURM, continues the run there.
 """
 
 from __future__ import annotations
@@ -64,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("attnzoo fit: interrupted; checkpoints already written are kept", file=sys.stderr)
         return 130
     except Interrupted as err:
-        print(f"attnzoo fit: {err}; continue with --resume {Path(err.checkpoint).parent.parent}", file=sys.stderr)
+        run_dir = Path(err.checkpoint).parent.parent
+        if err.requeued:
+            print(f"attnzoo fit: {err}: started again, the same command continues {run_dir}", file=sys.stderr)
+        else:
+            print(f"attnzoo fit: {err}; continue with --resume {run_dir}", file=sys.stderr)
         return err.exit_code
     except NonFiniteLossError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 import torch
 
@@ -8,6 +10,14 @@ def _seed_and_threads():
     # the thread count an earlier one left behind (an in-process run applies its trainer.num_threads globally)
     torch.set_num_threads(1)
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _not_in_a_slurm_job(monkeypatch):
+    # a suite run inside a SLURM job (`srun pytest`) trains as on a workstation: under SLURM, fit names run directories
+    # after the job id and requeues it on SIGUSR1. tests/run/test_slurm.py sets the variables it needs.
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
 
 
 def pytest_collection_modifyitems(config, items):

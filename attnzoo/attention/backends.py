@@ -166,6 +166,31 @@ def is_plain_causal(pattern: Any | None, lq: int, lk: int) -> bool:
 # eager: the correctness oracle
 
 
+def eager_scores(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    pattern: Any | None,
+    bias: Tensor | Any | None,
+    key_padding_mask: Tensor | None,
+    scale: float,
+    offset: float = 0.0,
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    """The scores of every eager formula (this backend's, sigmoid's, sinks'): fp32 scores [B, H, Lq, Lk] =
+    q k^T * scale + offset + bias, the allowed mask (or None), and v repeated to the H query heads [B, H, Lk, D]."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    groups = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
+    scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, Lq, Lk]
+    if offset:
+        scores = scores + offset
+    b = dense_bias(bias, lq, lk, q.device, torch.float32)
+    if b is not None:
+        scores = scores + b.float()
+    return scores, allowed_mask(pattern, key_padding_mask, lq, lk, q.device), v
+
+
 class Eager:
     """Explicit scores and an fp32 softmax; returns weights. Every other backend is tested against this."""
 
@@ -175,14 +200,10 @@ class Eager:
         return None
 
     def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
-        lq, lk = q.shape[-2], k.shape[-2]
-        groups = q.shape[1] // k.shape[1]
-        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
-        scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, Lq, Lk]
-        b = dense_bias(bias, lq, lk, q.device, torch.float32)
-        if b is not None:
-            scores = scores + b.float()
-        weights = masked_softmax(scores, allowed_mask(pattern, key_padding_mask, lq, lk, q.device)).to(q.dtype)
+        scores, allowed, v = eager_scores(
+            q, k, v, pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale
+        )
+        weights = masked_softmax(scores, allowed).to(q.dtype)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         out = dropped @ v.to(q.dtype)  # [B, H, Lq, D]
         return out, (weights if return_weights else None)
@@ -345,6 +366,35 @@ def choose_backend(req: Request, backend: str = "auto") -> str:
     raise RuntimeError(f"no attention backend can run {req.describe()}: {skipped}")  # eager accepts everything
 
 
+def request(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    pattern: Any | None,
+    bias: Tensor | Any | None,
+    key_padding_mask: Tensor | None,
+    dropout_p: float,
+    return_weights: bool,
+    trains_own: bool = False,
+) -> Request:
+    """The `Request` of a call; `trains_own`: the caller (an attention kind) has parameters of its own that train."""
+    grads = q.requires_grad or k.requires_grad or v.requires_grad or trains(bias) or trains_own
+    return Request(
+        device_type=q.device.type,
+        needs_grad=torch.is_grad_enabled() and grads,
+        return_weights=return_weights,
+        pattern=pattern,
+        bias=bias,
+        has_padding=key_padding_mask is not None,
+        lq=q.shape[-2],
+        lk=k.shape[-2],
+        dropout_p=dropout_p,
+        dtype=q.dtype,
+        head_dim=q.shape[-1],
+    )
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -371,18 +421,15 @@ def attend(
         return_weights: also return the [B, H, Lq, Lk] weights (only the eager backend can).
     """
     check_inputs(q, k, v, key_padding_mask)
-    req = Request(
-        device_type=q.device.type,
-        needs_grad=torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or trains(bias)),
-        return_weights=return_weights,
+    req = request(
+        q,
+        k,
+        v,
         pattern=pattern,
         bias=bias,
-        has_padding=key_padding_mask is not None,
-        lq=q.shape[-2],
-        lk=k.shape[-2],
+        key_padding_mask=key_padding_mask,
         dropout_p=dropout_p,
-        dtype=q.dtype,
-        head_dim=q.shape[-1],
+        return_weights=return_weights,
     )
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # a bias module's tables are made once for the call: choosing a kernel path may read them too

@@ -5,10 +5,11 @@ Notation: B batch, L the longest sequence in the batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 Tensor = torch.Tensor
 
@@ -93,3 +94,24 @@ class BucketBatchSampler(BatchSampler):
     def __len__(self) -> int:
         n = len(self.sampler)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+def sequence_loader(
+    dataset: Dataset,
+    *,
+    batch_size: int,
+    train: bool,
+    drop_last: bool,
+    num_workers: int,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    bucket: bool = False,
+    pool: int = 50,
+) -> DataLoader:
+    """A DataLoader over `dataset`, shuffled when `train`; with `bucket`, batches of similar lengths
+    (`BucketBatchSampler` over `dataset.lengths`, `pool` batches sorted at a time)."""
+    common = {"collate_fn": collate_fn, "num_workers": num_workers, "persistent_workers": num_workers > 0}
+    if not bucket:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=train, drop_last=drop_last, **common)
+    sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
+    batches = BucketBatchSampler(sampler, batch_size, drop_last, lengths=dataset.lengths, pool=pool, shuffle=train)
+    return DataLoader(dataset, batch_sampler=batches, **common)

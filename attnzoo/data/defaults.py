@@ -15,8 +15,8 @@ Chosen = dict[str, tuple[Any, str]]
 
 IMAGE_KEYS = ("model.patch_size", "model.drop_path_rate", "task.objective.label_smoothing", "trainer.max_epochs")
 TEXT_KEYS = ("model.pooling", "model.drop_rate", "trainer.max_epochs")
-AUDIO_KEYS = ("model.fstride", "model.tstride", "model.spec_augment", "model.drop_path_rate", "task.optimizer.lr",
-              "trainer.max_epochs")  # fmt: skip
+AUDIO_KEYS = ("model.feature_norm", "model.fstride", "model.tstride", "model.spec_augment", "model.drop_path_rate",
+              "task.optimizer.lr", "trainer.max_epochs")  # fmt: skip
 TINY_IMAGE = 32  # sides up to this get gentle augmentation (digits, icons)
 
 
@@ -83,10 +83,14 @@ def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, ba
     """AST patch strides, SpecAugment sized to the features, drop path, learning rate and epoch budget."""
     if synthetic:
         why = "the embedded synthetic syllables: the recipe's measured settings"
-        return {"model.fstride": (16, why), "model.tstride": (6, why), "model.spec_augment": (None, why),
-                "model.drop_path_rate": (0.0, why), "task.optimizer.lr": (1e-3, why),
-                "trainer.max_epochs": (6, why)}  # fmt: skip
+        return {"model.feature_norm": ("dataset", why), "model.fstride": (16, why), "model.tstride": (6, why),
+                "model.spec_augment": (None, why), "model.drop_path_rate": (0.0, why),
+                "task.optimizer.lr": (1e-3, why), "trainer.max_epochs": (6, why)}  # fmt: skip
     return {
+        "model.feature_norm": (
+            "clip",
+            "audio files: each clip's mean per mel bin is subtracted (loudness, microphone)",
+        ),
         "model.fstride": (16, "audio files: patches side by side along frequency"),
         "model.tstride": (6, "audio files: patches overlapping along time (stride 6 of 16 frames)"),
         "model.spec_augment": (None, "audio files: slowed a small AST's learning from ~1k clips"),

@@ -36,7 +36,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .subword import TOKENIZER_FILE, sequence_tokenizer
+from .batching import sequence_loader
+from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
 
@@ -291,21 +292,15 @@ class LMDataModule(L.LightningDataModule):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""
         self._require_setup()
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        if self.tokenizer.eos_id in ids:
-            ids = ids[: ids.index(self.tokenizer.eos_id)]
-        return self.tokenizer.decode(ids)
+        return decode_generated(self.tokenizer, ids.tolist() if isinstance(ids, Tensor) else ids)
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         self._require_setup()
         ds = self.datasets[split]
-        return DataLoader(
-            ds,
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            drop_last=train and len(ds) > self.batch_size,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+        batch_size = self.batch_size if train else self.eval_batch_size
+        drop_last = train and len(ds) > batch_size
+        return sequence_loader(
+            ds, batch_size=batch_size, train=train, drop_last=drop_last, num_workers=self.num_workers
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -322,13 +317,13 @@ class LMDataModule(L.LightningDataModule):
         self._require_setup()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        saved = [self.tokenizer.save(run_dir / TOKENIZER_FILE)] if hasattr(self.tokenizer, "save") else []
+        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
         record = {
             "sources": self.sources,
             "documents": {k: len(v) for k, v in self.docs.items()},
             "tokens": {k: len(v.stream) for k, v in self.datasets.items()},
             "paragraphs_removed_as_seen_in_train": self.removed,
-            "tokenizer": self.tokenizer.describe() | ({"file": TOKENIZER_FILE} if saved else {}),
+            "tokenizer": tokenizer,
             "block_size": self.block_size,
         }
         (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -271,6 +271,21 @@ def sequence_tokenizer(
     )
 
 
+def save_run_tokenizer(tok: Any, run_dir: Path) -> tuple[list[Path], dict[str, Any]]:
+    """Write a sequence tokenizer that has a file (a subword one) as `run_dir/tokenizer.json`, which `run_tokenizer`
+    reads back; returns (the paths written, the tokenizer's description for the run's record)."""
+    saved = [tok.save(run_dir / TOKENIZER_FILE)] if hasattr(tok, "save") else []
+    return saved, tok.describe() | ({"file": TOKENIZER_FILE} if saved else {})
+
+
+def decode_generated(tok: Any, ids: Sequence[int]) -> str:
+    """Text of generated ids: up to the first eos, bos and padding left out."""
+    ids = list(ids)
+    if tok.eos_id in ids:
+        ids = ids[: ids.index(tok.eos_id)]
+    return tok.decode(ids)
+
+
 def run_tokenizer(run_dir: str | Path, spec: str) -> Any:
     """The tokenizer a run used: its saved `tokenizer.json`, else the fixed tokenizer `spec` names ("bytes")."""
     saved = Path(run_dir) / TOKENIZER_FILE

@@ -15,11 +15,11 @@ from typing import Any, Literal
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader
 
 from ..attention.specs import suggest
 from . import defaults, listops
-from .batching import BucketBatchSampler, PadCollate, TokenDataset
+from .batching import PadCollate, TokenDataset, sequence_loader
 from .subword import KINDS as SUBWORD_KINDS
 from .text_files import check_labels, label_vocabulary, read_text_file
 from .tokenize import make_tokenizer
@@ -263,17 +263,16 @@ class TextDataModule(L.LightningDataModule):
         self._require_setup()
         if split not in self.datasets:
             raise ValueError(f"no {split} split: set data.{split} (a CSV, TSV or JSONL file)")
-        ds = self.datasets[split]
-        batch_size = self.batch_size if train else self.eval_batch_size
-        collate = PadCollate(pad_id=self.tokenizer.pad_id, multiple=self.pad_to_multiple)
-        common = {"collate_fn": collate, "num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
-        if not self.bucket:
-            return DataLoader(ds, batch_size=batch_size, shuffle=train, drop_last=train, **common)
-        sampler = RandomSampler(ds) if train else SequentialSampler(ds)
-        batches = BucketBatchSampler(
-            sampler, batch_size, train, lengths=ds.lengths, pool=self.bucket_pool, shuffle=train
+        return sequence_loader(
+            self.datasets[split],
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            train=train,
+            drop_last=train,
+            num_workers=self.num_workers,
+            collate_fn=PadCollate(pad_id=self.tokenizer.pad_id, multiple=self.pad_to_multiple),
+            bucket=self.bucket,
+            pool=self.bucket_pool,
         )
-        return DataLoader(ds, batch_sampler=batches, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

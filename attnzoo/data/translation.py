@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset
 
-from .batching import BucketBatchSampler
+from .batching import sequence_loader
 from .cldr_pairs import LANGS, generate_pairs
 from .parallel_files import PairFormat, read_pairs
-from .subword import TOKENIZER_FILE, sequence_tokenizer
+from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
 
@@ -324,10 +324,7 @@ class TranslationDataModule(L.LightningDataModule):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""
         self._require_setup()
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        if self.tokenizer.eos_id in ids:
-            ids = ids[: ids.index(self.tokenizer.eos_id)]
-        return self.tokenizer.decode(ids)
+        return decode_generated(self.tokenizer, ids.tolist() if isinstance(ids, Tensor) else ids)
 
     def encode_source(self, text: str) -> list[int]:
         """Ids of a source sentence as the model reads it (cut to `max_len`)."""
@@ -339,21 +336,20 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         self._require_setup()
-        ds = self.datasets[split]
-        tok = self.tokenizer
-        collate = Seq2SeqCollate(pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, multiple=self.pad_to_multiple)
+        ds, tok = self.datasets[split], self.tokenizer
         batch_size = self.batch_size if train else self.eval_batch_size
-        common = {"collate_fn": collate, "num_workers": self.num_workers, "persistent_workers": self.num_workers > 0}
-        if not self.bucket:
-            return DataLoader(
-                ds, batch_size=batch_size, shuffle=train, drop_last=train and len(ds) > batch_size, **common
-            )
-        sampler = RandomSampler(ds) if train else SequentialSampler(ds)
-        drop_last = train and len(ds) > batch_size
-        batches = BucketBatchSampler(
-            sampler, batch_size, drop_last, lengths=ds.lengths, pool=self.bucket_pool, shuffle=train
+        return sequence_loader(
+            ds,
+            batch_size=batch_size,
+            train=train,
+            drop_last=train and len(ds) > batch_size,
+            num_workers=self.num_workers,
+            collate_fn=Seq2SeqCollate(
+                pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, multiple=self.pad_to_multiple
+            ),
+            bucket=self.bucket,
+            pool=self.bucket_pool,
         )
-        return DataLoader(ds, batch_sampler=batches, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
@@ -369,15 +365,13 @@ class TranslationDataModule(L.LightningDataModule):
         self._require_setup()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        saved = []
-        if hasattr(self.tokenizer, "save"):
-            saved.append(self.tokenizer.save(run_dir / TOKENIZER_FILE))
+        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
         record = {
             "src_lang": self.src_lang,
             "tgt_lang": self.tgt_lang,
             "sources": self.sources,
             "sizes": {k: len(v) for k, v in self.datasets.items()},
-            "tokenizer": self.tokenizer.describe() | ({"file": TOKENIZER_FILE} if saved else {}),
+            "tokenizer": tokenizer,
             "max_len": self.max_len,
             "skipped": {k: [{"line": n, "reason": r} for n, r in v] for k, v in self.skipped.items() if v},
         }

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .matrices import _pyplot
+from .matrices import _pyplot, save_figure
 
 Tensor = torch.Tensor
 
@@ -53,11 +53,4 @@ def draw_alignment(
         ax.set_xlabel("source token")
         ax.set_title(name, fontsize=9)
     axes[0][0].set_ylabel("generated token")
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title, fontsize=9)

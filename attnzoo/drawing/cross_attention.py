@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from .matrices import _pyplot, save_figure
 
 Tensor = torch.Tensor
 
@@ -75,6 +73,7 @@ def draw_cross_attention(
 
     # the sentence reads left to right: a column per word (after the image and all tokens), a row per layer
     cols = [("all tokens", 0, length), *word_spans(text, length)[:max_words]]
+    plt = _pyplot()
     fig, axes = plt.subplots(
         len(layers),
         len(cols) + 1,
@@ -97,13 +96,7 @@ def draw_cross_attention(
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"{text}\n{title}" if title else text, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, f"{text}\n{title}" if title else text)
 
 
 @torch.no_grad()

@@ -70,11 +70,15 @@ def _show(ax: Any, canvas: Canvas, heat: np.ndarray | None = None, alpha: float 
     ax.set_yticks([])
 
 
-def _save(fig: Any, path: Path, title: str, note: str = "") -> Path:
-    fig.suptitle(title, fontsize=10)
+def save_figure(fig: Any, path: str | Path, title: str, note: str = "", *, fontsize: int = 10) -> Path:
+    """Title `fig` (and a `note` under its panels), lay it out, write it to `path` (PNG, folders made) and close it."""
+    if title:
+        fig.suptitle(title, fontsize=fontsize)
     if note:
         fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color="0.35")
     fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     _pyplot().close(fig)
     return path
@@ -100,7 +104,7 @@ def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int
                 ax.set_ylabel(f"layer {i}\nquery", fontsize=9)
             if i == layers - 1:
                 ax.set_xlabel("key", fontsize=8)
-    return _save(fig, path, title)
+    return save_figure(fig, path, title)
 
 
 def plot_prefix_maps(maps: Sequence[Tensor], canvas: Canvas, prefix: int, path: Path, *, title: str) -> Path:
@@ -120,7 +124,7 @@ def plot_prefix_maps(maps: Sequence[Tensor], canvas: Canvas, prefix: int, path: 
             if i == 0:
                 ax.set_title(f"head {h}", fontsize=9)
     axes[0, 0].set_title("input", fontsize=9)
-    return _save(fig, path, title, canvas.note)
+    return save_figure(fig, path, title, canvas.note)
 
 
 def plot_rollout(roll: Tensor, canvas: Canvas, prefix: int, path: Path, *, title: str) -> Path:
@@ -138,4 +142,4 @@ def plot_rollout(roll: Tensor, canvas: Canvas, prefix: int, path: Path, *, title
     fig.colorbar(im, ax=axes[1], fraction=0.046)
     _show(axes[2], canvas, heat, alpha=0.55)
     axes[2].set_title("overlay", fontsize=9)
-    return _save(fig, path, title, canvas.note)
+    return save_figure(fig, path, title, canvas.note)

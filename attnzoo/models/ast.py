@@ -62,12 +62,17 @@ class AST(nn.Module):
         sample_rate, n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`); a DataModule supplies them.
         target_frames: frames of the training clips; sizes the position table (interpolated for other lengths).
         feature_mean, feature_std: normalization statistics of the train split's log-mel features.
+        feature_norm: "dataset" (subtract the train split's mean, as the AST paper) or "clip" (subtract each clip's
+            own mean of every mel bin over time, cepstral mean normalization: a speaker's loudness, a microphone's
+            colour and steady noise go away); both then divide by the train split's std.
         patch_size: square patch side in bins/frames.
         fstride, tstride: patch strides along frequency and time (< patch_size: overlapping patches).
         embed_dim, depth, num_heads, mlp_ratio: transformer size.
         attention: the attention config (`attnzoo.attention.factory.attention_layer`); attention parts receive
             `grid_size=(Tp, Fp)` (rows are time steps), `num_prefix_tokens` and `seq_len` (tokens per clip).
         dist_token: add the distillation token (its output is averaged with the cls token's).
+        global_pool: "token" (the mean of the cls and distillation outputs, as the AST paper) or "avg" (the mean of
+            the patch tokens, with a norm after pooling, as timm's ViT).
         spec_augment: `SpecAugment` options ({freq_mask, time_mask, num_masks}), or None for none.
         drop_rate: dropout on the embeddings and before the head.
         drop_path_rate: stochastic depth of the last block.
@@ -85,6 +90,7 @@ class AST(nn.Module):
         target_frames: int = 1024,
         feature_mean: float = 0.0,
         feature_std: float = 1.0,
+        feature_norm: str = "dataset",
         patch_size: int = 16,
         fstride: int = 10,
         tstride: int = 10,
@@ -94,6 +100,7 @@ class AST(nn.Module):
         mlp_ratio: float = 4.0,
         attention: dict[str, Any] | None = None,
         dist_token: bool = True,
+        global_pool: str = "token",
         spec_augment: dict[str, Any] | None = None,
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
@@ -103,11 +110,16 @@ class AST(nn.Module):
             raise ValueError(f"num_classes ({num_classes}) must be >= 1")
         if not (0 < fstride <= patch_size and 0 < tstride <= patch_size):
             raise ValueError(f"fstride ({fstride}) and tstride ({tstride}) must be in [1, patch_size={patch_size}]")
+        if global_pool not in ("token", "avg"):
+            raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
+        if feature_norm not in ("dataset", "clip"):
+            raise ValueError(f"feature_norm must be 'dataset' or 'clip', got {feature_norm!r}")
         if feature_std <= 0:
             raise ValueError(f"feature_std ({feature_std}) must be > 0")
         self.logmel = LogMel(sample_rate=sample_rate, n_mels=n_mels, win_ms=win_ms, hop_ms=hop_ms, kind=features)
         self.register_buffer("feature_mean", torch.tensor(float(feature_mean)))
         self.register_buffer("feature_std", torch.tensor(float(feature_std)))
+        self.feature_norm = feature_norm
         self.spec_augment = SpecAugment(**spec_augment) if spec_augment else None
         self.patch_size, self.fstride, self.tstride, self.target_frames = patch_size, fstride, tstride, target_frames
         self.grid = patch_grid(n_mels, target_frames, patch_size, fstride, tstride)  # (Fp, Tp) of the training clips
@@ -125,8 +137,11 @@ class AST(nn.Module):
             mlp_ratio=mlp_ratio,
             attention=attention,
             drop_path_rate=drop_path_rate,
+            final_norm=global_pool == "token",
             context=context,
         )
+        self.global_pool = global_pool
+        self.fc_norm = nn.LayerNorm(embed_dim) if global_pool == "avg" else nn.Identity()
         self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes)
@@ -151,7 +166,9 @@ class AST(nn.Module):
 
     def features(self, audio: Tensor) -> Tensor:
         """Normalized (and, in training, SpecAugmented) log-mel features [B, F, N]."""
-        feats = (self.logmel(audio) - self.feature_mean) / self.feature_std
+        feats = self.logmel(audio)  # [B, F, N]
+        center = feats.mean(2, keepdim=True) if self.feature_norm == "clip" else self.feature_mean  # [B, F, 1] or []
+        feats = (feats - center) / self.feature_std
         return self.spec_augment(feats) if self.spec_augment is not None else feats
 
     def tokens(self, feats: Tensor) -> Tensor:
@@ -180,5 +197,8 @@ class AST(nn.Module):
     def forward(self, audio: Tensor) -> Tensor:
         """audio [B, T] waveforms at `sample_rate` -> logits [B, num_classes]."""
         x = self.encoder(self.tokens(self.features(audio)))  # [B, prefix + P, D]
-        pooled = x[:, : self.num_prefix_tokens].mean(1)  # [B, D]: mean of cls and distillation outputs
-        return self.head(self.head_drop(pooled))
+        if self.global_pool == "token":
+            pooled = x[:, : self.num_prefix_tokens].mean(1)  # [B, D]: mean of cls and distillation outputs
+        else:
+            pooled = x[:, self.num_prefix_tokens :].mean(1)  # [B, D]: mean of the patch tokens
+        return self.head(self.head_drop(self.fc_norm(pooled)))

@@ -4,7 +4,8 @@ Commands (`attnzoo.fit`, `evaluate`, `viz`, `ablate`) are thin layers over this 
 """
 
 from .build import build, make_trainer
-from .console import is_rank_zero, show_log
+from .cluster import is_rank_zero
+from .console import show_log
 from .rundir import LoadedRun, load_run, new_run_dir, resume_target, run_checkpoint
 from .train import fit
 

@@ -116,6 +116,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from . import reliability
+    from .cluster import slurm_job
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
     run = cfg.section("run")
@@ -130,7 +131,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
-        *reliability.callbacks(ckpt_dir / "last.ckpt"),
+        *reliability.callbacks(ckpt_dir / "last.ckpt", slurm_job=slurm_job()),
         *extra_callbacks,
     ]
     stopping = early_stopping_options(run.get("early_stopping"))
@@ -150,7 +151,11 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    plugins = [reliability.AtomicCheckpointIO()]
+    plugins: list[Any] = [reliability.AtomicCheckpointIO()]
+    if slurm_job() is not None:  # SIGUSR1 stops and requeues through GracefulStop, not Lightning's handler
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        plugins.append(SLURMEnvironment(auto_requeue=False))
     try:
         trainer = L.Trainer(
             **kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir)

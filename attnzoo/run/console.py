@@ -1,9 +1,8 @@
-"""What every command prints: attnzoo's log messages, and which process is the one that speaks."""
+"""What every command prints: attnzoo's log messages (which process speaks: `attnzoo.run.cluster.is_rank_zero`)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
 
@@ -28,10 +27,3 @@ def show_log() -> None:
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-
-
-def is_rank_zero() -> bool:
-    """Whether this process is global rank 0 (also before Lightning has set up its strategy)."""
-    return (
-        int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
-    )

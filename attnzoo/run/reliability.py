@@ -3,6 +3,9 @@
 - `GracefulStop`: a SIGINT or SIGTERM sets a flag; at the end of the current batch every process agrees to
   stop, `last.ckpt` is written (atomically) and `Interrupted` is raised (at the next hook), which
   `attnzoo.fit` turns into a short message and the exit status 128 + signal number (130 / 143), without a traceback.
+  In a SLURM job, SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`: the time limit is near) stops the same way, and then
+  global rank 0 requeues the job (`scontrol requeue`); started again, it continues the run (`attnzoo.run.train`).
+  This replaces Lightning's own requeue (which saves `hpc_ckpt_*.ckpt` from inside the signal handler and trains on).
 - `ResumeDataPosition`: a run resumed mid epoch skips the batches the saved run had already trained on, so
   it reads the same samples in the same order as an uninterrupted run (Lightning restarts a plain
   DataLoader's epoch from its first batch).
@@ -37,12 +40,16 @@ SELF_SIGNAL_ENV = "ATTNZOO_TEST_SELF_SIGNAL"
 
 
 class Interrupted(Exception):
-    """Training stopped on a signal after saving `checkpoint`; resume with `--resume <run dir>`."""
+    """Training stopped on a signal after saving `checkpoint`; resume with `--resume <run dir>`, or, when
+    `requeued` names the SLURM job, by the job itself when SLURM starts it again."""
 
-    def __init__(self, *, signum: int, step: int, checkpoint: str) -> None:
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+    def __init__(self, *, signum: int, step: int, checkpoint: str, requeued: str | None = None) -> None:
+        self.signum, self.step, self.checkpoint, self.requeued = signum, step, checkpoint, requeued
         name = signal.Signals(signum).name
-        super().__init__(f"{name} received: stopped at step {step}, saved {checkpoint}")
+        super().__init__(
+            f"{name} received: stopped at step {step}, saved {checkpoint}"
+            + (f"; SLURM job {requeued} requeued" if requeued else "")
+        )
 
     @property
     def exit_code(self) -> int:
@@ -68,10 +75,13 @@ class NonFiniteLossError(RuntimeError):
 
 
 class GracefulStop(L.Callback):
-    """Save `last.ckpt` and stop at the end of the batch during which SIGINT or SIGTERM arrived."""
+    """Save `last.ckpt` and stop at the end of the batch during which SIGINT or SIGTERM arrived; with
+    `slurm_job`, SIGUSR1 too, and global rank 0 then requeues that job."""
 
-    def __init__(self, *, checkpoint: str | Path) -> None:
+    def __init__(self, *, checkpoint: str | Path, slurm_job: str | None = None) -> None:
         self.checkpoint = str(checkpoint)
+        self.slurm_job = slurm_job
+        self.signals = (*SIGNALS, signal.SIGUSR1) if slurm_job is not None else SIGNALS
         self.signum: int | None = None
         self._stop: Interrupted | None = None
         self._previous: dict[int, Any] = {}
@@ -82,8 +92,15 @@ class GracefulStop(L.Callback):
         self.signum = signum
         log.warning("%s received: saving a checkpoint and stopping after this batch", signal.Signals(signum).name)
 
+    def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        # rank 0's path: processes started apart (torchrun on several machines) may each have named another run dir
+        own, self.checkpoint = self.checkpoint, trainer.strategy.broadcast(self.checkpoint)
+        if self.checkpoint != own:
+            run_dir, named = Path(self.checkpoint).parent.parent, Path(own).parent.parent
+            log.info("run directory %s (global rank 0's; rank %d had named %s)", run_dir, trainer.global_rank, named)
+
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        for sig in SIGNALS:  # after Lightning's own handlers (installed when fit starts): ours replace them
+        for sig in self.signals:  # after Lightning's own handlers (installed when fit starts): ours replace them
             self._previous[sig] = signal.signal(sig, self._handler)
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int) -> None:
@@ -98,9 +115,18 @@ class GracefulStop(L.Callback):
         received = int(trainer.strategy.reduce(received, reduce_op="max").item())
         if not received or self._stop is not None:
             return
-        trainer.save_checkpoint(self.checkpoint)
+        trainer.save_checkpoint(self.checkpoint)  # every process waits until it is written
+        requeued = None
+        if received == signal.SIGUSR1 and self.slurm_job is not None and trainer.is_global_zero:
+            from .cluster import requeue
+
+            requeued = self.slurm_job if requeue(self.slurm_job) else None
+        if received == signal.SIGUSR1 and self.slurm_job is not None:
+            requeued = trainer.strategy.broadcast(requeued)  # every process says the same
         # raised at the next hook, once Lightning has logged this batch's metrics rows (resume does not redo them)
-        self._stop = Interrupted(signum=received, step=trainer.global_step, checkpoint=self.checkpoint)
+        self._stop = Interrupted(
+            signum=received, step=trainer.global_step, checkpoint=self.checkpoint, requeued=requeued
+        )
 
     def _raise_if_stopped(self) -> None:
         if self._stop is not None:
@@ -243,9 +269,9 @@ def describe_batch(batch: Any) -> str:
     return ", ".join(parts)
 
 
-def callbacks(checkpoint: str | Path) -> list[L.Callback]:
-    """The reliability callbacks `attnzoo.fit` adds to every run."""
-    return [FiniteLoss(), GracefulStop(checkpoint=checkpoint), ResumeDataPosition()]
+def callbacks(checkpoint: str | Path, *, slurm_job: str | None = None) -> list[L.Callback]:
+    """The reliability callbacks `attnzoo.fit` adds to every run (`slurm_job`: the job to requeue on SIGUSR1)."""
+    return [FiniteLoss(), GracefulStop(checkpoint=checkpoint, slurm_job=slurm_job), ResumeDataPosition()]
 
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:

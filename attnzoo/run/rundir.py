@@ -1,9 +1,9 @@
 """Run directories: where a new run goes, what `--resume` continues, and loading a finished run for a command.
 
-A run directory `<run.dir>/<run.name>/<timestamp>/` holds `config.yaml` (resolved, with derived values),
-`checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's
-`save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`; a learned tokenizer,
-`tokenizer.json`), which `load_run` reads back.
+A run directory `<run.dir>/<run.name>/<timestamp>/` (`.../slurm-<job id>/` in a SLURM job) holds `config.yaml`
+(resolved, with derived values), `checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what
+the DataModule's `save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`; a learned
+tokenizer, `tokenizer.json`), which `load_run` reads back. Only global rank 0 writes into it.
 """
 
 from __future__ import annotations
@@ -25,11 +25,22 @@ RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the comm
 
 
 def new_run_dir(cfg: Config) -> Path:
-    """`<run.dir>/<run.name>/<timestamp>`; DDP workers reuse rank 0's through the environment."""
+    """`<run.dir>/<run.name>/<timestamp>`, or `.../slurm-<job id>` in a SLURM job; DDP workers started by Lightning
+    reuse rank 0's through the environment.
+
+    Processes started apart (torchrun on several machines) may each name another timestamp: only rank 0 writes into
+    its directory, and the others take its name when training sets up (`GracefulStop.setup`, ModelCheckpoint's).
+    A SLURM job's tasks all name the same directory, and so does the job started again after a requeue.
+    """
+    from .cluster import slurm_job
+
     if os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV])
     run = cfg.section("run")
     base = Path(run.get("dir", "runs")) / run.get("name", cfg.section("model").get("kind", "run"))
+    job = slurm_job()
+    if job is not None:
+        return base / f"slurm-{job}"
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path, n = base / stamp, 1
     while path.exists():

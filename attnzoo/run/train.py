@@ -1,4 +1,10 @@
-"""Training a run: `fit(cfg)` builds it, trains, tests the best checkpoint and writes `summary.json`."""
+"""Training a run: `fit(cfg)` builds it, trains, tests the best checkpoint and writes `summary.json`.
+
+A SLURM job that was requeued (`SLURM_RESTART_COUNT` set) and finds a run in its directory continues it: from
+its `last.ckpt` (as `--resume` does), or not at all when it finished, or from the start when it stopped before its
+first checkpoint. The job id names the directory (`attnzoo.run.rundir.new_run_dir`), so the batch script's same
+command line finds it.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +19,10 @@ from typing import Any
 
 from ..config import Config, ConfigError
 from .build import build, make_trainer
-from .console import is_rank_zero
+from .cluster import is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
 from .reliability import Interrupted
-from .rundir import RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
+from .rundir import RESUMES_FILE, RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
 from .splits import test_split
 
 log = logging.getLogger("attnzoo")
@@ -36,7 +42,8 @@ def fit(
     Args:
         resume: a run directory (continues from its `last.ckpt`) or a checkpoint file inside one. The config
             may differ from the run's `config.yaml` only in `attnzoo.run.rundir.RESUME_MAY_CHANGE`.
-        run_dir: write the run here instead of `<run.dir>/<run.name>/<timestamp>` (a directory that holds no run).
+        run_dir: write the run here instead of `<run.dir>/<run.name>/<timestamp>` (a directory that holds no run,
+            unless this is a requeued SLURM job continuing its run).
         extra_callbacks: Lightning callbacks added to the run's own.
     """
     ckpt_path, what = None, "run directory"
@@ -51,13 +58,18 @@ def fit(
     if lock is not None:
         lock.acquire()
     try:
-        if ckpt_path is None and lock is not None:
-            held = [name for name in RUN_FILES if (run_dir / name).exists()]
-            if held:
-                raise ConfigError(
-                    f"{run_dir} already holds a run ({', '.join(held)}); continue it with --resume {run_dir}, "
-                    "or write the new run elsewhere"
-                )
+        held = [name for name in RUN_FILES if (run_dir / name).exists()] if ckpt_path is None else []
+        if held and slurm_restarts():
+            ckpt_path, finished = _after_requeue(run_dir, clear=lock is not None)
+            if finished:
+                return run_dir
+        elif held and lock is not None:
+            job = slurm_job()
+            raise ConfigError(
+                f"{run_dir} already holds a run ({', '.join(held)}); continue it with --resume {run_dir}, "
+                "or write the new run elsewhere"
+                + (f" (each run of SLURM job {job} needs its own run.name or --run-dir)" if job is not None else "")
+            )
         return _fit(cfg, run_dir, ckpt_path, extra_callbacks)
     finally:
         if lock is not None:
@@ -66,6 +78,38 @@ def fit(
                 (run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json")
             ):
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
+
+
+def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
+    """(checkpoint to continue from, finished) for the run a requeued SLURM job finds in its directory; `clear`
+    (global rank 0) removes what a run that stopped before its first checkpoint wrote, which starts again."""
+    job, restarts = slurm_job(), slurm_restarts()
+    try:
+        finished = json.loads((run_dir / "summary.json").read_text()).get("finished") is True
+    except (OSError, ValueError, AttributeError):
+        finished = False
+    speak = log.info if is_rank_zero() else log.debug
+    if finished:
+        speak(
+            "SLURM job %s started again (restart %d): its run in %s finished; nothing to train", job, restarts, run_dir
+        )
+        return None, True
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        _, ckpt = resume_target(run_dir)
+        speak("SLURM job %s started again (restart %d): continuing its run in %s", job, restarts, run_dir)
+        return ckpt, False
+    if clear:
+        log.warning(
+            "SLURM job %s started again (restart %d): its run in %s stopped before its first checkpoint; training it "
+            "again from the start",
+            job,
+            restarts,
+            run_dir,
+        )
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        for name in ("metrics.csv", "summary.json", RESUMES_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+    return None, False
 
 
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
@@ -113,6 +157,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         raise ConfigError(f"before training started: {err}".replace("  ", " ")) from err
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
+    if not trainer.is_global_zero and trainer.checkpoint_callback is not None:
+        run_dir = Path(trainer.checkpoint_callback.dirpath).parent  # rank 0's (Lightning broadcasts its dirpath)
     result: dict[str, Any] = {
         "run_dir": str(run_dir),
         "finished": True,

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..attention.specs import build
 from .objectives import OBJECTIVES, Objective
-from .optim import SCHEDULES, check_optimizer, make_optimizer
+from .optim import SCHEDULES, configure_optimizers, optimizer_spec
 
 Tensor = torch.Tensor
 
@@ -57,11 +57,7 @@ class ClassificationTask(L.LightningModule):
         self.train_metrics = built.metrics.clone(prefix="train/")
         self.val_metrics = built.metrics.clone(prefix="val/")
         self.test_metrics = built.metrics.clone(prefix="test/")
-        if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
-            raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
-        default = {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.05}
-        self.optimizer_spec = dict(optimizer if optimizer is not None else default)
-        check_optimizer(self.optimizer_spec)
+        self.optimizer_spec = optimizer_spec(optimizer, {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.05})
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
 
     def logged_metrics(self) -> list[str]:
@@ -102,10 +98,5 @@ class ClassificationTask(L.LightningModule):
         self._step(batch, "test")
 
     def configure_optimizers(self) -> Any:
-        optimizer = make_optimizer(self.net, self.optimizer_spec)
-        if self.schedule is None:
-            return optimizer
-        total = int(self.trainer.estimated_stepping_batches)
-        lr_lambda = lambda step: self.schedule(step, total)  # noqa: E731
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        total = int(self.trainer.estimated_stepping_batches) if self.schedule is not None else 0
+        return configure_optimizers(self.net, self.optimizer_spec, self.schedule, total)

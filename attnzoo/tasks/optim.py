@@ -47,6 +47,27 @@ def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> No
         raise ValueError(f"{what}: {kind!r} refuses {options}: {type(err).__name__}: {err}") from None
 
 
+def optimizer_spec(optimizer: Mapping[str, Any] | None, default: Mapping[str, Any]) -> dict[str, Any]:
+    """The `task.optimizer` spec, `default` when None (the key left out), checked by `check_optimizer`."""
+    if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
+        raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
+    spec = dict(optimizer if optimizer is not None else default)
+    check_optimizer(spec)
+    return spec
+
+
+def configure_optimizers(
+    net: nn.Module, spec: Mapping[str, Any], schedule: Callable[[int, int], float] | None, total_steps: int
+) -> Any:
+    """What a task's `configure_optimizers` returns: the optimizer of `spec`, and with `schedule` a LambdaLR over
+    `total_steps` stepped every optimizer step."""
+    optimizer = make_optimizer(net, spec)
+    if schedule is None:
+        return optimizer
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step, total_steps))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
 def make_optimizer(net: nn.Module, spec: Mapping[str, Any]) -> torch.optim.Optimizer:
     """timm's `create_optimizer_v2`: no weight decay on norms, biases and the model's `no_weight_decay()`."""
     spec = dict(spec)

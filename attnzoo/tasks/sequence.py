@@ -24,7 +24,7 @@ from torchmetrics.text import CHRFScore, Perplexity, SacreBLEUScore
 
 from ..attention.specs import build
 from ..generation import beam_search, greedy, sample
-from .optim import SCHEDULES, check_optimizer, make_optimizer
+from .optim import SCHEDULES, configure_optimizers, optimizer_spec
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -40,7 +40,8 @@ def sequence_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) 
 
 
 class _SequenceTask(L.LightningModule):
-    """What both tasks share: optimizer and schedule from config, examples written to the run directory."""
+    """What both tasks share: optimizer and schedule from config, examples written to the run directory, and the
+    val/test hooks (a task writes `_evaluate` for a batch and `_epoch_end` for a split)."""
 
     monitor: str
     monitor_mode: str
@@ -58,10 +59,7 @@ class _SequenceTask(L.LightningModule):
         if num_examples < 0:
             raise ValueError(f"task.num_examples ({num_examples}) must be >= 0")
         self.net = net
-        if optimizer is not None and not (isinstance(optimizer, Mapping) and optimizer):
-            raise ValueError(f"task.optimizer: {optimizer!r} is not an optimizer; give e.g. {{kind: adamw, lr: 0.001}}")
-        self.optimizer_spec = dict(optimizer if optimizer is not None else {"kind": "adamw", "lr": 1e-3})
-        check_optimizer(self.optimizer_spec)
+        self.optimizer_spec = optimizer_spec(optimizer, {"kind": "adamw", "lr": 1e-3})
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
@@ -100,14 +98,29 @@ class _SequenceTask(L.LightningModule):
             json.dumps(self.examples, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
 
+    def _evaluate(self, batch: dict[str, Any], split: str) -> None:
+        """Loss and metric updates of one val or test batch."""
+        raise NotImplementedError
+
+    def _epoch_end(self, split: str) -> None:
+        """Metrics of the split logged and reset; examples written."""
+        raise NotImplementedError
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")
+
     def configure_optimizers(self) -> Any:
-        optimizer = make_optimizer(self.net, self.optimizer_spec)
-        if self.schedule is None:
-            return optimizer
-        total = int(self.trainer.estimated_stepping_batches)
-        lr_lambda = lambda step: self.schedule(step, total)  # noqa: E731
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        total = int(self.trainer.estimated_stepping_batches) if self.schedule is not None else 0
+        return configure_optimizers(self.net, self.optimizer_spec, self.schedule, total)
 
 
 class Seq2SeqTask(_SequenceTask):
@@ -229,20 +242,8 @@ class Seq2SeqTask(_SequenceTask):
     def on_validation_epoch_start(self) -> None:
         self._kept = []
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_end("val")
-
     def on_test_epoch_start(self) -> None:
         self._kept = []
-
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_end("test")
 
 
 class LanguageModelTask(_SequenceTask):
@@ -331,15 +332,3 @@ class LanguageModelTask(_SequenceTask):
             ids = self.generate(prompt, max_new_tokens=self.sample_tokens)
             text = data.decode(torch.cat([prompt[0], ids[0]]))  # the prompt and its continuation
             self._write_examples(split, [{"prompt": self.prompt, "sample": text}])
-
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_end("val")
-
-    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._epoch_end("test")

@@ -140,3 +140,30 @@ def test_time_window_reads_nearby_time_steps_and_prefix_tokens_read_all():
     torch.testing.assert_close(mask[2:, 2:], (step - step.T).abs() <= 1)
     model = tiny(attention={"pattern": {"kind": "attnzoo.models.ast.TimeWindow", "steps": 1}}).eval()
     assert model(torch.randn(1, 2 * RATE)).shape == (1, 5)  # longer clips: the window still holds
+
+
+def test_clip_normalization_removes_a_gain_that_dataset_normalization_keeps():
+    wave = torch.randn(2, RATE) * torch.linspace(0.1, 1.0, RATE)  # [2, T], not stationary
+    louder = 4.0 * wave  # +12 dB: every log-mel bin shifts by the same constant
+    clip, dataset = tiny(feature_norm="clip").eval(), tiny(feature_norm="dataset").eval()
+    torch.testing.assert_close(clip.features(louder), clip.features(wave), atol=1e-3, rtol=0)
+    assert (dataset.features(louder) - dataset.features(wave)).abs().min() > 1.0  # log(16) / std(1) everywhere
+    assert clip.features(wave).mean(2).abs().max() < 1e-4  # each clip's bins are centred over time
+
+
+@pytest.mark.parametrize("global_pool", ["token", "avg"])
+def test_pooling_choices_train(global_pool):
+    model = tiny(global_pool=global_pool).train()
+    logits = model(torch.randn(3, RATE))
+    assert logits.shape == (3, 5)
+    logits.sum().backward()
+    assert model.patch_embed.weight.grad.abs().sum() > 0
+    pooled_norm = model.encoder.norm if global_pool == "token" else model.fc_norm  # norm before the head
+    assert pooled_norm.weight.grad.abs().sum() > 0
+    assert isinstance(model.encoder.norm, torch.nn.Identity) == (global_pool == "avg")  # one norm, not two
+
+
+@pytest.mark.parametrize(("key", "value"), [("global_pool", "max"), ("feature_norm", "utterance")])
+def test_bad_pooling_or_normalization_is_refused(key, value):
+    with pytest.raises(ValueError, match=f"{key} must be"):
+        tiny(**{key: value})

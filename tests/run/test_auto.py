@@ -73,11 +73,12 @@ def test_audio_files_get_16_khz_and_their_own_learning_rate(tmp_path):
     data, model = cfg.section("data"), cfg.section("model")
     assert (data["sample_rate"], data["n_mels"], data["mixup_alpha"], data["time_shift_ms"]) == (16000, 32, 0.0, 0.0)
     assert (model["fstride"], model["tstride"], model["n_mels"], model["sample_rate"]) == (16, 6, 32, 16000)
-    assert model["spec_augment"] is None and model["drop_path_rate"] == 0.1
+    assert model["spec_augment"] is None and model["drop_path_rate"] == 0.1 and model["feature_norm"] == "clip"
     assert cfg.section("task")["optimizer"]["lr"] == 2e-3
     synthetic = load([RECIPES / "ast.yaml"], [*QUICK, "data.synthetic.per_class={train: 4, val: 2, test: 2}"])
     build(synthetic)
     assert synthetic.section("task")["optimizer"]["lr"] == 1e-3 and synthetic.section("data")["sample_rate"] == 8000
+    assert synthetic.section("model")["feature_norm"] == "dataset"
 
 
 def test_auto_for_a_key_the_data_does_not_choose_is_a_config_error():

@@ -1,9 +1,11 @@
 """Multi-node training through torchrun, for real on one machine: two node processes on 127.0.0.1 (gloo, CPU).
 
 Lightning detects the TorchElastic environment torchrun sets; `trainer.num_nodes=2 trainer.devices=1` then trains one
-process per node. After one SGD step, 2 nodes x batch b hold exactly the weights of 1 process x batch 2b.
+process per node. After one SGD step, 2 nodes x batch b hold exactly the weights of 1 process x batch 2b. Both nodes
+work in the one run directory global rank 0 names, and only rank 0 writes into it.
 """
 
+import csv
 import json
 import os
 import shutil
@@ -27,6 +29,7 @@ ONE_STEP = [
     "trainer.max_steps=1",
     "trainer.limit_val_batches=0",
     "trainer.num_sanity_val_steps=0",
+    "trainer.log_every_n_steps=1",
     "task.optimizer={kind: sgd, lr: 0.5, weight_decay: 0.0}",
     "task.scheduler=null",
     "run.test=false",
@@ -64,8 +67,9 @@ def test_two_torchrun_nodes_equal_one_process_with_the_double_batch(tmp_path):
                 "trainer.devices=1",
                 "trainer.strategy=ddp",
                 "data.batch_size=4",
-                "--run-dir",
-                str(tmp_path / "two_nodes"),
+                f"run.dir={tmp_path / 'two_nodes'}",
+                # node 1 alone would name another directory for sure (timestamps may agree by chance): it must not
+                *([] if rank == 0 else ["run.name=node1"]),
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -82,10 +86,19 @@ def test_two_torchrun_nodes_equal_one_process_with_the_double_batch(tmp_path):
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert single.returncode == 0, single.stderr[-3000:]
-    summary = json.loads((tmp_path / "two_nodes" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["global_step"] == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["single", "two_nodes"], "a node wrote a run dir of its own"
-    two, one = _weights(tmp_path / "two_nodes"), _weights(tmp_path / "single")
+    (run_dir,) = (tmp_path / "two_nodes" / "vit").iterdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["single", "two_nodes"]
+    assert [p.name for p in (tmp_path / "two_nodes").iterdir()] == ["vit"], "node 1 wrote a run dir of its own"
+    assert f"run directory {run_dir} (global rank 0's; rank 1 had named" in outputs[1], outputs[1][-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_step"] == 1 and summary["run_dir"] == str(run_dir)
+    # written once, by rank 0: one train row, the files of one run, no lock left, nothing of Lightning's own
+    with open(run_dir / "metrics.csv", newline="") as f:
+        assert [r["step"] for r in csv.DictReader(f)] == ["0"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "metrics.csv", "summary.json"]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["last.ckpt"]
+    assert "node1" not in (run_dir / "config.yaml").read_text()  # rank 0's config
+    two, one = _weights(run_dir), _weights(tmp_path / "single")
     _, task, _ = build(load([tmp_path / "single" / "config.yaml"]))  # the seeded initial weights
     moved = max((one[k] - v).abs().max().item() for k, v in task.state_dict().items())
     assert moved > 1e-3, "the optimizer step did not change the weights; the comparison would be vacuous"

@@ -381,7 +381,7 @@ class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again befo
             os.kill(os.getpid(), signal.SIGINT)
 
 own = reliability.callbacks
-reliability.callbacks = lambda checkpoint: [*own(checkpoint), TwoCtrlC()]
+reliability.callbacks = lambda checkpoint, **kw: [*own(checkpoint, **kw), TwoCtrlC()]
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from attnzoo.tasks import OBJECTIVES, TASKS, ClassificationTask
-from attnzoo.tasks.optim import SCHEDULES, check_optimizer, make_optimizer
+from attnzoo.tasks.optim import SCHEDULES, check_optimizer, configure_optimizers, make_optimizer
 
 
 class Net(nn.Module):
@@ -70,3 +70,16 @@ def test_warmup_cosine_schedule():
     assert values[-1] == pytest.approx(0.01, abs=0.01)
     assert SCHEDULES["constant"](warmup=10)(50, total) == 1.0
     assert SCHEDULES["cosine"](warmup=5)(2, total) == pytest.approx(3 / 6)  # >= 1: a step count
+
+
+def test_configured_scheduler_steps_the_learning_rate_along_the_schedule():
+    schedule = SCHEDULES["cosine"](warmup=2)
+    spec = {"kind": "sgd", "lr": 0.5}
+    configured = configure_optimizers(Net(), spec, schedule, total_steps=10)
+    optimizer, scheduler = configured["optimizer"], configured["lr_scheduler"]["scheduler"]
+    assert configured["lr_scheduler"]["interval"] == "step"
+    for step in range(10):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * schedule(step, 10))
+        optimizer.step()
+        scheduler.step()
+    assert isinstance(configure_optimizers(Net(), spec, None, total_steps=0), torch.optim.SGD)

@@ -4,59 +4,23 @@ Such a kind cannot hand its call to `attend()`: on each backend it supports it r
 eager formula, a fused kernel plus a rescaling, the blocked backend's per-group `kernel`, a flex `score_mod`).
 `choose()` picks among those backends as `attend` picks among all of them: an explicit backend that cannot run
 the call raises and says why, `auto` takes the first in the kind's order that has no objection and logs its
-choice once. What ran is reported as "backend[kind]" (`Attention.backend_used`).
+choice once. What ran is reported as "backend[kind]" (`Attention.backend_used`). A kind describes its call with
+`request` (the one `attend()` makes, from `backends.py`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
-import torch
-
-from ..backends import BACKENDS, Request, check_backend_name
+from ..backends import BACKENDS, Request, check_backend_name, request
 
 log = logging.getLogger("attnzoo")
-Tensor = torch.Tensor
 
 # (backend name, request, auto) -> None when the kind runs the request there, else why not
 Objection = Callable[[str, Request, bool], str | None]
 
 _logged: set[tuple[str, str, str]] = set()
-
-
-def request(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    pattern: Any | None,
-    bias: Any | None,
-    key_padding_mask: Tensor | None,
-    dropout_p: float,
-    return_weights: bool,
-    trains: bool = False,
-) -> Request:
-    """The `Request` of a call, as `attend()` makes it; `trains`: the kind has parameters of its own that train."""
-    grads = q.requires_grad or k.requires_grad or v.requires_grad or trains
-    if bias is not None and not isinstance(bias, Tensor):
-        grads = grads or any(p.requires_grad for p in bias.parameters())
-    elif bias is not None:
-        grads = grads or bias.requires_grad
-    return Request(
-        device_type=q.device.type,
-        needs_grad=torch.is_grad_enabled() and grads,
-        return_weights=return_weights,
-        pattern=pattern,
-        bias=bias,
-        has_padding=key_padding_mask is not None,
-        lq=q.shape[-2],
-        lk=k.shape[-2],
-        dropout_p=dropout_p,
-        dtype=q.dtype,
-        head_dim=q.shape[-1],
-    )
 
 
 def check_name(kind: str, backend: str, runs_on: tuple[str, ...], why_not: str) -> None:
@@ -100,3 +64,6 @@ def supports(name: str, req: Request) -> str | None:
     if name not in BACKENDS:
         return f"backend {name!r} is not available here"
     return BACKENDS[name].supports(req)
+
+
+__all__ = ["check_name", "choose", "request", "supports"]

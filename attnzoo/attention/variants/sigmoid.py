@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import Attention
-from ..backends import BACKENDS, allowed_mask, dense_bias, repeat_kv
+from ..backends import BACKENDS, eager_scores
 from . import dispatch
 
 Tensor = torch.Tensor
@@ -125,14 +125,8 @@ def sigmoid_eager(
     return_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """The formula: q [B, H, Lq, D], k, v [B, Hkv, Lk, D], offset b -> (out [B, H, Lq, D], weights or None)."""
-    lq, lk = q.shape[-2], k.shape[-2]
-    groups = q.shape[1] // k.shape[1]
-    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
-    scores = (q.float() @ k.float().transpose(-2, -1)) * scale + offset  # [B, H, Lq, Lk]
-    extra = dense_bias(bias, lq, lk, q.device, torch.float32)
-    if extra is not None:
-        scores = scores + extra.float()
-    allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
+    call = dict(pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale, offset=offset)
+    scores, allowed, v = eager_scores(q, k, v, **call)  # [B, H, Lq, Lk], v [B, H, Lk, D]
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))  # sigmoid(-inf) = 0, with zero gradient
     weights = torch.sigmoid(scores).to(q.dtype)

@@ -35,7 +35,7 @@ from torch import nn
 
 from .. import sdpa_bias
 from ..attention import Attention
-from ..backends import BACKENDS, allowed_mask, dense_bias, is_plain_causal, repeat_kv, rescued_mask
+from ..backends import BACKENDS, dense_bias, eager_scores, is_plain_causal, repeat_kv, rescued_mask
 from ..toeplitz import row_chunks
 from . import dispatch
 
@@ -77,7 +77,7 @@ class SinkAttention(Attention):
             key_padding_mask=key_padding_mask,
             dropout_p=dropout_p,
             return_weights=return_weights,
-            trains=self.sinks.requires_grad,
+            trains_own=self.sinks.requires_grad,
         )
         name = dispatch.choose(self.kind, req, backend, ORDER, _objection)
         self.backend_used = f"{name}[{self.kind}]"
@@ -132,14 +132,8 @@ def sink_eager(
     return_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """The formula: q [B, H, Lq, D], k, v [B, Hkv, Lk, D], sinks [H] -> (out [B, H, Lq, D], weights or None)."""
-    lq, lk = q.shape[-2], k.shape[-2]
-    groups = q.shape[1] // k.shape[1]
-    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
-    scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, Lq, Lk]
-    extra = dense_bias(bias, lq, lk, q.device, torch.float32)
-    if extra is not None:
-        scores = scores + extra.float()
-    allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)
+    call = dict(pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale)
+    scores, allowed, v = eager_scores(q, k, v, **call)  # [B, H, Lq, Lk], v [B, H, Lk, D]
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = _with_sink(scores, sinks).to(q.dtype)  # a row with no key: all weight on the sink

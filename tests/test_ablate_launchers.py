@@ -21,6 +21,7 @@ import pytest
 import attnzoo.ablation.runner as runner
 import attnzoo.ablation.slurm as slurm
 from attnzoo.ablate import main
+from attnzoo.ablation.job import run_one
 from attnzoo.ablation.ray_tune import RayLauncher
 from attnzoo.ablation.runner import ablate
 from attnzoo.ablation.slurm import SlurmLauncher
@@ -169,6 +170,7 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
         (["--slurm-option", "output=x.log"], "ablate sets it itself"),
         (["--slurm-option", "time=1:00:00"], "use --slurm-time"),
         (["--slurm-option", "a b"], "expected KEY=VALUE or KEY"),
+        (["--slurm-option", "signal=USR1@90"], "ablate's jobs take no warning signal"),
         (["--launcher", "local", "--slurm-time", "1:00"], "['--slurm-time'] do not apply to --launcher local"),
         (["--launcher", "slurm", "--jobs", "2"], "['--jobs'] do not apply to --launcher slurm"),
         (["--launcher", "ray", "--no-wait"], "['--no-wait'] do not apply to --launcher ray"),
@@ -218,6 +220,39 @@ def test_slurm_launcher_fills_the_same_run_dirs_and_report_as_local_and_resumes_
     ablate([VIT], grid, out, launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0))
     assert _submitted(fake_slurm) == 6 and "backend=eager,seed=0.sbatch" in (fake_slurm / "sbatch.log").read_text()
     assert _report(out) == _report(local)
+
+
+_CONTINUING_FIT = """
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+run_dir = Path(args[args.index("--run-dir") + 1])
+print("continued" if (run_dir / "checkpoints" / "last.ckpt").is_file() else "from scratch", file=sys.stderr)
+(run_dir / "summary.json").write_text(json.dumps({"test": {"test/acc": 0.5}, "best": {"path": "x", "val/acc": 0.5}}))
+"""
+
+
+@pytest.mark.parametrize("restarts", ["0", "1"])
+def test_a_slurm_job_started_again_keeps_the_run_its_first_start_left_for_fit_to_continue(
+    tmp_path, monkeypatch, restarts
+):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_text("")  # the first start was preempted after a checkpoint
+    (run_dir / "stderr.log").write_text("first start\n")
+    (run_dir / "ablate.json").write_text(json.dumps({"status": "interrupted", "slurm_job_id": "7", "config_sha": "c"}))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", restarts)
+    command = [sys.executable, "-c", _CONTINUING_FIT, "--run-dir", str(run_dir)]
+    record = run_one(run_dir, command, variant="v", config_sha="c", launcher="slurm")
+    assert record["status"] == "ok"
+    stderr = (run_dir / "stderr.log").read_text().splitlines()
+    if restarts == "1":  # SLURM started the job again: the run dir is kept, fit finds last.ckpt, the log goes on
+        assert stderr == ["first start", "continued"] and record["slurm_restarts"] == 1
+    else:  # a new job for this run: from scratch
+        assert stderr == ["from scratch"] and "slurm_restarts" not in record
+    other = run_one(run_dir, command, variant="v", config_sha="other", launcher="slurm")  # another config: scratch
+    assert other["status"] == "ok" and (run_dir / "stderr.log").read_text() == "from scratch\n"
 
 
 def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_without_submitting_twice(

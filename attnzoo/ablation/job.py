@@ -64,8 +64,9 @@ def run_one(
     """Run one planned run in `run_dir` and record it in `run_dir/ablate.json`: the routine every launcher runs,
     wherever it runs it (a thread of `ablate`, a SLURM job, a Ray trial).
 
-    The directory is cleared first (a run starts from scratch), the command's output goes to stdout.log and
-    stderr.log, and the record ends as ok, failed (with the error line and the end of stderr) or interrupted.
+    The directory is cleared first, so a run starts from scratch (except in a SLURM job started again whose
+    earlier start left the run there: fit continues it). The command's output goes to stdout.log and stderr.log,
+    and the record ends as ok, failed (with the error line and the end of stderr) or interrupted.
     `stop()` is polled while the run goes: 1 asks it to stop (SIGTERM: fit saves and exits), 2 kills it; a run
     asked to stop before it starts is not started and its directory is left as it was.
 
@@ -75,9 +76,10 @@ def run_one(
     """
     if stop():
         return {"variant": variant, "status": "not started", "wall_seconds": 0.0}
-    if run_dir.exists():
+    restarts = _slurm_restarts(run_dir, config_sha)
+    if restarts is None and run_dir.exists():
         shutil.rmtree(run_dir)  # an interrupted or failed attempt: start again from scratch
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "variant": variant,
         "status": RUNNING,
@@ -90,12 +92,15 @@ def run_one(
     }
     if os.environ.get("SLURM_JOB_ID"):
         record["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    if restarts is not None:
+        record["slurm_restarts"] = restarts
     write_json(run_dir / "ablate.json", record)
     pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     full_env = {**os.environ, "PYTHONPATH": pythonpath, **(env or {})}
     start = time.perf_counter()
     sent = 0  # the stop level already passed on to the process
-    with open(run_dir / "stdout.log", "w") as out, open(run_dir / "stderr.log", "w") as err:
+    mode = "w" if restarts is None else "a"
+    with open(run_dir / "stdout.log", mode) as out, open(run_dir / "stderr.log", mode) as err:
         proc = subprocess.Popen(list(command), stdout=out, stderr=err, env=full_env, cwd=cwd)
         try:
             while (code := _wait(proc, POLL_SECONDS)) is None:
@@ -119,6 +124,17 @@ def run_one(
         record.update(status="failed", error=_error_line(tail, code), stderr_tail=tail)
     write_json(run_dir / "ablate.json", record)
     return record
+
+
+def _slurm_restarts(run_dir: Path, config_sha: str) -> int | None:
+    """How many times SLURM started this job again (requeued it after a preemption or a node failure) when an
+    earlier start of the same job left its run in `run_dir`, else None. fit then continues that run from its last
+    checkpoint, as any requeued SLURM job does (`attnzoo.run.train`), instead of training it again from scratch."""
+    job, restarts = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_RESTART_COUNT", "0")
+    record = read_record(run_dir)
+    if not job or not restarts.isdigit() or int(restarts) == 0:
+        return None
+    return int(restarts) if record.get("slurm_job_id") == job and record.get("config_sha") == config_sha else None
 
 
 def _wait(proc: subprocess.Popen, seconds: float) -> int | None:

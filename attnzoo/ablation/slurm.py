@@ -45,7 +45,7 @@ _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 OWN = {"job-name": None, "output": None, "error": None, "chdir": None, "requeue": None, "ntasks": None,
        "ntasks-per-node": "--gpus-per-run", "nodes": None, "cpus-per-task": "--cpus-per-run",
        "gres": "--gpus-per-run", "gpus": "--gpus-per-run", "partition": "--slurm-partition",
-       "time": "--slurm-time"}  # fmt: skip
+       "time": "--slurm-time", "signal": None}  # fmt: skip
 
 
 class SlurmLauncher:
@@ -250,6 +250,10 @@ def _option(text: str) -> tuple[str, str | None]:
     if not _KEY.match(key):
         raise ConfigError(f"--slurm-option {text!r}: expected KEY=VALUE or KEY, a long sbatch option without its "
                           "dashes (e.g. account=myproject, qos=high, exclusive)")  # fmt: skip
+    if key == "signal":
+        raise ConfigError(f"--slurm-option {text!r}: ablate's jobs take no warning signal; at its time limit a run "
+                          "is stopped and recorded as failed (give it more --slurm-time); a job SLURM requeues "
+                          "(preemption, a node failure) continues its run from its last checkpoint")  # fmt: skip
     if key in OWN:
         instead = f"use {OWN[key]}" if OWN[key] else "ablate sets it itself"
         raise ConfigError(f"--slurm-option {text!r}: {instead}")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ _LOST_FIT = "import os, signal; os.kill(os.getppid(), signal.SIGKILL)"
 
 
 @pytest.fixture
-def fake_slurm(tmp_path, monkeypatch) -> Path:
+def fake_slurm(tmp_path, monkeypatch) -> Iterator[Path]:
     """A fake SLURM on PATH; returns its state folder (sbatch.log: one line per submission)."""
     bin_dir, state = tmp_path / "bin", tmp_path / "slurm-state"
     bin_dir.mkdir()
@@ -96,7 +97,12 @@ def fake_slurm(tmp_path, monkeypatch) -> Path:
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM", str(state))
-    return state
+    yield state
+    for pid_file in state.glob("*.pid"):  # a test that failed midway leaves no job running
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _fake_fit(code: str):

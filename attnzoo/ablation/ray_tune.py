@@ -88,15 +88,17 @@ class RayLauncher:
         max_concurrent: int = 0,
     ) -> None:
         import_ray()
-        if address and num_cpus:
+        joined = address or os.environ.get("RAY_ADDRESS")
+        if joined and num_cpus:
             raise ConfigError(f"--ray-cpus ({num_cpus}) sizes a Ray instance started here; with --ray-address "
-                              f"{address} the cluster has its own")  # fmt: skip
+                              f"(or RAY_ADDRESS) {joined} the cluster has its own")  # fmt: skip
         if cpus_per_run < 1 or (gpus_per_run or 0) < 0 or (num_cpus is not None and num_cpus < 1):
             raise ConfigError(f"--cpus-per-run ({cpus_per_run}) and --ray-cpus ({num_cpus}) must be >= 1, "
                               f"--gpus-per-run ({gpus_per_run}) >= 0")  # fmt: skip
         self.address, self.num_cpus = address, num_cpus
         self.cpus_per_run, self.gpus_per_run, self.max_concurrent = cpus_per_run, gpus_per_run, max_concurrent
         self._stop_file: Path | None = None
+        self._level = 0  # 0 running, 1 stopping, 2 killing
 
     def launch(
         self, configs: Sequence[str | Path], out: Path, runs: list[Planned], done: Callable[[dict[str, Any]], None]
@@ -110,14 +112,16 @@ class RayLauncher:
         folder.mkdir(parents=True, exist_ok=True)
         self._stop_file = folder / "stop"
         self._stop_file.unlink(missing_ok=True)  # left by an ablation stopped before (ablate holds out's lock)
+        self._signal_trials()  # a Ctrl-C that came before
+        address = self.address or os.environ.get("RAY_ADDRESS")  # ray.init reads RAY_ADDRESS too
         started = not ray.is_initialized()
         if started:
             pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-            ray.init(address=self.address, num_cpus=None if self.address else self.num_cpus or os.cpu_count(),
+            ray.init(address=address, num_cpus=None if address else self.num_cpus or os.cpu_count(),
                      include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                      runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})  # fmt: skip
         try:
-            bundle = self._bundle(ray.cluster_resources(), local=started and not self.address)
+            bundle = self._bundle(ray.cluster_resources(), local=started and not address)
             specs = [{"variant": r.variant.id, "run_dir": str(r.run_dir.resolve()), "config_sha": r.config_sha,
                       "command": runner.fit_command(configs, r), "cwd": str(Path.cwd()),
                       "stop_file": str(self._stop_file)} for r in runs]  # fmt: skip
@@ -152,11 +156,15 @@ class RayLauncher:
         return bundle
 
     def stop(self, *, kill: bool = False) -> str:
-        if self._stop_file is not None:
-            self._stop_file.write_text("kill" if kill else "stop")
+        self._level = 2 if kill else max(self._level, 1)
+        self._signal_trials()
         if kill:
             return "killing the runs of the Ray trials in progress"
         return "stopping the runs of the Ray trials in progress, starting no more (again to kill them at once)"
+
+    def _signal_trials(self) -> None:
+        if self._level and self._stop_file is not None:
+            self._stop_file.write_text("kill" if self._level == 2 else "stop")
 
 
 def _progress_callback(tune: Any, done: Callable[[dict[str, Any]], None]) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torchaudio
 from torch import nn
+from torch.nn import functional as F
 
 Tensor = torch.Tensor
 
@@ -108,7 +109,8 @@ class LogMel(nn.Module):
 
 
 class SpecAugment(nn.Module):
-    """Frequency and time masking (`torchaudio.transforms.FrequencyMasking` / `TimeMasking`), in training only.
+    """Frequency and time masking (`torchaudio.transforms.FrequencyMasking` / `TimeMasking`), in training only,
+    after an optional random stretch of both axes.
 
     Each clip gets its own masks. Masked values are 0, which after normalization is the train-set mean.
 
@@ -116,26 +118,44 @@ class SpecAugment(nn.Module):
         freq_mask: largest frequency mask width in bins (0 = none).
         time_mask: largest time mask width in frames (0 = none).
         num_masks: masks of each kind per clip.
+        stretch: each clip's frequency axis (from 0 Hz up) and time axis (about the clip's middle) are scaled by
+            their own random factors in [1 - stretch, 1 + stretch] (0 = none): formants and word lengths move as
+            they do between speakers, like speed perturbation but on the features, batched.
     """
 
-    def __init__(self, *, freq_mask: int = 48, time_mask: int = 192, num_masks: int = 1) -> None:
+    def __init__(self, *, freq_mask: int = 48, time_mask: int = 192, num_masks: int = 1, stretch: float = 0.0) -> None:
         super().__init__()
         if freq_mask < 0 or time_mask < 0 or num_masks < 0:
             raise ValueError(
                 f"freq_mask ({freq_mask}), time_mask ({time_mask}) and num_masks ({num_masks}) must be >= 0"
             )
-        self.num_masks = num_masks
+        if not 0.0 <= stretch < 1.0:
+            raise ValueError(f"stretch ({stretch}) must be in [0, 1)")
+        self.num_masks, self.stretch = num_masks, stretch
         self.freq = torchaudio.transforms.FrequencyMasking(freq_mask, iid_masks=True) if freq_mask else None
         self.time = torchaudio.transforms.TimeMasking(time_mask, iid_masks=True) if time_mask else None
 
     def forward(self, feats: Tensor) -> Tensor:
         """feats [B, F, N] -> [B, F, N] (unchanged in eval mode)."""
-        if not self.training or self.num_masks == 0:
+        if not self.training:
             return feats
         x = feats[:, None]  # [B, 1, F, N]: torchaudio's iid masks want a channel axis
+        if self.stretch:
+            x = self._stretch(x)
         for _ in range(self.num_masks):
             if self.freq is not None:
                 x = self.freq(x)
             if self.time is not None:
                 x = self.time(x)
         return x[:, 0]
+
+    def _stretch(self, x: Tensor) -> Tensor:
+        """x [B, 1, F, N] -> [B, 1, F, N], each clip resampled on its own scaled grid (edges repeated)."""
+        b = x.shape[0]
+        scale = 1.0 + self.stretch * (2.0 * torch.rand(b, 2, device=x.device) - 1.0)  # [B, 2]: time, frequency
+        theta = torch.zeros(b, 2, 3, device=x.device, dtype=x.dtype)  # output -> input coordinates in [-1, 1]
+        theta[:, 0, 0] = scale[:, 0]  # time about the middle
+        theta[:, 1, 1] = scale[:, 1]  # frequency about bin 0 (row -1): y_in = s * y + s - 1
+        theta[:, 1, 2] = scale[:, 1] - 1.0
+        grid = F.affine_grid(theta, list(x.shape), align_corners=True)  # [B, F, N, 2]
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=True)

@@ -71,8 +71,9 @@ def audio_data(*, synthetic: bool) -> Chosen:
         return {"data.sample_rate": (8000, why), "data.n_mels": (32, why), "data.mixup_alpha": (0.0, why),
                 "data.time_shift_ms": (0.0, why)}  # fmt: skip
     # A small AST learning from scratch on ~1k clips learned far slower from the AST paper's 128 bins and stride-10
-    # patches (~110 tokens), and slower with mixup, SpecAugment or time shifts, than from 32 bins (28 tokens) with
-    # none, within minutes of CPU (measured on the stand-ins, benchmarks/recipes.py); they stay options
+    # patches (~110 tokens), and slower with mixup or time shifts, than from 32 bins (28 tokens), within minutes of
+    # CPU (measured on the stand-ins, benchmarks/recipes.py); they stay options. SpecAugment with a stretch of both
+    # axes (`audio_model`) did help, once each clip's mean per bin was subtracted (model.feature_norm: clip)
     why = "audio files: 16 kHz; 32 mel bins, which a small AST learns from fastest"
     slower = "audio files: slowed a small AST's learning from ~1k clips"
     return {"data.sample_rate": (16000, why), "data.n_mels": (32, why), "data.mixup_alpha": (0.0, slower),
@@ -93,7 +94,11 @@ def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, ba
         ),
         "model.fstride": (16, "audio files: patches side by side along frequency"),
         "model.tstride": (6, "audio files: patches overlapping along time (stride 6 of 16 frames)"),
-        "model.spec_augment": (None, "audio files: slowed a small AST's learning from ~1k clips"),
+        "model.spec_augment": (
+            {"freq_mask": max(1, n_mels // 8), "time_mask": max(1, round(frames / 10)), "num_masks": 2, "stretch": 0.1},
+            f"audio files: masks of up to 1/8 of the {n_mels} mel bins and 1/10 of the {frames} frames, and both axes "
+            "stretched by up to 10% (formants and word lengths move as between speakers)",
+        ),
         "model.drop_path_rate": (0.1, "audio files: regularization for 1k-50k clips"),
         "task.optimizer.lr": (2e-3, "audio files: a small AST from scratch"),
         "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=1500, low=10, high=100),

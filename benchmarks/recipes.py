@@ -86,14 +86,17 @@ def run(name: str, spec: tuple, standins: Path, runs: Path) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     metric = "test/" + next(k for k in summary["best"] if k != "path").split("/", 1)[1]
     config = (run_dir / "config.yaml").read_text()
+    from attnzoo.run.baseline import baseline_metric  # a run without a test split pairs with the baseline on val
+
+    baseline = baseline_metric(summary, metric) if summary.get("baseline") else None
     record.update(
         metric=metric,
         attnzoo=summary["test"][metric],
-        baseline=summary.get("baseline", {}).get(metric),
+        baseline=baseline,
         baseline_model=f"{summary['baseline']['features']} + {summary['baseline']['model']}"
         if summary.get("baseline")
         else None,
-        ratio=summary["test"][metric] / summary["baseline"][metric] if summary.get("baseline") else None,
+        ratio=summary["test"][metric] / baseline if baseline else None,
         epochs=summary["epochs"],
         best_epoch=summary.get("best_epoch"),
         stopped=summary.get("stopped", {}).get("reason"),

@@ -115,9 +115,9 @@ def markdown(records: list[dict], hardware: dict) -> str:
         "# Recipes on stand-in data (data keys only) beside a classical baseline",
         "",
         f"Hardware: {hardware['cpu']} ({hardware['cpu_cores']} cores), torch {hardware['torch']}, "
-        f"Python {hardware['python']}. The machine was shared with other jobs (load average over 1 min, before / "
-        "after each run), so wall times are inflated; CPU s is the run's own processor time (user + system, one "
-        "thread), about its wall time on an idle machine. `{root}` in a command is the stand-in's folder.",
+        f"Python {hardware['python']}. Each run uses one thread; load is the machine's load average over 1 min "
+        "before / after the run (with 2 cores, up to 2 means the run had a core to itself). CPU s is the run's own "
+        "processor time (user + system). `{root}` in a command is the stand-in's folder.",
         "",
         "| run | role | metric | attnzoo | baseline | attnzoo / baseline | epochs (stop) | wall s | CPU s | load |",
         "|---|---|---|---:|---:|---:|---|---:|---:|---|",

@@ -225,7 +225,7 @@ def check_options(
                 f"{full}: {value!r} is not a valid {_describe(schema[key])} (set in {cfg.where(full)})"
                 + _choices(schema[key])
                 + (
-                    " ('auto' is chosen by the data only for its AUTO_KEYS, see attnzoo/data/defaults.py)"
+                    " ('auto' is chosen by the data only for its AUTO_KEYS, see attnzoo/data/modules/defaults.py)"
                     if value == AUTO
                     else ""
                 )  # fmt: skip

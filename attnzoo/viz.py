@@ -58,7 +58,7 @@ def image_input(data: Any, path: Path) -> dict[str, Tensor]:
 
 def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
     """A WAV file as mono audio at the run's sample rate, at its own length: {"audio": [1, T]}."""
-    from .data.audio_io import load_clip
+    from .data.formats.audio_io import load_clip
 
     return {"audio": load_clip(path, sample_rate=data.sample_rate)[None]}
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnzoo.config import load, smoke_overrides
-from attnzoo.data.subword import SubwordTokenizer
+from attnzoo.data.tokenizers.subword import SubwordTokenizer
 from attnzoo.generate import generate
 from attnzoo.generate import main as generate_main
 from attnzoo.generation import beam_search, greedy

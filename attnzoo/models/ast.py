@@ -2,7 +2,7 @@
 
 Notation: B batch, T samples, F mel bins, N frames, Fp x Tp patch grid, P = Fp * Tp patches, D width.
 
-The model takes waveforms: log-mel features (`attnzoo.data.audio_features.LogMel`), normalization with the
+The model takes waveforms: log-mel features (`attnzoo.layers.audio_features.LogMel`), normalization with the
 train-set statistics (buffers, so checkpoints carry them), SpecAugment in training, overlapping 16x16 patches
 with separate frequency and time strides, cls + distillation tokens whose outputs are averaged for the head.
 Patch tokens are ordered time-major (all frequency patches of time step 0, then of time step 1, ...), so a 1D
@@ -21,7 +21,7 @@ from torch import nn
 
 from ..attention.factory import attention_context
 from ..attention.patterns import Pattern
-from ..data.audio_features import LogMel, SpecAugment
+from ..layers.audio_features import LogMel, SpecAugment
 from ..layers.encoder import make_encoder
 
 Tensor = torch.Tensor

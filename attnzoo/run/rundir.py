@@ -211,7 +211,7 @@ def load_run(
 def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
     """The run's `tokenizer.json` as `data.tokenizer` when the config names a learned kind (bpe, wordpiece,
     unigram): learning it again from data read now could give other ids than the weights were trained with."""
-    from ..data.subword import KINDS, TOKENIZER_FILE
+    from ..data.tokenizers.subword import KINDS, TOKENIZER_FILE
 
     saved = run_dir / TOKENIZER_FILE
     if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:

@@ -42,7 +42,7 @@ def write_folder(out: Path, images: np.ndarray, labels: np.ndarray, shares: dict
 
 def mnist_folder(out: Path, seed: int) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from attnzoo.data.image import load_mnist5k
+    from attnzoo.data.modules.image import load_mnist5k
 
     images, labels = load_mnist5k()
     return write_folder(out, images[:, 0].numpy(), labels.numpy(), {"train": 100, "val": 10, "test": 10}, seed)

@@ -13,10 +13,10 @@ import torch
 import torchaudio
 
 from attnzoo.data import DATAMODULES
-from attnzoo.data.audio import AudioDataModule, Mixup
-from attnzoo.data.audio_features import LogMel, SpecAugment
-from attnzoo.data.audio_io import AudioFileError, fit_length, load_clip, read_wav
-from attnzoo.data.synth_audio import class_names, synthesize
+from attnzoo.data.embedded.synth_audio import class_names, synthesize
+from attnzoo.data.formats.audio_io import AudioFileError, fit_length, load_clip, read_wav
+from attnzoo.data.modules.audio import AudioDataModule, Mixup
+from attnzoo.layers.audio_features import LogMel, SpecAugment
 
 RATE = 8000
 
@@ -362,7 +362,7 @@ def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
 
 
 def test_time_shift_moves_training_clips_and_fills_with_silence():
-    from attnzoo.data.audio import ClipDataset
+    from attnzoo.data.modules.audio import ClipDataset
 
     wave = torch.arange(1.0, 101.0)
     data = ClipDataset(targets=[0], num_samples=100, sample_rate=1000, crop="start", waves=[wave], shift=20)

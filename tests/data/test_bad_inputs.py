@@ -13,11 +13,11 @@ from PIL import Image
 
 from attnzoo.attention.patterns import DilatedSlidingWindow, SlidingWindow
 from attnzoo.config import ConfigError, load
-from attnzoo.data.audio_io import AudioFileError, read_wav
-from attnzoo.data.image import ImageDataModule
-from attnzoo.data.image_io import ImageFileError, load_rgb
-from attnzoo.data.text import TextDataModule
-from attnzoo.data.text_files import read_text_file
+from attnzoo.data.formats.audio_io import AudioFileError, read_wav
+from attnzoo.data.formats.image_io import ImageFileError, load_rgb
+from attnzoo.data.formats.text_files import read_text_file
+from attnzoo.data.modules.image import ImageDataModule
+from attnzoo.data.modules.text import TextDataModule
 from attnzoo.run.reliability import check_checkpoint_shapes
 from tests.run.test_reliability import VIT
 
@@ -222,7 +222,7 @@ def test_non_utf8_bytes_in_a_text_file_name_the_file_line_and_column(name, conte
 
 
 def test_a_jsonl_of_image_text_pairs_with_non_utf8_bytes_is_named(tmp_path):
-    from attnzoo.data.text_image import TextImageDataModule
+    from attnzoo.data.modules.text_image import TextImageDataModule
 
     path = tmp_path / "train.jsonl"
     path.write_bytes(b'{"image": "a.png", "text": "r\xf6d", "label": "x"}\n')

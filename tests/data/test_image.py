@@ -5,8 +5,9 @@ import torch
 from PIL import Image
 from torch.utils.data import DistributedSampler
 
-from attnzoo.data import DATAMODULES, ImageDataModule, defaults
-from attnzoo.data.image import EpochShuffle, load_mnist5k
+from attnzoo.data import DATAMODULES, ImageDataModule
+from attnzoo.data.modules import defaults
+from attnzoo.data.modules.image import EpochShuffle, load_mnist5k
 
 
 def _indices(split):  # indices of a split's samples in the underlying dataset

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnzoo.data import DATAMODULES
-from attnzoo.data.lm import (
+from attnzoo.data.modules.lm import (
     IGNORE_INDEX,
     BlockDataset,
     LMDataModule,

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from attnzoo.data.cldr_pairs import generate_pairs
-from attnzoo.data.subword import KINDS, SPECIALS, SubwordTokenizer, run_tokenizer, sequence_tokenizer
-from attnzoo.data.text import TextDataModule
-from attnzoo.data.tokenize import ByteTokenizer, FileTokenizer, make_tokenizer
+from attnzoo.data.embedded.cldr_pairs import generate_pairs
+from attnzoo.data.modules.text import TextDataModule
+from attnzoo.data.tokenizers.subword import KINDS, SPECIALS, SubwordTokenizer, run_tokenizer, sequence_tokenizer
+from attnzoo.data.tokenizers.tokenize import ByteTokenizer, FileTokenizer, make_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
-from attnzoo.data import listops
-from attnzoo.data.batching import BucketBatchSampler, PadCollate, TokenDataset
-from attnzoo.data.text import TextDataModule
-from attnzoo.data.tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, make_tokenizer
+from attnzoo.data.embedded import listops
+from attnzoo.data.modules.batching import BucketBatchSampler, PadCollate, TokenDataset
+from attnzoo.data.modules.text import TextDataModule
+from attnzoo.data.tokenizers.tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, make_tokenizer
 
 LISTOPS_SETTINGS = [
     dict(min_len=4, max_len=40, max_depth=3, max_args=4),

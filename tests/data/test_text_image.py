@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnzoo.data.scenes import COLORS, QUESTION_KINDS, SceneGenerator, write_jsonl
-from attnzoo.data.text_image import TextImageDataModule
-from attnzoo.data.tokenize import ByteTokenizer
+from attnzoo.data.embedded.scenes import COLORS, QUESTION_KINDS, SceneGenerator, write_jsonl
+from attnzoo.data.modules.text_image import TextImageDataModule
+from attnzoo.data.tokenizers.tokenize import ByteTokenizer
 
 
 def _answer(ex):

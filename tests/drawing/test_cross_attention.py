@@ -4,7 +4,7 @@ import pytest
 import torch
 from PIL import Image
 
-from attnzoo.data.text_image import TextImageDataModule
+from attnzoo.data.modules.text_image import TextImageDataModule
 from attnzoo.drawing.cross_attention import draw_cross_attention, text_image_maps, word_spans
 from attnzoo.models.text_image import TextImageNet
 

@@ -8,7 +8,7 @@ from attnzoo.attention.biases import BIASES
 from attnzoo.attention.positions import POSITIONS
 from attnzoo.attention.rotary import ROTARY
 from attnzoo.attention.specs import build
-from attnzoo.data.batching import PadCollate
+from attnzoo.data.modules.batching import PadCollate
 from attnzoo.models.text import POOLINGS, TextClassifier
 
 BACKENDS = ["eager", "sdpa"]
@@ -142,7 +142,7 @@ def test_bad_arguments_and_inputs():
 
 def test_learns_listops_examples():
     """A few optimizer steps on a fixed ListOps batch cut the loss: the pieces train together."""
-    from attnzoo.data.text import TextDataModule
+    from attnzoo.data.modules.text import TextDataModule
 
     dm = TextDataModule(batch_size=32, listops={"num_train": 32, "num_val": 8, "num_test": 8, "max_len": 20})
     dm.setup()

@@ -11,7 +11,7 @@ from PIL import Image
 from scipy.io import wavfile
 
 from attnzoo.config import ConfigError, load
-from attnzoo.data import defaults
+from attnzoo.data.modules import defaults
 from attnzoo.run import build, fit, load_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -327,8 +327,8 @@ def test_an_audio_folder_whose_split_leaves_no_test_clip_tests_on_val(tmp_path):
 
 
 def test_image_text_pairs_given_only_train_and_val_files_test_on_val(tmp_path):
-    from attnzoo.data.scenes import SceneGenerator, write_jsonl
-    from attnzoo.data.text_image import TextImageDataModule
+    from attnzoo.data.embedded.scenes import SceneGenerator, write_jsonl
+    from attnzoo.data.modules.text_image import TextImageDataModule
     from attnzoo.run.splits import test_split
 
     gen = SceneGenerator(task="vqa", seed=0)

@@ -113,7 +113,7 @@ class SubwordTokenizer:
             lowercase: lowercase before everything else (for classification; translation keeps case).
         """
         if kind not in KINDS:
-            from ..attention.factory import suggest
+            from ...attention.factory import suggest
 
             raise ValueError(f"subword tokenizer kind {kind!r} is unknown; valid: {list(KINDS)}{suggest(kind, KINDS)}")
         if vocab_size <= len(SPECIALS):
@@ -263,7 +263,7 @@ def sequence_tokenizer(
         tok = SubwordTokenizer.load(spec)
         tok.require("bos", "eos", what=what)
         return tok
-    from ..attention.factory import suggest
+    from ...attention.factory import suggest
 
     valid = [*KINDS, "bytes"]
     raise ValueError(

@@ -1,7 +1,7 @@
 """`ImageDataModule`: image folders, torchvision datasets on disk, or the embedded MNIST subset.
 
 Batches are dicts: {"image": [B, C, H, W] float, "label": [B] long}; with mixup or cutmix in training, labels
-are soft [B, K] float. Options set to `auto` are chosen from the data (`attnzoo.data.defaults.image`).
+are soft [B, K] float. Options set to `auto` are chosen from the data (`attnzoo.data.modules.defaults.image`).
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class ImageDataModule(L.LightningDataModule):
         return side, f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
 
     def _choose_augmentation(self) -> None:
-        """Resolve the augmentation options set to auto (`attnzoo.data.defaults.image`)."""
+        """Resolve the augmentation options set to auto (`attnzoo.data.modules.defaults.image`)."""
         chosen = defaults.image_data(embedded=self.dataset == EMBEDDED, img_size=self.img_size)
         for name in ("augment", "crop_scale", "trivial_augment", "mixup_alpha", "cutmix_alpha"):
             if getattr(self, name) == "auto":
@@ -299,7 +299,7 @@ class ImageDataModule(L.LightningDataModule):
 
         cls = getattr(tvd, self.dataset, None)
         if not isinstance(cls, type):
-            from ..attention.specs import suggest
+            from ...attention.specs import suggest
 
             valid = ["mnist5k", "folder", *sorted(n for n in tvd.__all__ if n[0].isupper())]
             raise ValueError(f"data.dataset: unknown {self.dataset!r}; valid: {valid}{suggest(self.dataset, valid)}")
@@ -315,7 +315,7 @@ class ImageDataModule(L.LightningDataModule):
     def _folders(self) -> dict[str, Dataset]:
         from torchvision.datasets import ImageFolder
 
-        from .image_io import ImageFileError, describe, load_rgb, unreadable_images
+        from ..formats.image_io import ImageFileError, describe, load_rgb, unreadable_images
 
         split_dirs = {s: self.root / s for s in SPLITS if (self.root / s).is_dir()}
         if "train" not in split_dirs:

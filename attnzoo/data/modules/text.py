@@ -17,12 +17,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..attention.specs import suggest
-from . import defaults, listops
+from ...attention.specs import suggest
+from ..embedded import listops
+from ..formats.text_files import check_labels, label_vocabulary, read_text_file
+from ..tokenizers.subword import KINDS as SUBWORD_KINDS
+from ..tokenizers.tokenize import make_tokenizer
+from . import defaults
 from .batching import PadCollate, TokenDataset, sequence_loader
-from .subword import KINDS as SUBWORD_KINDS
-from .text_files import check_labels, label_vocabulary, read_text_file
-from .tokenize import make_tokenizer
 
 log = logging.getLogger("attnzoo")
 
@@ -49,7 +50,7 @@ class TextDataModule(L.LightningDataModule):
             labels of the train split, sorted.
         tokenizer: "bytes" (UTF-8 bytes), "listops" (ListOps words), a subword kind learned from the train split
             ("bpe", "wordpiece", "unigram"; saved with a run as `tokenizer.json`), a `tokenizers` JSON file, or
-            "auto": chosen from the data (`attnzoo.data.defaults.text_data`: listops for the embedded ListOps, a
+            "auto": chosen from the data (`attnzoo.data.modules.defaults.text_data`: listops for the embedded ListOps, a
             subword vocabulary for files).
         vocab_size: the subword vocabulary size (special tokens included).
         lowercase: lowercase texts before a subword tokenizer learns or applies its vocabulary (auto: for files).

@@ -1,8 +1,8 @@
 """`TranslationDataModule`: parallel text for encoder-decoder models.
 
-Data: TSV or JSONL files (`attnzoo.data.parallel_files`), or, with no `train`, the embedded English/German/French
-phrases built from CLDR and num2words (`attnzoo.data.cldr_pairs`): real language, no download, deterministic from
-the seed, and no sentence of val or test (on either side) occurs in train.
+Data: TSV or JSONL files (`attnzoo.data.formats.parallel_files`), or, with no `train`, the embedded
+English/German/French phrases built from CLDR and num2words (`attnzoo.data.embedded.cldr_pairs`): real language, no
+download, deterministic from the seed, and no sentence of val or test (on either side) occurs in train.
 
 Batches (B batch, S longest source, T longest target + 1), padded per batch, similar lengths batched together:
 
@@ -27,10 +27,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..embedded.cldr_pairs import LANGS, generate_pairs
+from ..formats.parallel_files import PairFormat, read_pairs
+from ..tokenizers.subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 from .batching import sequence_loader
-from .cldr_pairs import LANGS, generate_pairs
-from .parallel_files import PairFormat, read_pairs
-from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
 

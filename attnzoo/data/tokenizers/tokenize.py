@@ -1,5 +1,5 @@
 """Tokenizers that need no download: UTF-8 bytes (every language), a fixed word list, a subword vocabulary learned
-from the train split (`attnzoo.data.subword`), or a user's file.
+from the train split (`attnzoo.data.tokenizers.subword`), or a user's file.
 
 A tokenizer has `name`, `vocab_size`, `pad_id`, `encode(text) -> list[int]`, `decode(ids) -> str` and
 `describe() -> dict` (saved with a run). `make_tokenizer(spec)` builds one from the `data.tokenizer` config value.
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import listops
+from ..embedded import listops
 
 
 class Tokenizer(Protocol):
@@ -146,7 +146,7 @@ def make_tokenizer(
 
     Args:
         spec: "bytes", "listops", "bpe", "wordpiece", "unigram" or a file path.
-        texts: the training split's texts, for a subword kind (`attnzoo.data.subword`).
+        texts: the training split's texts, for a subword kind (`attnzoo.data.tokenizers.subword`).
         vocab_size, lowercase: subword options.
     """
     from .subword import KINDS, SubwordTokenizer
@@ -162,7 +162,7 @@ def make_tokenizer(
         return SubwordTokenizer.train(texts, kind=spec, vocab_size=vocab_size, lowercase=lowercase)
     if spec.endswith(".json") or Path(spec).exists():
         return FileTokenizer(path=spec)
-    from ..attention.specs import suggest
+    from ...attention.specs import suggest
 
     valid = list(TOKENIZERS) + list(KINDS)
     hint = suggest(spec, valid)

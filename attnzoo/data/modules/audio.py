@@ -1,7 +1,7 @@
 """`AudioDataModule`: WAV clips from class folders or a CSV, or the embedded synthetic syllables.
 
 Batches are `{"audio": [B, T] float waveforms at `sample_rate`, "label": ...}`: the model computes log-mel
-features on its own device (`attnzoo.data.audio_features.LogMel`), so features never go stale against the
+features on its own device (`attnzoo.layers.audio_features.LogMel`), so features never go stale against the
 model and run on the GPU when there is one. Labels are class indices [B] (long), or multi-hot [B, C] float
 with `multilabel`; with mixup in training they are mixed one-/multi-hot [B, C] float.
 
@@ -26,10 +26,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from . import defaults, synth_audio
-from .audio_features import FEATURE_KINDS, LogMel
-from .audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
-from .text_files import read_utf8
+from ...layers.audio_features import FEATURE_KINDS, LogMel
+from ..embedded import synth_audio
+from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
+from ..formats.text_files import read_utf8
+from . import defaults
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -110,7 +111,7 @@ class AudioDataModule(L.LightningDataModule):
         val_fraction / test_fraction: held-out fractions when no list or fold says; assignment hashes each file's
             name (a Speech Commands speaker id before "_nohash_"), so it is stable when files are added.
         sample_rate: rate every clip is resampled to. Options set to auto (sample_rate, n_mels, mixup_alpha) are
-            chosen from the source (`attnzoo.data.defaults.audio_data`).
+            chosen from the source (`attnzoo.data.modules.defaults.audio_data`).
         clip_seconds: clips are padded with silence or cropped to this length.
         train_crop: part of a longer training clip to keep: "random", "start" or "center" (eval clips: "center").
         n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`), handed to the model.

@@ -36,8 +36,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..tokenizers.subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 from .batching import sequence_loader
-from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
 log = logging.getLogger("attnzoo")
 

@@ -5,7 +5,8 @@ image path relative to the JSONL file. Two tasks: `vqa` (the label is an answer 
 `match` (the label says whether the text fits the image: true/false, 1/0 or "match"/"mismatch").
 
 Batches: {"image": [B, C, H, W] float, "tokens": [B, L] long, "padding_mask": [B, L] bool (True = pad),
-"label": [B] long}; texts are tokenized by `data.tokenizer` (UTF-8 bytes by default, `attnzoo.data.tokenize`).
+"label": [B] long}; texts are tokenized by `data.tokenizer` (UTF-8 bytes by default,
+`attnzoo.data.tokenizers.tokenize`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
-from .image_io import ImageFileError, load_rgb
-from .scenes import MATCH_ANSWERS, SceneGenerator
-from .text_files import read_utf8
-from .tokenize import make_tokenizer
+from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
+from ..formats.image_io import ImageFileError, load_rgb
+from ..formats.text_files import read_utf8
+from ..tokenizers.tokenize import make_tokenizer
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -96,14 +97,15 @@ def _read(path: Path, image_size: int) -> np.ndarray:
 
 
 class TextImageDataModule(L.LightningDataModule):
-    """Image-text classification data; the embedded default is generated scenes (`attnzoo.data.scenes`).
+    """Image-text classification data; the embedded default is generated scenes (`attnzoo.data.embedded.scenes`).
 
     Args:
         task: "vqa" (answer classification) or "match" (image-text matching).
         train, val, test: JSONL files; all None for generated scenes. `train` needs `val`.
         classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
         image_size: images are resized to this square size.
-        tokenizer: "bytes" (UTF-8 bytes) or a `tokenizers` JSON file (`attnzoo.data.tokenize.make_tokenizer`).
+        tokenizer: "bytes" (UTF-8 bytes) or a `tokenizers` JSON file
+            (`attnzoo.data.tokenizers.tokenize.make_tokenizer`).
         max_len: texts are cut to this many tokens (how many were cut is logged).
         on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
             and logs how many were skipped.

@@ -1,0 +1,1 @@
+"""Generators of the embedded default datasets (no download, deterministic from a seed)."""

@@ -1,0 +1,1 @@
+"""The LightningDataModules, one per modality, their `auto` defaults and shared batching."""

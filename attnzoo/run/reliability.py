@@ -200,7 +200,10 @@ class ResumeDataPosition(L.Callback):
         if batch_sampler is None or not hasattr(batch_sampler, "sampler") or not hasattr(batch_sampler, "batch_size"):
             log.warning("resume: the train loader has no batch sampler to skip; its epoch restarts from the start")
             return
-        batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, done * batch_sampler.batch_size, batch_sampler)
+        if callable(getattr(batch_sampler, "skip_batches", None)):  # batches fixed per epoch (length bucketing)
+            batch_sampler.skip_batches(done)
+        else:
+            batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, done * batch_sampler.batch_size, batch_sampler)
         log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
 
 

@@ -7,7 +7,8 @@ from torch.utils.data import DistributedSampler
 
 from attnzoo.data import DATAMODULES, ImageDataModule
 from attnzoo.data.modules import defaults
-from attnzoo.data.modules.image import EpochShuffle, load_mnist5k
+from attnzoo.data.modules.batching import EpochShuffle
+from attnzoo.data.modules.image import load_mnist5k
 
 
 def _indices(split):  # indices of a split's samples in the underlying dataset

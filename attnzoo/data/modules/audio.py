@@ -31,6 +31,7 @@ from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 from ..formats.text_files import read_utf8
 from . import defaults
+from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -454,10 +455,11 @@ class AudioDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool, collate=None) -> DataLoader:
         self.setup()
+        data = self.datasets[split]
         return DataLoader(
-            self.datasets[split],
+            data,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=EpochShuffle(data, seed=run_seed(self.seed)) if shuffle else None,
             num_workers=self.num_workers,
             collate_fn=collate,
             drop_last=shuffle and len(self.datasets[split]) > self.batch_size,

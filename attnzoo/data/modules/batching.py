@@ -1,10 +1,16 @@
-"""Variable-length batches: dynamic padding to the longest sequence and length bucketing.
+"""Training order and variable-length batches: the one epoch-seeded shuffle every DataModule uses, dynamic padding
+to the longest sequence, and length bucketing.
+
+The order of an epoch is a function of (run seed, epoch) alone, never of the global random state, so a run resumed
+mid-epoch reads the batches the uninterrupted run would have read, and one process reads in each epoch the samples
+that N DDP processes read together (Lightning swaps `EpochShuffle` for a `DistributedSampler` with the same seed).
 
 Notation: B batch, L the longest sequence in the batch.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -12,6 +18,32 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 Tensor = torch.Tensor
+
+
+def run_seed(fallback: int) -> int:
+    """The seed the training order follows: `seed_everything`'s (Lightning's DistributedSampler takes the same), else
+    `fallback` (the DataModule's own seed)."""
+    return int(os.environ.get("PL_GLOBAL_SEED", fallback))
+
+
+class EpochShuffle(RandomSampler):
+    """A new permutation each epoch, seeded by (seed + epoch) exactly as Lightning's DistributedSampler is.
+
+    So one process reads, in each epoch, the same samples in the same order as the union of N DDP processes
+    (which Lightning gives `DistributedSampler(seed=PL_GLOBAL_SEED)` in place of this RandomSampler), and a
+    resumed run sees the order it would have seen.
+    """
+
+    def __init__(self, data: Dataset, *, seed: int) -> None:
+        super().__init__(data)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:  # Lightning calls this every epoch
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
 
 
 class TokenDataset(Dataset):
@@ -56,9 +88,10 @@ class PadCollate:
 class BucketBatchSampler(BatchSampler):
     """Batches of similar lengths, so little compute goes to padding.
 
-    Takes indices from `sampler` (random for training; Lightning swaps in a `DistributedSampler` under DDP),
-    sorts each pool of `pool * batch_size` of them by length, cuts the pool into batches and, with `shuffle`,
-    visits the batches in random order (torch's global generator, so `seed_everything` fixes it).
+    Takes the epoch's indices from `sampler` (`EpochShuffle` for training; Lightning swaps in a `DistributedSampler`
+    under DDP), sorts each pool of `pool * batch_size` of them by length, cuts the pool into batches and, with
+    `shuffle`, visits the batches in an order drawn from (the sampler's seed + epoch). The batches of an epoch are
+    fixed before the first one is read, so `skip_batches(n)` (a resume mid-epoch) leaves out exactly the first n.
     """
 
     def __init__(
@@ -77,6 +110,18 @@ class BucketBatchSampler(BatchSampler):
         self.lengths = lengths
         self.pool = pool
         self.shuffle = shuffle
+        self._skip = 0
+
+    def skip_batches(self, n: int) -> None:
+        """The next pass leaves out its first `n` batches (the ones a resumed run already trained on)."""
+        self._skip = n
+
+    def _order(self, n: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(n))
+        # EpochShuffle and DistributedSampler both carry the run seed and the epoch Lightning set on them
+        seed, epoch = getattr(self.sampler, "seed", 0), getattr(self.sampler, "epoch", 0)
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
         indices = list(self.sampler)
@@ -87,8 +132,8 @@ class BucketBatchSampler(BatchSampler):
             batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
-        order = torch.randperm(len(batches)).tolist() if self.shuffle else range(len(batches))
-        for i in order:
+        skip, self._skip = self._skip, 0
+        for i in self._order(len(batches))[skip:]:
             yield batches[i]
 
     def __len__(self) -> int:
@@ -104,14 +149,15 @@ def sequence_loader(
     drop_last: bool,
     num_workers: int,
     collate_fn: Callable[[list[Any]], Any] | None = None,
+    seed: int,
     bucket: bool = False,
     pool: int = 50,
 ) -> DataLoader:
-    """A DataLoader over `dataset`, shuffled when `train`; with `bucket`, batches of similar lengths
-    (`BucketBatchSampler` over `dataset.lengths`, `pool` batches sorted at a time)."""
+    """A DataLoader over `dataset`, shuffled when `train` (`EpochShuffle` from `run_seed(seed)`); with `bucket`,
+    batches of similar lengths (`BucketBatchSampler` over `dataset.lengths`, `pool` batches sorted at a time)."""
     common = {"collate_fn": collate_fn, "num_workers": num_workers, "persistent_workers": num_workers > 0}
+    sampler = EpochShuffle(dataset, seed=run_seed(seed)) if train else SequentialSampler(dataset)
     if not bucket:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=train, drop_last=drop_last, **common)
-    sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **common)
     batches = BucketBatchSampler(sampler, batch_size, drop_last, lengths=dataset.lengths, pool=pool, shuffle=train)
     return DataLoader(dataset, batch_sampler=batches, **common)

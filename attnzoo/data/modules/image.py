@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
 
 from . import defaults
+from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -54,26 +54,6 @@ class _Tensors(Dataset):
 
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
         return self.images[i], self.labels[i]
-
-
-class EpochShuffle(RandomSampler):
-    """A new permutation each epoch, seeded by (seed + epoch) exactly as Lightning's DistributedSampler is.
-
-    So one process reads, in each epoch, the same samples in the same order as the union of N DDP processes
-    (which Lightning gives `DistributedSampler(seed=PL_GLOBAL_SEED)` in place of this RandomSampler), and a
-    resumed run sees the order it would have seen.
-    """
-
-    def __init__(self, data: Dataset, *, seed: int) -> None:
-        super().__init__(data)
-        self.seed, self.epoch = seed, 0
-
-    def set_epoch(self, epoch: int) -> None:  # Lightning calls this every epoch
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
 
 
 class MixCollate:
@@ -398,7 +378,7 @@ class ImageDataModule(L.LightningDataModule):
         data = self.splits[split]
         sampler = None
         if train and self.shuffle:  # seed as Lightning's DistributedSampler: seed_everything's seed
-            sampler = EpochShuffle(data, seed=int(os.environ.get("PL_GLOBAL_SEED", self.seed)))
+            sampler = EpochShuffle(data, seed=run_seed(self.seed))
         mix = train and (self.mixup_alpha or self.cutmix_alpha)
         return DataLoader(
             data,

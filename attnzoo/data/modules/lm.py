@@ -300,7 +300,7 @@ class LMDataModule(L.LightningDataModule):
         batch_size = self.batch_size if train else self.eval_batch_size
         drop_last = train and len(ds) > batch_size
         return sequence_loader(
-            ds, batch_size=batch_size, train=train, drop_last=drop_last, num_workers=self.num_workers
+            ds, batch_size=batch_size, train=train, drop_last=drop_last, num_workers=self.num_workers, seed=self.seed
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -271,6 +271,7 @@ class TextDataModule(L.LightningDataModule):
             drop_last=train,
             num_workers=self.num_workers,
             collate_fn=PadCollate(pad_id=self.tokenizer.pad_id, multiple=self.pad_to_multiple),
+            seed=self.seed,
             bucket=self.bucket,
             pool=self.bucket_pool,
         )

@@ -27,6 +27,7 @@ from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
 from ..formats.image_io import ImageFileError, load_rgb
 from ..formats.text_files import read_utf8
 from ..tokenizers.tokenize import make_tokenizer
+from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -263,10 +264,11 @@ class TextImageDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give data.{split} (a JSONL file)")
+        data = self.datasets[split]
         return DataLoader(
-            self.datasets[split],
+            data,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=EpochShuffle(data, seed=run_seed(self.seed)) if shuffle else None,
             num_workers=self.num_workers,
             collate_fn=Collate(self.tokenizer.pad_id),
             persistent_workers=self.num_workers > 0,

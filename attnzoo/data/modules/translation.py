@@ -347,6 +347,7 @@ class TranslationDataModule(L.LightningDataModule):
             collate_fn=Seq2SeqCollate(
                 pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, multiple=self.pad_to_multiple
             ),
+            seed=self.seed,
             bucket=self.bucket,
             pool=self.bucket_pool,
         )

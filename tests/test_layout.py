@@ -1,5 +1,6 @@
 """The package layout holds: imports flow one way (commands -> run/ablation/drawing -> config -> models/data/tasks
--> layers/generation -> attention), `attnzoo.attention` imports no Lightning, and no library module imports a command.
+-> layers/generation -> attention), `attnzoo.attention` imports no Lightning, no library module imports a command, no
+two modules import each other (directly or round a longer cycle), and data/ keeps its modules in role sub-packages.
 
 Imports are read from the source (every `import` statement, also those inside functions), not from a running process.
 """
@@ -88,3 +89,70 @@ def test_imports_flow_one_way(name):
 def test_the_top_of_the_package_holds_only_commands_and_config():
     top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
     assert top <= COMMANDS | {"config"}, f"modules at the top that are not commands: {sorted(top - COMMANDS)}"
+
+
+def _module_edges(name: str, path: Path) -> set[str]:
+    """The attnzoo modules `name` imports; `from package import module` counts as the module alone (it runs the
+    package's `__init__` first, as importing any submodule does, which no cycle needs to count)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            submodules = {f"{module}.{alias.name}" for alias in node.names} & MODULES.keys()
+            found |= submodules if len(submodules) == len(node.names) else {module, *submodules}
+    return {m for m in found if m in MODULES and m != name}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    graph = {name: _module_edges(name, path) for name, path in MODULES.items()}
+    cycles = _cycles(graph)
+    assert not cycles, "modules that import each other (also inside functions): " + "; ".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_data_keeps_its_modules_in_role_subpackages():
+    data = PACKAGE / "data"
+    loose = sorted(p.name for p in data.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules at attnzoo/data/ root (move each to modules, formats, embedded or tokenizers): {loose}"

@@ -8,8 +8,9 @@ import pytest
 
 from attnzoo.data.embedded.cldr_pairs import generate_pairs
 from attnzoo.data.modules.text import TextDataModule
-from attnzoo.data.tokenizers.subword import KINDS, SPECIALS, SubwordTokenizer, run_tokenizer, sequence_tokenizer
-from attnzoo.data.tokenizers.tokenize import ByteTokenizer, FileTokenizer, make_tokenizer
+from attnzoo.data.tokenizers.factory import make_tokenizer
+from attnzoo.data.tokenizers.subword import KINDS, SPECIALS, SubwordTokenizer, run_tokenizer
+from attnzoo.data.tokenizers.tokenize import ByteTokenizer, FileTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +106,8 @@ def test_make_tokenizer_names_the_subword_kinds():
     assert make_tokenizer("wordpiece", texts=["a b c a b"], vocab_size=40).kind == "wordpiece"
 
 
-def test_sequence_tokenizer(corpus, tmp_path):
-    byte = sequence_tokenizer("bytes", texts=corpus)
+def test_a_tokenizer_for_generation_has_bos_and_eos(corpus, tmp_path):
+    byte = make_tokenizer("bytes", texts=corpus, generates="generation")
     assert isinstance(byte, ByteTokenizer) and (byte.bos_id, byte.eos_id, byte.vocab_size) == (257, 258, 259)
     assert byte.decode([byte.bos_id, *byte.encode("März"), byte.eos_id]) == "März"
     # a user's file without bos/eos tokens is refused, naming what was looked for
@@ -120,9 +121,9 @@ def test_sequence_tokenizer(corpus, tmp_path):
     path = tmp_path / "no_bos.json"
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"no_bos.json: translation needs \['bos', 'eos'\] tokens.*'<s>'"):
-        sequence_tokenizer(str(path), texts=corpus, what="translation")
+        make_tokenizer(str(path), texts=corpus, generates="translation")
     with pytest.raises(ValueError, match=r"unknown 'bpeh'.*did you mean 'bpe'"):
-        sequence_tokenizer("bpeh", texts=corpus)
+        make_tokenizer("bpeh", texts=corpus, generates="generation")
     with pytest.raises(ValueError, match="no tokenizer.json"):
         run_tokenizer(tmp_path, "bpe")
 

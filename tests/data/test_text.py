@@ -11,7 +11,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Seque
 from attnzoo.data.embedded import listops
 from attnzoo.data.modules.batching import BucketBatchSampler, PadCollate, TokenDataset
 from attnzoo.data.modules.text import TextDataModule
-from attnzoo.data.tokenizers.tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, make_tokenizer
+from attnzoo.data.tokenizers.factory import make_tokenizer
+from attnzoo.data.tokenizers.tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer
 
 LISTOPS_SETTINGS = [
     dict(min_len=4, max_len=40, max_depth=3, max_args=4),

@@ -36,7 +36,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..tokenizers.subword import decode_generated, save_run_tokenizer, sequence_tokenizer
+from ..tokenizers.factory import make_tokenizer
+from ..tokenizers.subword import decode_generated, save_run_tokenizer
 from .batching import sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -197,12 +198,12 @@ class LMDataModule(L.LightningDataModule):
         if self.datasets:
             return
         self.docs = self._splits()
-        self.tokenizer = sequence_tokenizer(
+        self.tokenizer = make_tokenizer(
             self.tokenizer_spec,
             texts=self.docs["train"],
             vocab_size=self.vocab_size,
             min_frequency=self.min_frequency,
-            what="a language model (bos starts and eos ends each document)",
+            generates="a language model (bos starts and eos ends each document)",
         )
         for split, docs in self.docs.items():
             self.datasets[split] = BlockDataset(

@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader
 from ...attention.specs import suggest
 from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
+from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
-from ..tokenizers.tokenize import make_tokenizer
 from . import defaults
 from .batching import PadCollate, TokenDataset, sequence_loader
 

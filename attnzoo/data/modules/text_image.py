@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
 from ..formats.image_io import ImageFileError, load_rgb
 from ..formats.text_files import read_utf8
-from ..tokenizers.tokenize import make_tokenizer
+from ..tokenizers.factory import make_tokenizer
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -106,7 +106,7 @@ class TextImageDataModule(L.LightningDataModule):
         classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
         image_size: images are resized to this square size.
         tokenizer: "bytes" (UTF-8 bytes) or a `tokenizers` JSON file
-            (`attnzoo.data.tokenizers.tokenize.make_tokenizer`).
+            (`attnzoo.data.tokenizers.factory.make_tokenizer`).
         max_len: texts are cut to this many tokens (how many were cut is logged).
         on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
             and logs how many were skipped.

@@ -29,7 +29,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
-from ..tokenizers.subword import decode_generated, save_run_tokenizer, sequence_tokenizer
+from ..tokenizers.factory import make_tokenizer
+from ..tokenizers.subword import decode_generated, save_run_tokenizer
 from .batching import sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -194,12 +195,12 @@ class TranslationDataModule(L.LightningDataModule):
             return
         self.pairs = self._embedded_splits() if self.files["train"] is None else self._file_splits()
         texts = [side for pair in self.pairs["train"] for side in pair]
-        self.tokenizer = sequence_tokenizer(
+        self.tokenizer = make_tokenizer(
             self.tokenizer_spec,
             texts=texts,
             vocab_size=self.vocab_size,
             min_frequency=self.min_frequency,
-            what="translation (bos starts the decoder input, eos ends the labels)",
+            generates="translation (bos starts the decoder input, eos ends the labels)",
         )
         for split, pairs in self.pairs.items():
             self.datasets[split] = self._encode(split, pairs)

@@ -27,18 +27,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .specials import ALIASES, SPECIALS
+from .tokenize import ByteTokenizer
+
 log = logging.getLogger("attnzoo")
 
 KINDS = ("bpe", "wordpiece", "unigram")
-SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "bos": "[BOS]", "eos": "[EOS]", "cls": "[CLS]"}
-# Names other tokenizer files use for the same roles (read when loading a file attnzoo did not write).
-ALIASES = {
-    "pad": ("[PAD]", "<pad>", "<|pad|>", "<PAD>"),
-    "unk": ("[UNK]", "<unk>", "<|unk|>", "<UNK>"),
-    "bos": ("[BOS]", "<s>", "<bos>", "<|startoftext|>", "<|begin_of_text|>"),
-    "eos": ("[EOS]", "</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>"),
-    "cls": ("[CLS]", "<cls>"),
-}
 _ROUND = 6  # decimals kept of unigram log-probabilities
 _TAIL_STEP = 1e-4  # the score step between characters the unigram trainer appends at the end
 
@@ -248,29 +242,6 @@ def _lowercases(record: dict[str, Any]) -> bool:
 TOKENIZER_FILE = "tokenizer.json"
 
 
-def sequence_tokenizer(
-    spec: str, *, texts: Sequence[str], vocab_size: int = 8000, min_frequency: int = 2, what: str = "generation"
-) -> Any:
-    """A tokenizer with bos/eos ids, for models that generate text: a subword kind trained on `texts`, "bytes"
-    (UTF-8 bytes plus bos/eos), or a `tokenizers` JSON file (a run's saved `tokenizer.json`)."""
-    from .tokenize import ByteTokenizer
-
-    if spec in KINDS:
-        return SubwordTokenizer.train(texts, kind=spec, vocab_size=vocab_size, min_frequency=min_frequency)
-    if spec == "bytes":
-        return ByteTokenizer(bos_eos=True)
-    if spec.endswith(".json") or Path(spec).exists():
-        tok = SubwordTokenizer.load(spec)
-        tok.require("bos", "eos", what=what)
-        return tok
-    from ...attention.factory import suggest
-
-    valid = [*KINDS, "bytes"]
-    raise ValueError(
-        f"data.tokenizer: unknown {spec!r}; valid: {valid} or a `tokenizers` .json file{suggest(spec, valid)}"
-    )
-
-
 def save_run_tokenizer(tok: Any, run_dir: Path) -> tuple[list[Path], dict[str, Any]]:
     """Write a sequence tokenizer that has a file (a subword one) as `run_dir/tokenizer.json`, which `run_tokenizer`
     reads back; returns (the paths written, the tokenizer's description for the run's record)."""
@@ -292,7 +263,5 @@ def run_tokenizer(run_dir: str | Path, spec: str) -> Any:
     if saved.is_file():
         return SubwordTokenizer.load(saved)
     if spec == "bytes":
-        from .tokenize import ByteTokenizer
-
         return ByteTokenizer(bos_eos=True)
     raise ValueError(f"{run_dir}: no {TOKENIZER_FILE} (the run's data.tokenizer is {spec!r})")

@@ -2,7 +2,8 @@
 from the train split (`attnzoo.data.tokenizers.subword`), or a user's file.
 
 A tokenizer has `name`, `vocab_size`, `pad_id`, `encode(text) -> list[int]`, `decode(ids) -> str` and
-`describe() -> dict` (saved with a run). `make_tokenizer(spec)` builds one from the `data.tokenizer` config value.
+`describe() -> dict` (saved with a run). `attnzoo.data.tokenizers.factory.make_tokenizer` builds one from the
+`data.tokenizer` config value.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..embedded import listops
+from .specials import ALIASES
 
 
 class Tokenizer(Protocol):
@@ -83,10 +85,11 @@ class FileTokenizer:
     """A Hugging Face `tokenizers` JSON file the user already has (needs `pip install tokenizers`).
 
     The padding id is the tokenizer's own padding token when it defines one, else the first of `PAD_TOKENS`
-    in its vocabulary; special tokens ([CLS], [SEP], ...) are added as the file's post-processor says.
+    (the padding names `SubwordTokenizer` reads too) in its vocabulary; special tokens ([CLS], [SEP], ...) are
+    added as the file's post-processor says.
     """
 
-    PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<PAD>")
+    PAD_TOKENS = ALIASES["pad"]
 
     def __init__(self, *, path: str | Path) -> None:
         self.path = Path(path)
@@ -137,36 +140,3 @@ TOKENIZERS = {
     "bytes": ByteTokenizer,
     "listops": lambda: WordTokenizer(vocab=listops.VOCAB, name="listops"),
 }
-
-
-def make_tokenizer(
-    spec: str, *, texts: Sequence[str] | None = None, vocab_size: int = 8000, lowercase: bool = False
-) -> Tokenizer:
-    """A tokenizer from a name in `TOKENIZERS`, a subword kind trained on `texts`, or a `tokenizers` JSON file.
-
-    Args:
-        spec: "bytes", "listops", "bpe", "wordpiece", "unigram" or a file path.
-        texts: the training split's texts, for a subword kind (`attnzoo.data.tokenizers.subword`).
-        vocab_size, lowercase: subword options.
-    """
-    from .subword import KINDS, SubwordTokenizer
-
-    if spec in TOKENIZERS:
-        return TOKENIZERS[spec]()
-    if spec in KINDS:
-        if texts is None:
-            raise ValueError(
-                f"data.tokenizer {spec!r} is trained on the train split's texts, which this data does not give; "
-                f"valid here: {list(TOKENIZERS)} or a `tokenizers` .json file"
-            )
-        return SubwordTokenizer.train(texts, kind=spec, vocab_size=vocab_size, lowercase=lowercase)
-    if spec.endswith(".json") or Path(spec).exists():
-        return FileTokenizer(path=spec)
-    from ...attention.specs import suggest
-
-    valid = list(TOKENIZERS) + list(KINDS)
-    hint = suggest(spec, valid)
-    raise ValueError(
-        f"data.tokenizer: unknown {spec!r}; valid: {list(TOKENIZERS)}, a subword kind trained on the train split "
-        f"{list(KINDS)}, or a `tokenizers` .json file{hint}"
-    )

@@ -1,0 +1,68 @@
+"""`make_tokenizer`: the one place a `data.tokenizer` config value becomes a tokenizer, for every DataModule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...attention.specs import suggest
+from .subword import KINDS, SubwordTokenizer
+from .tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, Tokenizer
+
+
+def make_tokenizer(
+    spec: str,
+    *,
+    texts: Sequence[str] | None = None,
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    lowercase: bool = False,
+    generates: str | None = None,
+) -> Tokenizer:
+    """A tokenizer from a name in `TOKENIZERS`, a subword kind trained on `texts`, or a `tokenizers` JSON file.
+
+    Args:
+        spec: "bytes", "listops", "bpe", "wordpiece", "unigram" or a file path.
+        texts: the training split's texts, for a subword kind (`attnzoo.data.tokenizers.subword`).
+        vocab_size, min_frequency, lowercase: subword options.
+        generates: for a model that generates text, what it is (named in errors). The tokenizer then has bos/eos
+            ids: "bytes" gains them, a file (a run's saved `tokenizer.json`) must define them, and the fixed word
+            lists are not offered.
+    """
+    names = ["bytes"] if generates is not None else list(TOKENIZERS)
+    if spec in KINDS:
+        if texts is None:
+            raise ValueError(
+                f"data.tokenizer {spec!r} is trained on the train split's texts, which this data does not give; "
+                f"valid here: {names} or a `tokenizers` .json file"
+            )
+        return SubwordTokenizer.train(
+            texts, kind=spec, vocab_size=vocab_size, min_frequency=min_frequency, lowercase=lowercase
+        )
+    if generates is not None:
+        return _generating(spec, what=generates)
+    if spec in TOKENIZERS:
+        return TOKENIZERS[spec]()
+    if spec.endswith(".json") or Path(spec).exists():
+        return FileTokenizer(path=spec)
+    valid = list(TOKENIZERS) + list(KINDS)
+    hint = suggest(spec, valid)
+    raise ValueError(
+        f"data.tokenizer: unknown {spec!r}; valid: {list(TOKENIZERS)}, a subword kind trained on the train split "
+        f"{list(KINDS)}, or a `tokenizers` .json file{hint}"
+    )
+
+
+def _generating(spec: str, *, what: str) -> Tokenizer:
+    """A fixed tokenizer with bos/eos ids: "bytes" (UTF-8 bytes plus bos/eos), or a `tokenizers` JSON file that has
+    them."""
+    if spec == "bytes":
+        return ByteTokenizer(bos_eos=True)
+    if spec.endswith(".json") or Path(spec).exists():
+        tok = SubwordTokenizer.load(spec)
+        tok.require("bos", "eos", what=what)
+        return tok
+    valid = [*KINDS, "bytes"]
+    raise ValueError(
+        f"data.tokenizer: unknown {spec!r}; valid: {valid} or a `tokenizers` .json file{suggest(spec, valid)}"
+    )

@@ -23,12 +23,12 @@ from torch import nn
 from torchmetrics.text import CHRFScore, Perplexity, SacreBLEUScore
 
 from ..attention.specs import build
+from ..data.modules.batching import IGNORE_INDEX
 from ..generation import beam_search, greedy, sample
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
-IGNORE_INDEX = -100
 EXAMPLES_FILE = "examples"  # <run dir>/examples.txt and examples.json
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnzoo.data import DATAMODULES
+from attnzoo.data.modules.batching import IGNORE_INDEX
 from attnzoo.data.modules.lm import (
-    IGNORE_INDEX,
     BlockDataset,
     LMDataModule,
     embedded_documents,

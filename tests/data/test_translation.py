@@ -14,7 +14,8 @@ import torch
 from attnzoo.data import DATAMODULES
 from attnzoo.data.embedded.cldr_pairs import COUNTRIES, LANGS, Generator, _fr_from, _fr_in, generate_pairs, number_words
 from attnzoo.data.formats.parallel_files import BadLine, PairFormat, read_pairs
-from attnzoo.data.modules.translation import IGNORE_INDEX, TranslationDataModule
+from attnzoo.data.modules.batching import IGNORE_INDEX
+from attnzoo.data.modules.translation import TranslationDataModule
 
 SMALL = {"num_train": 600, "num_val": 40, "num_test": 60}
 

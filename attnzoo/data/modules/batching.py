@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 Tensor = torch.Tensor
+IGNORE_INDEX = -100  # the label of positions no loss counts (padding): torch's cross_entropy default
 
 
 def run_seed(fallback: int) -> int:

@@ -38,12 +38,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
-from .batching import sequence_loader
+from .batching import IGNORE_INDEX, sequence_loader
 
 log = logging.getLogger("attnzoo")
 
 Tensor = torch.Tensor
-IGNORE_INDEX = -100
 DOCUMENTS = ("lines", "files")
 ARTIFACT = "lm.json"
 PARAGRAPH = re.compile(r"\n[ \t]*\n")

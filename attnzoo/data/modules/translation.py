@@ -31,17 +31,16 @@ from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
-from .batching import sequence_loader
+from .batching import IGNORE_INDEX, sequence_loader
 
 log = logging.getLogger("attnzoo")
 
 Tensor = torch.Tensor
-IGNORE_INDEX = -100
 EMBEDDED = {"src_lang": "en", "tgt_lang": "de", "num_train": 15000, "num_val": 500, "num_test": 1000}
 ARTIFACT = "translation.json"
 
 
-class PairDataset(Dataset):
+class TokenPairDataset(Dataset):
     """Token ids of (source, target) pairs, with their text."""
 
     def __init__(self, src: Sequence[Tensor], tgt: Sequence[Tensor], texts: Sequence[tuple[str, str]]) -> None:
@@ -184,7 +183,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.pairs: dict[str, list[tuple[str, str]]] = {}
         self.sources: dict[str, str] = {}
         self.skipped: dict[str, list[tuple[int, str]]] = {}
-        self.datasets: dict[str, PairDataset] = {}
+        self.datasets: dict[str, TokenPairDataset] = {}
         self.tokenizer: Any = None
 
     # ------------------------------------------------------------------------------------------------------------
@@ -263,7 +262,7 @@ class TranslationDataModule(L.LightningDataModule):
         )
         return out
 
-    def _encode(self, split: str, pairs: list[tuple[str, str]]) -> PairDataset:
+    def _encode(self, split: str, pairs: list[tuple[str, str]]) -> TokenPairDataset:
         encode = getattr(self.tokenizer, "encode_batch", None) or (lambda xs: [self.tokenizer.encode(x) for x in xs])
         src_ids = encode([s for s, _ in pairs])
         tgt_ids = encode([t for _, t in pairs])
@@ -287,7 +286,7 @@ class TranslationDataModule(L.LightningDataModule):
             )
         self._log_unknown(split, [src_ids[i] for i in keep] + [tgt_ids[i] for i in keep])
         as_tensor = lambda ids, n: torch.tensor(ids[:n], dtype=torch.int32)
-        return PairDataset(
+        return TokenPairDataset(
             [as_tensor(src_ids[i], self.max_len) for i in keep],
             [as_tensor(tgt_ids[i], self.max_len - 1) for i in keep],
             [pairs[i] for i in keep],
@@ -385,4 +384,4 @@ class TranslationDataModule(L.LightningDataModule):
             raise RuntimeError("call TranslationDataModule.setup() first")
 
 
-__all__ = ["IGNORE_INDEX", "PairDataset", "Seq2SeqCollate", "TranslationDataModule"]
+__all__ = ["IGNORE_INDEX", "Seq2SeqCollate", "TokenPairDataset", "TranslationDataModule"]

@@ -77,7 +77,12 @@ class ClipDataset(Dataset):
 
 
 class Mixup:
-    """Collate that mixes each batch with itself reversed, weight ~ Beta(alpha, alpha); labels become soft."""
+    """Collate that mixes each batch with itself reversed, weight ~ Beta(alpha, alpha); labels become soft.
+
+    Not timm's `Mixup` (which images use): the timm versions attnzoo supports (>= 1.0.9) build mixup targets by
+    one-hot encoding class indices, so they cannot mix the multi-hot labels of multi-label audio (only recent timm
+    takes `multi_label`).
+    """
 
     def __init__(self, *, alpha: float, num_classes: int, multilabel: bool) -> None:
         self.beta = torch.distributions.Beta(alpha, alpha)

@@ -3,9 +3,13 @@ train/loss of every step equal, to the bit in fp32, to the run that was never st
 batches follows (run seed + epoch) alone, length bucketing included, and the random state goes on)."""
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnzoo.config import load, smoke_overrides
 from attnzoo.run import fit
@@ -60,3 +64,37 @@ def test_a_run_resumed_mid_epoch_logs_the_uninterrupted_losses_to_the_bit(recipe
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     resumed = _losses(run_dir)
     assert resumed == reference  # every step, bit for bit
+
+
+_KILLED = """
+import os, sys
+import lightning as L
+from attnzoo.config import load
+from attnzoo.run import fit
+
+class Kill(L.Callback):  # dies like a killed process: no cleanup, no flush
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == {at}:
+            os._exit(9)
+
+fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Kill()])
+"""
+
+
+@pytest.mark.parametrize("recipe", ["translation", pytest.param("lm", marks=pytest.mark.slow)])
+def test_a_run_killed_after_a_step_checkpoint_resumes_with_the_uninterrupted_losses(recipe, tmp_path):
+    """kill -9 in the first epoch: the resume starts from the `run.save_every_n_steps` checkpoint of step 3, one
+    batch before the end of that epoch, and relogs steps 3 and 4 as the uninterrupted run logged them."""
+    path = ROOT / "recipes" / f"{recipe}.yaml"
+    overrides = [*smoke_overrides(load([path])), *TINY, *RECIPES[recipe], "run.save_every_n_steps=3"]
+    reference = _losses(fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"])))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", _KILLED.format(at=4), str(path), *overrides, f"run.dir={tmp_path / 'cut'}"]
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    (run_dir,) = (tmp_path / "cut" / recipe).iterdir()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 3
+
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    assert _losses(run_dir) == reference

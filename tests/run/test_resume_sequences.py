@@ -1,6 +1,7 @@
-"""Exact resume for the sequence recipes: a run stopped by a signal mid-epoch and resumed with `--resume` logs the
-train/loss of every step equal, to the bit in fp32, to the run that was never stopped (issue 25: the order of the
-batches follows (run seed + epoch) alone, length bucketing included, and the random state goes on)."""
+"""Exact resume for the sequence recipes and audio (images: tests/run/test_reliability.py): a run stopped mid-epoch
+and resumed with `--resume` logs the train/loss of every step equal, to the bit in fp32, to the run that was never
+stopped (issue 25: the order of the batches follows (run seed + epoch) alone, length bucketing included, and the
+random state goes on)."""
 
 import csv
 import os
@@ -36,6 +37,8 @@ RECIPES = {
     "text_cls": ["data.batch_size=16", "model.dim=16", "model.drop_rate=0.1"],
     "translation": ["data.batch_size=16", "data.num_train=128"],
     "lm": ["data.batch_size=4", "data.block_size=16", "task.sample_tokens=1"],
+    # audio: mixup and time shifts on, so the augmentation's random state matters too
+    "ast": ["data.batch_size=4", "data.mixup_alpha=0.4", "data.time_shift_ms=50", "model.embed_dim=16"],
 }
 
 

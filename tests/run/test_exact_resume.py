@@ -1,7 +1,7 @@
-"""Exact resume for the sequence recipes and audio (images: tests/run/test_reliability.py): a run stopped mid-epoch
-and resumed with `--resume` logs the train/loss of every step equal, to the bit in fp32, to the run that was never
-stopped (issue 25: the order of the batches follows (run seed + epoch) alone, length bucketing included, and the
-random state goes on)."""
+"""Exact resume for the sequence recipes, audio and text-image (images: tests/run/test_reliability.py): a run
+stopped mid-epoch and resumed with `--resume` logs the train/loss of every step equal, to the bit in fp32, to the
+run that was never stopped (issue 25: the order of the batches follows (run seed + epoch) alone, length bucketing
+included, and the random state goes on)."""
 
 import csv
 import os
@@ -39,7 +39,9 @@ RECIPES = {
     "lm": ["data.batch_size=4", "data.block_size=16", "task.sample_tokens=1"],
     # audio: mixup and time shifts on, so the augmentation's random state matters too
     "ast": ["data.batch_size=4", "data.mixup_alpha=0.4", "data.time_shift_ms=50", "model.embed_dim=16"],
+    "text_image": ["data.batch_size=16", "data.num_train=64", "data.num_val=16"],
 }
+SLOW = {"text_image"}  # rendering its scenes takes the longest
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
@@ -50,7 +52,9 @@ def _losses(run_dir: Path) -> dict[int, float]:
     return {int(r["step"]): float(r["train/loss"]) for r in rows}
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
+@pytest.mark.parametrize(
+    "recipe", [pytest.param(r, marks=pytest.mark.slow) if r in SLOW else r for r in sorted(RECIPES)]
+)
 def test_a_run_resumed_mid_epoch_logs_the_uninterrupted_losses_to_the_bit(recipe, tmp_path, monkeypatch):
     path = ROOT / "recipes" / f"{recipe}.yaml"
     overrides = [*smoke_overrides(load([path])), *TINY, *RECIPES[recipe]]

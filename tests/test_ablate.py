@@ -15,9 +15,10 @@ import pytest
 
 from attnzoo.ablation.grid import axis_labels, load_grid
 from attnzoo.ablation.runner import ablate, plan, status
-from attnzoo.config import ConfigError, build_data, build_net, load, smoke_overrides
-from attnzoo.run.build import apply_auto_values
+from attnzoo.config import ConfigError, load
+from attnzoo.run.build import build_data, build_net, resolve
 from attnzoo.tasks import TASKS
+from tests.helpers import smoke_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -146,11 +147,11 @@ def _grid_cases():
 
 @functools.cache
 def _data(recipe: str):
-    """(model context, a batch of 2 training examples) of a recipe's data (sized as its smoke run)."""
+    """(the DataModule, a batch of 2 training examples) of a recipe's data (sized as its smoke run)."""
     smoke = [o for o in smoke_overrides(load([RECIPES[recipe]])) if o.startswith("data.")]
     data = build_data(load([RECIPES[recipe]], smoke))
     batch = next(iter(data.train_dataloader()))
-    return data, data.model_context(), {k: v[:2] for k, v in batch.items()}
+    return data, {k: v[:2] for k, v in batch.items()}
 
 
 @pytest.mark.parametrize(("grid_path", "recipe"), list(_grid_cases()))
@@ -160,11 +161,10 @@ def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_p
     runs = plan([RECIPES[recipe]], grid, [], tmp_path)  # validates every combination's config, trains nothing
     assert len(runs) == len(grid.variants()) >= 2, "an ablation grid should compare at least two runs"
     assert len({r.config_sha for r in runs}) == len(runs), "two variants of the grid produce the same config"
-    data, context, batch = _data(recipe)
+    data, batch = _data(recipe)
     for run in {r.variant.name: r for r in runs}.values():  # one forward and backward per variant (not per seed)
         cfg = load([RECIPES[recipe]], run.overrides)
-        apply_auto_values(cfg, data)  # what the data chooses for the recipe's `auto` keys, as a run does
-        net = build_net(cfg, context)
+        net = build_net(resolve(cfg, data))  # with what the data chooses for the recipe's `auto` keys, as a run does
         if cfg.section("trainer").get("grad_checkpointing"):
             net.set_grad_checkpointing(True)
         logits = net(**TASKS[cfg.section("task")["kind"]].net_inputs(batch))

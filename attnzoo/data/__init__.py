@@ -1,6 +1,6 @@
 """DataModules: `DATAMODULES` maps a config `data.kind` to a LightningDataModule class.
 
-After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_context()` (what the model
+After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_inputs()` (what the model
 builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches are dicts.
 """
 

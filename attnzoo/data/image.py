@@ -13,11 +13,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Subset
 from torchvision.transforms import v2
+
+from attnzoo.data.modules.base import DataModule
 
 from . import defaults
 
@@ -108,7 +109,7 @@ def load_mnist5k() -> tuple[Tensor, Tensor]:
     return images, torch.from_numpy(table[:, -1]).long()
 
 
-class ImageDataModule(L.LightningDataModule):
+class ImageDataModule(DataModule):
     """Image classification data.
 
     Args:
@@ -197,7 +198,7 @@ class ImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         """What the model builder needs to know about this data."""
         self.setup()
         return {"num_classes": self.num_classes, "in_chans": self.in_chans, "img_size": self.img_size}

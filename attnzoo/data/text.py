@@ -12,10 +12,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+
+from attnzoo.data.modules.base import DataModule
 
 from ..attention.specs import suggest
 from . import defaults, listops
@@ -38,7 +39,7 @@ LISTOPS_DEFAULTS = {
 }
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(DataModule):
     """Text classification data.
 
     Args:
@@ -123,7 +124,7 @@ class TextDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         self._require_setup()
         return {
             "num_classes": self.num_classes,

@@ -16,11 +16,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
+
+from attnzoo.data.modules.base import DataModule
 
 from .image_io import ImageFileError, load_rgb
 from .scenes import MATCH_ANSWERS, SceneGenerator
@@ -95,7 +96,7 @@ def _read(path: Path, image_size: int) -> np.ndarray:
     return np.asarray(img)
 
 
-class TextImageDataModule(L.LightningDataModule):
+class TextImageDataModule(DataModule):
     """Image-text classification data; the embedded default is generated scenes (`attnzoo.data.scenes`).
 
     Args:
@@ -160,7 +161,7 @@ class TextImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         """What the model builder needs to know about this data."""
         return {
             "num_classes": self.num_classes,

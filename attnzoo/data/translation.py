@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from attnzoo.data.modules.base import DataModule
 
 from .batching import sequence_loader
 from .cldr_pairs import LANGS, generate_pairs
@@ -91,7 +92,7 @@ class Seq2SeqCollate:
         }
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(DataModule):
     """Parallel text for translation, with one tokenizer (a shared vocabulary) for source and target.
 
     Args:
@@ -310,7 +311,7 @@ class TranslationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------------------------------------------------
     # what models and tasks need
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         self._require_setup()
         tok = self.tokenizer
         return {

@@ -257,7 +257,7 @@ def test_a_garbage_or_empty_checkpoint_is_named_on_resume_and_evaluate(content, 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     cfg = load([VIT], TINY)
-    build(cfg)  # fills in what the data gives (num_classes, ...), as the config.yaml fit writes
+    cfg = build(cfg).cfg  # with what the data gives (num_classes, ...), as the config.yaml fit writes
     (run_dir / "config.yaml").write_text(cfg.to_yaml())
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(content)
     code, err = _fit_main(["--resume", str(run_dir)], capsys)

@@ -12,20 +12,9 @@ import torch
 
 from attnzoo.config import load
 from attnzoo.run import build, fit
-from tests.helpers import smoke_overrides
+from tests.helpers import QUICK, ROOT, TINY, VIT, smoke_overrides
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-VIT = ROOT / "recipes" / "vit.yaml"
-QUICK = [
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.accelerator=cpu",
-    "trainer.devices=1",
-    "trainer.precision=32-true",
-]
-# a ViT small enough that a few optimizer steps take well under a second
-TINY = ["model.embed_dim=16", "model.depth=1", "model.num_heads=2", "model.patch_size=7", "model.mlp_ratio=1.0"]
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:

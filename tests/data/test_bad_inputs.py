@@ -19,7 +19,7 @@ from attnzoo.data.image_io import ImageFileError, load_rgb
 from attnzoo.data.text import TextDataModule
 from attnzoo.data.text_files import read_text_file
 from attnzoo.run.reliability import check_checkpoint_shapes
-from tests.run.test_reliability import VIT
+from tests.helpers import VIT
 
 
 def _png(img: Image.Image) -> bytes:

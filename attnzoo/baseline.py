@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import ConfigError, build_data, load
+from .config import ConfigError, load
 from .fit import parser
 from .run import show_log
 
@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(cfg.to_yaml(), end="")
             return 0
         from .run.baseline import fit_baseline
+        from .run.build import build_data
 
         try:
             data = build_data(cfg)

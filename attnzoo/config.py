@@ -1,4 +1,4 @@
-"""Recipe config: load YAML, apply overlays and `key=value` overrides, validate, build the objects.
+"""Recipe config: load YAML, apply overlays and `key=value` overrides, validate.
 
 A config has the sections `seed`, `data` (kind + DataModule arguments), `model` (kind + builder arguments,
 with `attention:` for `attnzoo.attention.factory.attention_layer`), `task` (kind + LightningModule arguments:
@@ -9,15 +9,15 @@ Every key is checked against the signature of what it configures before anything
 the key, where it was set (file or command line), the valid choices and the closest one.
 
 A value `auto` asks the data for it: the DataModule resolves its own `auto` options when it reads the data, and
-chooses the keys of other sections it lists in `AUTO_KEYS` (e.g. `model.patch_size` from the image size, or
-`trainer.max_epochs` from the number of training examples) through `auto_values()`; `attnzoo.run.build` logs
-each choice and writes it into the run's config.yaml. (`trainer.precision: auto` is chosen for the machine.)
+proposes values for the keys of other sections it lists in `AUTO_KEYS` (e.g. `model.patch_size` from the image
+size, or `trainer.max_epochs` from the number of training examples) through `auto_values()`; `attnzoo.run.build`
+applies and logs each choice in the run's resolved config (config.yaml). (`trainer.precision: auto` is chosen for
+the machine.) A `Config` is read-only: the run's resolved config is a new one (`attnzoo.run.build.resolve`).
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -58,10 +58,12 @@ class ConfigError(ValueError):
 
 
 class Config:
-    """A merged config and, for each dotted key, where it was last set (a file path or the command line)."""
+    """A merged config tree (read-only) and, for each dotted key, where it was last set (a file path or the command
+    line)."""
 
-    def __init__(self, data: DictConfig, origins: dict[str, str]) -> None:
-        self.data, self.origins = data, origins
+    def __init__(self, tree: DictConfig, origins: dict[str, str]) -> None:
+        OmegaConf.set_readonly(tree, True)
+        self.tree, self.origins = tree, origins
 
     def where(self, key: str) -> str:
         """Where `key` (or the closest enclosing key) was set."""
@@ -73,7 +75,7 @@ class Config:
         return "defaults"
 
     def section(self, name: str) -> dict[str, Any]:
-        value = self.data.get(name)
+        value = self.tree.get(name)
         if value is None:
             return {}
         if not isinstance(value, DictConfig):
@@ -81,7 +83,7 @@ class Config:
         return OmegaConf.to_container(value, resolve=True)
 
     def to_yaml(self) -> str:
-        return OmegaConf.to_yaml(self.data, resolve=True)
+        return OmegaConf.to_yaml(self.tree, resolve=True)
 
 
 def _flatten(node: Any, prefix: str = "") -> list[str]:
@@ -265,17 +267,17 @@ def validate(cfg: Config) -> None:
     from .models import MODELS
     from .tasks import TASKS
 
-    for key in cfg.data.keys():
+    for key in cfg.tree.keys():
         if key not in SECTIONS:
             raise ConfigError(
                 f"{key}: unknown section (set in {cfg.where(str(key))}); valid: {list(SECTIONS)}"
                 f"{suggest(str(key), list(SECTIONS))}"
             )
-    seed = cfg.data.get("seed", 0)
+    seed = cfg.tree.get("seed", 0)
     if not type_ok(seed, int):
         raise ConfigError(f"seed: {seed!r} is not an int (set in {cfg.where('seed')})")
     check_kind(cfg, "data", DATAMODULES)
-    auto = set(auto_keys(cfg))  # chosen by the data when the run is built (attnzoo.run.build.apply_auto_values)
+    auto = set(auto_keys(cfg))  # chosen by the data when the run is built (attnzoo.run.build.resolve)
     for section, table, drop in (
         ("data", DATAMODULES, ()),
         ("model", MODELS, ()),
@@ -325,7 +327,7 @@ def auto_keys(cfg: Config) -> list[str]:
     options of their own)."""
     from .data import DATAMODULES
 
-    allowed = getattr(DATAMODULES.get(cfg.section("data").get("kind")), "AUTO_KEYS", ())
+    allowed = DATAMODULES[cfg.section("data")["kind"]].AUTO_KEYS
     found: list[str] = []
 
     def walk(node: Any, prefix: str) -> None:
@@ -501,59 +503,3 @@ def early_stopping_options(value: Any, *, key: str = "run.early_stopping") -> di
     if isinstance(opts["min_delta"], bool) or not isinstance(opts["min_delta"], int | float) or opts["min_delta"] < 0:
         raise ValueError(f"{key}.min_delta: expected a number >= 0, got {opts['min_delta']!r}")
     return opts
-
-
-# ---------------------------------------------------------------------------------------------- building
-
-
-def build_data(cfg: Config) -> Any:
-    """The DataModule of `data:` (set up, so `model_context()` is ready)."""
-    from .data import DATAMODULES
-
-    opts = cfg.section("data")
-    data = DATAMODULES[opts.pop("kind")](**opts)
-    data.setup("fit")
-    return data
-
-
-def fill_context(cfg: Config, section: str, fn: Callable[..., Any], context: Mapping[str, Any]) -> dict[str, Any]:
-    """`section`'s options plus the context keys `fn` accepts; a config value that contradicts the data raises.
-
-    The filled values are written back into `cfg`, so the run's resolved config records what was derived.
-    """
-    opts = cfg.section(section)
-    accepted = parameters(fn)
-    for key, value in context.items():
-        if key not in accepted or value is None:
-            continue
-        if key in opts and opts[key] != value:
-            raise ConfigError(
-                f"{section}.{key}: {opts[key]!r} (set in {cfg.where(f'{section}.{key}')}) contradicts the data, "
-                f"which gives {value!r}; remove it or change the data section"
-            )
-        opts[key] = value
-        OmegaConf.update(cfg.data, f"{section}.{key}", value, force_add=True)
-    return opts
-
-
-def build_net(cfg: Config, context: Mapping[str, Any]) -> Any:
-    from .models import MODELS
-
-    builder = MODELS[cfg.section("model")["kind"]]
-    opts = fill_context(cfg, "model", builder, context)
-    opts.pop("kind")
-    return builder(**opts)
-
-
-def build_task(cfg: Config, net: Any, context: Mapping[str, Any]) -> Any:
-    from .tasks import TASKS
-
-    cls = TASKS[cfg.section("task")["kind"]]
-    opts = fill_context(cfg, "task", cls, context)
-    opts.pop("kind")
-    return cls(net=net, **opts)
-
-
-def smoke_overrides(cfg: Config) -> list[str]:
-    """The recipe's `smoke:` mapping as `key=value` overrides."""
-    return [f"{k}={json.dumps(v)}" for k, v in cfg.section("smoke").items()]

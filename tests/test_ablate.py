@@ -15,36 +15,17 @@ import pytest
 
 from attnzoo.ablation.grid import axis_labels, load_grid
 from attnzoo.ablation.runner import ablate, plan, status
-from attnzoo.config import ConfigError, build_data, build_net, load, smoke_overrides
-from attnzoo.run.build import apply_auto_values
+from attnzoo.config import ConfigError, load
+from attnzoo.run.build import build_data, build_net, resolve
 from attnzoo.tasks import TASKS
+from tests.helpers import smoke_overrides
+from tests.helpers.ablation import FAKE_FIT, SLOW_FIT, write_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
 RECIPES = {p.stem: p for p in sorted((ROOT / "recipes").glob("*.yaml"))}
 GRIDS = sorted((ROOT / "configs" / "ablations").glob("*.yaml"))
 SAFE = re.compile(r"^[A-Za-z0-9._+=,~-]+$")
-# a ViT that trains 2 optimizer steps in well under a second
-TINY = {
-    "model.embed_dim": 16,
-    "model.depth": 1,
-    "model.num_heads": 2,
-    "model.mlp_ratio": 1.0,
-    "data.batch_size": 16,
-    "trainer.max_steps": 2,
-    "trainer.limit_train_batches": 2,
-    "trainer.limit_val_batches": 1,
-    "trainer.limit_test_batches": 1,
-    "trainer.num_sanity_val_steps": 0,
-    "trainer.enable_model_summary": False,
-    "trainer.log_every_n_steps": 1,
-}
-
-
-def _grid(tmp_path: Path, axes: dict, seeds=(0,), fixed=None, name="grid.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps({"seeds": list(seeds), "fixed": {**TINY, **(fixed or {})}, "axes": axes}))
-    return path
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -58,7 +39,7 @@ def test_variants_are_every_combination_times_seeds_with_readable_safe_ids(tmp_p
         "model.attention": {"mha": {"kind": "mha"}, "mqa/1": {"kind": "mha", "num_kv_heads": 1}},
         "trainer.precision": ["32-true"],
     }
-    grid = load_grid(_grid(tmp_path, axes, seeds=(0, 1)))
+    grid = load_grid(write_grid(tmp_path, axes, seeds=(0, 1)))
     variants = grid.variants()
     assert len(variants) == 2 * 2 * 1 * 2
     assert variants[0].id == "backend=eager,attention=mha,precision=32-true,seed=0"
@@ -74,7 +55,7 @@ def test_variants_are_every_combination_times_seeds_with_readable_safe_ids(tmp_p
 def test_a_named_axis_applies_each_value_as_a_set_of_overrides(tmp_path):
     axes = {"position": {"learned": {"model.pos_embed": "learned"}, "rel": {"model.pos_embed": "none",
             "model.attention.bias": {"kind": "relative_2d"}}}}  # fmt: skip
-    grid = load_grid(_grid(tmp_path, axes))
+    grid = load_grid(write_grid(tmp_path, axes))
     assert grid.keys() == {"model.pos_embed", "model.attention.bias"}
     learned, rel = grid.variants()
     assert (learned.id, rel.id) == ("position=learned,seed=0", "position=rel,seed=0")
@@ -86,7 +67,7 @@ def test_a_named_axis_applies_each_value_as_a_set_of_overrides(tmp_path):
 
 def test_a_very_long_id_is_cut_and_stays_unique(tmp_path):
     values = {f"w{'x' * 150}{i}": {"kind": "mha"} for i in range(2)}
-    ids = [v.id for v in load_grid(_grid(tmp_path, {"model.attention": values})).variants()]
+    ids = [v.id for v in load_grid(write_grid(tmp_path, {"model.attention": values})).variants()]
     assert len(set(ids)) == 2 and all(len(i) <= 120 and SAFE.match(i) for i in ids)
 
 
@@ -129,10 +110,10 @@ def test_a_malformed_grid_names_the_file_and_the_problem(tmp_path, text, message
 
 
 def test_a_variant_with_an_invalid_config_stops_the_plan_naming_it(tmp_path):
-    grid = load_grid(_grid(tmp_path, {"model.attention.kind": ["mha", "mah"]}))
+    grid = load_grid(write_grid(tmp_path, {"model.attention.kind": ["mha", "mah"]}))
     with pytest.raises(ConfigError, match=r"variant attention=mah,seed=0: .*did you mean 'mha'"):
         plan([VIT], grid, [], tmp_path / "out")
-    grid = load_grid(_grid(tmp_path, {"model.patch_size": [7, 14]}))
+    grid = load_grid(write_grid(tmp_path, {"model.patch_size": [7, 14]}))
     with pytest.raises(ConfigError, match="axes of the grid"):
         plan([VIT], grid, ["model.patch_size=4"], tmp_path / "out")
 
@@ -146,11 +127,11 @@ def _grid_cases():
 
 @functools.cache
 def _data(recipe: str):
-    """(model context, a batch of 2 training examples) of a recipe's data (sized as its smoke run)."""
+    """(the DataModule, a batch of 2 training examples) of a recipe's data (sized as its smoke run)."""
     smoke = [o for o in smoke_overrides(load([RECIPES[recipe]])) if o.startswith("data.")]
     data = build_data(load([RECIPES[recipe]], smoke))
     batch = next(iter(data.train_dataloader()))
-    return data, data.model_context(), {k: v[:2] for k, v in batch.items()}
+    return data, {k: v[:2] for k, v in batch.items()}
 
 
 @pytest.mark.parametrize(("grid_path", "recipe"), list(_grid_cases()))
@@ -160,11 +141,10 @@ def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_p
     runs = plan([RECIPES[recipe]], grid, [], tmp_path)  # validates every combination's config, trains nothing
     assert len(runs) == len(grid.variants()) >= 2, "an ablation grid should compare at least two runs"
     assert len({r.config_sha for r in runs}) == len(runs), "two variants of the grid produce the same config"
-    data, context, batch = _data(recipe)
+    data, batch = _data(recipe)
     for run in {r.variant.name: r for r in runs}.values():  # one forward and backward per variant (not per seed)
         cfg = load([RECIPES[recipe]], run.overrides)
-        apply_auto_values(cfg, data)  # what the data chooses for the recipe's `auto` keys, as a run does
-        net = build_net(cfg, context)
+        net = build_net(resolve(cfg, data))  # with what the data chooses for the recipe's `auto` keys, as a run does
         if cfg.section("trainer").get("grad_checkpointing"):
             net.set_grad_checkpointing(True)
         logits = net(**TASKS[cfg.section("task")["kind"]].net_inputs(batch))
@@ -172,28 +152,12 @@ def test_every_shipped_grid_expands_to_configs_that_build_and_take_a_step(grid_p
         assert all(p.grad is not None for p in net.parameters() if p.requires_grad), run.variant.name
 
 
-_FAKE_FIT = """
-import json, sys
-from pathlib import Path
-args = sys.argv[1:]
-run_dir = Path(args[args.index("--run-dir") + 1])
-if any(a == 'model.attention.backend="eager"' for a in args):
-    print("Traceback (most recent call last):", file=sys.stderr)
-    print("RuntimeError: out of memory (pretend)", file=sys.stderr)
-    sys.exit(1)
-seed = int(next(a for a in args if a.startswith("seed="))[5:])
-summary = {"test": {"test/acc": 0.5 + 0.1 * seed}, "best": {"path": "x", "val/acc": 0.4}, "parameters": 1000,
-           "train_samples_per_second": 100.0 + 20 * seed, "attention_backends": {"sdpa": 1}, "peak_rss_bytes": 2**30}
-(run_dir / "summary.json").write_text(json.dumps(summary))
-"""
-
-
 def test_a_failing_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path, monkeypatch):
     import attnzoo.ablation.runner as module
 
-    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", _FAKE_FIT, *run.overrides,
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
                                                                       "--run-dir", str(run.run_dir)])  # fmt: skip
-    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]}, seeds=(0, 1))
+    grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]}, seeds=(0, 1))
     out = ablate([VIT], grid, tmp_path / "out")
     records = {p.parent.name: json.loads(p.read_text()) for p in (out / "runs").glob("*/ablate.json")}
     assert {k: r["status"] for k, r in records.items()} == {
@@ -232,7 +196,7 @@ def _png_ok(path: Path) -> bool:
 
 
 def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
-    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
+    grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
     out = ablate([VIT], grid, tmp_path / "out", command_line="python -m attnzoo.ablate (test)")
     rows = _csv(out / "report.csv")
     baseline = "baseline: pixels + logistic regression"  # the recipe fits one (run.baseline: true): a row of its own
@@ -252,7 +216,7 @@ def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
 
 
 def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again(tmp_path):
-    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
+    grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
     out = tmp_path / "out"
     command = [sys.executable, "-m", "attnzoo.ablate", "--config", str(VIT), "--grid", str(grid), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -292,7 +256,7 @@ def test_the_plan_and_dry_run_catch_a_typo_inside_a_mapping_value(value, message
     from attnzoo.ablate import main
 
     axes = {"model.attention.pattern": {"full": "none", "w": value}}
-    grid = _grid(tmp_path, axes)
+    grid = write_grid(tmp_path, axes)
     with pytest.raises(ConfigError, match=rf"variant pattern=w,seed=0: model.attention.{message}"):
         plan([VIT], load_grid(grid), [], tmp_path / "out")
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
@@ -303,9 +267,9 @@ def test_an_ablation_with_a_failed_run_exits_1_naming_it(tmp_path, monkeypatch, 
     import attnzoo.ablation.runner as module
     from attnzoo.ablate import main
 
-    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", _FAKE_FIT, *run.overrides,
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
                                                                       "--run-dir", str(run.run_dir)])  # fmt: skip
-    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
+    grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
     out = tmp_path / "out"
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out)]) == 1
     err = capsys.readouterr().err
@@ -313,25 +277,6 @@ def test_an_ablation_with_a_failed_run_exits_1_naming_it(tmp_path, monkeypatch, 
     assert (out / "report.md").is_file() and not (out / ".lock").exists()
 
 
-# a fit that runs until stopped: on SIGINT/SIGTERM it "saves" for a moment and exits 130/143 as attnzoo fit does
-_SLOW_FIT = """
-import json, os, signal, sys, time
-from pathlib import Path
-args = sys.argv[1:]
-run_dir = Path(args[args.index("--run-dir") + 1])
-if os.environ.get("FAKE_FIT") == "fast":
-    summary = {"test": {"test/acc": 0.5}, "best": {"path": "x", "val/acc": 0.5}}
-    (run_dir / "summary.json").write_text(json.dumps(summary))
-    sys.exit(0)
-got = []
-signal.signal(signal.SIGINT, lambda s, f: got.append(s))
-signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
-(run_dir / "started").write_text("")
-while not got:
-    time.sleep(0.05)
-time.sleep(1.0)  # writing its checkpoint
-sys.exit(128 + got[0])
-"""
 _DRIVER = """
 import sys
 import attnzoo.ablation.runner as runner
@@ -344,9 +289,9 @@ sys.exit(main(sys.argv[2:]))
 
 @pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_ctrl_c_stops_the_runs_in_flight_starts_no_queued_one_and_exits_130(presses, tmp_path):
-    grid = _grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]}, seeds=(0, 1))
+    grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]}, seeds=(0, 1))
     out = tmp_path / "out"
-    command = [sys.executable, "-c", _DRIVER, _SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out", str(out),
+    command = [sys.executable, "-c", _DRIVER, SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out", str(out),
                "--jobs", "2"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -26,10 +26,11 @@ from attnzoo.ablation.job import run_one
 from attnzoo.ablation.ray_tune import RayLauncher
 from attnzoo.ablation.runner import ablate
 from attnzoo.ablation.slurm import SlurmLauncher
-from tests.test_ablate import _FAKE_FIT, _SLOW_FIT, VIT, _grid
+from tests.helpers import VIT
+from tests.helpers.ablation import FAKE_FIT, SLOW_FIT, write_grid
 
 ROOT = Path(__file__).resolve().parent.parent
-AXES = {"model.attention.backend": ["eager", "sdpa"]}  # with _FAKE_FIT: eager fails, sdpa is ok
+AXES = {"model.attention.backend": ["eager", "sdpa"]}  # with FAKE_FIT: eager fails, sdpa is ok
 
 _SBATCH = """
 import os, re, subprocess, sys
@@ -129,7 +130,7 @@ def _submitted(state: Path, command: str = "sbatch") -> int:
 
 
 def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, capsys):
-    grid = _grid(tmp_path, AXES)
+    grid = write_grid(tmp_path, AXES)
     out = tmp_path / "out"
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--dry-run",
             "--slurm-partition", "gpu", "--slurm-time", "1:30:00", "--cpus-per-run", "4", "--gpus-per-run", "2",
@@ -184,7 +185,7 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
     ],
 )
 def test_launcher_options_that_do_not_fit_stop_before_anything_runs(tmp_path, capsys, extra, message):
-    grid = _grid(tmp_path, AXES)
+    grid = write_grid(tmp_path, AXES)
     launcher = [] if "--launcher" in extra else ["--launcher", "slurm"]
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), *launcher, *extra]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
@@ -193,9 +194,9 @@ def test_launcher_options_that_do_not_fit_stop_before_anything_runs(tmp_path, ca
 def test_slurm_launcher_fills_the_same_run_dirs_and_report_as_local_and_resumes_the_same_way(
     tmp_path, fake_slurm, monkeypatch
 ):
-    monkeypatch.setattr(runner, "fit_command", _fake_fit(_FAKE_FIT))
-    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_FAKE_FIT))
-    grid = _grid(tmp_path, AXES, seeds=(0, 1))
+    monkeypatch.setattr(runner, "fit_command", _fake_fit(FAKE_FIT))
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(FAKE_FIT))
+    grid = write_grid(tmp_path, AXES, seeds=(0, 1))
     local = ablate([VIT], grid, tmp_path / "local")
     out = ablate([VIT], grid, tmp_path / "slurm", launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0))
 
@@ -264,7 +265,7 @@ def test_a_slurm_job_started_again_keeps_the_run_its_first_start_left_for_fit_to
 def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_without_submitting_twice(
     tmp_path, fake_slurm, monkeypatch, capsys
 ):
-    grid = _grid(tmp_path, AXES)
+    grid = write_grid(tmp_path, AXES)
     out = tmp_path / "out"
     monkeypatch.setattr(slurm, "fit_command", _fake_fit(_WAITING_FIT))
     monkeypatch.setattr(slurm, "POLL_SECONDS", 0.1)
@@ -296,7 +297,7 @@ def test_a_slurm_job_that_ends_without_recording_its_run_is_recorded_failed_and_
     tmp_path, fake_slurm, monkeypatch
 ):
     monkeypatch.setattr(slurm, "fit_command", _fake_fit(_LOST_FIT))
-    grid = _grid(tmp_path, {"model.attention.backend": ["sdpa"]})
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa"]})
     out = ablate([VIT], grid, tmp_path / "out", launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0.3))
     (record,) = _records(out).values()
     assert record["status"] == "failed" and record["slurm_job_id"] == "101"
@@ -306,7 +307,7 @@ def test_a_slurm_job_that_ends_without_recording_its_run_is_recorded_failed_and_
     )
     assert _csv(out / "report.csv")[0]["runs_failed"] == "1"
 
-    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_FAKE_FIT))
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(FAKE_FIT))
     ablate([VIT], grid, out, launcher=SlurmLauncher(poll_seconds=0.1, grace_seconds=0.3))
     assert _submitted(fake_slurm) == 2 and [r["status"] for r in _records(out).values()] == ["ok"]
 
@@ -314,10 +315,10 @@ def test_a_slurm_job_that_ends_without_recording_its_run_is_recorded_failed_and_
 def test_ctrl_c_cancels_the_slurm_jobs_records_the_runs_interrupted_and_exits_130(
     tmp_path, fake_slurm, monkeypatch, capfd
 ):
-    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_SLOW_FIT))
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(SLOW_FIT))
     monkeypatch.setattr(slurm, "POLL_SECONDS", 0.1)
     monkeypatch.setattr(slurm, "GRACE_SECONDS", 0.2)
-    grid = _grid(tmp_path, AXES)
+    grid = write_grid(tmp_path, AXES)
     out = tmp_path / "out"
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm"]
 
@@ -345,15 +346,15 @@ def test_ctrl_c_cancels_the_slurm_jobs_records_the_runs_interrupted_and_exits_13
 
 def test_ray_launcher_asks_for_the_extra_when_ray_is_not_installed(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    grid = _grid(tmp_path, AXES)
+    grid = write_grid(tmp_path, AXES)
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--launcher", "ray"]) == 2
     assert 'pip install "attnzoo[ray]"' in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
 def test_ray_launcher_runs_each_run_as_a_trial_like_local(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # Ray sets it for each trial, from its bundle
-    monkeypatch.setattr(runner, "fit_command", _fake_fit(_FAKE_FIT))
-    grid = _grid(tmp_path, AXES)
+    monkeypatch.setattr(runner, "fit_command", _fake_fit(FAKE_FIT))
+    grid = write_grid(tmp_path, AXES)
     local = ablate([VIT], grid, tmp_path / "local")
     out = ablate([VIT], grid, tmp_path / "ray", launcher=RayLauncher(num_cpus=2))
     records, expected = _records(out), _records(local)
@@ -374,7 +375,7 @@ def test_ray_launcher_runs_each_run_as_a_trial_like_local(tmp_path, monkeypatch)
 
 @pytest.mark.slow
 def test_ray_and_local_launchers_give_the_same_report_on_a_tiny_vit_grid(tmp_path):
-    grid = _grid(tmp_path, AXES, fixed={"trainer.precision": "32-true", "trainer.num_threads": 1})
+    grid = write_grid(tmp_path, AXES, fixed={"trainer.precision": "32-true", "trainer.num_threads": 1})
     local = ablate([VIT], grid, tmp_path / "local")
     out = ablate([VIT], grid, tmp_path / "ray", launcher=RayLauncher(num_cpus=2))
     assert _records(out).keys() == _records(local).keys()
@@ -399,9 +400,9 @@ sys.exit(main(sys.argv[2:]))
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_ray_trials_records_the_runs_interrupted_and_exits_130(tmp_path):
-    grid = _grid(tmp_path, AXES, seeds=(0, 1))
+    grid = write_grid(tmp_path, AXES, seeds=(0, 1))
     out = tmp_path / "out"
-    command = [sys.executable, "-c", _RAY_DRIVER, _SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out",
+    command = [sys.executable, "-c", _RAY_DRIVER, SLOW_FIT, "--config", str(VIT), "--grid", str(grid), "--out",
                str(out), "--launcher", "ray", "--ray-cpus", "2"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from attnzoo.config import ConfigError, load, smoke_overrides
+from attnzoo.config import ConfigError, load
 from attnzoo.fit import main
+from tests.helpers import smoke_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -22,7 +23,7 @@ def test_there_are_recipes_and_overlays():
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_every_recipe_validates_with_and_without_its_smoke_overrides(recipe):
     cfg = load([recipe])
-    assert {"data", "model", "task", "trainer"} <= set(cfg.data.keys())
+    assert {"data", "model", "task", "trainer"} <= set(cfg.tree.keys())
     load([recipe], smoke_overrides(cfg))
 
 
@@ -72,8 +73,8 @@ def test_overlays_then_overrides_win_in_order(tmp_path):
     a.write_text("trainer: {max_epochs: 2}\nmodel: {depth: 2}\n")
     b.write_text("trainer: {max_epochs: 3}\n")
     cfg = load([VIT, a, b], ["model.depth=5"])
-    assert cfg.data.trainer.max_epochs == 3 and cfg.data.model.depth == 5
-    assert cfg.data.model.embed_dim == load([VIT]).data.model.embed_dim  # untouched keys survive
+    assert cfg.tree.trainer.max_epochs == 3 and cfg.tree.model.depth == 5
+    assert cfg.tree.model.embed_dim == load([VIT]).tree.model.embed_dim  # untouched keys survive
     assert "b.yaml" in cfg.where("trainer.max_epochs") and "command line" in cfg.where("model.depth")
 
 

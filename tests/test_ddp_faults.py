@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.test_fit import QUICK, ROOT, TINY, VIT
+from tests.helpers import QUICK, ROOT, TINY, VIT
 
 _DIES = """
 import os, sys

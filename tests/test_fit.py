@@ -10,21 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnzoo.config import load, smoke_overrides
-from attnzoo.run import fit
+from attnzoo.config import load
+from attnzoo.run import build, fit
+from tests.helpers import QUICK, ROOT, TINY, VIT, smoke_overrides
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-VIT = ROOT / "recipes" / "vit.yaml"
-QUICK = [
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.accelerator=cpu",
-    "trainer.devices=1",
-    "trainer.precision=32-true",
-]
-# a ViT small enough that a few optimizer steps take well under a second
-TINY = ["model.embed_dim=16", "model.depth=1", "model.num_heads=2", "model.patch_size=7", "model.mlp_ratio=1.0"]
 
 
 def _rows(run_dir: Path) -> list[dict[str, str]]:
@@ -45,7 +35,8 @@ def test_every_recipe_runs_a_smoke_run(recipe, tmp_path):
     assert summary["train_samples_per_second"] > 0 and summary["peak_rss_bytes"] > 0
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "config.yaml").is_file()
     assert any(r.get("train/loss") for r in _rows(run_dir))
-    assert load([run_dir / "config.yaml"]).to_yaml() == cfg.to_yaml()  # the saved config reproduces the run
+    saved = load([run_dir / "config.yaml"])
+    assert build(saved).cfg.to_yaml() == saved.to_yaml()  # the saved config is resolved: it reproduces the run
 
 
 _KILLED = """
@@ -182,18 +173,15 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
 
 def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
     """A text run's labels.json fixes the class order at evaluation, whatever labels the evaluated data has."""
-    from attnzoo.run.rundir import _use_saved_labels
+    from attnzoo.run.rundir import _saved_labels
 
     (tmp_path / "labels.json").write_text(json.dumps({"class_names": ["neg", "pos"]}))
     cfg = load([ROOT / "recipes" / "text_cls.yaml"])
-    _use_saved_labels(cfg, tmp_path)
-    assert cfg.section("data")["labels"] == str(tmp_path / "labels.json")
+    assert _saved_labels(cfg, tmp_path) == {"data.labels": str(tmp_path / "labels.json")}
     cfg = load([ROOT / "recipes" / "text_cls.yaml"], ["data.labels=[a,b]"])
-    _use_saved_labels(cfg, tmp_path)  # the config's own choice wins
-    assert cfg.section("data")["labels"] == ["a", "b"]
+    assert _saved_labels(cfg, tmp_path) == {}  # the config's own choice wins
     cfg = load([VIT])
-    _use_saved_labels(cfg, tmp_path)  # image data takes no label file
-    assert "labels" not in cfg.section("data")
+    assert _saved_labels(cfg, tmp_path) == {}  # image data takes no label file
 
 
 def test_summary_reports_the_backends_training_ran_on():

@@ -156,3 +156,117 @@ def test_data_keeps_its_modules_in_role_subpackages():
     data = PACKAGE / "data"
     loose = sorted(p.name for p in data.glob("*.py") if p.name != "__init__.py")
     assert not loose, f"modules at attnzoo/data/ root (move each to modules, formats, embedded or tokenizers): {loose}"
+
+
+# --------------------------------------------------------------------------------------------- the run's config
+
+# where a run's config values are written: `attnzoo.run.build._set`, called while the config is resolved, once
+CONFIG_WRITER = ("attnzoo.run.build", "_set")
+CONFIG_NAMES = {"cfg", "config", "tree", "resolved"}  # names a config (or its tree) goes by in the package
+
+
+def _functions(tree: ast.AST) -> dict[ast.AST, str]:
+    """Each node of `tree` -> the name of the outermost function holding it ("" at module level)."""
+    owner: dict[ast.AST, str] = {}
+    for top in ast.iter_child_nodes(tree):
+        name = top.name if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else ""
+        for node in ast.walk(top):
+            owner[node] = name
+    return owner
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node
+
+
+def _names_config(node: ast.AST) -> bool:
+    """Whether an expression is a config or reaches into one (`cfg.tree`, `tree["model"]`, `config.x`)."""
+    chain = node
+    while isinstance(chain, ast.Attribute | ast.Subscript):
+        if isinstance(chain, ast.Attribute) and chain.attr == "tree":
+            return True
+        chain = chain.value
+    return isinstance(chain, ast.Name) and chain.id in CONFIG_NAMES
+
+
+def _config_writes(name: str, source: str) -> list[str]:
+    """`line N: what` for each statement of module `name` (its `source`) that writes config values, in order."""
+    tree = ast.parse(source)
+    owner = _functions(tree)
+    found = []
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("update", "merge_with", "set_readonly", "set_struct") and (
+                isinstance(node.func.value, ast.Name) and node.func.value.id == "OmegaConf"
+            ):
+                what = f"OmegaConf.{node.func.attr}"
+            elif node.func.attr == "merge_with":
+                what = "merge_with"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            if node.args and _names_config(node.args[0]):
+                what = f"{node.func.id} on a config"
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            for target in targets:
+                for part in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(part, ast.Attribute | ast.Subscript) and _names_config(part):
+                        what = f"assignment to {ast.unparse(part)}"
+        if what is None:
+            continue
+        here = (name, owner.get(node, ""))
+        allowed = here == CONFIG_WRITER or (here == ("attnzoo.config", "Config") and what != "OmegaConf.update")
+        if not allowed:
+            found.append((node.lineno, f"line {node.lineno}: {what}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_config_is_written_in_one_place():
+    """A loaded `Config` is read-only; only `attnzoo.run.build._set` (resolving a run's config, once) writes values."""
+    writes = [f"{name} {w}" for name, path in MODULES.items() for w in _config_writes(name, path.read_text())]
+    assert not writes, f"config values written outside {'.'.join(CONFIG_WRITER)}: {writes}"
+    module = ast.parse(MODULES[CONFIG_WRITER[0]].read_text())
+    callers = [n for n in ast.walk(module) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_set"]
+    owners = {_functions(module)[n] for n in callers}
+    assert owners == {"resolve"}, f"{CONFIG_WRITER[1]} is called from {owners}; only resolve() may write the config"
+
+
+def test_the_layout_check_finds_config_writes():
+    source = (
+        "def f(cfg, data):\n    OmegaConf.update(cfg.tree, 'a', 1)\n    cfg.tree.model['x'] = 2\n"
+        "    setattr(cfg, 'tree', None)\n    data.x = 3\n"
+    )
+    assert _config_writes("attnzoo.run.other", source) == [
+        "line 2: OmegaConf.update",
+        "line 3: assignment to cfg.tree.model['x']",
+        "line 4: setattr on a config",
+    ]
+    assert _config_writes("attnzoo.run.build", source.replace("def f(", "def _set(")) == []  # the one writer
+
+
+def test_a_loaded_config_is_read_only():
+    from omegaconf.errors import ReadonlyConfigError
+
+    from attnzoo.config import load
+
+    cfg = load([PACKAGE.parent / "recipes" / "vit.yaml"])
+    with pytest.raises(ReadonlyConfigError):
+        cfg.tree.model.depth = 1
+
+
+DATAMODULE_NAMES = {"data", "dm", "datamodule"}  # names a DataModule goes by in attnzoo/run
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("attnzoo.run")))
+def test_run_calls_the_datamodule_contract_without_probing_it(name):
+    """run/ calls what `attnzoo.data.modules.base.DataModule` declares; it never asks a DataModule what it has."""
+    probes = []
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("hasattr", "getattr") and node.args:
+            first = node.args[0]
+            named = first.id if isinstance(first, ast.Name) else getattr(first, "attr", None)
+            if named in DATAMODULE_NAMES and (node.func.id == "hasattr" or len(node.args) == 3):
+                probes.append(f"line {node.lineno}: {ast.unparse(node)}")
+    assert not probes, f"{name} probes a DataModule: {probes}"

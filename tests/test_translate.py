@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnzoo.config import load, smoke_overrides
+from attnzoo.config import load
 from attnzoo.data.tokenizers.subword import SubwordTokenizer
 from attnzoo.generate import generate
 from attnzoo.generate import main as generate_main
@@ -15,6 +15,7 @@ from attnzoo.run import build, load_run
 from attnzoo.translate import main as translate_main
 from attnzoo.translate import source_batch, translate
 from attnzoo.viz import main as viz_main
+from tests.helpers import smoke_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 PINNED = ["trainer.precision=32-true", "trainer.accelerator=cpu"]
@@ -24,7 +25,7 @@ def _saved_run(path: Path, recipe: str) -> Path:
     """A run directory as `attnzoo fit` writes it (config, tokenizer.json, checkpoints/best.ckpt), untrained."""
     cfg = load([ROOT / "recipes" / recipe])
     cfg = load([ROOT / "recipes" / recipe], [*smoke_overrides(cfg), *PINNED])
-    data, task, _ = build(cfg)
+    data, task, cfg = build(cfg)
     (path / "config.yaml").write_text(cfg.to_yaml())
     data.save_artifacts(path)
     (path / "checkpoints").mkdir()

@@ -58,7 +58,7 @@ def test_rollout_rejects_bad_input(maps, kwargs, message):
 def _saved_run(path: Path, recipe: Path, overrides: list[str]) -> Path:
     """A run directory as `attnzoo fit` writes it (config.yaml, checkpoints/best.ckpt), without training."""
     cfg = load([recipe], overrides)
-    _, task, _ = build(cfg)
+    _, task, cfg = build(cfg)
     (path / "config.yaml").write_text(cfg.to_yaml())
     (path / "checkpoints").mkdir()
     torch.save({"state_dict": task.state_dict()}, path / "checkpoints" / "best.ckpt")

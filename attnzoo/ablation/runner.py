@@ -41,7 +41,7 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
     if clash:
         raise ConfigError(f"overrides {clash} set keys that are axes of the grid {grid.path}")
     runs = []
-    for variant in grid.variants(default_seed=int(base.data.get("seed", 0))):
+    for variant in grid.variants(default_seed=int(base.tree.get("seed", 0))):
         items = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
         try:
             cfg = load(configs, items)

@@ -3,7 +3,7 @@
 Sub-packages by role: `modules` (the LightningDataModules and their defaults), `formats` (readers of files on
 disk), `embedded` (generators of the default datasets that need no download), `tokenizers`.
 
-After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_context()` (what the model
+After `setup()` a DataModule exposes `num_classes`, `class_names` and `model_inputs()` (what the model
 builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches are dicts.
 """
 

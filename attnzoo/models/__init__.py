@@ -1,7 +1,7 @@
 """Model builders: `MODELS` maps a config `model.kind` to a function returning an `nn.Module`.
 
 A builder takes keyword arguments only; it receives the `model:` config keys plus the data's
-`model_context()` keys it accepts (num_classes, in_chans, img_size, ...).
+`model_inputs()` keys it accepts (num_classes, in_chans, img_size, ...).
 """
 
 from collections.abc import Callable

@@ -27,7 +27,7 @@ class TextClassifier(nn.Module):
     """Classifies token sequences; padded tokens (`padding_mask` True) change nothing.
 
     Args:
-        vocab_size, pad_id: from the tokenizer (`TextDataModule.model_context()`).
+        vocab_size, pad_id: from the tokenizer (`TextDataModule.model_inputs()`).
         max_len: the longest input in tokens (sizes a learned position table).
         position: absolute positions added to embeddings, a `POSITIONS` spec: "sinusoidal", "learned", "none",
             or a mapping such as {kind: sinusoidal, base: 500}.

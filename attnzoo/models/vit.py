@@ -173,7 +173,7 @@ def load_timm_state_dict(model: ViT, state: dict[str, Tensor], *, source: str = 
     model.load_state_dict(state, strict=False)
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Tensor]:
+def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     """A state dict from a file: a bare state dict, or a dict holding one under "state_dict" or "model"."""
     path = Path(path).expanduser()
     if not path.is_file():
@@ -197,7 +197,7 @@ def vit(*, pretrained: str | None = None, **kwargs: Any) -> ViT:
     """Build a `ViT` (keyword arguments as `ViT`); `pretrained` is a timm ViT checkpoint file to start from."""
     model = ViT(**kwargs)
     if pretrained:
-        load_timm_state_dict(model, read_checkpoint(pretrained), source=str(pretrained))
+        load_timm_state_dict(model, read_state_dict(pretrained), source=str(pretrained))
     return model
 
 

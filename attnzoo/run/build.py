@@ -1,92 +1,180 @@
-"""Building a run from its config: data (set up) -> network -> task (LightningModule) -> Trainer."""
+"""Building a run from its config, top to bottom: resolve `auto` values -> data -> model -> task -> Trainer.
+
+`build` sets up the data first (seeded), then resolves the config ONCE (`resolve`, the only code that writes
+config values): `trainer.precision: auto` for this machine, what the data proposes for `auto` keys
+(`DataModule.auto_values()`, only the keys it declares in `AUTO_KEYS`), and what the model and task take from the
+data (`DataModule.model_inputs()`: num_classes, vocab_size, ...). The resolved config is read-only, validated, and
+is what the run saves as config.yaml; the network and the task are built from it.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
-from ..config import (
-    TRAINER_EXTRAS,
-    Config,
-    ConfigError,
-    auto_keys,
-    build_data,
-    build_net,
-    build_task,
-    early_stopping_options,
-    validate,
-)
+from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, early_stopping_options, parameters, validate
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
 
 
-def resolve_auto_precision(cfg: Config) -> None:
-    """`trainer.precision: auto` -> the value for this machine, logged and written into `cfg` (the saved config)."""
-    trainer_cfg = cfg.section("trainer")
-    if trainer_cfg.get("precision") != "auto":
-        return
-    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
-    log.info("trainer.precision: auto -> %s (%s)", value, why)
-    OmegaConf.update(cfg.data, "trainer.precision", value)
+class Built(NamedTuple):
+    """A built run: the DataModule (set up), the LightningModule with its network, and the resolved config."""
+
+    data: Any
+    task: Any
+    cfg: Config
 
 
-def apply_auto_values(cfg: Config, data: Any) -> None:
-    """Write what the data chose for `auto` keys into `cfg` (and so into the run's config.yaml), logging each.
-
-    The DataModule's `auto_values()` gives {dotted key: (value, why)}: its own `data.*` options it resolved, and
-    a value for each key of its `AUTO_KEYS`, used where the config says `auto`.
-    """
-    wanted = set(auto_keys(cfg))
-    chosen = data.auto_values() if hasattr(data, "auto_values") else {}
-    for key, (value, why) in chosen.items():
-        if key.startswith("data.") or key in wanted:
-            log.info("%s: auto -> %s (%s)", key, value, why)
-            OmegaConf.update(cfg.data, key, value, merge=False, force_add=True)
-    missing = sorted(wanted - set(chosen))
-    if missing:
-        raise ConfigError(f"{missing}: 'auto', but the data chose no value for them here; set values")
-    validate(cfg)  # the chosen values, checked as if the config had set them
-
-
-def build(cfg: Config) -> tuple[Any, Any, dict[str, Any]]:
-    """(data, task, context): the DataModule (set up), the LightningModule with its network, the data context.
+def build(cfg: Config, *, preset: Mapping[str, Any] | None = None) -> Built:
+    """Build the run `cfg` describes; `preset` ({dotted `data.*` key: value}) replaces data options before the
+    data is read (a loaded run's saved label vocabulary or tokenizer) and is recorded in the resolved config.
 
     Bad values the config's signatures cannot catch (a missing data folder, ...) raise ConfigError here,
     before any training.
     """
     import lightning as L
 
-    L.seed_everything(cfg.data.get("seed", 0), workers=True, verbose=False)
-    resolve_auto_precision(cfg)
+    L.seed_everything(cfg.tree.get("seed", 0), workers=True, verbose=False)
     trainer_cfg = cfg.section("trainer")
     if trainer_cfg.get("num_threads"):  # intra-op threads of each process (torch.set_num_threads)
         import torch
 
         torch.set_num_threads(trainer_cfg["num_threads"])
+    chosen = {**(preset or {}), **_auto_precision(cfg)}
     section = "data"
     try:
-        data = build_data(cfg)
-        apply_auto_values(cfg, data)
-        context = data.model_context()
+        data = build_data(cfg, preset)
+        cfg = resolve(cfg, data, chosen)
         section = "model"
-        net = build_net(cfg, context)
+        net = build_net(cfg)
         apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
         if trainer_cfg.get("compile"):
             compile_net(net)
         section = "task"
-        task = build_task(cfg, net, context)
+        task = build_task(cfg, net)
     except ConfigError:
         raise
     except ValueError as err:  # a builder's own check; name the section when the message does not
         text = str(err)
         named = text.startswith((f"{section}.", f"{section}:", f"{section} ")) or section == "data"
         raise ConfigError(text if named else f"{section} (kind {cfg.section(section).get('kind')!r}): {text}") from err
-    return data, task, context
+    return Built(data, task, cfg)
+
+
+def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
+    """The DataModule of `data:` (set up, so `model_inputs()` is ready); `preset` as in `build`."""
+    from ..data import DATAMODULES
+
+    opts = cfg.section("data")
+    opts.update({key.split(".", 1)[1]: value for key, value in (preset or {}).items()})
+    data = DATAMODULES[opts.pop("kind")](**opts)
+    data.setup("fit")
+    return data
+
+
+# ------------------------------------------------------------------------------------------------ resolving
+
+
+def resolve(cfg: Config, data: Any, chosen: Mapping[str, Any] = {}) -> Config:  # noqa: B006 (read only)
+    """The run's resolved config: `cfg` with `chosen` ({dotted key: value}: preset data options, the machine's
+    precision), the data's proposals for `auto` keys, and the model and task arguments `data.model_inputs()`
+    gives. Validated and read-only; `cfg` stays as it was."""
+    from ..models import MODELS
+    from ..tasks import TASKS
+
+    values = {**chosen, **_proposals(cfg, data)}
+    inputs = data.model_inputs()
+    tree = OmegaConf.to_container(cfg.tree, resolve=True)
+    for key, value in values.items():
+        _set(tree, key, value)
+    for section, table in (("model", MODELS), ("task", TASKS)):
+        fn = table[tree[section]["kind"]]
+        for key, value in _filled(cfg, section, tree[section], fn, inputs).items():
+            _set(tree, f"{section}.{key}", value)
+    resolved = Config(OmegaConf.create(tree), cfg.origins)
+    validate(resolved)  # the chosen values, checked as if the config had set them
+    return resolved
+
+
+def _set(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted `key` of the plain `tree` to `value`: the one place a run's config values are written."""
+    *path, last = key.split(".")
+    for part in path:
+        node = tree.get(part)
+        tree = tree.setdefault(part, {}) if node is None else node
+    tree[last] = value
+
+
+def _auto_precision(cfg: Config) -> dict[str, Any]:
+    """`trainer.precision: auto` -> {"trainer.precision": the value for this machine}, logged."""
+    trainer_cfg = cfg.section("trainer")
+    if trainer_cfg.get("precision") != "auto":
+        return {}
+    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
+    log.info("trainer.precision: auto -> %s (%s)", value, why)
+    return {"trainer.precision": value}
+
+
+def _proposals(cfg: Config, data: Any) -> dict[str, Any]:
+    """What the data proposes and the config takes: its own `data.*` choices and a value for each key the config
+    sets to `auto` among its `AUTO_KEYS`, each logged. A key it does not declare is a bug in the DataModule."""
+    wanted = set(auto_keys(cfg))
+    proposed = data.auto_values()
+    undeclared = sorted(k for k in proposed if not k.startswith("data.") and k not in data.AUTO_KEYS)
+    if undeclared:
+        raise TypeError(f"{type(data).__name__}.auto_values() proposes {undeclared}, which are not in its AUTO_KEYS")
+    taken = {}
+    for key, (value, why) in proposed.items():
+        if key.startswith("data.") or key in wanted:
+            log.info("%s: auto -> %s (%s)", key, value, why)
+            taken[key] = value
+    missing = sorted(wanted - set(proposed))
+    if missing:
+        raise ConfigError(f"{missing}: 'auto', but the data chose no value for them here; set values")
+    return taken
+
+
+def _filled(
+    cfg: Config, section: str, opts: Mapping[str, Any], fn: Callable[..., Any], inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The `inputs` that `fn` (the section's builder) accepts, to add to `section`; a config value that contradicts
+    the data raises."""
+    accepted = parameters(fn)
+    filled = {}
+    for key, value in inputs.items():
+        if key not in accepted or value is None:
+            continue
+        if key in opts and opts[key] != value:
+            raise ConfigError(
+                f"{section}.{key}: {opts[key]!r} (set in {cfg.where(f'{section}.{key}')}) contradicts the data, "
+                f"which gives {value!r}; remove it or change the data section"
+            )
+        filled[key] = value
+    return filled
+
+
+# ------------------------------------------------------------------------------------------------ building
+
+
+def build_net(cfg: Config) -> Any:
+    """The network of the resolved config's `model:` section."""
+    from ..models import MODELS
+
+    opts = cfg.section("model")
+    return MODELS[opts.pop("kind")](**opts)
+
+
+def build_task(cfg: Config, net: Any) -> Any:
+    """The LightningModule of the resolved config's `task:` section, around `net`."""
+    from ..tasks import TASKS
+
+    opts = cfg.section("task")
+    return TASKS[opts.pop("kind")](net=net, **opts)
 
 
 def check_monitor(cfg: Config, task: Any) -> str:

@@ -104,7 +104,7 @@ def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
     saved = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True)
     old, new = (
         _leaves(saved if isinstance(saved, dict) else {}),
-        _leaves(OmegaConf.to_container(cfg.data, resolve=True)),
+        _leaves(OmegaConf.to_container(cfg.tree, resolve=True)),
     )
     unset = "<not set>"
     changes = {
@@ -194,9 +194,7 @@ def load_run(
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
-    _use_saved_labels(cfg, run_dir)
-    _use_saved_tokenizer(cfg, run_dir)
-    data, task, _ = build(cfg)
+    data, task, cfg = build(cfg, preset={**_saved_labels(cfg, run_dir), **_saved_tokenizer(cfg, run_dir)})
     try:
         state = read_checkpoint(ckpt)["state_dict"]
     except ValueError as err:
@@ -208,18 +206,19 @@ def load_run(
     return LoadedRun(run_dir, ckpt, cfg, data, task)
 
 
-def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
-    """The run's `tokenizer.json` as `data.tokenizer` when the config names a learned kind (bpe, wordpiece,
+def _saved_tokenizer(cfg: Config, run_dir: Path) -> dict[str, str]:
+    """{"data.tokenizer": the run's `tokenizer.json`} when the config names a learned kind (bpe, wordpiece,
     unigram): learning it again from data read now could give other ids than the weights were trained with."""
     from ..data.tokenizers.subword import KINDS, TOKENIZER_FILE
 
     saved = run_dir / TOKENIZER_FILE
     if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
-        OmegaConf.update(cfg.data, "data.tokenizer", str(saved))
+        return {"data.tokenizer": str(saved)}
+    return {}
 
 
-def _use_saved_labels(cfg: Config, run_dir: Path) -> None:
-    """The run's `labels.json` (its class names in training order) as `data.labels`, unless the config sets it:
+def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:
+    """{"data.labels": the run's `labels.json`} (its class names in training order), unless the config sets it:
     the data read now may hold other classes, or the same ones in another order."""
     from ..data import DATAMODULES
 
@@ -228,4 +227,5 @@ def _use_saved_labels(cfg: Config, run_dir: Path) -> None:
     module = DATAMODULES.get(data.get("kind"))
     if saved.is_file() and data.get("labels") is None and module is not None:
         if "labels" in inspect.signature(module).parameters:
-            OmegaConf.update(cfg.data, "data.labels", str(saved))
+            return {"data.labels": str(saved)}
+    return {}

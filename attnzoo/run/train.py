@@ -113,7 +113,7 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
 
 
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
-    data, task, _ = build(cfg)
+    data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision), saved as config.yaml
     resumes = read_resumes(run_dir)
     if ckpt_path is not None:
         from .metrics import check_history
@@ -133,8 +133,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
-        if hasattr(data, "save_artifacts"):  # what the data derived and a run must keep (label vocabulary, audio stats)
-            data.save_artifacts(run_dir)
+        data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     try:

@@ -110,7 +110,7 @@ def test_folder_layout_honours_speech_commands_lists(tmp_path, cache):
     batch = next(iter(dm.train_dataloader()))
     assert batch["audio"].shape == (4, 4000) and batch["audio"].dtype == torch.float32
     assert batch["label"].dtype == torch.long
-    ctx = dm.model_context()
+    ctx = dm.model_inputs()
     assert ctx["num_classes"] == 3 and ctx["n_mels"] == 32 and ctx["target_frames"] == 48
     assert ctx["sample_rate"] == RATE and ctx["feature_std"] > 0
 
@@ -219,7 +219,7 @@ def test_stats_match_the_train_features_and_are_saved_and_reused(tmp_path):
     assert stats["std"] == pytest.approx(feats.std(unbiased=False).item(), rel=1e-3)
     path = dm.save_artifacts(tmp_path / "run")
     reused = small(source="folder", root=str(tmp_path), stats_file=str(path))
-    assert reused.model_context()["feature_mean"] == pytest.approx(stats["mean"])
+    assert reused.model_inputs()["feature_mean"] == pytest.approx(stats["mean"])
     other = DATAMODULES["audio"](source="folder", root=str(tmp_path), sample_rate=RATE, n_mels=40, stats_file=str(path))
     with pytest.raises(ValueError, match="was computed for features"):
         other.compute_stats()

@@ -19,7 +19,7 @@ from attnzoo.data.formats.text_files import read_text_file
 from attnzoo.data.modules.image import ImageDataModule
 from attnzoo.data.modules.text import TextDataModule
 from attnzoo.run.reliability import check_checkpoint_shapes
-from tests.run.test_reliability import VIT
+from tests.helpers import VIT
 
 
 def _png(img: Image.Image) -> bytes:
@@ -246,8 +246,8 @@ def test_data_sizes_that_failed_deep_in_a_loader_are_refused_by_name(make, match
 
 
 def test_a_pretrained_file_that_is_not_a_checkpoint_is_named(tmp_path):
-    from attnzoo.models.vit import read_checkpoint
+    from attnzoo.models.vit import read_state_dict
 
     (tmp_path / "vit.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match=r"model.pretrained: '.*vit.pth' is not a readable PyTorch file"):
-        read_checkpoint(tmp_path / "vit.pth")
+        read_state_dict(tmp_path / "vit.pth")

@@ -25,7 +25,7 @@ def test_embedded_mnist_is_real_balanced_and_split_deterministically():
     assert len(a.splits["train"]) == 4500 and len(a.splits["val"]) == 500
     assert _indices(a.splits["train"]).isdisjoint(_indices(a.splits["val"]))
     assert _indices(a.splits["val"]) == _indices(b.splits["val"])
-    assert a.model_context() == {"num_classes": 10, "in_chans": 1, "img_size": 28}
+    assert a.model_inputs() == {"num_classes": 10, "in_chans": 1, "img_size": 28}
     assert DATAMODULES["image"] is ImageDataModule
 
 
@@ -58,7 +58,7 @@ def _write_folder(root, classes=("cat", "dog"), n=4, size=(20, 12)):
 def test_image_folder_with_one_subfolder_per_class(tmp_path):
     _write_folder(tmp_path)
     data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=16, val_fraction=0.25, batch_size=3)
-    assert data.model_context() == {"num_classes": 2, "in_chans": 3, "img_size": 16}
+    assert data.model_inputs() == {"num_classes": 2, "in_chans": 3, "img_size": 16}
     assert data.class_names == ["cat", "dog"]
     assert len(data.splits["train"]) == 6 and len(data.splits["val"]) == 2
     batch = next(iter(data.train_dataloader()))

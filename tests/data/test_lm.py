@@ -101,7 +101,7 @@ def test_stream_and_batches(tmp_path):
     )
     dm.setup()
     tok = dm.tokenizer
-    assert dm.model_context() == {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 2, "eos_id": 3, "max_len": 12}
+    assert dm.model_inputs() == {"vocab_size": tok.vocab_size, "pad_id": 0, "bos_id": 2, "eos_id": 3, "max_len": 12}
     val = dm.datasets["val"].stream.tolist()
     assert val == [tok.bos_id, *tok.encode("a new document about topic 3."), tok.eos_id]
     train = dm.datasets["train"].stream
@@ -146,5 +146,5 @@ def test_bytes_tokenizer(tmp_path):
     (tmp_path / "t.txt").write_text("\n".join(_docs(30)))
     dm = LMDataModule(train=str(tmp_path / "t.txt"), tokenizer="bytes", block_size=32)
     dm.setup()
-    assert dm.model_context()["vocab_size"] == 259 and dm.save_artifacts(tmp_path / "run")[0].name == "lm.json"
+    assert dm.model_inputs()["vocab_size"] == 259 and dm.save_artifacts(tmp_path / "run")[0].name == "lm.json"
     assert dm.decode(dm.datasets["train"].stream[:20]).startswith("document ")

@@ -136,7 +136,7 @@ def test_text_classification_learns_a_subword_tokenizer_from_train_only(tmp_path
     dm = TextDataModule(train=str(train), val=str(val), tokenizer="bpe", vocab_size=200)
     dm.setup()
     tok = dm.tokenizer
-    assert dm.model_context()["vocab_size"] == tok.vocab_size and dm.model_context()["pad_id"] == tok.pad_id
+    assert dm.model_inputs()["vocab_size"] == tok.vocab_size and dm.model_inputs()["pad_id"] == tok.pad_id
     assert "▁cat" in tok.tok.get_vocab() and "▁zebrazebra" not in tok.tok.get_vocab()  # val text was not learned
     assert tok.decode(dm.datasets["val"].ids[1].tolist()) == "the cat ran"
     saved = dm.save_artifacts(tmp_path / "run")

@@ -215,7 +215,7 @@ def _small_listops(**kw):
 def test_listops_datamodule_batches():
     dm = _small_listops()
     assert dm.num_classes == 10 and dm.class_names == [str(d) for d in range(10)]
-    ctx = dm.model_context()
+    ctx = dm.model_inputs()
     assert ctx == {"num_classes": 10, "vocab_size": len(listops.VOCAB), "pad_id": 0, "max_len": 512}
     batch = next(iter(dm.train_dataloader()))
     assert set(batch) == {"tokens", "padding_mask", "label"}
@@ -359,6 +359,6 @@ def test_text_recipe_on_a_user_csv_saves_its_label_vocabulary(tmp_path):
     run_dir = fit(load([recipe], files + quick))
     saved = json.loads((run_dir / "labels.json").read_text())
     assert saved["class_names"] == ["mid", "neg", "pos"] and saved["source"] == train
-    assert load([run_dir / "config.yaml"]).data.model.num_classes == 3  # derived from the data, recorded
+    assert load([run_dir / "config.yaml"]).tree.model.num_classes == 3  # derived from the data, recorded
     with pytest.raises(ConfigError, match=r"no label column 'lable'; columns found: \['sentence', 'label'\]"):
         fit(load([recipe], [*files, "data.label_column=lable", *quick]))

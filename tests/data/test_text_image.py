@@ -97,7 +97,7 @@ def test_scene_batches_follow_the_contract():
     assert tokens.dtype == torch.long and pad.dtype == torch.bool and tokens.shape == pad.shape
     assert ((tokens == 0) == pad).all() and (~pad).sum(1).min() > 0
     assert batch["label"].shape == (16,) and batch["label"].max() < dm.num_classes
-    assert dm.model_context() == {
+    assert dm.model_inputs() == {
         "num_classes": len(dm.class_names),
         "img_size": 48,
         "in_chans": 3,

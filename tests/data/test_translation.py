@@ -110,7 +110,7 @@ def test_embedded_datamodule(caplog):
     dm = DATAMODULES["translation"](**SMALL, src_lang="de", tgt_lang="en", vocab_size=500, seed=4)
     dm.setup()
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 600, "val": 40, "test": 60}
-    ctx = dm.model_context()
+    ctx = dm.model_inputs()
     assert ctx == {"vocab_size": dm.tokenizer.vocab_size, "pad_id": 0, "bos_id": 2, "eos_id": 3, "max_len": 128}
     assert "de -> en" in caplog.text
     again = TranslationDataModule(**SMALL, src_lang="de", tgt_lang="en", vocab_size=500, seed=4)
@@ -320,4 +320,4 @@ def test_artifacts_reload_the_same_tokenizer(tmp_path):
     assert again.tokenizer.to_str() == dm.tokenizer.to_str()
     assert again.encode_source("Tuesday, March 3, 1998") == dm.encode_source("Tuesday, March 3, 1998")
     with pytest.raises(RuntimeError, match="setup"):
-        TranslationDataModule(**SMALL).model_context()
+        TranslationDataModule(**SMALL).model_inputs()

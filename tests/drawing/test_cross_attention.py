@@ -24,7 +24,7 @@ def test_word_spans_follow_utf8_bytes():
 def test_text_image_maps_writes_one_png_per_example(tmp_path):
     dm = TextImageDataModule(num_train=8, num_val=8, batch_size=4, image_size=32)
     dm.setup("fit")
-    net = TextImageNet(**{**dm.model_context(), "patch_size": 8, "image_dim": 32, "text_dim": 32, "fusion_depth": 2})
+    net = TextImageNet(**{**dm.model_inputs(), "patch_size": 8, "image_dim": 32, "text_dim": 32, "fusion_depth": 2})
     batch = next(iter(dm.val_dataloader()))
     paths = text_image_maps(net, batch, dm.datasets["val"].texts[:4], tmp_path, class_names=dm.class_names, count=2)
     assert [p.name for p in paths] == ["cross_attention_000.png", "cross_attention_001.png"]

@@ -148,7 +148,7 @@ def test_learns_listops_examples():
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
     labels = batch.pop("label")
-    model = TextClassifier(**dm.model_context(), dim=32, depth=1, num_heads=2).train()
+    model = TextClassifier(**dm.model_inputs(), dim=32, depth=1, num_heads=2).train()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
     losses = []
     for _ in range(25):
@@ -175,4 +175,4 @@ def test_listops_4k_trains_with_sliding_window_on_cpu(tmp_path):
     run_dir = fit(cfg)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == 3 and set(summary["attention_backends"]) == {"blocked"}
-    assert cfg.data.data.listops.min_len >= 4096
+    assert cfg.tree.data.listops.min_len >= 4096

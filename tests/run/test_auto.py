@@ -53,11 +53,10 @@ def test_an_image_folder_gets_its_size_augmentation_patches_and_budget_in_config
 
 
 def test_the_embedded_digits_keep_the_recipe_settings():
-    cfg = load([RECIPES / "vit.yaml"], QUICK)
-    build(cfg)
+    cfg = build(load([RECIPES / "vit.yaml"], QUICK)).cfg
     model, data = cfg.section("model"), cfg.section("data")
     assert (model["patch_size"], model["drop_path_rate"], cfg.section("trainer")["max_epochs"]) == (7, 0.0, 10)
-    assert data["augment"] is False and data["img_size"] == 28 and not _autos(OmegaConf.to_container(cfg.data))
+    assert data["augment"] is False and data["img_size"] == 28 and not _autos(OmegaConf.to_container(cfg.tree))
 
 
 def test_audio_files_get_16_khz_and_their_own_learning_rate(tmp_path):
@@ -69,7 +68,7 @@ def test_audio_files_get_16_khz_and_their_own_learning_rate(tmp_path):
             wave = (wave + 0.01 * rng.random(8000)).astype(np.float32)
             wavfile.write(tmp_path / label / f"s{i}_nohash_0.wav", 8000, wave)
     cfg = load([RECIPES / "ast.yaml"], [*QUICK, "data.source=folder", f"data.root={tmp_path}", "data.val_fraction=0.3"])
-    build(cfg)
+    cfg = build(cfg).cfg
     data, model = cfg.section("data"), cfg.section("model")
     assert (data["sample_rate"], data["n_mels"], data["mixup_alpha"], data["time_shift_ms"]) == (16000, 32, 0.0, 0.0)
     assert (model["fstride"], model["tstride"], model["n_mels"], model["sample_rate"]) == (16, 6, 32, 16000)
@@ -77,7 +76,7 @@ def test_audio_files_get_16_khz_and_their_own_learning_rate(tmp_path):
     assert model["spec_augment"] == {"freq_mask": 4, "time_mask": 10, "num_masks": 2, "stretch": 0.1}  # 32 x 98
     assert cfg.section("task")["optimizer"]["lr"] == 2e-3
     synthetic = load([RECIPES / "ast.yaml"], [*QUICK, "data.synthetic.per_class={train: 4, val: 2, test: 2}"])
-    build(synthetic)
+    synthetic = build(synthetic).cfg
     assert synthetic.section("task")["optimizer"]["lr"] == 1e-3 and synthetic.section("data")["sample_rate"] == 8000
     assert synthetic.section("model")["feature_norm"] == "dataset"
 

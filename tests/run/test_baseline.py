@@ -11,8 +11,9 @@ from scipy.io import wavfile
 
 from attnzoo import baseline as command
 from attnzoo import fit as fit_command
-from attnzoo.config import build_data, load
+from attnzoo.config import load
 from attnzoo.run.baseline import C_GRID, fit_baseline
+from attnzoo.run.build import build_data
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"

@@ -19,7 +19,7 @@ import torch
 
 from attnzoo.config import load
 from attnzoo.run import build
-from tests.test_fit import QUICK, TINY, VIT
+from tests.helpers import QUICK, TINY, VIT
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_STEP = [

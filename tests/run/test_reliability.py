@@ -15,31 +15,8 @@ import torch
 from attnzoo.config import ConfigError, load
 from attnzoo.run import fit
 from attnzoo.run.reliability import SELF_SIGNAL_ENV, AtomicCheckpointIO, NonFiniteLossError
-
-ROOT = Path(__file__).resolve().parents[2]
-VIT = ROOT / "recipes" / "vit.yaml"
-# a tiny deterministic CPU run: 2 epochs of 4 batches, augmentation on (so random state matters on resume)
-TINY = [
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.accelerator=cpu",
-    "trainer.devices=1",
-    "trainer.precision=32-true",
-    "trainer.num_threads=1",
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=4",
-    "trainer.limit_val_batches=1",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.log_every_n_steps=1",
-    "model.embed_dim=16",
-    "model.depth=1",
-    "model.num_heads=2",
-    "model.patch_size=7",
-    "model.mlp_ratio=1.0",
-    "data.batch_size=8",
-    "data.augment=true",
-    "run.test=false",
-]
+from tests.helpers import ROOT, VIT
+from tests.helpers import TINY_RUN as TINY
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
@@ -257,7 +234,7 @@ def test_a_garbage_or_empty_checkpoint_is_named_on_resume_and_evaluate(content, 
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     cfg = load([VIT], TINY)
-    build(cfg)  # fills in what the data gives (num_classes, ...), as the config.yaml fit writes
+    cfg = build(cfg).cfg  # with what the data gives (num_classes, ...), as the config.yaml fit writes
     (run_dir / "config.yaml").write_text(cfg.to_yaml())
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(content)
     code, err = _fit_main(["--resume", str(run_dir)], capsys)

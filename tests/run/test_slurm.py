@@ -21,7 +21,8 @@ from attnzoo.config import ConfigError, load
 from attnzoo.run import fit, is_rank_zero, new_run_dir
 from attnzoo.run.cluster import slurm_job
 from attnzoo.run.reliability import SELF_SIGNAL_ENV
-from tests.run.test_reliability import TINY, VIT
+from tests.helpers import TINY_RUN as TINY
+from tests.helpers import VIT
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = [*TINY, "run.baseline=false"]  # 2 epochs of 4 batches

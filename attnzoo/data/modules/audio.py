@@ -6,7 +6,7 @@ model and run on the GPU when there is one. Labels are class indices [B] (long),
 with `multilabel`; with mixup in training they are mixed one-/multi-hot [B, C] float.
 
 Normalization statistics (mean and std of the log-mel features) come from the train split and reach the
-model through `model_context()` (the model keeps them as buffers, so checkpoints carry them);
+model through `model_inputs()` (the model keeps them as buffers, so checkpoints carry them);
 `save_artifacts(run_dir)` also writes them, with the feature settings, to `audio_stats.json`.
 """
 
@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -31,6 +30,7 @@ from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 from ..formats.text_files import read_utf8
 from . import defaults
+from .base import DataModule
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -100,7 +100,7 @@ class Mixup:
         return batch
 
 
-class AudioDataModule(L.LightningDataModule):
+class AudioDataModule(DataModule):
     """Audio clips for classification: class folders, a CSV, or the embedded synthetic default.
 
     Args:
@@ -395,7 +395,7 @@ class AudioDataModule(L.LightningDataModule):
     def _wave(self, ds: ClipDataset, i: int) -> Tensor:
         return ds.waves[i] if ds.waves is not None else load_clip(ds.paths[i], sample_rate=self.sample_rate)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         """What the model builder needs: classes, features, clip length in frames, normalization statistics."""
         self.setup()
         stats = self.stats or self.compute_stats()

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
+
+from attnzoo.data.modules.base import DataModule
 
 from . import defaults
 from .batching import EpochShuffle, run_seed
@@ -88,7 +89,7 @@ def load_mnist5k() -> tuple[Tensor, Tensor]:
     return images, torch.from_numpy(table[:, -1]).long()
 
 
-class ImageDataModule(L.LightningDataModule):
+class ImageDataModule(DataModule):
     """Image classification data.
 
     Args:
@@ -177,7 +178,7 @@ class ImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         """What the model builder needs to know about this data."""
         self.setup()
         return {"num_classes": self.num_classes, "in_chans": self.in_chans, "img_size": self.img_size}

@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
+from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -138,7 +138,7 @@ class BlockDataset(Dataset):
         return {"tokens": tokens, "labels": labels, "padding_mask": torch.arange(self.block_size) >= n}
 
 
-class LMDataModule(L.LightningDataModule):
+class LMDataModule(DataModule):
     """Causal language-model data.
 
     Args:
@@ -273,7 +273,7 @@ class LMDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------------------------------------------------
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         self._require_setup()
         tok = self.tokenizer
         return {

@@ -12,7 +12,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -23,6 +22,7 @@ from ..formats.text_files import check_labels, label_vocabulary, read_text_file
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from . import defaults
+from .base import DataModule
 from .batching import PadCollate, TokenDataset, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -39,7 +39,7 @@ LISTOPS_DEFAULTS = {
 }
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(DataModule):
     """Text classification data.
 
     Args:
@@ -124,7 +124,7 @@ class TextDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         self._require_setup()
         return {
             "num_classes": self.num_classes,

@@ -17,7 +17,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
@@ -27,6 +26,7 @@ from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
 from ..formats.image_io import ImageFileError, load_rgb
 from ..formats.text_files import read_utf8
 from ..tokenizers.factory import make_tokenizer
+from .base import DataModule
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -97,7 +97,7 @@ def _read(path: Path, image_size: int) -> np.ndarray:
     return np.asarray(img)
 
 
-class TextImageDataModule(L.LightningDataModule):
+class TextImageDataModule(DataModule):
     """Image-text classification data; the embedded default is generated scenes (`attnzoo.data.embedded.scenes`).
 
     Args:
@@ -163,7 +163,7 @@ class TextImageDataModule(L.LightningDataModule):
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         """What the model builder needs to know about this data."""
         return {
             "num_classes": self.num_classes,

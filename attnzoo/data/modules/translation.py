@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -31,6 +30,7 @@ from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
+from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -91,7 +91,7 @@ class Seq2SeqCollate:
         }
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(DataModule):
     """Parallel text for translation, with one tokenizer (a shared vocabulary) for source and target.
 
     Args:
@@ -310,7 +310,7 @@ class TranslationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------------------------------------------------
     # what models and tasks need
 
-    def model_context(self) -> dict[str, Any]:
+    def model_inputs(self) -> dict[str, Any]:
         self._require_setup()
         tok = self.tokenizer
         return {

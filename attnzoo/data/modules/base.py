@@ -1,0 +1,52 @@
+"""What every attnzoo DataModule gives the run that builds it (`attnzoo.run.build`).
+
+A DataModule is a LightningDataModule (dataloaders of dict batches) that, once `setup()` has run, also gives:
+
+- `model_inputs()`: what the model and task builders need to know about the data, {argument name: value}
+  (e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}); the run passes each to the builders that take it.
+- `AUTO_KEYS` and `auto_values()`: the values the data proposes where the config says `auto`. `auto_values()`
+  gives {dotted key: (value, why)} for the `data.*` options it resolved itself and for each key of `AUTO_KEYS`
+  (the keys of other sections it may choose, e.g. `model.patch_size`, `trainer.max_epochs`). It proposes, and
+  never writes: the run applies a proposal where the config says `auto` and logs it ("key: auto -> value (why)").
+  The choices themselves live in `attnzoo.data.defaults`, one function per modality.
+- `save_artifacts(run_dir)`: what the data derived and a run must keep to be loaded again (a label vocabulary,
+  a learned tokenizer, normalization statistics); the files written.
+- `baseline_features(split)`: the split's inputs and labels for the classical baseline (`attnzoo.run.baseline`),
+  or None for a split the data does not have.
+
+The defaults below are for data that proposes nothing, saves nothing and has no baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import lightning as L
+
+Proposals = dict[str, tuple[Any, str]]  # dotted config key -> (value, why)
+
+
+class DataModule(L.LightningDataModule):
+    """The base of every attnzoo DataModule; see the module docstring for the contract."""
+
+    AUTO_KEYS: ClassVar[tuple[str, ...]] = ()  # keys outside `data.*` that `auto_values()` may propose
+
+    def model_inputs(self) -> dict[str, Any]:
+        """{builder argument: value} that the model and task builders take from this data."""
+        raise NotImplementedError(f"{type(self).__name__} must say what the model needs (model_inputs)")
+
+    def auto_values(self) -> Proposals:
+        """{dotted key: (value, why)}: `data.*` options resolved from the data, and a value for each `AUTO_KEYS`."""
+        return {}
+
+    def save_artifacts(self, run_dir: str | Path) -> Path | list[Path]:
+        """Write what a run must keep to be loaded again into `run_dir`; the files written."""
+        return []
+
+    def baseline_features(self, split: str) -> tuple[dict[str, Any], Any] | None:
+        """(parts, labels) of `split` for the classical baseline (`attnzoo.run.baseline`); None: no such split."""
+        raise ValueError(
+            f"{type(self).__name__} has no classical baseline (run.baseline is for classification data); "
+            "set run.baseline=false"
+        )

@@ -1,0 +1,47 @@
+"""What several test modules share (recipes, quick-run overrides, fakes), so no test module imports another."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnzoo.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+VIT = ROOT / "recipes" / "vit.yaml"
+QUICK = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.accelerator=cpu",
+    "trainer.devices=1",
+    "trainer.precision=32-true",
+]
+# a ViT small enough that a few optimizer steps take well under a second
+TINY = ["model.embed_dim=16", "model.depth=1", "model.num_heads=2", "model.patch_size=7", "model.mlp_ratio=1.0"]
+# a tiny deterministic CPU run: 2 epochs of 4 batches, augmentation on (so random state matters on resume)
+TINY_RUN = [
+    "trainer.enable_progress_bar=false",
+    "trainer.enable_model_summary=false",
+    "trainer.accelerator=cpu",
+    "trainer.devices=1",
+    "trainer.precision=32-true",
+    "trainer.num_threads=1",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=4",
+    "trainer.limit_val_batches=1",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.log_every_n_steps=1",
+    "model.embed_dim=16",
+    "model.depth=1",
+    "model.num_heads=2",
+    "model.patch_size=7",
+    "model.mlp_ratio=1.0",
+    "data.batch_size=8",
+    "data.augment=true",
+    "run.test=false",
+]
+
+
+def smoke_overrides(cfg: Config) -> list[str]:
+    """The recipe's `smoke:` mapping as `key=value` overrides."""
+    return [f"{k}={json.dumps(v)}" for k, v in cfg.section("smoke").items()]

@@ -59,7 +59,7 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     if kind in ATTENTION_KINDS:
         base = ATTENTION_KINDS[kind]
     elif "." in str(kind):
-        base = import_path(kind)
+        base = import_path(kind, f"{what}.kind")
     else:
         valid = list(ATTENTION_KINDS)
         raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")

@@ -288,6 +288,7 @@ def validate(cfg: Config) -> None:
         )
     check_model_sizes(cfg, MODELS[cfg.section("model")["kind"]])
     _check_parts(cfg, auto)
+    _check_kind_values(cfg, auto)
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
     trainer = {k: v for k, v in cfg.section("trainer").items() if f"trainer.{k}" not in auto}
     if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.run.switches)
@@ -385,6 +386,24 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
             check_optimizer(optimizer)
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
+
+
+def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
+    """What the model or task kind refuses that its signature cannot say, through the class's
+    `check_config(options)` (a decoder's attention kind, a task's sampling ranges): a ValueError naming the key."""
+    from .models import MODELS
+    from .tasks import TASKS
+
+    for section, table in (("model", MODELS), ("task", TASKS)):
+        opts = cfg.section(section)
+        check = getattr(table[opts["kind"]], "check_config", None)
+        if check is None:
+            continue
+        try:
+            check({k: v for k, v in opts.items() if k != "kind" and f"{section}.{k}" not in auto})
+        except ValueError as err:
+            key = str(err).split(" ", 1)[0].rstrip(":")  # the kind's message starts with the key
+            raise ConfigError(f"{err} (set in {cfg.where(key)})") from err
 
 
 # model keys that are a width split evenly over `num_heads` attention heads (not e.g. an MLP's hidden size)

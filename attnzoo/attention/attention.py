@@ -10,7 +10,7 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -109,6 +109,13 @@ class Attention(nn.Module):
         self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        """Raise ValueError for what this kind refuses in a config whatever the model: `options` are its `Attention`
+        options (backend, attn_drop, ...), `parts` the specs it is given ("pattern", "bias", "rotary").
+        `factory.attention_layer` calls it when a config is checked, before anything is built or trained; plain
+        attention refuses nothing here (its values are checked when a layer is built)."""
 
     @classmethod
     def rotary_dim(cls, dim: int, num_heads: int, **options: Any) -> int:

@@ -171,6 +171,26 @@ def causal(attn: nn.Module) -> nn.Module:
     return attn
 
 
+def causal_attention(attention: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The self-attention config a decoder builds: pattern none becomes 'causal' (built by the kind itself, so kinds
+    that take no pattern say so); `causal()` intersects any other pattern with it once the layer is built."""
+    attention = dict(attention or {})
+    if attention.get("pattern") in (None, "none"):
+        attention["pattern"] = "causal"
+    return attention
+
+
+def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "model.attention") -> None:
+    """Raise ValueError for a decoder self-attention config that `make_decoder` would refuse whatever the data (an
+    attention kind that takes no pattern, such as linformer): for a model's `check_config`, before anything is built."""
+    from ..attention.factory import attention_layer
+
+    try:
+        attention_layer(causal_attention(attention), what)
+    except ValueError as err:
+        raise ValueError(f"{err} (in a decoder, where self-attention is causal: pattern 'causal' at least)") from err
+
+
 def make_decoder(
     *,
     dim: int,
@@ -206,10 +226,7 @@ def make_decoder(
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    attention = dict(attention or {})
-    if attention.get("pattern") in (None, "none"):
-        attention["pattern"] = "causal"  # built by the kind itself, so kinds that take no pattern say so here
-    self_cls = attention_layer(attention, what, **(context or {}))
+    self_cls = attention_layer(causal_attention(attention), what, **(context or {}))
     cross_cls = attention_layer(cross_attention, "model.cross_attention", **(context or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -117,6 +118,11 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
             layer = OmegaConf.from_dotlist([item])
         except OmegaConfBaseException as err:
             raise ConfigError(f"override {item!r}: {err}") from err
+        except yaml.YAMLError as err:  # a value that is not YAML: `{kind:global}`
+            raise ConfigError(
+                f"override {item!r}: the value is not YAML ({' '.join(str(err).split())}); a mapping is written "
+                "key={kind: sliding_window, window: 4}, a space after each colon"
+            ) from err
         origins.update(dict.fromkeys(_flatten(layer), f"{COMMAND_LINE} ({item!r})"))
         try:
             merged = OmegaConf.merge(merged, layer)
@@ -391,9 +397,17 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
 def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
     """What the model or task kind refuses that its signature cannot say, through the class's
     `check_config(options)` (a decoder's attention kind, a task's sampling ranges): a ValueError naming the key."""
+    from .data import DATAMODULES
     from .models import MODELS
     from .tasks import TASKS
 
+    kind = cfg.section("data")["kind"]
+    if cfg.section("run").get("baseline") and not hasattr(DATAMODULES[kind], "baseline_features"):
+        valid = sorted(k for k, v in DATAMODULES.items() if hasattr(v, "baseline_features"))
+        raise ConfigError(
+            f"run.baseline: true (set in {cfg.where('run.baseline')}), but data.kind {kind!r} has no classical "
+            f"baseline (data kinds with one: {valid}); set run.baseline=false"
+        )
     for section, table in (("model", MODELS), ("task", TASKS)):
         opts = cfg.section(section)
         check = getattr(table[opts["kind"]], "check_config", None)

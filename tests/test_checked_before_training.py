@@ -50,6 +50,11 @@ LATE = {
         ["model.attention.kind=talking_heads", "model.attention.backend=sdpa"],
         ["model.attention", "'talking_heads'", "'sdpa'", "'auto' or 'eager'"],
     ),
+    "a baseline for data that has none": (
+        TRANSLATION,
+        ["run.baseline=true"],
+        ["run.baseline", "true", "data.kind 'translation'", "['audio', 'image',", "run.baseline=false"],
+    ),
     "sigmoid on sdpa": (
         VIT,
         ["model.attention.kind=sigmoid", "model.attention.backend=sdpa"],
@@ -67,6 +72,23 @@ def test_late_options_stop_when_the_config_is_checked(case, capsys):
         assert part in err, (part, err)
 
 
+def test_attention_kinds_refuse_the_same_when_built_in_python():
+    from attnzoo.attention.variants import LinformerAttention, SinkAttention
+    from attnzoo.layers.decoder import make_decoder
+
+    with pytest.raises(ValueError, match="'sinks' cannot train on backend 'sdpa' with attn_drop 0.1"):
+        SinkAttention(16, 2, backend="sdpa", attn_drop=0.1)
+    with pytest.raises(ValueError, match="'linformer' cannot use a pattern"):
+        make_decoder(dim=16, depth=1, num_heads=2, attention={"kind": "linformer"}, context={"seq_len": 8})
+    LinformerAttention(16, 2, seq_len=8)
+
+
+def test_an_override_that_is_not_yaml_is_a_clear_error(capsys):
+    assert fit_main(["--config", LM, "--print-config", "model.attention.pattern={kind:global,tokens:[0]}"]) == 2
+    err = capsys.readouterr().err
+    assert "override 'model.attention.pattern={kind:global,tokens:[0]}'" in err and "Traceback" not in err, err
+
+
 def test_what_the_checks_allow_still_loads():
     # the neighbours of every refused value: each loads
     load([LM], ["task.top_p=1.0", "task.top_k=null", "task.temperature=0", "task.top_k=1"])
@@ -74,6 +96,13 @@ def test_what_the_checks_allow_still_loads():
     load([LM], ["model.attention.kind=sinks", "model.attention.backend=eager", "model.attention.attn_drop=0.1"])
     load([TRANSLATION], ["model.attention.kind=linformer", "model.decoder_attention={kind: mha}"])  # encoder only
     load([VIT], ["model.attention.kind=linformer"])
+
+
+def test_the_baseline_command_on_data_without_one_is_a_clear_error(capsys):
+    from attnzoo.baseline import main as baseline_main
+
+    assert baseline_main(["--config", LM, "data.vocab_size=300"]) == 2
+    assert "LMDataModule has no classical baseline" in capsys.readouterr().err
 
 
 def test_ablate_dry_run_refuses_linformer_in_a_decoder(tmp_path, capsys):

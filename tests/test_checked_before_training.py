@@ -40,6 +40,16 @@ LATE = {
         ["model.decoder_attention.kind=linformer"],
         ["model.decoder_attention", "'linformer'", "decoder"],
     ),
+    "random blocks in a decoder": (
+        LM,
+        ["model.attention.pattern={kind: random_blocks, num_random: 1, block: 4}"],
+        ["model.attention.pattern", "'random_blocks'", "cannot be made causal", "sliding_window"],
+    ),
+    "bigbird in a translation decoder": (
+        TRANSLATION,
+        ["model.decoder_attention={kind: mha, pattern: {kind: bigbird, window: 2, num_random: 1, block: 4}}"],
+        ["model.decoder_attention.pattern", "'bigbird'", "cannot be made causal"],
+    ),
     "linformer with a pattern": (
         VIT,
         ["model.attention.kind=linformer", "model.attention.pattern=causal"],
@@ -96,6 +106,8 @@ def test_what_the_checks_allow_still_loads():
     load([LM], ["model.attention.kind=sinks", "model.attention.backend=eager", "model.attention.attn_drop=0.1"])
     load([TRANSLATION], ["model.attention.kind=linformer", "model.decoder_attention={kind: mha}"])  # encoder only
     load([VIT], ["model.attention.kind=linformer"])
+    load([LM], ["model.attention.pattern={kind: sliding_window, window: 4}"])  # made causal by the decoder
+    load([VIT], ["model.attention.pattern={kind: random_blocks, num_random: 1, block: 4}"])  # an encoder takes it
 
 
 def test_the_baseline_command_on_data_without_one_is_a_clear_error(capsys):

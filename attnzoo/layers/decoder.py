@@ -180,15 +180,31 @@ def causal_attention(attention: Mapping[str, Any] | None) -> dict[str, Any]:
     return attention
 
 
-def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "model.attention") -> None:
-    """Raise ValueError for a decoder self-attention config that `make_decoder` would refuse whatever the data (an
-    attention kind that takes no pattern, such as linformer): for a model's `check_config`, before anything is built."""
+def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "model.attention", **context: Any) -> None:
+    """Raise ValueError for a decoder self-attention config that `make_decoder` would refuse whatever the data: an
+    attention kind that takes no pattern (linformer), or a pattern that stays no rule of positions once made causal
+    (random blocks). For a model's `check_config`, before anything is built; `context` is what the model's options
+    say (`dim`, `num_heads`, `seq_len`), for building the pattern."""
     from ..attention.factory import attention_layer
+    from ..attention.patterns import PATTERNS, Causal
+    from ..attention.specs import build
 
+    config = causal_attention(attention)
     try:
-        attention_layer(causal_attention(attention), what)
+        attention_layer(config, what)
     except ValueError as err:
         raise ValueError(f"{err} (in a decoder, where self-attention is causal: pattern 'causal' at least)") from err
+    try:
+        pattern = build(config["pattern"], PATTERNS, f"{what}.pattern", layer_index=0, **context)
+    except (TypeError, ValueError):
+        return  # it needs what only the data says: checked when the model is built
+    if pattern is not None and not pattern.causal_only and not (pattern & Causal()).causal_only:
+        raise ValueError(
+            f"{what}.pattern: {config['pattern']!r} cannot be made causal for a decoder: intersected with Causal it "
+            "is still not a rule of positions that never reads a later key (random blocks are drawn, not derived from "
+            "positions), so the decoder could not decode incrementally; use 'causal', or a sliding_window, dilated "
+            "or block_local pattern"
+        )
 
 
 def make_decoder(

@@ -38,7 +38,8 @@ class CausalLM(nn.Module):
     @classmethod
     def check_config(cls, options: Mapping[str, Any]) -> None:
         """Raise ValueError for `model:` options a decoder refuses whatever the data (config validation calls it)."""
-        check_decoder_attention(options.get("attention"), "model.attention")
+        sizes = {k: options[k] for k in ("dim", "num_heads") if isinstance(options.get(k), int)}
+        check_decoder_attention(options.get("attention"), "model.attention", **sizes)
 
     def __init__(
         self,

@@ -92,7 +92,8 @@ class Seq2Seq(nn.Module):
     def check_config(cls, options: Mapping[str, Any]) -> None:
         """Raise ValueError for `model:` options the decoder refuses whatever the data (config validation calls it)."""
         key = "attention" if options.get("decoder_attention") is None else "decoder_attention"
-        check_decoder_attention(options.get(key), f"model.{key}")
+        sizes = {k: options[k] for k in ("dim", "num_heads") if isinstance(options.get(k), int)}
+        check_decoder_attention(options.get(key), f"model.{key}", **sizes)
 
     def __init__(
         self,

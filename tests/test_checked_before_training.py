@@ -65,6 +65,11 @@ LATE = {
         ["run.baseline=true"],
         ["run.baseline", "true", "data.kind 'translation'", "['audio', 'image',", "run.baseline=false"],
     ),
+    "flex with attention dropout": (
+        VIT,
+        ["model.attention.backend=flex", "model.attention.attn_drop=0.1"],
+        ["model.attention", "'flex'", "attn_drop 0.1", "'blocked'"],
+    ),
     "sigmoid on sdpa": (
         VIT,
         ["model.attention.kind=sigmoid", "model.attention.backend=sdpa"],
@@ -148,6 +153,40 @@ def test_a_prompt_longer_than_the_context_stops_before_training(tmp_path, capsys
         assert part in err, (part, err)
     assert not list(tmp_path.rglob("metrics.csv")), "training started"
     assert not (tmp_path / "lm").exists() or not any((tmp_path / "lm").iterdir())  # a run that never ran is not kept
+
+
+VIT_TINY = [
+    "trainer.enable_progress_bar=false",
+    "trainer.precision=32-true",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=1",
+    "model.embed_dim=16",
+    "model.depth=1",
+    "model.num_heads=2",
+    "model.patch_size=7",
+]
+
+
+def test_flex_training_on_cpu_stops_before_the_first_step(tmp_path, capsys):
+    argv = [
+        "--config",
+        VIT,
+        *VIT_TINY,
+        f"run.dir={tmp_path}",
+        "model.attention.backend=flex",
+        "trainer.accelerator=cpu",
+    ]
+    assert fit_main(argv) == 2
+    err = capsys.readouterr().err
+    for part in (
+        "before training started",
+        "attention backend 'flex'",
+        "cannot train on cpu",
+        "no backward",
+        "'blocked'",
+    ):
+        assert part in err, (part, err)
+    assert not list(tmp_path.rglob("metrics.csv")), "training started"
 
 
 class _FailAfter(L.Callback):

@@ -84,6 +84,7 @@ class Attention(nn.Module):
         if any(v not in (None, False) for v in unsupported.values()):
             raise ValueError(f"unsupported Attention arguments: {sorted(unsupported)}")
         check_backend_name(backend)
+        Attention.check_config({"backend": backend, "attn_drop": attn_drop})
         dd = {"device": device, "dtype": dtype}
 
         self.num_heads = num_heads
@@ -114,8 +115,15 @@ class Attention(nn.Module):
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
         """Raise ValueError for what this kind refuses in a config whatever the model: `options` are its `Attention`
         options (backend, attn_drop, ...), `parts` the specs it is given ("pattern", "bias", "rotary").
-        `factory.attention_layer` calls it when a config is checked, before anything is built or trained; plain
-        attention refuses nothing here (its values are checked when a layer is built)."""
+        `factory.attention_layer` calls it when a config is checked, before anything is built or trained, and so
+        does every layer's constructor. Plain attention refuses FlexAttention with attention dropout (it has none);
+        its other values are checked when a layer is built."""
+        backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
+        if backend == "flex" and isinstance(drop, int | float) and drop > 0:  # known now, not at the first step
+            raise ValueError(
+                f"backend 'flex' cannot train with attn_drop {drop}: FlexAttention has no attention dropout; use "
+                "backend 'blocked' (or 'auto'), or attn_drop 0"
+            )
 
     @classmethod
     def rotary_dim(cls, dim: int, num_heads: int, **options: Any) -> int:

@@ -25,6 +25,7 @@ from torchmetrics.text import CHRFScore, Perplexity, SacreBLEUScore
 from ..attention.specs import build
 from ..generation import beam_search, greedy, sample
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
+from .preflight import check_trainable_backends
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -63,6 +64,10 @@ class _SequenceTask(L.LightningModule):
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # before the first step: a backend the device cannot train
+            check_trainable_backends(self.net, self.trainer.strategy.root_device.type)
 
     def logged_metrics(self) -> list[str]:
         """The names this task logs during fit (what `run.monitor` may name)."""
@@ -320,6 +325,7 @@ class LanguageModelTask(_SequenceTask):
 
     def setup(self, stage: str) -> None:
         """Before training: the prompt of the samples fits the context (checked now, not after an epoch)."""
+        super().setup(stage)
         data = getattr(self.trainer, "datamodule", None)
         if stage != "fit" or not self.num_examples or data is None or not hasattr(data, "encode_prompt"):
             return

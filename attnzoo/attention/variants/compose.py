@@ -205,6 +205,7 @@ class ComposedAttention(Attention):
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
         backend = options.get("backend", "auto")
         if backend not in ("auto", "eager"):
             raise ValueError(

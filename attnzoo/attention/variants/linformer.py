@@ -44,6 +44,7 @@ class LinformerAttention(Attention):
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
         for option in ("pattern", "bias"):
             if option in parts:
                 raise ValueError(

@@ -55,6 +55,7 @@ class SigmoidAttention(Attention):
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
         dispatch.check_name(cls.kind, options.get("backend", "auto"), RUNS_ON, WHY_NOT)
 
     def __init__(

@@ -69,6 +69,7 @@ class SinkAttention(Attention):
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
         backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
         dispatch.check_name(cls.kind, backend, RUNS_ON, "flash-attn takes no sink logits")
         if backend == "sdpa" and drop:  # known now, not at the first training step

@@ -112,6 +112,21 @@ def test_no_command_runs_code_named_in_a_run_config(command, lm_run, tmp_path, m
     assert str(run / "config.yaml") in err, err
 
 
+def test_a_python_tag_in_config_yaml_is_not_constructed(lm_run, tmp_path, monkeypatch, capsys):
+    # YAML's own way to run code: config files are read with a safe loader, the tag is an error
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "PWNED"
+    run = tmp_path / "downloaded"
+    shutil.copytree(lm_run, run)
+    text = (run / "config.yaml").read_text()
+    payload = f'seed: !!python/object/apply:os.system ["touch {marker}"]'
+    (run / "config.yaml").write_text(text.replace("seed: 0", payload))
+    assert "!!python" in (run / "config.yaml").read_text()
+    assert evaluate_main([str(run), "--allow-imports"]) == 2  # not even with the opt-in
+    assert "config.yaml" in capsys.readouterr().err
+    assert not marker.exists()
+
+
 def test_the_payload_runs_once_imports_are_allowed(lm_run, tmp_path, monkeypatch):
     # the gate is what stops the payload above: with the opt-in, the config is trusted and its code runs
     monkeypatch.chdir(tmp_path)

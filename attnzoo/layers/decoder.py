@@ -186,7 +186,7 @@ def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "mo
     (random blocks). For a model's `check_config`, before anything is built; `context` is what the model's options
     say (`dim`, `num_heads`, `seq_len`), for building the pattern."""
     from ..attention.factory import attention_layer
-    from ..attention.patterns import PATTERNS, Causal
+    from ..attention.patterns import PATTERNS, Causal, Pattern
     from ..attention.specs import build
 
     config = causal_attention(attention)
@@ -198,7 +198,9 @@ def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "mo
         pattern = build(config["pattern"], PATTERNS, f"{what}.pattern", layer_index=0, **context)
     except (TypeError, ValueError):
         return  # it needs what only the data says: checked when the model is built
-    if pattern is not None and not pattern.causal_only and not (pattern & Causal()).causal_only:
+    if not isinstance(pattern, Pattern):  # none, or a user's own object: checked when the model is built
+        return
+    if not pattern.causal_only and not (pattern & Causal()).causal_only:
         raise ValueError(
             f"{what}.pattern: {config['pattern']!r} cannot be made causal for a decoder: intersected with Causal it "
             "is still not a rule of positions that never reads a later key (random blocks are drawn, not derived from "

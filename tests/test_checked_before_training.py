@@ -24,6 +24,7 @@ LATE = {
     "negative temperature": (LM, ["task.temperature=-1"], ["task.temperature", "-1", ">= 0"]),
     "no sample tokens": (LM, ["task.sample_tokens=0"], ["task.sample_tokens", "(0)", ">= 1"]),
     "beam size 0": (TRANSLATION, ["task.beam_size=0"], ["task.beam_size", "(0)", ">= 1"]),
+    "no new tokens": (TRANSLATION, ["task.max_new_tokens=0"], ["task.max_new_tokens", "(0)", ">= 1"]),
     "label smoothing 1": (TRANSLATION, ["task.label_smoothing=1.0"], ["task.label_smoothing", "1.0", "[0, 1)"]),
     "sinks on sdpa with dropout": (
         LM,
@@ -187,6 +188,21 @@ def test_flex_training_on_cpu_stops_before_the_first_step(tmp_path, capsys):
     ):
         assert part in err, (part, err)
     assert not list(tmp_path.rglob("metrics.csv")), "training started"
+
+
+def test_flash_training_without_cuda_stops_before_the_first_step(tmp_path, capsys):
+    argv = [
+        "--config",
+        VIT,
+        *VIT_TINY,
+        f"run.dir={tmp_path}",
+        "model.attention.backend=flash",
+        "trainer.accelerator=cpu",
+    ]
+    assert fit_main(argv) == 2
+    err = capsys.readouterr().err
+    for part in ("before training started", "attention backend 'flash'", "cannot train on cpu", "CUDA only"):
+        assert part in err, (part, err)
 
 
 class _FailAfter(L.Callback):

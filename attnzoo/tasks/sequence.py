@@ -184,6 +184,9 @@ class Seq2SeqTask(_SequenceTask):
             raise ValueError(f"task.label_smoothing ({smoothing}) must be in [0, 1)")
         if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
             raise ValueError(f"task.beam_size ({beam!r}) must be an int >= 1")
+        new = options.get("max_new_tokens")
+        if _number(new) and new < 1:
+            raise ValueError(f"task.max_new_tokens ({new}) must be >= 1 (and at most the data's max_len)")
         _check_examples(options)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from .ablation.grid import load_grid
 from .ablation.runner import AblationInterrupted, Launcher, Runner, ablate, failed_runs, gpu_slots, plan, status
+from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .run import show_log
 
@@ -70,9 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--skip-failed", action="store_true", help="do not run again the runs that failed before")
     p.add_argument("--dry-run", action="store_true", help="validate every run's config and list the runs")
     p.add_argument("--report-only", action="store_true", help="write the report from the runs already done")
+    p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run, e.g. trainer.max_epochs=3")
     args = p.parse_intermixed_args(argv)
     show_log()
+    allow_imports(args.allow_imports)
     if not args.config:
         p.error("--config is required")
     out = Path(args.out or f"runs/ablate/{Path(args.config[0]).stem}-{Path(args.grid).stem}")

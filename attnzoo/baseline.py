@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .attention.specs import allow_imports
 from .config import ConfigError, load
 from .fit import parser
 from .run import show_log
@@ -24,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the result to this JSON file")
     args = p.parse_intermixed_args(argv)
     show_log()
+    allow_imports(args.allow_imports)
     try:
         configs = list(args.config)
         if args.run_dir is not None:

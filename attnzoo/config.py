@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -119,6 +120,11 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
             layer = OmegaConf.from_dotlist([item])
         except OmegaConfBaseException as err:
             raise ConfigError(f"override {item!r}: {err}") from err
+        except yaml.YAMLError as err:  # a value that is not YAML: `{kind:global}`
+            raise ConfigError(
+                f"override {item!r}: the value is not YAML ({' '.join(str(err).split())}); a mapping is written "
+                "key={kind: sliding_window, window: 4}, a space after each colon"
+            ) from err
         origins.update(dict.fromkeys(_flatten(layer), f"{COMMAND_LINE} ({item!r})"))
         try:
             merged = OmegaConf.merge(merged, layer)
@@ -290,6 +296,7 @@ def validate(cfg: Config) -> None:
         )
     check_model_sizes(cfg, MODELS[cfg.section("model")["kind"]])
     _check_parts(cfg, auto)
+    _check_kind_values(cfg, auto)
     trainer_schema = {**_schema(L.Trainer.__init__, TRAINER_RESERVED), **TRAINER_EXTRAS}
     trainer = {k: v for k, v in cfg.section("trainer").items() if f"trainer.{k}" not in auto}
     if trainer.get("precision") == "auto":  # resolved for the machine when the run starts (attnzoo.run.switches)
@@ -387,6 +394,32 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
             check_optimizer(optimizer)
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('task.optimizer')})") from err
+
+
+def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
+    """What the model or task kind refuses that its signature cannot say, through the class's
+    `check_config(options)` (a decoder's attention kind, a task's sampling ranges): a ValueError naming the key."""
+    from .data import DATAMODULES
+    from .models import MODELS
+    from .tasks import TASKS
+
+    kind = cfg.section("data")["kind"]
+    if cfg.section("run").get("baseline") and not DATAMODULES[kind].has_baseline():
+        valid = sorted(k for k, v in DATAMODULES.items() if v.has_baseline())
+        raise ConfigError(
+            f"run.baseline: true (set in {cfg.where('run.baseline')}), but data.kind {kind!r} has no classical "
+            f"baseline (data kinds with one: {valid}); set run.baseline=false"
+        )
+    for section, table in (("model", MODELS), ("task", TASKS)):
+        opts = cfg.section(section)
+        check = getattr(table[opts["kind"]], "check_config", None)
+        if check is None:
+            continue
+        try:
+            check({k: v for k, v in opts.items() if k != "kind" and f"{section}.{k}" not in auto})
+        except ValueError as err:
+            key = str(err).split(" ", 1)[0].rstrip(":")  # the kind's message starts with the key
+            raise ConfigError(f"{err} (set in {cfg.where(key)})") from err
 
 
 # model keys that are a width split evenly over `num_heads` attention heads (not e.g. an MLP's hidden size)

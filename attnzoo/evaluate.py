@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .run import load_run, show_log
 from .run.splits import test_split
@@ -46,9 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--split", choices=("test", "val"), default="test")
     p.add_argument("--config", action="append", default=[], help="overlays on the run's config")
+    p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. data.root=/other/images")
     args = p.parse_intermixed_args(argv)
     show_log()
+    allow_imports(args.allow_imports)
     try:
         report = evaluate(args.run_dir, args.checkpoint, args.split, args.config, args.overrides)
     except ConfigError as err:

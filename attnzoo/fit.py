@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError, load
 from .run import fit, is_rank_zero, resume_target, show_log
 
@@ -32,6 +33,7 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--config", action="append", default=[], help="a recipe YAML; repeat to overlay more files")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.max_epochs=3")
     return p
 
@@ -42,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--run-dir", help="write the run into this directory instead of <run.dir>/<run.name>/<time>")
     args = p.parse_intermixed_args(argv)
     show_log()
+    allow_imports(args.allow_imports)
     try:
         if args.resume and args.run_dir:
             raise ConfigError("--run-dir and --resume exclude each other (a resumed run keeps its directory)")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .run import load_run, show_log
 from .translate import check_kind
@@ -67,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the run's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
     args = p.parse_intermixed_args(argv)
+    allow_imports(args.allow_imports)
     show_log()
     options = {"top_k": args.top_k} if args.top_k is not None else {}
     if args.top_p is not None:

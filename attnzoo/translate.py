@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .run import load_run, show_log
 
@@ -74,8 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--file", type=Path, help="a UTF-8 file of sentences, one per line")
     p.add_argument("--beam", type=int, default=None, help="beam size (1: greedy; default: the run's task.beam_size)")
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
     args = p.parse_intermixed_args(argv)
+    allow_imports(args.allow_imports)
     show_log()
     texts = list(args.text)
     try:

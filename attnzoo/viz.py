@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .drawing.matrices import (
     Canvas,
@@ -247,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--text", help="a text to draw (text runs; translation runs: a sentence whose alignment is drawn)")
     p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input/--text")
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")
     p.add_argument("--residual", type=float, default=0.5, help="rollout: weight of the residual connection")
     p.add_argument("--head-fusion", default="mean", choices=("mean", "max", "min"), help="rollout: how heads combine")
@@ -255,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--count", type=int, default=4, help="cross-attention maps: how many examples (text-image runs)")
     args = p.parse_args(argv)
+    allow_imports(args.allow_imports)
     show_log()
     try:
         written = visualize(

@@ -20,6 +20,13 @@ def _not_in_a_slurm_job(monkeypatch):
         monkeypatch.delenv(key)
 
 
+@pytest.fixture(autouse=True)
+def _no_imports_from_configs(monkeypatch):
+    # configs may not name code by import path unless a test opts in (--allow-imports sets the variable in-process;
+    # monkeypatch puts it back afterwards), whatever the developer's shell has
+    monkeypatch.setenv("ATTNZOO_ALLOW_IMPORTS", "0")
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..attention.specs import imports_allowed
 from ..config import ConfigError, load
 from ..run.lock import RunLock
 from .grid import Grid, Variant, load_grid
@@ -72,6 +73,8 @@ def status(run: Planned) -> str:
 
 def fit_command(configs: Sequence[str | Path], run: Planned) -> list[str]:
     args = [a for c in configs for a in ("--config", str(Path(c).resolve()))]
+    if imports_allowed():  # the ablation was told the configs may name code: so is each run, wherever it executes
+        args.append("--allow-imports")
     return [sys.executable, "-m", "attnzoo.fit", *args, "--run-dir", str(run.run_dir), *run.overrides]
 
 

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -84,6 +84,7 @@ class Attention(nn.Module):
         if any(v not in (None, False) for v in unsupported.values()):
             raise ValueError(f"unsupported Attention arguments: {sorted(unsupported)}")
         check_backend_name(backend)
+        Attention.check_config({"backend": backend, "attn_drop": attn_drop})
         dd = {"device": device, "dtype": dtype}
 
         self.num_heads = num_heads
@@ -109,6 +110,20 @@ class Attention(nn.Module):
         self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        """Raise ValueError for what this kind refuses in a config whatever the model: `options` are its `Attention`
+        options (backend, attn_drop, ...), `parts` the specs it is given ("pattern", "bias", "rotary").
+        `factory.attention_layer` calls it when a config is checked, before anything is built or trained, and so
+        does every layer's constructor. Plain attention refuses FlexAttention with attention dropout (it has none);
+        its other values are checked when a layer is built."""
+        backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
+        if backend == "flex" and isinstance(drop, int | float) and drop > 0:  # known now, not at the first step
+            raise ValueError(
+                f"backend 'flex' cannot train with attn_drop {drop}: FlexAttention has no attention dropout; use "
+                "backend 'blocked' (or 'auto'), or attn_drop 0"
+            )
 
     @classmethod
     def rotary_dim(cls, dim: int, num_heads: int, **options: Any) -> int:

@@ -59,7 +59,7 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     if kind in ATTENTION_KINDS:
         base = ATTENTION_KINDS[kind]
     elif "." in str(kind):
-        base = import_path(kind)
+        base = import_path(kind, f"{what}.kind")
     else:
         valid = list(ATTENTION_KINDS)
         raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")
@@ -78,6 +78,12 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
     for name, spec in specs.items():  # now, not when the first layer is built: a typo stops before any training
         check_spec(spec, tables[name], f"{what}.{name}")
+    if hasattr(base, "check_config"):  # what the kind refuses whatever the model (Attention.check_config)
+        given = [name for name, spec in specs.items() if spec not in (None, "none", False)]
+        try:
+            base.check_config(options, given)
+        except ValueError as err:
+            raise ValueError(f"{what}: {err}") from err
 
     layers = itertools.count()
 

@@ -1,5 +1,9 @@
 """Config spec -> object: short names for built-ins, a dotted import path for a user's own class.
 
+A config may come from elsewhere (a downloaded run's config.yaml), and importing a module or calling what it names
+runs code: a dotted path is imported only when the user asks for it (`allow_imports`: the commands' --allow-imports,
+or ATTNZOO_ALLOW_IMPORTS=1), except attnzoo's own classes listed in `OWN_PATHS`.
+
 A spec is None / "none" (nothing), a kind name ("causal"), or a mapping with `kind` and the class's
 keyword arguments (`{kind: sliding_window, window: 128}`). Builders also pass *context*, what they know that
 the class may need (`CONTEXT_KEYS`: width, heads, patch grid, prefix tokens, ...); each class receives the
@@ -11,19 +15,46 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+ALLOW_IMPORTS_ENV = "ATTNZOO_ALLOW_IMPORTS"
+# attnzoo's own classes that a config names by import path (they live beside a model, outside the kind tables)
+OWN_PATHS = frozenset({"attnzoo.models.ast.TimeWindow"})
+ALLOW_IMPORTS_HELP = (
+    f"let the config name code by import path (your own class); only for configs you trust (or {ALLOW_IMPORTS_ENV}=1)"
+)
 
-def import_path(path: str) -> Any:
-    """`package.module.Name` -> the object."""
+
+def imports_allowed() -> bool:
+    """Whether a config may name code by import path (ATTNZOO_ALLOW_IMPORTS set to 1, true or yes)."""
+    return os.environ.get(ALLOW_IMPORTS_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def allow_imports(enabled: bool = True) -> None:
+    """Let configs name code by import path in this process and the processes it starts (a command's
+    --allow-imports); False leaves the environment as it is."""
+    if enabled:
+        os.environ[ALLOW_IMPORTS_ENV] = "1"
+
+
+def import_path(path: str, what: str = "kind") -> Any:
+    """`package.module.Name` -> the object; refused (nothing imported) unless `imports_allowed()` or the path is
+    in `OWN_PATHS`. `what` is the config key, for the error."""
     module, _, name = path.rpartition(".")
     if not module:
-        raise ValueError(f"{path!r} is not a dotted import path (package.module.Name)")
+        raise ValueError(f"{what}: {path!r} is not a dotted import path (package.module.Name)")
+    if path not in OWN_PATHS and not imports_allowed():
+        raise ValueError(
+            f"{what}: {path!r} is an import path, and importing it would run code from {module!r}; attnzoo imports "
+            "code a config names only when asked, since a config (a run directory's config.yaml) may come from "
+            f"anyone. If you trust this config, pass --allow-imports or set {ALLOW_IMPORTS_ENV}=1"
+        )
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"cannot import {path!r}: {err}") from err
+        raise ValueError(f"{what}: cannot import {path!r}: {err}") from err
 
 
 # every context key a builder may pass, and what it means
@@ -76,7 +107,7 @@ def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, 
     if kind in table:
         cls = table[kind]
     elif "." in str(kind):
-        cls = import_path(kind)
+        cls = import_path(kind, f"{what}.kind")
     else:
         valid = ["none", *table]
         raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")

@@ -171,6 +171,44 @@ def causal(attn: nn.Module) -> nn.Module:
     return attn
 
 
+def causal_attention(attention: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The self-attention config a decoder builds: pattern none becomes 'causal' (built by the kind itself, so kinds
+    that take no pattern say so); `causal()` intersects any other pattern with it once the layer is built."""
+    attention = dict(attention or {})
+    if attention.get("pattern") in (None, "none"):
+        attention["pattern"] = "causal"
+    return attention
+
+
+def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "model.attention", **context: Any) -> None:
+    """Raise ValueError for a decoder self-attention config that `make_decoder` would refuse whatever the data: an
+    attention kind that takes no pattern (linformer), or a pattern that stays no rule of positions once made causal
+    (random blocks). For a model's `check_config`, before anything is built; `context` is what the model's options
+    say (`dim`, `num_heads`, `seq_len`), for building the pattern."""
+    from ..attention.factory import attention_layer
+    from ..attention.patterns import PATTERNS, Causal, Pattern
+    from ..attention.specs import build
+
+    config = causal_attention(attention)
+    try:
+        attention_layer(config, what)
+    except ValueError as err:
+        raise ValueError(f"{err} (in a decoder, where self-attention is causal: pattern 'causal' at least)") from err
+    try:
+        pattern = build(config["pattern"], PATTERNS, f"{what}.pattern", layer_index=0, **context)
+    except (TypeError, ValueError):
+        return  # it needs what only the data says: checked when the model is built
+    if not isinstance(pattern, Pattern):  # none, or a user's own object: checked when the model is built
+        return
+    if not pattern.causal_only and not (pattern & Causal()).causal_only:
+        raise ValueError(
+            f"{what}.pattern: {config['pattern']!r} cannot be made causal for a decoder: intersected with Causal it "
+            "is still not a rule of positions that never reads a later key (random blocks are drawn, not derived from "
+            "positions), so the decoder could not decode incrementally; use 'causal', or a sliding_window, dilated "
+            "or block_local pattern"
+        )
+
+
 def make_decoder(
     *,
     dim: int,
@@ -206,10 +244,7 @@ def make_decoder(
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    attention = dict(attention or {})
-    if attention.get("pattern") in (None, "none"):
-        attention["pattern"] = "causal"  # built by the kind itself, so kinds that take no pattern say so here
-    self_cls = attention_layer(attention, what, **(context or {}))
+    self_cls = attention_layer(causal_attention(attention), what, **(context or {}))
     cross_cls = attention_layer(cross_attention, "model.cross_attention", **(context or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [

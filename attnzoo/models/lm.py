@@ -7,6 +7,7 @@ The generation protocol (`attnzoo.generation`), with no memory: `new_cache()`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from torch import nn
 
 from ..attention.cache import DecodingCache
 from ..attention.factory import attention_context
-from ..layers.decoder import make_decoder
+from ..layers.decoder import check_decoder_attention, make_decoder
 from .seq2seq import TokenEmbedding, check_tokens
 
 Tensor = torch.Tensor
@@ -33,6 +34,12 @@ class CausalLM(nn.Module):
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
     """
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Raise ValueError for `model:` options a decoder refuses whatever the data (config validation calls it)."""
+        sizes = {k: options[k] for k in ("dim", "num_heads") if isinstance(options.get(k), int)}
+        check_decoder_attention(options.get("attention"), "model.attention", **sizes)
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ Rotary embeddings and relative biases are attention parts: set them in the atten
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from ..attention.cache import DecodingCache
 from ..attention.factory import attention_context
 from ..attention.positions import POSITIONS
 from ..attention.specs import build
-from ..layers.decoder import make_decoder
+from ..layers.decoder import check_decoder_attention, make_decoder
 from ..layers.encoder import make_encoder
 
 Tensor = torch.Tensor
@@ -86,6 +87,13 @@ class Seq2Seq(nn.Module):
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
     """
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Raise ValueError for `model:` options the decoder refuses whatever the data (config validation calls it)."""
+        key = "attention" if options.get("decoder_attention") is None else "decoder_attention"
+        sizes = {k: options[k] for k in ("dim", "num_heads") if isinstance(options.get(k), int)}
+        check_decoder_attention(options.get(key), f"model.{key}", **sizes)
 
     def __init__(
         self,

@@ -97,6 +97,11 @@ def fit_baseline(data: Any, *, num_threads: int | None = None) -> dict[str, Any]
     """
     from threadpoolctl import threadpool_limits
 
+    if not data.has_baseline():
+        raise ValueError(
+            f"{type(data).__name__} has no classical baseline (images, text, audio and text-image data have one; "
+            "translation and language-model data do not)"
+        )
     start = time.perf_counter()
     splits = {s: data.baseline_features(s) for s in SPLITS}
     splits = {s: v for s, v in splits.items() if v is not None}

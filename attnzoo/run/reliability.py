@@ -208,7 +208,11 @@ class ResumeDataPosition(L.Callback):
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """`TorchCheckpointIO` that never leaves a partly written checkpoint at the final path."""
+    """`TorchCheckpointIO` that never leaves a partly written checkpoint at the final path, and reads checkpoints
+    as data only (`weights_only`, whatever the environment asks of torch.load: a checkpoint may come from anyone)."""
+
+    def load_checkpoint(self, path: Any, *args: Any, weights_only: bool | None = None, **kwargs: Any) -> dict[str, Any]:
+        return super().load_checkpoint(path, *args, weights_only=True, **kwargs)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if storage_options is not None:

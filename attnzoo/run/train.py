@@ -80,6 +80,20 @@ def fit(
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 
 
+def _record_failure(trainer: Any, summary: Any, run_dir: Path, err: BaseException) -> None:
+    """A run that failed after training started keeps its directory, with a summary.json saying why (fit removes a
+    new run directory only when training never started in it)."""
+    if not summary.started or not trainer.is_global_zero:
+        return
+    stopped = {"reason": "error", "epoch": trainer.current_epoch, "step": trainer.global_step}
+    stopped["message"] = f"{type(err).__name__}: {err}"
+    record = {"run_dir": str(run_dir), "finished": False, "stopped": stopped}
+    try:
+        (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+    except OSError as write_err:  # the error that stopped training is the one to report
+        log.warning("could not record the failure in %s: %s", run_dir / "summary.json", write_err)
+
+
 def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
     """(checkpoint to continue from, finished) for the run a requeued SLURM job finds in its directory; `clear`
     (global rank 0) removes what a run that stopped before its first checkpoint wrote, which starts again."""
@@ -152,8 +166,12 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         raise StoppedAtOnce(run_dir) from None
     except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
         if summary.started or isinstance(err, ConfigError):
+            _record_failure(trainer, summary, run_dir, err)
             raise
         raise ConfigError(f"before training started: {err}".replace("  ", " ")) from err
+    except Exception as err:
+        _record_failure(trainer, summary, run_dir, err)
+        raise
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
     if not trainer.is_global_zero and trainer.checkpoint_callback is not None:

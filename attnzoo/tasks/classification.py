@@ -15,6 +15,7 @@ from torch import nn
 from ..attention.specs import build
 from .objectives import OBJECTIVES, Objective
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
+from .preflight import check_trainable_backends
 
 Tensor = torch.Tensor
 
@@ -59,6 +60,10 @@ class ClassificationTask(L.LightningModule):
         self.test_metrics = built.metrics.clone(prefix="test/")
         self.optimizer_spec = optimizer_spec(optimizer, {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.05})
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # before the first step: a backend the device cannot train
+            check_trainable_backends(self.net, self.trainer.strategy.root_device.type)
 
     def logged_metrics(self) -> list[str]:
         """The names this task logs during fit (what `run.monitor` may name)."""

@@ -26,6 +26,7 @@ from ..attention.specs import build
 from ..data.modules.batching import IGNORE_INDEX
 from ..generation import beam_search, greedy, sample
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
+from .preflight import check_trainable_backends
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -63,6 +64,10 @@ class _SequenceTask(L.LightningModule):
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # before the first step: a backend the device cannot train
+            check_trainable_backends(self.net, self.trainer.strategy.root_device.type)
 
     def logged_metrics(self) -> list[str]:
         """The names this task logs during fit (what `run.monitor` may name)."""
@@ -158,10 +163,7 @@ class Seq2SeqTask(_SequenceTask):
         num_examples: int = 5,
     ) -> None:
         super().__init__(net=net, optimizer=optimizer, scheduler=scheduler, num_examples=num_examples)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"task.label_smoothing ({label_smoothing}) must be in [0, 1)")
-        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"task.beam_size ({beam_size!r}) must be an int >= 1")
+        self.check_config(dict(label_smoothing=label_smoothing, beam_size=beam_size))
         if max_new_tokens is not None and not 1 <= max_new_tokens <= max_len:
             raise ValueError(f"task.max_new_tokens ({max_new_tokens}) must be in [1, max_len ({max_len})]")
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -172,6 +174,20 @@ class Seq2SeqTask(_SequenceTask):
         self.bleu = nn.ModuleDict({s: SacreBLEUScore() for s in ("val", "test")})
         self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
         self._kept: list[dict[str, str]] = []
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Raise ValueError for `task.label_smoothing`, `beam_size` or `num_examples` out of range (the test-time beam
+        search would refuse after training); config validation calls it with the `task:` options."""
+        smoothing, beam = options.get("label_smoothing", 0.1), options.get("beam_size", 4)
+        if _number(smoothing) and not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"task.label_smoothing ({smoothing}) must be in [0, 1)")
+        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+            raise ValueError(f"task.beam_size ({beam!r}) must be an int >= 1")
+        new = options.get("max_new_tokens")
+        if _number(new) and new < 1:
+            raise ValueError(f"task.max_new_tokens ({new}) must be >= 1 (and at most the data's max_len)")
+        _check_examples(options)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         return self.net(src, tgt_in, src_padding_mask)
@@ -281,15 +297,48 @@ class LanguageModelTask(_SequenceTask):
         num_examples: int = 1,
     ) -> None:
         super().__init__(net=net, optimizer=optimizer, scheduler=scheduler, num_examples=num_examples)
-        if temperature < 0:
-            raise ValueError(f"task.temperature ({temperature}) must be >= 0 (0: greedy)")
-        if sample_tokens < 1:
-            raise ValueError(f"task.sample_tokens ({sample_tokens}) must be >= 1")
+        self.check_config(dict(temperature=temperature, sample_tokens=sample_tokens, top_k=top_k, top_p=top_p))
         self.pad_id, self.bos_id, self.eos_id, self.max_len = pad_id, bos_id, eos_id, max_len
         self.prompt, self.sample_tokens = prompt, sample_tokens
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.monitor, self.monitor_mode, self.metric_names = "ppl", "min", ("ppl",)
         self.ppl = nn.ModuleDict({s: Perplexity(ignore_index=IGNORE_INDEX) for s in ("val", "test")})
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Raise ValueError for a sampling option (`task.temperature`, `sample_tokens`, `top_k`, `top_p`) the first
+        sample would refuse after an epoch of training; config validation calls it with the `task:` options."""
+        temperature, tokens = options.get("temperature", 0.8), options.get("sample_tokens", 48)
+        top_k, top_p = options.get("top_k"), options.get("top_p")
+        if _number(temperature) and temperature < 0:
+            raise ValueError(f"task.temperature ({temperature}) must be >= 0 (0: greedy)")
+        if _number(tokens) and tokens < 1:
+            raise ValueError(f"task.sample_tokens ({tokens}) must be >= 1")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(
+                f"task.top_k ({top_k!r}) must be an int >= 1 (the most likely tokens kept when sampling), or null "
+                "for no top-k cut"
+            )
+        if top_p is not None and not (_number(top_p) and 0 < top_p <= 1):
+            raise ValueError(
+                f"task.top_p ({top_p!r}) must be in (0, 1] (the probability the kept tokens reach), or null for no "
+                "nucleus cut"
+            )
+        _check_examples(options)
+
+    def setup(self, stage: str) -> None:
+        """Before training: the prompt of the samples fits the context (checked now, not after an epoch)."""
+        super().setup(stage)
+        data = getattr(self.trainer, "datamodule", None)
+        if stage != "fit" or not self.num_examples or data is None or not hasattr(data, "encode_prompt"):
+            return
+        tokens = len(data.encode_prompt(self.prompt))  # bos first
+        if tokens >= self.max_len:
+            raise ValueError(
+                f"task.prompt ({_short(self.prompt)}) is {tokens} tokens with the beginning of document, and the model "
+                f"reads at most {self.max_len} (data.block_size): no room to sample; give a prompt of at most "
+                f"{self.max_len - 2} tokens, or task.num_examples=0 for no samples"
+            )
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.net(tokens)
@@ -332,3 +381,17 @@ class LanguageModelTask(_SequenceTask):
             ids = self.generate(prompt, max_new_tokens=self.sample_tokens)
             text = data.decode(torch.cat([prompt[0], ids[0]]))  # the prompt and its continuation
             self._write_examples(split, [{"prompt": self.prompt, "sample": text}])
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _short(text: str, n: int = 40) -> str:
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def _check_examples(options: Mapping[str, Any]) -> None:
+    value = options.get("num_examples", 0)
+    if _number(value) and value < 0:
+        raise ValueError(f"task.num_examples ({value}) must be >= 0")

@@ -131,7 +131,8 @@ def test_grad_checkpointing_gives_identical_gradients():
         torch.testing.assert_close(a.grad, b, atol=1e-6, rtol=1e-5)
 
 
-def test_attention_parts_receive_the_patch_grid():
+def test_attention_parts_receive_the_patch_grid(monkeypatch):
+    monkeypatch.setenv("ATTNZOO_ALLOW_IMPORTS", "1")  # a user's own class, named by import path: opted in
     seen = {}
 
     class Probe(torch.nn.Module):  # a bias class given by import path; records its context

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnzoo.config import load, smoke_overrides
+from attnzoo.config import load
 from attnzoo.run import fit
 from attnzoo.run.reliability import SELF_SIGNAL_ENV, Interrupted
+from tests.helpers import smoke_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 AT = 5  # the signal arrives during global step 5: in the second epoch, after 1 of its 4 batches

@@ -13,6 +13,7 @@ Notation: B batch, H heads, R rank, Lq queries, Lk keys, c queries in a chunk, C
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -202,15 +203,20 @@ class ComposedAttention(Attention):
     pre: HeadComposition  # on scores, before the softmax
     post: HeadComposition  # on weights, after it
 
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
+        backend = options.get("backend", "auto")
+        if backend not in ("auto", "eager"):
+            raise ValueError(
+                f"attention kind {cls.kind!r} mixes scores across heads, which no fused kernel does: it computes "
+                f"attention itself, so backend must be 'auto' or 'eager', got {backend!r}"
+            )
+
     def __init__(
         self, dim: int, num_heads: int = 8, *, chunk_size: int | None = 256, checkpoint: bool = True, **kwargs: Any
     ) -> None:
-        backend = kwargs.get("backend", "auto")
-        if backend not in ("auto", "eager"):
-            raise ValueError(
-                f"attention kind {self.kind!r} mixes scores across heads, which no fused kernel does: it computes "
-                f"attention itself, so backend must be 'auto' or 'eager', got {backend!r}"
-            )
+        self.check_config(kwargs)
         if chunk_size is not None and chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive number of queries or None, got {chunk_size}")
         super().__init__(dim, num_heads, **kwargs)

@@ -11,6 +11,7 @@ Notation: B batch, H query heads, Hkv key/value heads, Lq queries, Lk keys (<= N
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -40,6 +41,17 @@ class LinformerAttention(Attention):
     """
 
     kind = "linformer"
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
+        for option in ("pattern", "bias"):
+            if option in parts:
+                raise ValueError(
+                    f"attention kind 'linformer' cannot use a {option}: keys are projected along the sequence, so "
+                    f"there are no (query, key) positions left to mask or bias; use kind 'mha', 'talking_heads' or "
+                    f"'dcmha' for {option}s"
+                )
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ Notation: B batch, H query heads, Hkv key/value heads, Lq queries, Lk keys, D he
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -52,10 +53,15 @@ class SigmoidAttention(Attention):
 
     kind = "sigmoid"
 
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
+        dispatch.check_name(cls.kind, options.get("backend", "auto"), RUNS_ON, WHY_NOT)
+
     def __init__(
         self, dim: int, num_heads: int = 8, *, seq_len: int | None = None, b: float | None = None, **kwargs: Any
     ) -> None:
-        dispatch.check_name(self.kind, kwargs.get("backend", "auto"), RUNS_ON, WHY_NOT)
+        self.check_config(kwargs)
         if b is None:
             if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
                 raise ValueError(

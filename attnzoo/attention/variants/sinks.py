@@ -27,6 +27,7 @@ Notation: B batch, H query heads, Hkv key/value heads, Lq queries, Lk keys, D he
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -62,9 +63,21 @@ class SinkAttention(Attention):
     kind = "sinks"
 
     def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:
-        dispatch.check_name(self.kind, kwargs.get("backend", "auto"), RUNS_ON, "flash-attn takes no sink logits")
+        self.check_config(kwargs)
         super().__init__(dim, num_heads, **kwargs)
         self.sinks = nn.Parameter(torch.zeros(num_heads, device=kwargs.get("device"), dtype=kwargs.get("dtype")))
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
+        super().check_config(options, parts)
+        backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
+        dispatch.check_name(cls.kind, backend, RUNS_ON, "flash-attn takes no sink logits")
+        if backend == "sdpa" and drop:  # known now, not at the first training step
+            raise ValueError(
+                f"attention kind 'sinks' cannot train on backend 'sdpa' with attn_drop {drop}: the fused CPU kernel "
+                "it uses runs without attention dropout (and off the CPU sdpa gives no log-sum-exp); use backend "
+                "'eager' or 'blocked' (or 'auto'), or attn_drop 0"
+            )
 
     def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
         dropout_p = self.attn_drop if self.training else 0.0

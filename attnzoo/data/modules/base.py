@@ -44,6 +44,11 @@ class DataModule(L.LightningDataModule):
         """Write what a run must keep to be loaded again into `run_dir`; the files written."""
         return []
 
+    @classmethod
+    def has_baseline(cls) -> bool:
+        """Whether this data gives features for the classical baseline (it overrides `baseline_features`)."""
+        return cls.baseline_features is not DataModule.baseline_features
+
     def baseline_features(self, split: str) -> tuple[dict[str, Any], Any] | None:
         """(parts, labels) of `split` for the classical baseline (`attnzoo.run.baseline`); None: no such split."""
         raise ValueError(

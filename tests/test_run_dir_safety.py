@@ -1,0 +1,205 @@
+"""A run directory is data from a stranger: no command that reads one runs code named in its config.yaml or
+pickled in its checkpoints. A dotted import path in a config is imported only with --allow-imports or
+ATTNZOO_ALLOW_IMPORTS=1, and then a user's own class works."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from attnzoo.ablate import main as ablate_main
+from attnzoo.ablation.grid import load_grid
+from attnzoo.ablation.runner import fit_command, plan
+from attnzoo.attention.specs import import_path
+from attnzoo.baseline import main as baseline_main
+from attnzoo.config import ConfigError, load
+from attnzoo.evaluate import main as evaluate_main
+from attnzoo.fit import main as fit_main
+from attnzoo.generate import main as generate_main
+from attnzoo.run import build
+from attnzoo.run.reliability import AtomicCheckpointIO
+from attnzoo.translate import main as translate_main
+from attnzoo.viz import main as viz_main
+from tests.helpers import smoke_overrides
+
+ROOT = Path(__file__).resolve().parent.parent
+PINNED = ["trainer.precision=32-true", "trainer.accelerator=cpu"]
+USER_MODULE = '''
+from attnzoo.attention.patterns import SlidingWindow
+
+
+class Window2(SlidingWindow):
+    """A user's own pattern: a sliding window of 2."""
+
+    def __init__(self, *, causal: bool = False) -> None:
+        super().__init__(window=2, causal=causal)
+'''
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory) -> Path:
+    """A tiny LM run directory as `attnzoo fit` writes it (config, tokenizer.json, best and last checkpoints)."""
+    path = tmp_path_factory.mktemp("lm_run")
+    cfg = load([ROOT / "recipes" / "lm.yaml"])
+    cfg = load([ROOT / "recipes" / "lm.yaml"], [*smoke_overrides(cfg), *PINNED, f"run.dir={path / 'runs'}"])
+    data, task, _ = build(cfg)
+    (path / "config.yaml").write_text(cfg.to_yaml())
+    data.save_artifacts(path)
+    (path / "checkpoints").mkdir()
+    for name in ("best", "last"):
+        torch.save({"state_dict": task.state_dict()}, path / "checkpoints" / f"{name}.ckpt")
+    return path
+
+
+def _copy(run: Path, dest: Path, **pattern) -> Path:
+    """A copy of `run` whose config.yaml sets `model.attention.pattern` to `pattern`."""
+    shutil.copytree(run, dest)
+    cfg = OmegaConf.load(dest / "config.yaml")
+    OmegaConf.update(cfg, "model.attention.pattern", pattern, force_add=True)
+    (dest / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    return dest
+
+
+def _grid(tmp_path: Path) -> Path:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("axes:\n  model.attention.backend: [eager, sdpa]\n")
+    return grid
+
+
+def _commands(run: Path, tmp_path: Path) -> dict[str, list]:
+    """Every command that reads a run directory (or its config), as it would be typed."""
+    config = str(run / "config.yaml")
+    return {
+        "evaluate": [evaluate_main, [str(run)]],
+        "viz": [viz_main, [str(run), "--out", str(tmp_path / "viz")]],
+        "translate": [translate_main, [str(run), "--text", "a sentence"]],
+        "generate": [generate_main, [str(run), "--prompt", "The", "--max-new-tokens", "2"]],
+        "fit --print-config": [fit_main, ["--config", config, "--print-config"]],
+        "fit --resume": [fit_main, ["--resume", str(run)]],
+        "ablate --dry-run": [
+            ablate_main,
+            ["--config", config, "--grid", str(_grid(tmp_path)), "--dry-run", "--out", str(tmp_path / "abl")],
+        ],
+        "baseline --run-dir": [baseline_main, ["--run-dir", str(run)]],
+    }
+
+
+COMMANDS = ["evaluate", "viz", "translate", "generate", "fit --print-config", "fit --resume", "ablate --dry-run",
+            "baseline --run-dir"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_command_runs_code_named_in_a_run_config(command, lm_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "PWNED"
+    run = _copy(lm_run, tmp_path / "downloaded", kind="subprocess.getoutput", cmd=f"touch {marker}")
+    commands = _commands(run, tmp_path)
+    assert sorted(commands) == sorted(COMMANDS)
+    main, argv = commands[command]
+    assert main(argv) == 2
+    assert not marker.exists(), f"{command} ran the command named in the run's config.yaml"
+    err = capsys.readouterr().err
+    # the refusal names the key, the value, the file and how to opt in
+    for part in (
+        "model.attention.pattern.kind",
+        "'subprocess.getoutput'",
+        "--allow-imports",
+        "ATTNZOO_ALLOW_IMPORTS=1",
+    ):
+        assert part in err, (part, err)
+    assert str(run / "config.yaml") in err, err
+
+
+def test_a_python_tag_in_config_yaml_is_not_constructed(lm_run, tmp_path, monkeypatch, capsys):
+    # YAML's own way to run code: config files are read with a safe loader, the tag is an error
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "PWNED"
+    run = tmp_path / "downloaded"
+    shutil.copytree(lm_run, run)
+    text = (run / "config.yaml").read_text()
+    payload = f'seed: !!python/object/apply:os.system ["touch {marker}"]'
+    (run / "config.yaml").write_text(text.replace("seed: 0", payload))
+    assert "!!python" in (run / "config.yaml").read_text()
+    assert evaluate_main([str(run), "--allow-imports"]) == 2  # not even with the opt-in
+    assert "config.yaml" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_the_payload_runs_once_imports_are_allowed(lm_run, tmp_path, monkeypatch):
+    # the gate is what stops the payload above: with the opt-in, the config is trusted and its code runs
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "PWNED"
+    run = _copy(lm_run, tmp_path / "trusted", kind="subprocess.getoutput", cmd=f"touch {marker}")
+    fit_main(["--config", str(run / "config.yaml"), "--print-config", "--allow-imports"])
+    assert marker.exists()
+
+
+def test_a_users_own_class_works_with_the_opt_in(lm_run, tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_patterns.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    run = _copy(lm_run, tmp_path / "mine", kind="my_patterns.Window2")
+    config = str(run / "config.yaml")
+
+    assert fit_main(["--config", config, "--print-config"]) == 2  # not without asking
+    assert "'my_patterns.Window2'" in capsys.readouterr().err
+    assert fit_main(["--config", config, "--print-config", "--allow-imports"]) == 0
+    assert "kind: my_patterns.Window2" in capsys.readouterr().out
+
+    # a command reading the run with the flag, then with the variable: the model is built with the user's pattern
+    monkeypatch.setenv("ATTNZOO_ALLOW_IMPORTS", "0")
+    assert evaluate_main([str(run), "--allow-imports"]) == 0
+    monkeypatch.setenv("ATTNZOO_ALLOW_IMPORTS", "1")
+    assert generate_main([str(run), "--prompt", "The", "--max-new-tokens", "2"]) == 0
+
+
+def test_an_ablation_passes_the_opt_in_to_every_run(lm_run, tmp_path, monkeypatch):
+    (tmp_path / "my_patterns.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    configs = [lm_run / "config.yaml"]
+    grid = load_grid(_grid(tmp_path))
+    overrides = ["model.attention.pattern.kind=my_patterns.Window2"]
+    with pytest.raises(ConfigError, match="--allow-imports"):
+        plan(configs, grid, overrides, tmp_path / "abl")
+    assert ablate_main(["--config", str(configs[0]), "--grid", str(grid.path), "--dry-run", "--allow-imports",
+                        "--out", str(tmp_path / "abl"), *overrides]) == 0  # fmt: skip
+    runs = plan(configs, grid, overrides, tmp_path / "abl")
+    assert all("--allow-imports" in fit_command(configs, r) for r in runs)  # local, SLURM and Ray runs alike
+    monkeypatch.setenv("ATTNZOO_ALLOW_IMPORTS", "0")
+    assert not any("--allow-imports" in fit_command(configs, r) for r in runs)
+
+
+def test_attnzoos_own_classes_by_import_path_need_no_opt_in():
+    # configs/ablations/pattern_ast.yaml and README name this one; nothing else under attnzoo is reachable
+    assert import_path("attnzoo.models.ast.TimeWindow").__name__ == "TimeWindow"
+    with pytest.raises(ValueError, match="--allow-imports"):
+        import_path("attnzoo.ablation.slurm._run")  # attnzoo's own module, but not a class a config may name
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_pickled_payload_in_a_checkpoint_is_never_run(lm_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "PWNED"
+    run = tmp_path / "downloaded"
+    shutil.copytree(lm_run, run)
+    for name in ("best", "last"):
+        torch.save({"state_dict": {}, "payload": _Payload(marker)}, run / "checkpoints" / f"{name}.ckpt")
+    assert evaluate_main([str(run)]) == 2
+    assert "is not a checkpoint that can be read" in capsys.readouterr().err
+    assert fit_main(["--resume", str(run)]) == 2
+    # Lightning's own loads (resume, testing the best checkpoint) go through the run's checkpoint IO: data only,
+    # even where the environment asks torch.load for full unpickling
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+        AtomicCheckpointIO().load_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert not marker.exists()

@@ -192,7 +192,7 @@ def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path
     from .translate import source_batch
 
     task, data = run.task.eval(), run.data
-    src, mask = source_batch(data, [text])  # [1, S]
+    src, mask, _ = source_batch(data.tokenizer, [text], data.max_len)  # [1, S]
     hyp = task.translate(src, mask, beam_size=beam)[0]  # [T]
     hyp = hyp[hyp != data.tokenizer.pad_id]
     # teacher-forced pass over bos + the hypothesis: row t is what generated token t read

@@ -270,8 +270,16 @@ def describe_batch(batch: Any) -> str:
 
 
 def callbacks(checkpoint: str | Path, *, slurm_job: str | None = None) -> list[L.Callback]:
-    """The reliability callbacks `attnzoo.fit` adds to every run (`slurm_job`: the job to requeue on SIGUSR1)."""
-    return [FiniteLoss(), GracefulStop(checkpoint=checkpoint, slurm_job=slurm_job), ResumeDataPosition()]
+    """The reliability callbacks `attnzoo.fit` adds to every run (`slurm_job`: the job to requeue on SIGUSR1), and
+    the tokenizer digest in every checkpoint (`attnzoo.run.tokenizer_stamp`)."""
+    from .tokenizer_stamp import TokenizerStamp
+
+    return [
+        FiniteLoss(),
+        GracefulStop(checkpoint=checkpoint, slurm_job=slurm_job),
+        ResumeDataPosition(),
+        TokenizerStamp(),
+    ]
 
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:

@@ -164,13 +164,15 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
 
 @dataclass
 class LoadedRun:
-    """A finished run rebuilt for a command: its config, data (set up), task with the checkpoint's weights."""
+    """A finished run rebuilt for a command: its config, data (set up; None when loaded without it), task with the
+    checkpoint's weights, and the tokenizer its weights were trained with (None for data without one)."""
 
     run_dir: Path
     checkpoint: Path
     cfg: Config
     data: Any
     task: Any
+    tokenizer: Any = None
 
     @property
     def net(self) -> Any:
@@ -182,40 +184,48 @@ class LoadedRun:
 
 
 def load_run(
-    run_dir: str | Path, checkpoint: str = "best", configs: Sequence[str | Path] = (), overrides: Sequence[str] = ()
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    configs: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    *,
+    with_data: bool = True,
 ) -> LoadedRun:
     """Rebuild a run from its `config.yaml` (plus overlays and overrides) and load a checkpoint's weights.
 
-    This is the one way every command (evaluate, viz, ...) reads a run.
+    This is the one way every command (evaluate, viz, translate, ...) reads a run. The tokenizer is the run's own
+    `tokenizer.json`, checked against the digest its checkpoint records (`attnzoo.run.tokenizer_stamp`).
+    `with_data=False` (translate, generate) builds the model from the run directory alone: the DataModule is not
+    built and no data file is read, so a run directory can be copied elsewhere and used there.
     """
     from .build import build
     from .reliability import read_checkpoint
+    from .tokenizer_stamp import check_saved_tokenizer, check_tokenizer, use_saved_tokenizer
 
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
     _use_saved_labels(cfg, run_dir)
-    _use_saved_tokenizer(cfg, run_dir)
-    data, task, _ = build(cfg)
+    use_saved_tokenizer(cfg, run_dir)
     try:
-        state = read_checkpoint(ckpt)["state_dict"]
+        saved = read_checkpoint(ckpt)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    checked = check_saved_tokenizer(run_dir, ckpt, saved)  # before anything is built from it
+    if with_data:
+        data, task, _ = build(cfg)
+        tokenizer = getattr(data, "tokenizer", None)
+    else:
+        from .inference import build_without_data
+
+        data, (task, tokenizer) = None, build_without_data(cfg, run_dir)
+    if tokenizer is not None and not checked:  # a fixed tokenizer (bytes), or a file the run did not copy
+        check_tokenizer(tokenizer, run_dir, ckpt, saved)
     try:
-        task.load_state_dict(state)
+        task.load_state_dict(saved["state_dict"])
     except RuntimeError as err:
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {run_dir}/config.yaml: {err}") from None
-    return LoadedRun(run_dir, ckpt, cfg, data, task)
-
-
-def _use_saved_tokenizer(cfg: Config, run_dir: Path) -> None:
-    """The run's `tokenizer.json` as `data.tokenizer` when the config names a learned kind (bpe, wordpiece,
-    unigram): learning it again from data read now could give other ids than the weights were trained with."""
-    from ..data.subword import KINDS, TOKENIZER_FILE
-
-    saved = run_dir / TOKENIZER_FILE
-    if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
-        OmegaConf.update(cfg.data, "data.tokenizer", str(saved))
+    return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 
 def _use_saved_labels(cfg: Config, run_dir: Path) -> None:

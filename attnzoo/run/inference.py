@@ -1,0 +1,63 @@
+"""A sequence run's model built from its run directory alone, for `translate` and `generate`.
+
+What the model needs from the data (vocabulary size, padding / bos / eos ids, context length) comes from the run's
+`tokenizer.json` (or the fixed bytes tokenizer) and its `config.yaml`; no DataModule is built and no data file is
+read, so the training files may have moved or gone.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError, build_net, build_task
+
+# the data option that is the model's context length, per sequence data kind
+CONTEXT_LENGTH = {"translation": "max_len", "lm": "block_size"}
+
+
+def run_context(cfg: Config, tok: Any) -> dict[str, Any]:
+    """The model context a sequence DataModule would give, from the tokenizer and the data options."""
+    from ..data import DATAMODULES
+
+    data = cfg.section("data")
+    kind = data["kind"]
+    if kind not in CONTEXT_LENGTH:
+        raise ConfigError(f"data.kind {kind!r}: only {sorted(CONTEXT_LENGTH)} runs load without their data")
+    key = CONTEXT_LENGTH[kind]
+    length = data.get(key, inspect.signature(DATAMODULES[kind]).parameters[key].default)
+    return {
+        "vocab_size": tok.vocab_size,
+        "pad_id": tok.pad_id,
+        "bos_id": tok.bos_id,
+        "eos_id": tok.eos_id,
+        "max_len": length,
+    }
+
+
+def build_without_data(cfg: Config, run_dir: Path) -> tuple[Any, Any]:
+    """(task with an untrained network, tokenizer) of the sequence run in `run_dir`."""
+    from ..data.subword import run_tokenizer
+
+    spec = cfg.section("data").get("tokenizer", "bpe")
+    try:
+        tok = run_tokenizer(run_dir, spec)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    threads = cfg.section("trainer").get("num_threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    context = run_context(cfg, tok)
+    section = "model"
+    try:
+        net = build_net(cfg, context)
+        section = "task"
+        task = build_task(cfg, net, context)
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(f"{section} (kind {cfg.section(section).get('kind')!r}): {err}") from err
+    return task, tok

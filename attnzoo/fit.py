@@ -20,12 +20,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError, load
-from .run import fit, is_rank_zero, resume_target, show_log
+
+# rank variables Lightning reads when it is imported: a value that is not a number stops that import with a bare
+# ValueError, so they are checked before (`attnzoo.run.cluster.check_rank_variables` checks them against the launcher)
+IMPORT_TIME_RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "SLURM_PROCID")
+
+
+def check_rank_format() -> None:
+    """ConfigError naming a rank variable of the environment that is not a whole number >= 0."""
+    for name in IMPORT_TIME_RANKS:
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and (name != "WORLD_SIZE" or int(value) > 0)):
+            raise ConfigError(
+                f"the environment variable {name}={value!r} is not a "
+                + ("process count (a whole number >= 1)" if name == "WORLD_SIZE" else "rank (a whole number >= 0)")
+                + f"; launchers (torchrun, srun, Lightning) set it. A leftover of another job or shell? Unset it (e.g. "
+                f"`env -u {name} ...`)"
+            )
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -41,6 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
     p.add_argument("--run-dir", help="write the run into this directory instead of <run.dir>/<run.name>/<time>")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()
+    except ConfigError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 2
+    from .run import fit, is_rank_zero, resume_target, show_log
+
     show_log()
     try:
         if args.resume and args.run_dir:

@@ -43,13 +43,17 @@ class Interrupted(Exception):
     """Training stopped on a signal after saving `checkpoint`; resume with `--resume <run dir>`, or, when
     `requeued` names the SLURM job, by the job itself when SLURM starts it again."""
 
-    def __init__(self, *, signum: int, step: int, checkpoint: str, requeued: str | None = None) -> None:
+    def __init__(
+        self, *, signum: int, step: int, checkpoint: str, requeued: str | None = None, phase: str = "train"
+    ) -> None:
         self.signum, self.step, self.checkpoint, self.requeued = signum, step, checkpoint, requeued
+        self.phase = phase
         name = signal.Signals(signum).name
-        super().__init__(
-            f"{name} received: stopped at step {step}, saved {checkpoint}"
-            + (f"; SLURM job {requeued} requeued" if requeued else "")
-        )
+        if phase == "test":
+            what = f"{name} received during the test: stopped before it finished (training had finished at step {step})"
+        else:
+            what = f"{name} received: stopped at step {step}, saved {checkpoint}"
+        super().__init__(what + (f"; SLURM job {requeued} requeued" if requeued else ""))
 
     @property
     def exit_code(self) -> int:
@@ -85,6 +89,7 @@ class GracefulStop(L.Callback):
         self.signum: int | None = None
         self._stop: Interrupted | None = None
         self._previous: dict[int, Any] = {}
+        self._step = 0
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.signum is not None and signum == signal.SIGINT:  # a second Ctrl+C: stop now, without saving
@@ -106,8 +111,30 @@ class GracefulStop(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int) -> None:
         self._raise_if_stopped()
         name, _, step = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
-        if name and trainer.global_step == int(step) and self.signum is None:
+        if name and step != "test" and trainer.global_step == int(step) and self.signum is None:
             os.kill(os.getpid(), signal.Signals[name])
+
+    # the test after fitting: nothing to save (the weights are a checkpoint already), so a signal stops it at once,
+    # even inside a long beam search, and `--resume` runs the test again
+    def _test_handler(self, signum: int, frame: Any) -> None:
+        self._restore()  # a second signal while stopping gets the default behaviour
+        step = self._step
+        raise Interrupted(signum=signum, step=step, checkpoint=self.checkpoint, phase="test")
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._step = trainer.global_step
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._test_handler)
+
+    def on_test_batch_start(
+        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, n: int = 0
+    ) -> None:
+        name, _, when = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
+        if name and when == "test":
+            os.kill(os.getpid(), signal.Signals[name])
+
+    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._restore()
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, i: int) -> None:
         # every process must stop at the same batch (a signal may reach only some of them)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import Config, ConfigError
 from .build import build, make_trainer
-from .cluster import is_rank_zero, slurm_job, slurm_restarts
+from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
 from .reliability import Interrupted
 from .rundir import RESUMES_FILE, RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
@@ -46,6 +46,11 @@ def fit(
             unless this is a requeued SLURM job continuing its run).
         extra_callbacks: Lightning callbacks added to the run's own.
     """
+    trainer_cfg = cfg.section("trainer")
+    try:  # before anything is written: a stale RANK would make this process skip writing the run
+        check_rank_variables(num_nodes=trainer_cfg.get("num_nodes", 1), devices=trainer_cfg.get("devices", 1))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     ckpt_path, what = None, "run directory"
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
@@ -170,10 +175,17 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     result.update(summary.report(trainer, task))
     if tested_split is not None:
         tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
-        if tested_split == "test":
-            out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
-        else:
-            out = trainer.test(task, dataloaders=data.val_dataloader(), ckpt_path=tested, verbose=False)
+        try:
+            if tested_split == "test":
+                out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+            else:
+                out = trainer.test(task, dataloaders=data.val_dataloader(), ckpt_path=tested, verbose=False)
+        except Interrupted as err:  # training finished, the test did not: --resume runs the test again
+            if trainer.is_global_zero:
+                stopped = {"reason": "signal", "phase": "test", "step": err.step, "message": str(err)}
+                record = {**result, "finished": False, "stopped": stopped}
+                (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+            raise
         scores = {k: float(v) for k, v in (out[0] if out else {}).items()}
         step = scores.pop("test/checkpoint_step", None)
         result["test"] = {**scores, "split": tested_split}

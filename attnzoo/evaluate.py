@@ -2,7 +2,8 @@
 
 Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
 `--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
-them to `<run dir>/evaluate-<checkpoint>.json`. Data with no test examples is scored on its validation split,
+them to `<run dir>/evaluate-<checkpoint>.json` (when the run directory cannot be written, the metrics are printed
+and the command says so and exits 1). Data with no test examples is scored on its validation split,
 as `fit` does (the report's `split` says which).
 """
 
@@ -36,7 +37,11 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     report = {"checkpoint": str(run.checkpoint), "split": split, "metrics": metrics}
     name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem
-    (run_dir / f"evaluate-{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    path = run_dir / f"evaluate-{name}.json"
+    try:
+        path.write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as err:  # a read-only run directory (a shared copy), a full disk: the metrics still count
+        report["not_written"] = f"{path}: {err.strerror or err}"
     return report
 
 
@@ -56,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
+    if "not_written" in report:
+        print(f"attnzoo evaluate: error: could not write the report {report['not_written']}", file=sys.stderr)
+        return 1
     return 0
 
 

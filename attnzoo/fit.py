@@ -102,6 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteLossError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 1
+    except OSError as err:  # a full disk, a quota, a directory made read-only while training
+        where = f" {err.filename}" if err.filename else ""
+        print(
+            f"attnzoo fit: error: could not write{where}: {err.strerror or err}; what was written before (checkpoints, "
+            "metrics.csv) is kept: free space and continue with --resume <run dir>",
+            file=sys.stderr,
+        )
+        return 1
     if is_rank_zero():
         from .run.baseline import comparison
 

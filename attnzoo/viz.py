@@ -98,14 +98,15 @@ def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> 
     return None
 
 
-def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
-    """(inputs, label) of validation example `index`, batched as the run's loader does."""
-    loader = data.val_dataloader()
+def example_input(run: Any, index: int) -> tuple[dict[str, Tensor], Any]:
+    """(the net's inputs, label) of validation example `index`, batched as the run's loader does."""
+    loader = run.data.val_dataloader()
     if not 0 <= index < len(loader.dataset):
         raise ConfigError(f"--index {index}: the validation split has {len(loader.dataset)} examples")
     batch = loader.collate_fn([loader.dataset[index]])
     label = batch.pop("label", None)
-    return batch, None if label is None else label[0]
+    net_inputs = getattr(run.task, "net_inputs", None)  # sequence tasks: the batch also holds labels, texts, ...
+    return (net_inputs(batch) if net_inputs is not None else batch), None if label is None else label[0]
 
 
 # ---------------------------------------------------------------------------------------------- command
@@ -145,7 +146,7 @@ def visualize(
             raise ConfigError(f"--text: for runs with data kind 'text' (this run: {kind!r}), without --input")
         inputs, name = text_input(data, text), "text"
     elif input_path is None:
-        inputs, label = example_input(data, index)
+        inputs, label = example_input(run, index)
         name = f"val-{index}"
     else:
         if kind not in INPUTS:
@@ -158,10 +159,13 @@ def visualize(
         inputs, name = make(data, input_path), input_path.stem
     logits, maps = capture(net, inputs)
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
-    probs = logits.float().softmax(-1)[0]
-    title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
-    if label is not None and label.dim() == 0:
-        title += f", label {names[int(label)]}"
+    if logits.dim() == 2:  # one prediction per input (classification)
+        probs = logits.float().softmax(-1)[0]
+        title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
+        if label is not None and label.dim() == 0:
+            title += f", label {names[int(label)]}"
+    else:  # a prediction per token (a language model)
+        title = f"{run_dir.name}: {name}, {maps[0].shape[-1]} tokens"
     title += "\n(weights captured on the eager backend)"
     out = out or run_dir / "viz" / name
     out.mkdir(parents=True, exist_ok=True)
@@ -272,6 +276,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:
         print(f"attnzoo viz: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a read-only run directory (a shared copy), a full disk
+        where = f" {err.filename}" if err.filename else ""
+        print(
+            f"attnzoo viz: error: could not write{where}: {err.strerror or err}; give --out DIR somewhere writable",
+            file=sys.stderr,
+        )
+        return 1
     for path in written:
         print(path)
     return 0

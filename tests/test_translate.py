@@ -214,3 +214,11 @@ def test_generate_says_when_it_caps_max_new_tokens(lm_run, caplog):
     assert "--max-new-tokens 10000 capped to" in caplog.text and f"at most {block} tokens" in caplog.text
     with pytest.raises(ConfigError, match="--prompt has .* tokens"):
         generate(lm_run, "word " * block, max_new_tokens=2)
+
+
+def test_viz_draws_a_validation_example_of_a_language_model(lm_run, tmp_path, capsys):
+    assert viz_main([str(lm_run), "--index", "0", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    saved = torch.load(tmp_path / "maps.pt")
+    block = load([lm_run / "config.yaml"]).section("data")["block_size"]
+    assert saved["maps"][0].shape[-2:] == (block, block)
+    assert (tmp_path / "attention_matrices.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -60,9 +60,9 @@ def fit(
         run_dir, what = new_run_dir(cfg), f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
     created = not run_dir.exists()
     lock = RunLock(run_dir, what=what) if is_rank_zero() else None  # DDP workers work under rank 0's lock
-    if lock is not None:
-        lock.acquire()
     try:
+        if lock is not None:
+            lock.acquire()
         held = [name for name in RUN_FILES if (run_dir / name).exists()] if ckpt_path is None else []
         if held and slurm_restarts():
             ckpt_path, finished = _after_requeue(run_dir, clear=lock is not None)
@@ -79,8 +79,10 @@ def fit(
     finally:
         if lock is not None:
             lock.release()
-            if created and not any(
-                (run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json")
+            if (
+                created
+                and run_dir.is_dir()
+                and not any((run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json"))
             ):
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 

@@ -37,7 +37,13 @@ def new_run_dir(cfg: Config) -> Path:
     if os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV])
     run = cfg.section("run")
-    base = Path(run.get("dir", "runs")) / run.get("name", cfg.section("model").get("kind", "run"))
+    root, name = Path(run.get("dir", "runs")), str(run.get("name", cfg.section("model").get("kind", "run")))
+    base = root / name
+    if Path(name).is_absolute() or ".." in Path(name).parts or not name.strip() or name.strip() in (".",):
+        raise ConfigError(
+            f"run.name: {name!r} (set in {cfg.where('run.name')}) must name a directory inside run.dir ({str(root)!r}),"
+            " not a path that leaves it; to write elsewhere set run.dir (or give fit --run-dir)"
+        )
     job = slurm_job()
     if job is not None:
         return base / f"slurm-{job}"

@@ -79,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
-    from .run.reliability import Interrupted, NonFiniteLossError, StoppedAtOnce
+    from .run.nan_guard import NonFiniteLossError
+    from .run.signals import Interrupted, StoppedAtOnce
 
     try:
         run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)

@@ -132,7 +132,7 @@ def fitted_translation(tmp_path_factory) -> Path:
 
 def test_checkpoints_record_the_digest_of_the_tokenizer(fitted_translation):
     from attnzoo.data.subword import tokenizer_digest
-    from attnzoo.run.reliability import read_checkpoint
+    from attnzoo.run.checkpoint_io import read_checkpoint
     from attnzoo.run.tokenizer_stamp import STAMP_KEY
 
     stamp = read_checkpoint(fitted_translation / "checkpoints" / "last.ckpt")[STAMP_KEY]

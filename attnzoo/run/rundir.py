@@ -205,7 +205,7 @@ def load_run(
     built and no data file is read, so a run directory can be copied elsewhere and used there.
     """
     from .build import build
-    from .reliability import read_checkpoint
+    from .checkpoint_io import read_checkpoint
     from .tokenizer_stamp import check_saved_tokenizer, check_tokenizer, use_saved_tokenizer
 
     run_dir = Path(run_dir)

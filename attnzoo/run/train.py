@@ -21,8 +21,8 @@ from ..config import Config, ConfigError
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
-from .reliability import Interrupted
 from .rundir import RESUMES_FILE, RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
+from .signals import Interrupted
 from .splits import test_split
 
 log = logging.getLogger("attnzoo")
@@ -123,8 +123,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     data, task, _ = build(cfg)
     resumes = read_resumes(run_dir)
     if ckpt_path is not None:
+        from .checkpoint_io import check_checkpoint_shapes
         from .metrics import check_history
-        from .reliability import check_checkpoint_shapes
 
         changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
         check_history(run_dir / "metrics.csv")
@@ -155,7 +155,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     except SystemExit as err:  # Lightning's answer to a KeyboardInterrupt (our second Ctrl+C) is sys.exit(1)
         if err.code != 1:
             raise
-        from .reliability import StoppedAtOnce
+        from .signals import StoppedAtOnce
 
         raise StoppedAtOnce(run_dir) from None
     except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)

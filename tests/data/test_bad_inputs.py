@@ -18,7 +18,7 @@ from attnzoo.data.image import ImageDataModule
 from attnzoo.data.image_io import ImageFileError, load_rgb
 from attnzoo.data.text import TextDataModule
 from attnzoo.data.text_files import read_text_file
-from attnzoo.run.reliability import check_checkpoint_shapes
+from attnzoo.run.checkpoint_io import check_checkpoint_shapes
 from tests.run.test_reliability import VIT
 
 

@@ -14,7 +14,9 @@ import torch
 
 from attnzoo.config import ConfigError, load
 from attnzoo.run import fit
-from attnzoo.run.reliability import SELF_SIGNAL_ENV, AtomicCheckpointIO, NonFiniteLossError
+from attnzoo.run.checkpoint_io import AtomicCheckpointIO
+from attnzoo.run.nan_guard import NonFiniteLossError
+from attnzoo.run.signals import SELF_SIGNAL_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -371,7 +373,7 @@ def test_a_damaged_metrics_csv_stops_a_resume_naming_it_before_training(content,
 _TWO_CTRL_C = """
 import os, signal, sys
 import lightning as L
-import attnzoo.run.reliability as reliability
+import attnzoo.run.callbacks as run_callbacks
 from attnzoo.fit import main
 
 class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again before the batch ends
@@ -380,8 +382,8 @@ class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again befo
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
 
-own = reliability.callbacks
-reliability.callbacks = lambda checkpoint, **kw: [*own(checkpoint, **kw), TwoCtrlC()]
+own = run_callbacks.callbacks
+run_callbacks.callbacks = lambda checkpoint, **kw: [*own(checkpoint, **kw), TwoCtrlC()]
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -112,7 +112,7 @@ def test_a_full_disk_when_taking_the_lock_leaves_no_lock_and_no_run_dir(tmp_path
 
 def test_a_full_disk_when_writing_a_checkpoint_is_a_clear_error(tmp_path, monkeypatch, capsys):
     from attnzoo.fit import main
-    from attnzoo.run.reliability import AtomicCheckpointIO
+    from attnzoo.run.checkpoint_io import AtomicCheckpointIO
 
     def full(self, checkpoint, path, storage_options=None):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

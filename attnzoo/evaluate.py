@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .config import ConfigError
-from .run import load_run, show_log
-from .run.splits import test_split
+from .fit import check_rank_format
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
+
+    from .run import load_run
+    from .run.splits import test_split
 
     run = load_run(run_dir, checkpoint, configs, overrides)
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
@@ -53,6 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", action="append", default=[], help="overlays on the run's config")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. data.root=/other/images")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     try:
         report = evaluate(args.run_dir, args.checkpoint, args.split, args.config, args.overrides)

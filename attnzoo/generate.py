@@ -22,8 +22,7 @@ from pathlib import Path
 import torch
 
 from .config import ConfigError
-from .data.subword import decode_generated, encode_user_text
-from .run import load_run, show_log
+from .fit import check_rank_format
 from .translate import check_kind
 
 log = logging.getLogger("attnzoo")
@@ -45,6 +44,9 @@ def generate(
     """The prompt and its continuation by the run in `run_dir`; options left out keep the run's task settings."""
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
+    from .data.subword import decode_generated, encode_user_text
+    from .run import load_run
+
     run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
     check_kind(run, "lm", "generate")
     task = run.task.eval()
@@ -93,6 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo generate: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     options = {"top_k": args.top_k} if args.top_k is not None else {}
     if args.top_p is not None:

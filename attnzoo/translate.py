@@ -28,7 +28,7 @@ from typing import Any, TextIO
 import torch
 
 from .config import ConfigError
-from .run import load_run, show_log
+from .fit import check_rank_format
 
 Tensor = torch.Tensor
 log = logging.getLogger("attnzoo")
@@ -69,7 +69,9 @@ class Translator:
         self.beam = self.task.beam_size if beam is None else beam
         if self.beam < 1:
             raise ConfigError(f"--beam ({self.beam}) must be >= 1")
-        self.max_len = run.cfg.section("data").get("max_len") or self.task.max_new_tokens
+        from .run.inference import context_length
+
+        self.max_len = context_length(run.cfg)
         self.cut = 0
 
     def __call__(self, texts: Sequence[str], where: Sequence[str] = ()) -> list[str]:
@@ -106,6 +108,8 @@ def translate(
     """Translations of `texts` by the run in `run_dir` (beam None: the run's `task.beam_size`)."""
     if not texts:
         raise ConfigError("translate: give at least one sentence (--text or --file)")
+    from .run import load_run
+
     run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
     return Translator(run, beam)(texts)
 
@@ -178,6 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo translate: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     try:
         if args.file is not None and not args.file.is_file():
@@ -187,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
         total = count_lines(args.file) if args.file is not None else 0
+        from .run import load_run
+
         run = load_run(args.run_dir, args.checkpoint, overrides=args.overrides, with_data=False)
         translator = Translator(run, args.beam)
         if args.text:

@@ -36,7 +36,7 @@ from .drawing.matrices import (
     spectrogram_canvas,
 )
 from .drawing.rollout import capture, rollout
-from .run import load_run, show_log
+from .fit import check_rank_format
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -65,7 +65,9 @@ def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
 
 def text_input(data: Any, text: str) -> dict[str, Tensor]:
     """A text encoded by the run's tokenizer, cut to its `max_len`: {"tokens": [1, L], "padding_mask": [1, L]}."""
-    ids = data.tokenizer.encode(text)
+    from .data.subword import encode_user_text
+
+    ids = encode_user_text(data.tokenizer, text)  # "[CLS]" typed in the text is plain text, not a special id
     if not ids:
         raise ConfigError(f"--text: {text[:80]!r} has no tokens under tokenizer {data.tokenizer.name!r}")
     if len(ids) > data.max_len:
@@ -130,6 +132,8 @@ def visualize(
     Runs of models with cross-attention (the text-image recipe) also get, for the first `count` examples of
     `split`, where each word looks in the image (`<out>/cross_attention/`).
     """
+    from .run import load_run
+
     run = load_run(run_dir, checkpoint)
     data, net, kind = run.data, run.net, run.data_kind
     if kind == "translation":
@@ -259,6 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--count", type=int, default=4, help="cross-attention maps: how many examples (text-image runs)")
     args = p.parse_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo viz: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     try:
         written = visualize(

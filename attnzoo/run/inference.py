@@ -17,8 +17,8 @@ from ..config import Config, ConfigError, build_net, build_task
 CONTEXT_LENGTH = {"translation": "max_len", "lm": "block_size"}
 
 
-def run_context(cfg: Config, tok: Any) -> dict[str, Any]:
-    """The model context a sequence DataModule would give, from the tokenizer and the data options."""
+def context_length(cfg: Config) -> int:
+    """The most tokens the model of a sequence run reads (`data.max_len`, or the LM's `data.block_size`)."""
     from ..data import DATAMODULES
 
     data = cfg.section("data")
@@ -26,13 +26,17 @@ def run_context(cfg: Config, tok: Any) -> dict[str, Any]:
     if kind not in CONTEXT_LENGTH:
         raise ConfigError(f"data.kind {kind!r}: only {sorted(CONTEXT_LENGTH)} runs load without their data")
     key = CONTEXT_LENGTH[kind]
-    length = data.get(key, inspect.signature(DATAMODULES[kind]).parameters[key].default)
+    return data.get(key, inspect.signature(DATAMODULES[kind]).parameters[key].default)
+
+
+def run_context(cfg: Config, tok: Any) -> dict[str, Any]:
+    """The model context a sequence DataModule would give, from the tokenizer and the data options."""
     return {
         "vocab_size": tok.vocab_size,
         "pad_id": tok.pad_id,
         "bos_id": tok.bos_id,
         "eos_id": tok.eos_id,
-        "max_len": length,
+        "max_len": context_length(cfg),
     }
 
 

@@ -67,11 +67,12 @@ def test_rank_variables_a_launcher_set_are_accepted(clean_env, env):
     check_rank_variables(num_nodes=2, devices=2)
 
 
-def test_the_command_says_why_and_exits_2_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("command", ["fit", "evaluate", "viz", "translate", "generate"])
+def test_every_command_says_why_and_exits_2_without_a_traceback(tmp_path, command):
     env = {k: v for k, v in os.environ.items() if k not in (*RANK_VARIABLES, *LAUNCHERS)}
     env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "RANK": "abc"})
-    cmd = [sys.executable, "-m", "attnzoo.fit", "--config", str(VIT), f"run.dir={tmp_path}"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    args = ["--config", str(VIT), f"run.dir={tmp_path}"] if command == "fit" else [str(tmp_path)]
+    done = subprocess.run([sys.executable, "-m", f"attnzoo.{command}", *args], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert "attnzoo fit: error: the environment variable RANK='abc' is not a rank" in done.stderr
+    assert f"attnzoo {command}: error: the environment variable RANK='abc' is not a rank" in done.stderr
     assert not list(tmp_path.iterdir())

@@ -110,24 +110,40 @@ QUICK = [*PINNED, "trainer.enable_progress_bar=false", "trainer.enable_model_sum
 STEPS = ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "run.test=false"]
 
 
+WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+GERMAN = ["eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"]
+
+
+def _fit_on_tsv(root: Path) -> Path:
+    """A tiny translation run (2 steps) fitted on `root/train.tsv`: number words to German, two words a line."""
+    from attnzoo.run import fit
+
+    train = root / "train.tsv"
+    pairs = list(zip(WORDS, GERMAN, strict=True))
+    train.write_text("".join(f"{a} {b}\t{c} {d}\n" for a, c in pairs for b, d in pairs))
+    recipe = ROOT / "recipes" / "translation.yaml"
+    sizes = ["data.num_train=null", "data.num_val=null", "data.num_test=null", "data.max_len=8"]
+    overrides = [*smoke_overrides(load([recipe])), *QUICK, *STEPS, *sizes, f"data.train={train}", f"run.dir={root}"]
+    return fit(load([recipe], overrides))
+
+
 @pytest.fixture(scope="module")
 def fitted_translation(tmp_path_factory) -> Path:
     """A translation run fitted on a TSV file that is deleted afterwards (as if the run dir were copied elsewhere)."""
+    root = tmp_path_factory.mktemp("fitted")
+    run_dir = _fit_on_tsv(root)
+    (root / "train.tsv").unlink()
+    return run_dir
+
+
+def test_a_resume_whose_training_file_changed_refuses_the_tokenizer_learned_again(tmp_path):
     from attnzoo.run import fit
 
-    root = tmp_path_factory.mktemp("fitted")
-    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
-    german = ["eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"]
-    train = root / "train.tsv"
-    pairs = list(zip(words, german, strict=True))
-    train.write_text("".join(f"{a} {b}\t{c} {d}\n" for a, c in pairs for b, d in pairs))
-    recipe = ROOT / "recipes" / "translation.yaml"
-    cfg = load([recipe])
-    sizes = ["data.num_train=null", "data.num_val=null", "data.num_test=null", "data.max_len=8"]
-    cfg = load([recipe], [*smoke_overrides(cfg), *QUICK, *STEPS, *sizes, f"data.train={train}", f"run.dir={root}"])
-    run_dir = fit(cfg)
-    train.unlink()
-    return run_dir
+    run_dir = _fit_on_tsv(tmp_path)
+    train = tmp_path / "train.tsv"
+    train.write_text(train.read_text().upper())  # the data changed since
+    with pytest.raises(ConfigError, match="is not the one .* trained with .*the training data it is learned from"):
+        fit(load([run_dir / "config.yaml"]), resume=run_dir)
 
 
 def test_checkpoints_record_the_digest_of_the_tokenizer(fitted_translation):

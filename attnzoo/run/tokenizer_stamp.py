@@ -79,10 +79,12 @@ def expected_digest(run_dir: Path, checkpoint: dict[str, Any]) -> tuple[str | No
     return None, ""
 
 
-def check_tokenizer(tok: Any, run_dir: Path, ckpt: Path, checkpoint: dict[str, Any]) -> None:
-    """ConfigError unless `tok` is the tokenizer the checkpoint was trained with (when the run recorded which)."""
+def check_tokenizer(tok: Any, run_dir: Path, ckpt: Path, checkpoint: dict[str, Any], *, hint: str = "") -> None:
+    """ConfigError unless `tok` is the tokenizer the checkpoint was trained with (when the run recorded which);
+    `hint` says what to do (default: put the run's own tokenizer.json back)."""
     from ..data.subword import TOKENIZER_FILE, tokenizer_digest
 
+    hint = hint or f"{run_dir / TOKENIZER_FILE} was replaced (another run's?). Put the run's own tokenizer.json back"
     want, where = expected_digest(run_dir, checkpoint)
     if want is None:
         log.warning("%s records no tokenizer digest (an older run): the tokenizer could not be checked", ckpt)
@@ -92,8 +94,7 @@ def check_tokenizer(tok: Any, run_dir: Path, ckpt: Path, checkpoint: dict[str, A
         name = getattr(tok, "name", TOKENIZER_FILE)
         raise ConfigError(
             f"the tokenizer {name!r} is not the one {str(ckpt)!r} was trained with (sha256 {got[:12]}... here, "
-            f"{want[:12]}... recorded in {where}): {run_dir / TOKENIZER_FILE} was replaced (another run's?). Put the "
-            "run's own tokenizer.json back"
+            f"{want[:12]}... recorded in {where}): " + hint
         )
 
 

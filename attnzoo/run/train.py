@@ -132,6 +132,13 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
+        tokenizer = getattr(data, "tokenizer", None)
+        if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
+            from .checkpoint_io import read_checkpoint
+            from .tokenizer_stamp import check_tokenizer
+
+            hint = "the training data it is learned from changed since; resume with the data the run was trained on"
+            check_tokenizer(tokenizer, run_dir, ckpt_path, read_checkpoint(ckpt_path, mmap=True), hint=hint)
         if is_rank_zero():
             resumes = record_resume(run_dir, ckpt_path, step, changes)
             shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())

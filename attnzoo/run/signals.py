@@ -113,7 +113,7 @@ class GracefulStop(L.Callback):
             self._previous[sig] = signal.signal(sig, self._test_handler)
 
     def on_test_batch_start(
-        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, n: int = 0
+        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, dataloader_idx: int = 0
     ) -> None:
         name, _, when = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
         if name and when == "test":

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from .attention.specs import allow_imports
 from .config import ConfigError, load
-from .fit import parser
-from .run import show_log
+from .fit import check_rank_format, parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +23,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--run-dir", type=Path, help="a run directory: use its config.yaml, add the result to summary.json")
     p.add_argument("--json", type=Path, help="also write the result to this JSON file")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo baseline: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     allow_imports(args.allow_imports)
     try:

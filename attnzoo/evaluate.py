@@ -2,7 +2,8 @@
 
 Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
 `--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
-them to `<run dir>/evaluate-<checkpoint>.json`. Data with no test examples is scored on its validation split,
+them to `<run dir>/evaluate-<checkpoint>.json` (when the run directory cannot be written, the metrics are printed
+and the command says so and exits 1). Data with no test examples is scored on its validation split,
 as `fit` does (the report's `split` says which).
 """
 
@@ -16,12 +17,14 @@ from pathlib import Path
 
 from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
-from .run import load_run, show_log
-from .run.splits import test_split
+from .fit import check_rank_format
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
+
+    from .run import load_run
+    from .run.splits import test_split
 
     run = load_run(run_dir, checkpoint, configs, overrides)
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
@@ -37,7 +40,11 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     report = {"checkpoint": str(run.checkpoint), "split": split, "metrics": metrics}
     name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem
-    (run_dir / f"evaluate-{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    path = run_dir / f"evaluate-{name}.json"
+    try:
+        path.write_text(json.dumps(report, indent=2) + "\n")
+    except OSError as err:  # a read-only run directory (a shared copy), a full disk: the metrics still count
+        report["not_written"] = f"{path}: {err.strerror or err}"
     return report
 
 
@@ -50,6 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. data.root=/other/images")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     allow_imports(args.allow_imports)
     try:
@@ -59,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
+    if "not_written" in report:
+        print(f"attnzoo evaluate: error: could not write the report {report['not_written']}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -20,13 +20,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError, load
-from .run import fit, is_rank_zero, resume_target, show_log
+
+# rank variables Lightning reads when it is imported: a value that is not a number stops that import with a bare
+# ValueError, so they are checked before (`attnzoo.run.cluster.check_rank_variables` checks them against the launcher)
+IMPORT_TIME_RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "SLURM_PROCID")
+
+
+def check_rank_format() -> None:
+    """ConfigError naming a rank variable of the environment that is not a whole number >= 0."""
+    for name in IMPORT_TIME_RANKS:
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and (name != "WORLD_SIZE" or int(value) > 0)):
+            raise ConfigError(
+                f"the environment variable {name}={value!r} is not a "
+                + ("process count (a whole number >= 1)" if name == "WORLD_SIZE" else "rank (a whole number >= 0)")
+                + f"; launchers (torchrun, srun, Lightning) set it. A leftover of another job or shell? Unset it (e.g. "
+                f"`env -u {name} ...`)"
+            )
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -43,6 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", help="a run directory (continues from its last.ckpt) or a checkpoint file")
     p.add_argument("--run-dir", help="write the run into this directory instead of <run.dir>/<run.name>/<time>")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()
+    except ConfigError as err:
+        print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 2
+    from .run import fit, is_rank_zero, resume_target, show_log
+
     show_log()
     allow_imports(args.allow_imports)
     try:
@@ -58,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0
-    from .run.reliability import Interrupted, NonFiniteLossError, StoppedAtOnce
+    from .run.nan_guard import NonFiniteLossError
+    from .run.signals import Interrupted, StoppedAtOnce
 
     try:
         run_dir = fit(cfg, resume=args.resume, run_dir=args.run_dir)
@@ -80,6 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err.exit_code
     except NonFiniteLossError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # a full disk, a quota, a directory made read-only while training
+        where = f" {err.filename}" if err.filename else ""
+        print(
+            f"attnzoo fit: error: could not write{where}: {err.strerror or err}; what was written before (checkpoints, "
+            "metrics.csv) is kept: free space and continue with --resume <run dir>",
+            file=sys.stderr,
+        )
         return 1
     if is_rank_zero():
         from .run.baseline import comparison

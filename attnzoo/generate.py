@@ -5,11 +5,16 @@ Continues a prompt with a trained language-model run (data kind `lm`), over the 
 given temperature / top-k / top-p (defaults: the run's `task.temperature`, `task.top_k`, `task.top_p`), or
 greedy with `--temperature 0`. Prints the prompt and its continuation. Translation runs use
 `python -m attnzoo.translate`.
+
+The model is built from the run directory alone (its `config.yaml` and `tokenizer.json`; the training files are not
+read). Special-token strings such as "[EOS]" in the prompt are plain text. A `--max-new-tokens` beyond what the
+model's context (`data.block_size`) leaves after the prompt is capped, and the command says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,9 +23,10 @@ import torch
 
 from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
-from .run import load_run, show_log
+from .fit import check_rank_format
 from .translate import check_kind
 
+log = logging.getLogger("attnzoo")
 UNSET = object()
 
 
@@ -39,7 +45,10 @@ def generate(
     """The prompt and its continuation by the run in `run_dir`; options left out keep the run's task settings."""
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
-    run = load_run(run_dir, checkpoint, overrides=overrides)
+    from .data.tokenizers.subword import decode_generated, encode_user_text
+    from .run import load_run
+
+    run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
     check_kind(run, "lm", "generate")
     task = run.task.eval()
     if temperature is not None:
@@ -50,12 +59,29 @@ def generate(
         task.top_k = top_k
     if top_p is not UNSET:
         task.top_p = top_p
-    ids = torch.tensor([run.data.encode_prompt(prompt)])  # [1, P], bos first
+    tok = run.tokenizer
+    ids = torch.tensor([[tok.bos_id, *encode_user_text(tok, prompt)]])  # [1, P], bos first
+    room = task.max_len - ids.shape[1]
+    if room < 1:
+        raise ConfigError(
+            f"--prompt has {ids.shape[1] - 1} tokens (and bos); the model reads at most {task.max_len} "
+            "(data.block_size): shorten it"
+        )
+    if max_new_tokens > room:
+        log.warning(
+            "generate: --max-new-tokens %d capped to %d: the model reads at most %d tokens (data.block_size) and the "
+            "prompt takes %d",
+            max_new_tokens,
+            room,
+            task.max_len,
+            ids.shape[1],
+        )
     try:
-        new = task.generate(ids, max_new_tokens=max_new_tokens, seed=seed)  # [1, T]
+        with torch.inference_mode():
+            new = task.generate(ids, max_new_tokens=min(max_new_tokens, room), seed=seed)  # [1, T]
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    return run.data.decode(torch.cat([ids[0], new[0]]))
+    return decode_generated(tok, torch.cat([ids[0], new[0]]).tolist())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,6 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
     args = p.parse_intermixed_args(argv)
     allow_imports(args.allow_imports)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo generate: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     options = {"top_k": args.top_k} if args.top_k is not None else {}
     if args.top_p is not None:

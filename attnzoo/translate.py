@@ -1,9 +1,16 @@
-"""`python -m attnzoo.translate <run dir> --text TEXT [--text TEXT ...] [--file FILE] [--beam K] [--checkpoint ...]`
+"""`python -m attnzoo.translate <run dir> --text TEXT [--text TEXT ...] [--file FILE] [--beam K] [--batch-size N]
+[--checkpoint ...]`
 
-Translations of sentences by a trained translation run (data kind `translation`): the run is rebuilt with
-`attnzoo.run.load_run` (its own saved `tokenizer.json`), each sentence encoded as the run's sources are, and
-decoded greedily (`--beam 1`) or with beam search (`--beam K`, default the run's `task.beam_size`). One
-translation per line on stdout. Language-model runs continue a prompt with `python -m attnzoo.generate`.
+Translations of sentences by a trained translation run (data kind `translation`), from the run directory alone: the
+model is built from its `config.yaml` and `tokenizer.json` (`attnzoo.run.load_run(..., with_data=False)`; the
+training files are not read). Each sentence is encoded with the run's tokenizer (special-token strings such as
+"[EOS]" in it are plain text) and decoded greedily (`--beam 1`) or with beam search (`--beam K`, default the run's
+`task.beam_size`). One translation per line on stdout.
+
+`--file` is read as `fit` reads text (UTF-8, a byte-order mark dropped; other bytes stop with the file and line)
+and translated in batches of `--batch-size` lines, each printed as soon as it is done, with progress on stderr.
+Output lines match input lines: a blank line gives a blank line. A sentence longer than the model's `data.max_len`
+tokens is cut, and the command says so. Language-model runs continue a prompt with `python -m attnzoo.generate`.
 
 Notation: B sentences, S source tokens.
 """
@@ -11,32 +18,40 @@ Notation: B sentences, S source tokens.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
 from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
-from .run import load_run, show_log
+from .fit import check_rank_format
 
 Tensor = torch.Tensor
+log = logging.getLogger("attnzoo")
+SHOWN_CUTS = 5  # cut sentences named one by one; the rest are counted
+PROGRESS_EVERY = 2.0  # seconds between progress lines on stderr
 
 
-def source_batch(data: Any, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
-    """(src [B, S], src_padding_mask [B, S]) of `texts`, encoded by the run's DataModule and right-padded."""
-    ids = [data.encode_source(text) for text in texts]
-    for text, row in zip(texts, ids, strict=True):
+def source_batch(tok: Any, texts: Sequence[str], max_len: int) -> tuple[Tensor, Tensor, list[int]]:
+    """(src [B, S], src_padding_mask [B, S], lengths before cutting) of `texts`: user text encoded with special-token
+    strings as plain text, cut to `max_len` tokens and right-padded."""
+    from .data.tokenizers.subword import encode_user_text
+
+    full = [encode_user_text(tok, text) for text in texts]
+    for text, row in zip(texts, full, strict=True):
         if not row:
             raise ConfigError(f"--text: {text[:80]!r} has no tokens under the run's tokenizer")
-    pad = data.tokenizer.pad_id
-    src = torch.full((len(ids), max(map(len, ids))), pad, dtype=torch.long)  # [B, S]
+    ids = [row[:max_len] for row in full]
+    src = torch.full((len(ids), max(map(len, ids))), tok.pad_id, dtype=torch.long)  # [B, S]
     for i, row in enumerate(ids):
         src[i, : len(row)] = torch.tensor(row)
     lengths = torch.tensor([len(row) for row in ids])
-    return src, torch.arange(src.shape[1])[None, :] >= lengths[:, None]
+    return src, torch.arange(src.shape[1])[None, :] >= lengths[:, None], [len(row) for row in full]
 
 
 def check_kind(run: Any, kind: str, command: str) -> None:
@@ -44,6 +59,43 @@ def check_kind(run: Any, kind: str, command: str) -> None:
         other = {"translation": "translate", "lm": "generate"}.get(run.data_kind)
         hint = f"; use python -m attnzoo.{other}" if other else ""
         raise ConfigError(f"{command}: {run.run_dir} is a {run.data_kind!r} run, not a {kind!r} one{hint}")
+
+
+class Translator:
+    """A loaded translation run that translates batches of sentences and counts those it had to cut."""
+
+    def __init__(self, run: Any, beam: int | None = None) -> None:
+        check_kind(run, "translation", "translate")
+        self.run, self.task, self.tok = run, run.task.eval(), run.tokenizer
+        self.beam = self.task.beam_size if beam is None else beam
+        if self.beam < 1:
+            raise ConfigError(f"--beam ({self.beam}) must be >= 1")
+        from .run.inference import context_length
+
+        self.max_len = context_length(run.cfg)
+        self.cut = 0
+
+    def __call__(self, texts: Sequence[str], where: Sequence[str] = ()) -> list[str]:
+        """Translations of `texts` (`where` names each, e.g. "line 7", for the message about a cut sentence)."""
+        from .data.tokenizers.subword import decode_generated
+
+        src, mask, lengths = source_batch(self.tok, texts, self.max_len)
+        for i, n in enumerate(lengths):
+            if n > self.max_len:
+                self.cut += 1
+                if self.cut <= SHOWN_CUTS:
+                    name = where[i] if i < len(where) else repr(texts[i][:40])
+                    log.warning(
+                        "translate: %s has %d tokens; cut to the model's %d (data.max_len)%s",
+                        name,
+                        n,
+                        self.max_len,
+                        "; further cut sentences are only counted" if self.cut == SHOWN_CUTS else "",
+                    )
+        with torch.inference_mode():
+            ids = self.task.translate(src, mask, beam_size=self.beam)  # [B, T]
+        # one line per sentence: a line break the tokenizer may decode would break the alignment
+        return [" ".join(decode_generated(self.tok, row.tolist()).splitlines()) for row in ids]
 
 
 def translate(
@@ -57,41 +109,110 @@ def translate(
     """Translations of `texts` by the run in `run_dir` (beam None: the run's `task.beam_size`)."""
     if not texts:
         raise ConfigError("translate: give at least one sentence (--text or --file)")
-    run = load_run(run_dir, checkpoint, overrides=overrides)
-    check_kind(run, "translation", "translate")
-    task = run.task.eval()
-    beam = task.beam_size if beam is None else beam
-    if beam < 1:
-        raise ConfigError(f"--beam ({beam}) must be >= 1")
-    src, mask = source_batch(run.data, texts)
-    ids = task.translate(src, mask, beam_size=beam)  # [B, T]
-    return [run.data.decode(row) for row in ids]
+    from .run import load_run
+
+    run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
+    return Translator(run, beam)(texts)
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file as `fit` reads text: UTF-8, a byte-order mark dropped, line ends removed; a byte
+    that is not UTF-8 (or a NUL: a binary file) raises ConfigError naming the file and line."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
+                raw = raw[3:]
+            if b"\0" in raw:
+                raise ConfigError(f"--file {path} line {n}: a NUL byte: this is a binary file, not UTF-8 text")
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start : err.end].hex(" ")
+                raise ConfigError(
+                    f"--file {path} line {n}, column {err.start + 1}: byte(s) {bad} are not UTF-8 ({err.reason}); "
+                    "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from None
+
+
+def count_lines(path: Path) -> int:
+    """The number of lines of `path`, every line checked by `read_lines` (so a bad byte stops before any output)."""
+    return sum(1 for _ in read_lines(path))
+
+
+def translate_file(
+    translator: Translator, path: Path, out: TextIO, *, batch_size: int = 32, total: int | None = None
+) -> int:
+    """Translate `path` line by line into `out` (a blank line stays blank), `batch_size` sentences at a time, with
+    progress on stderr; returns the number of lines (`total`: that number, when `count_lines` gave it already)."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size ({batch_size}) must be >= 1")
+    total = count_lines(path) if total is None else total
+    done, last = 0, time.monotonic()
+    pending: list[tuple[int, str]] = []  # (line number, text) of the lines not printed yet, blank ones included
+
+    def flush() -> None:
+        nonlocal done, last
+        full = [(n, text) for n, text in pending if text.strip()]
+        hyps = iter(translator([t for _, t in full], [f"--file line {n}" for n, _ in full]) if full else [])
+        for _, text in pending:
+            out.write((next(hyps) if text.strip() else "") + "\n")
+        out.flush()
+        done += len(pending)
+        pending.clear()
+        if time.monotonic() - last >= PROGRESS_EVERY and done < total:
+            print(f"attnzoo translate: {done} of {total} lines", file=sys.stderr, flush=True)
+            last = time.monotonic()
+
+    for n, text in enumerate(read_lines(path), start=1):
+        pending.append((n, text))
+        if sum(1 for _, t in pending if t.strip()) >= batch_size:
+            flush()
+    flush()
+    cut = f"; {translator.cut} cut to {translator.max_len} tokens" if translator.cut else ""
+    print(f"attnzoo translate: {total} lines translated{cut}", file=sys.stderr, flush=True)
+    return total
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo translate", description="Translate sentences with a trained run.")
     p.add_argument("run_dir", type=Path, help="a translation run directory written by attnzoo fit")
     p.add_argument("--text", action="append", default=[], help="a sentence to translate (repeatable)")
-    p.add_argument("--file", type=Path, help="a UTF-8 file of sentences, one per line")
+    p.add_argument("--file", type=Path, help="a UTF-8 file of sentences, one per line (translated after --text)")
     p.add_argument("--beam", type=int, default=None, help="beam size (1: greedy; default: the run's task.beam_size)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences of --file translated at a time")
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides of the run's config")
     args = p.parse_intermixed_args(argv)
     allow_imports(args.allow_imports)
-    show_log()
-    texts = list(args.text)
     try:
-        if args.file is not None:
-            if not args.file.is_file():
-                raise ConfigError(f"--file: no file at {str(args.file)!r}")
-            texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        out = translate(args.run_dir, texts, beam=args.beam, checkpoint=args.checkpoint, overrides=args.overrides)
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
     except ConfigError as err:
         print(f"attnzoo translate: error: {err}", file=sys.stderr)
         return 2
-    for line in out:
-        print(line)
+    from .run import show_log
+
+    show_log()
+    try:
+        if args.file is not None and not args.file.is_file():
+            raise ConfigError(f"--file: no file at {str(args.file)!r}")
+        if not args.text and args.file is None:
+            raise ConfigError("translate: give at least one sentence (--text or --file)")
+        if args.batch_size < 1:
+            raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
+        total = count_lines(args.file) if args.file is not None else 0
+        from .run import load_run
+
+        run = load_run(args.run_dir, args.checkpoint, overrides=args.overrides, with_data=False)
+        translator = Translator(run, args.beam)
+        if args.text:
+            for line in translator(args.text):
+                print(line, flush=True)
+        if args.file is not None:
+            translate_file(translator, args.file, sys.stdout, batch_size=args.batch_size, total=total)
+    except ConfigError as err:
+        print(f"attnzoo translate: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -37,7 +37,7 @@ from .drawing.matrices import (
     spectrogram_canvas,
 )
 from .drawing.rollout import capture, rollout
-from .run import load_run, show_log
+from .fit import check_rank_format
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -66,7 +66,9 @@ def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
 
 def text_input(data: Any, text: str) -> dict[str, Tensor]:
     """A text encoded by the run's tokenizer, cut to its `max_len`: {"tokens": [1, L], "padding_mask": [1, L]}."""
-    ids = data.tokenizer.encode(text)
+    from .data.tokenizers.subword import encode_user_text
+
+    ids = encode_user_text(data.tokenizer, text)  # "[CLS]" typed in the text is plain text, not a special id
     if not ids:
         raise ConfigError(f"--text: {text[:80]!r} has no tokens under tokenizer {data.tokenizer.name!r}")
     if len(ids) > data.max_len:
@@ -99,14 +101,15 @@ def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> 
     return None
 
 
-def example_input(data: Any, index: int) -> tuple[dict[str, Tensor], Any]:
-    """(inputs, label) of validation example `index`, batched as the run's loader does."""
-    loader = data.val_dataloader()
+def example_input(run: Any, index: int) -> tuple[dict[str, Tensor], Any]:
+    """(the net's inputs, label) of validation example `index`, batched as the run's loader does."""
+    loader = run.data.val_dataloader()
     if not 0 <= index < len(loader.dataset):
         raise ConfigError(f"--index {index}: the validation split has {len(loader.dataset)} examples")
     batch = loader.collate_fn([loader.dataset[index]])
     label = batch.pop("label", None)
-    return batch, None if label is None else label[0]
+    net_inputs = getattr(run.task, "net_inputs", None)  # sequence tasks: the batch also holds labels, texts, ...
+    return (net_inputs(batch) if net_inputs is not None else batch), None if label is None else label[0]
 
 
 # ---------------------------------------------------------------------------------------------- command
@@ -130,6 +133,8 @@ def visualize(
     Runs of models with cross-attention (the text-image recipe) also get, for the first `count` examples of
     `split`, where each word looks in the image (`<out>/cross_attention/`).
     """
+    from .run import load_run
+
     run = load_run(run_dir, checkpoint)
     data, net, kind = run.data, run.net, run.data_kind
     if kind == "translation":
@@ -146,7 +151,7 @@ def visualize(
             raise ConfigError(f"--text: for runs with data kind 'text' (this run: {kind!r}), without --input")
         inputs, name = text_input(data, text), "text"
     elif input_path is None:
-        inputs, label = example_input(data, index)
+        inputs, label = example_input(run, index)
         name = f"val-{index}"
     else:
         if kind not in INPUTS:
@@ -159,10 +164,13 @@ def visualize(
         inputs, name = make(data, input_path), input_path.stem
     logits, maps = capture(net, inputs)
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
-    probs = logits.float().softmax(-1)[0]
-    title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
-    if label is not None and label.dim() == 0:
-        title += f", label {names[int(label)]}"
+    if logits.dim() == 2:  # one prediction per input (classification)
+        probs = logits.float().softmax(-1)[0]
+        title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
+        if label is not None and label.dim() == 0:
+            title += f", label {names[int(label)]}"
+    else:  # a prediction per token (a language model)
+        title = f"{run_dir.name}: {name}, {maps[0].shape[-1]} tokens"
     title += "\n(weights captured on the eager backend)"
     out = out or run_dir / "viz" / name
     out.mkdir(parents=True, exist_ok=True)
@@ -193,7 +201,7 @@ def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path
     from .translate import source_batch
 
     task, data = run.task.eval(), run.data
-    src, mask = source_batch(data, [text])  # [1, S]
+    src, mask, _ = source_batch(data.tokenizer, [text], data.max_len)  # [1, S]
     hyp = task.translate(src, mask, beam_size=beam)[0]  # [T]
     hyp = hyp[hyp != data.tokenizer.pad_id]
     # teacher-forced pass over bos + the hypothesis: row t is what generated token t read
@@ -258,6 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=4, help="cross-attention maps: how many examples (text-image runs)")
     args = p.parse_args(argv)
     allow_imports(args.allow_imports)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo viz: error: {err}", file=sys.stderr)
+        return 2
+    from .run import show_log
+
     show_log()
     try:
         written = visualize(
@@ -275,6 +290,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as err:
         print(f"attnzoo viz: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a read-only run directory (a shared copy), a full disk
+        where = f" {err.filename}" if err.filename else ""
+        print(
+            f"attnzoo viz: error: could not write{where}: {err.strerror or err}; give --out DIR somewhere writable",
+            file=sys.stderr,
+        )
+        return 1
     for path in written:
         print(path)
     return 0

@@ -182,6 +182,9 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
         (["--launcher", "slurm", "--jobs", "2"], "['--jobs'] do not apply to --launcher slurm"),
         (["--launcher", "ray", "--no-wait"], "['--no-wait'] do not apply to --launcher ray"),
         (["--launcher", "ray", "--ray-address", "auto", "--ray-cpus", "2"], "--ray-cpus (2) sizes a Ray instance"),
+        (["--slurm-partition", "gpu\n#SBATCH --wrap=id"], "a newline or another control character would write"),
+        (["--slurm-option", "account=a\nb"], "--slurm-option 'account=a\\nb': a newline or another control"),
+        (["--slurm-time", "1:00\r"], "--slurm-time '1:00\\r': a newline"),
     ],
 )
 def test_launcher_options_that_do_not_fit_stop_before_anything_runs(tmp_path, capsys, extra, message):
@@ -425,3 +428,60 @@ def test_ctrl_c_stops_the_ray_trials_records_the_runs_interrupted_and_exits_130(
     assert again.returncode == 0, again.stderr[-3000:]
     assert "4 runs, 0 finished, 4 to run" in again.stderr
     assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["2", "2"]
+
+
+def _ray_init_calls(monkeypatch) -> list[dict]:
+    """ray.init replaced by a recorder that stops the launch (ConfigError) before a Ray instance starts."""
+    import ray
+
+    from attnzoo.config import ConfigError
+
+    calls: list[dict] = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise ConfigError("stopped by the test before Ray started")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    return calls
+
+
+def test_the_ray_instance_ablate_starts_listens_on_localhost_unless_told_otherwise(tmp_path, capsys, monkeypatch):
+    from attnzoo.ablation.ray_tune import HOST_ENV
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(HOST_ENV, raising=False)
+    calls = _ray_init_calls(monkeypatch)
+    args = ["--config", str(VIT), "--grid", str(write_grid(tmp_path, AXES)), "--launcher", "ray"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 2
+    assert calls[-1]["_node_ip_address"] == "127.0.0.1" and calls[-1]["address"] is None
+    monkeypatch.setenv(HOST_ENV, "10.1.2.3")
+    assert main([*args, "--out", str(tmp_path / "b")]) == 2
+    assert calls[-1]["_node_ip_address"] == "10.1.2.3"
+
+
+def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path, capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    calls = _ray_init_calls(monkeypatch)
+    args = [
+        "--config",
+        str(VIT),
+        "--grid",
+        str(write_grid(tmp_path, AXES)),
+        "--launcher",
+        "ray",
+        "--out",
+        str(tmp_path),
+    ]
+    started = time.monotonic()
+    assert main([*args, "--ray-address", f"127.0.0.1:{port}"]) == 2
+    assert time.monotonic() - started < 60 and not calls  # Ray was never asked to connect
+    err = capsys.readouterr().err
+    assert f"--ray-address 127.0.0.1:{port}: no Ray cluster answers there" in err and "ray start --head" in err
+    assert main([*args, "--ray-address", "nonsense"]) == 2
+    assert "expected auto, HOST:PORT or ray://HOST:PORT" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from attnzoo.evaluate import main as evaluate_main
 from attnzoo.fit import main as fit_main
 from attnzoo.generate import main as generate_main
 from attnzoo.run import build
-from attnzoo.run.reliability import AtomicCheckpointIO
+from attnzoo.run.checkpoint_io import AtomicCheckpointIO
 from attnzoo.translate import main as translate_main
 from attnzoo.viz import main as viz_main
 from tests.helpers import smoke_overrides

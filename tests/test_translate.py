@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnzoo.config import load
+from attnzoo.config import ConfigError, load
 from attnzoo.data.tokenizers.subword import SubwordTokenizer
 from attnzoo.generate import generate
 from attnzoo.generate import main as generate_main
@@ -50,18 +50,21 @@ def test_load_run_reuses_the_saved_tokenizer(translation_run):
     assert run.data.tokenizer.to_str() == SubwordTokenizer.load(saved).to_str()
 
 
-def test_load_run_without_a_saved_tokenizer_learns_it_again(tmp_path, translation_run):
+@pytest.mark.parametrize("with_data", [True, False])
+def test_load_run_without_a_saved_tokenizer_is_an_error_not_a_tokenizer_learned_again(
+    tmp_path, translation_run, with_data
+):
     for name in ("config.yaml", "checkpoints"):
         (tmp_path / name).symlink_to(translation_run / name)
-    run = load_run(tmp_path)
-    assert run.cfg.section("data")["tokenizer"] == "bpe" and run.data.tokenizer.name == "bpe"
+    with pytest.raises(ConfigError, match="no tokenizer.json.*learned from its training data.*copy the run's own"):
+        load_run(tmp_path, with_data=with_data)
 
 
 def test_translate_decodes_what_greedy_and_beam_search_generate(translation_run):
     texts = ["The meeting is on 3 March.", "42 kilometres"]
     run = load_run(translation_run)
     net, tok = run.net.eval(), run.data.tokenizer
-    src, mask = source_batch(run.data, texts)
+    src, mask, _ = source_batch(tok, texts, run.data.max_len)
     ids = dict(bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, max_new_tokens=run.task.max_new_tokens)
     expected = [run.data.decode(r) for r in greedy(net, src=src, src_padding_mask=mask, **ids)]
     assert translate(translation_run, texts, beam=1) == expected
@@ -100,3 +103,139 @@ def test_viz_draws_the_cross_attention_alignment_of_a_translation(translation_ru
     for m in saved["cross_attention"]:  # [H, T, S]: each generated token's weights over the source sum to 1
         assert m.shape[1:] == (len(saved["target"]), len(saved["source"]))
         torch.testing.assert_close(m.sum(-1), torch.ones(m.shape[:2]))
+
+
+# ---------------------------------------------------------------------------------------------- the run dir alone
+
+QUICK = [*PINNED, "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.devices=1"]
+STEPS = ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", "run.test=false"]
+
+
+WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+GERMAN = ["eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn"]
+
+
+def _fit_on_tsv(root: Path) -> Path:
+    """A tiny translation run (2 steps) fitted on `root/train.tsv`: number words to German, two words a line."""
+    from attnzoo.run import fit
+
+    train = root / "train.tsv"
+    pairs = list(zip(WORDS, GERMAN, strict=True))
+    train.write_text("".join(f"{a} {b}\t{c} {d}\n" for a, c in pairs for b, d in pairs))
+    recipe = ROOT / "recipes" / "translation.yaml"
+    sizes = ["data.num_train=null", "data.num_val=null", "data.num_test=null", "data.max_len=8"]
+    overrides = [*smoke_overrides(load([recipe])), *QUICK, *STEPS, *sizes, f"data.train={train}", f"run.dir={root}"]
+    return fit(load([recipe], overrides))
+
+
+@pytest.fixture(scope="module")
+def fitted_translation(tmp_path_factory) -> Path:
+    """A translation run fitted on a TSV file that is deleted afterwards (as if the run dir were copied elsewhere)."""
+    root = tmp_path_factory.mktemp("fitted")
+    run_dir = _fit_on_tsv(root)
+    (root / "train.tsv").unlink()
+    return run_dir
+
+
+def test_a_resume_whose_training_file_changed_refuses_the_tokenizer_learned_again(tmp_path):
+    from attnzoo.run import fit
+
+    run_dir = _fit_on_tsv(tmp_path)
+    train = tmp_path / "train.tsv"
+    train.write_text(train.read_text().upper())  # the data changed since
+    with pytest.raises(ConfigError, match="is not the one .* trained with .*the training data it is learned from"):
+        fit(load([run_dir / "config.yaml"]), resume=run_dir)
+
+
+def test_checkpoints_record_the_digest_of_the_tokenizer(fitted_translation):
+    from attnzoo.data.tokenizers.subword import tokenizer_digest
+    from attnzoo.run.checkpoint_io import read_checkpoint
+    from attnzoo.run.tokenizer_stamp import STAMP_KEY
+
+    stamp = read_checkpoint(fitted_translation / "checkpoints" / "last.ckpt")[STAMP_KEY]
+    assert stamp == tokenizer_digest(SubwordTokenizer.load(fitted_translation / "tokenizer.json"))
+
+
+def test_translate_needs_only_the_run_dir_once_the_training_file_is_gone(fitted_translation, capsys):
+    assert "train.tsv" in (fitted_translation / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match="train.tsv"):  # the data cannot be built any more...
+        load_run(fitted_translation, "last")
+    out = translate(fitted_translation, ["three four", "ten one"], checkpoint="last")  # ...the model can
+    assert len(out) == 2
+    assert translate_main([str(fitted_translation), "--checkpoint", "last", "--text", "three four"]) == 0
+    assert capsys.readouterr().out.splitlines() == out[:1]
+
+
+def test_another_runs_tokenizer_is_refused(tmp_path, translation_run):
+    for name in ("config.yaml", "checkpoints", "translation.json"):
+        (tmp_path / name).symlink_to(translation_run / name)
+    own = SubwordTokenizer.load(translation_run / "tokenizer.json")
+    other = SubwordTokenizer.train(["ein anderer Text", "other words here"] * 20, vocab_size=own.vocab_size)
+    other.save(tmp_path / "tokenizer.json")
+    for with_data in (True, False):
+        with pytest.raises(ConfigError, match="is not the one .* was trained with .*another run's"):
+            load_run(tmp_path, with_data=with_data)
+
+
+def test_translate_file_keeps_line_alignment_strips_a_bom_and_says_what_it_cut(translation_run, tmp_path, capsys):
+    lines = ["The meeting is on 3 March.", "", "42 kilometres", "   ", "twelve " * 70, "", "5 May 2021"]
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n\n")  # a BOM; a blank last line
+    args = [str(translation_run), "--file", str(path), "--batch-size", "2", "--beam", "1"]
+    assert translate_main(args) == 0
+    captured = capsys.readouterr()
+    out = captured.out.split("\n")
+    assert out[-1] == "" and len(out[:-1]) == len(lines) + 1  # one output line per input line
+    full = [i for i, line in enumerate(lines) if line.strip()]
+    assert [i for i, line in enumerate(out[:-1]) if not line] == [i for i in range(len(lines) + 1) if i not in full]
+    expected = translate(translation_run, [lines[i] for i in full], beam=1)
+    assert [out[i] for i in full] == expected  # the BOM did not reach the first sentence: same as --text
+    assert "--file line 5 has" in captured.err and "cut to the model's 64 (data.max_len)" in captured.err
+    assert f"{len(lines) + 1} lines translated; 1 cut to 64 tokens" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("raw", "line", "what"),
+    [(b"ok\nPreis: 5\xa4\n", 2, "not UTF-8"), (b"ok\n\x00\x00\x00\x0dIHDR\x00", 2, "binary file")],
+    ids=["latin-1", "binary"],
+)
+def test_translate_file_in_another_encoding_is_a_clear_error_naming_the_line(
+    fitted_translation, tmp_path, capsys, raw, line, what
+):
+    path = tmp_path / "in.txt"
+    path.write_bytes(raw)
+    assert translate_main([str(fitted_translation), "--checkpoint", "last", "--file", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert f"--file {path} line {line}" in captured.err and what in captured.err
+
+
+def test_special_token_strings_in_user_text_are_plain_text(translation_run):
+    from attnzoo.data.tokenizers.subword import encode_user_text
+
+    tok = SubwordTokenizer.load(translation_run / "tokenizer.json")
+    specials = {tok.pad_id, tok.bos_id, tok.eos_id, tok.cls_id}
+    assert specials & set(tok.encode("one [EOS] two [PAD]"))  # what the tokenizer does to training text
+    ids = encode_user_text(tok, "one [EOS] two [PAD] [BOS] [CLS]")
+    assert not specials & set(ids)
+    assert tok.encode("one [EOS]") != encode_user_text(tok, "one [EOS]")
+    assert tok.encode("one") == encode_user_text(tok, "one")  # the setting does not stick
+
+
+def test_generate_says_when_it_caps_max_new_tokens(lm_run, caplog):
+    block = load([lm_run / "config.yaml"]).section("data")["block_size"]
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        generate(lm_run, "The", max_new_tokens=block - 4, temperature=0.0)
+        assert "capped" not in caplog.text
+        generate(lm_run, "The", max_new_tokens=10_000, temperature=0.0)
+    assert "--max-new-tokens 10000 capped to" in caplog.text and f"at most {block} tokens" in caplog.text
+    with pytest.raises(ConfigError, match="--prompt has .* tokens"):
+        generate(lm_run, "word " * block, max_new_tokens=2)
+
+
+def test_viz_draws_a_validation_example_of_a_language_model(lm_run, tmp_path, capsys):
+    assert viz_main([str(lm_run), "--index", "0", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    saved = torch.load(tmp_path / "maps.pt")
+    block = load([lm_run / "config.yaml"]).section("data")["block_size"]
+    assert saved["maps"][0].shape[-2:] == (block, block)
+    assert (tmp_path / "attention_matrices.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,7 +20,7 @@ from typing import Any
 
 TAIL_LINES = 40  # lines of a failed run's stderr kept in its ablate.json
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-# exit codes of a fit stopped by SIGINT/SIGTERM: killed outright, or stopped cleanly by attnzoo.run.reliability
+# exit codes of a fit stopped by SIGINT/SIGTERM: killed outright, or stopped cleanly by attnzoo.run.signals
 INTERRUPTED = {-signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM}
 
 

@@ -7,8 +7,10 @@ run directory, recorded there as a local run, so Lightning never runs inside a R
 experiment state, one folder per trial) go to `<out>/ray/<time>/`.
 
 Without `address`, `ablate` starts a Ray instance on this machine with `num_cpus` CPUs (default: every core) and
-stops it at the end; with one (`auto`, or `ray://host:10001`) the trials run on that cluster, whose nodes must
-share the ablation directory and the Python environment. Ctrl-C (or SIGTERM) asks every trial to stop its run
+stops it at the end; that instance listens on 127.0.0.1 only (set `ATTNZOO_RAY_HOST` to an address of this machine
+for other machines to join it). With an address (`auto`, `host:6379`, or `ray://host:10001`) the trials run on that
+cluster, whose nodes must share the ablation directory and the Python environment; an address where nothing
+answers within `CONNECT_SECONDS` is an error. Ctrl-C (or SIGTERM) asks every trial to stop its run
 (fit saves and exits; the run is recorded as interrupted) and the queued trials not to start them, through the
 file `<out>/ray/stop`; a second Ctrl-C kills the runs. Started again, the ablation runs what is missing, as local.
 """
@@ -34,6 +36,29 @@ if TYPE_CHECKING:
 # Ctrl-C itself
 TUNE_ENV = {"RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_SIGINT_HANDLER": "1"}
 RECORDED = ("ok", "failed", "interrupted")
+HOST_ENV = "ATTNZOO_RAY_HOST"  # the address a Ray instance started here listens on (default 127.0.0.1)
+CONNECT_SECONDS = 10.0
+
+
+def check_address(address: str, timeout: float = CONNECT_SECONDS) -> None:
+    """ConfigError unless something answers at a Ray cluster address `host:port` or `ray://host:port` (`auto` is
+    left to Ray, which says at once when it finds no cluster on this machine)."""
+    import socket
+
+    if address == "auto" or address.startswith("local"):
+        return
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray-address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        why = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise ConfigError(
+            f"--ray-address {address}: no Ray cluster answers there ({why} within {timeout:g} s); start one with "
+            "`ray start --head` on that machine, or leave --ray-address (and RAY_ADDRESS) out to start one here"
+        ) from None
 
 
 def _trial(config: dict[str, Any]) -> dict[str, Any]:
@@ -117,9 +142,15 @@ class RayLauncher:
         started = not ray.is_initialized()
         if started:
             pythonpath = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-            ray.init(address=address, num_cpus=None if address else self.num_cpus or os.cpu_count(),
-                     include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})  # fmt: skip
+            local = {} if address else {"_node_ip_address": os.environ.get(HOST_ENV) or "127.0.0.1"}
+            if address:
+                check_address(address)
+            try:
+                ray.init(address=address, num_cpus=None if address else self.num_cpus or os.cpu_count(),
+                         include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                         runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **local)  # fmt: skip
+            except ConnectionError as err:  # `auto` with no cluster on this machine, a cluster that went away
+                raise ConfigError(f"--ray-address {address}: {str(err).strip().splitlines()[0]}") from None
         try:
             bundle = self._bundle(ray.cluster_resources(), local=started and not address)
             specs = [{"variant": r.variant.id, "run_dir": str(r.run_dir.resolve()), "config_sha": r.config_sha,

@@ -79,6 +79,8 @@ class SlurmLauncher:
     ) -> None:
         if cpus_per_run < 1 or gpus_per_run < 0:
             raise ConfigError(f"--cpus-per-run ({cpus_per_run}) must be >= 1 and --gpus-per-run ({gpus_per_run}) >= 0")
+        for flag, value in (("--slurm-partition", partition), ("--slurm-time", time)):
+            _one_line(flag, value)
         self.partition, self.time = partition, time
         self.cpus_per_run, self.gpus_per_run = cpus_per_run, gpus_per_run
         self.options = [_option(o) for o in options]
@@ -245,7 +247,15 @@ class SlurmLauncher:
         return {line.strip() for line in result.stdout.splitlines() if line.strip()}
 
 
+def _one_line(flag: str, value: str | None) -> None:
+    """ConfigError for a value with a newline or another control character (it would add lines to the job script)."""
+    if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ConfigError(f"{flag} {value!r}: a newline or another control character would write more lines into "
+                          "the job script; give a one-line value")  # fmt: skip
+
+
 def _option(text: str) -> tuple[str, str | None]:
+    _one_line("--slurm-option", text)
     key, eq, value = text.removeprefix("--").partition("=")
     if not _KEY.match(key):
         raise ConfigError(f"--slurm-option {text!r}: expected KEY=VALUE or KEY, a long sbatch option without its "

@@ -203,7 +203,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-    from . import reliability
+    from . import callbacks as run_callbacks
+    from .checkpoint_io import AtomicCheckpointIO
     from .cluster import slurm_job
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
 
@@ -219,7 +220,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
-        *reliability.callbacks(ckpt_dir / "last.ckpt", slurm_job=slurm_job()),
+        *run_callbacks.callbacks(ckpt_dir / "last.ckpt", slurm_job=slurm_job()),
         *extra_callbacks,
     ]
     stopping = early_stopping_options(run.get("early_stopping"))
@@ -239,7 +240,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    plugins: list[Any] = [reliability.AtomicCheckpointIO()]
+    plugins: list[Any] = [AtomicCheckpointIO()]
     if slurm_job() is not None:  # SIGUSR1 stops and requeues through GracefulStop, not Lightning's handler
         from lightning.fabric.plugins.environments import SLURMEnvironment
 

@@ -48,14 +48,75 @@ def slurm_restarts() -> int:
         return 0
 
 
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "SLURM_PROCID")
+# who sets which rank variable: torchrun all of them, srun SLURM_PROCID (Lightning reads that), Lightning's own launcher
+# LOCAL_RANK and NODE_RANK (for its DDP workers; the command on each node of a multi-node run gets NODE_RANK by hand)
+STALE_ADVICE = "a leftover of another job or shell? unset it (e.g. `env -u {name} ...`)"
+
+
+def _rank_variable(name: str) -> int | None:
+    """The environment variable `name` as a rank (an int >= 0), None when unset; ValueError for anything else."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    try:
+        rank = int(value)
+    except ValueError:
+        rank = -1
+    if rank < 0 or (name == "WORLD_SIZE" and rank < 1):
+        raise ValueError(
+            f"the environment variable {name}={value!r} is not a "
+            + ("process count (a whole number >= 1)" if name == "WORLD_SIZE" else "rank (a whole number >= 0)")
+            + f"; launchers (torchrun, srun, Lightning) set it. A leftover of another job or shell? Unset it (e.g. "
+            f"`env -u {name} ...`)"
+        )
+    return rank
+
+
+def check_rank_variables(*, num_nodes: int = 1, devices: object = 1) -> None:
+    """ValueError for rank variables that no launcher of this process set (a stale `RANK` makes a process believe
+    it is not rank 0, so it writes nothing), or that are not whole numbers. Called before anything is written.
+
+    Args:
+        num_nodes: `trainer.num_nodes`; `NODE_RANK` must be below it.
+        devices: `trainer.devices`; with an int, `LOCAL_RANK` must be below it.
+    """
+    ranks = {name: _rank_variable(name) for name in RANK_VARIABLES}
+    set_by = "torchrun" if under_torchrun() else "srun" if slurm_job() is not None else None
+    if set_by == "torchrun":
+        return  # torchrun sets every one of them, consistently
+    rank = ranks["RANK"]
+    if rank is not None and (set_by is None or rank != ranks["SLURM_PROCID"]):
+        why = "this process was not started by torchrun" + (
+            f" and SLURM gives it rank {ranks['SLURM_PROCID']} (SLURM_PROCID)" if set_by else " (nor by srun)"
+        )
+        raise ValueError(f"the environment sets RANK={rank}, but {why}; " + STALE_ADVICE.format(name="RANK"))
+    node = ranks["NODE_RANK"]
+    if node is not None and set_by is None and node >= num_nodes:
+        raise ValueError(
+            f"the environment sets NODE_RANK={node}, but trainer.num_nodes is {num_nodes} (node ranks "
+            f"0..{num_nodes - 1}); set trainer.num_nodes for a multi-node run, else "
+            + STALE_ADVICE.format(name="NODE_RANK")
+        )
+    local = ranks["LOCAL_RANK"]
+    worker = bool(os.environ.get("ATTNZOO_RUN_DIR"))  # Lightning's DDP workers inherit rank 0's run directory
+    if local and set_by is None and not worker:
+        raise ValueError(
+            f"the environment sets LOCAL_RANK={local}, but neither torchrun nor Lightning's DDP launcher started this "
+            f"process; {STALE_ADVICE.format(name='LOCAL_RANK')}"
+        )
+    if local is not None and isinstance(devices, int) and devices > 0 and local >= devices:
+        raise ValueError(f"the environment sets LOCAL_RANK={local}, but trainer.devices is {devices}")
+
+
 def is_rank_zero() -> bool:
     """Whether this process is global rank 0 (also before Lightning has set up its strategy)."""
-    if "RANK" in os.environ:  # torchrun
-        return int(os.environ["RANK"]) == 0
+    if os.environ.get("RANK") is not None:  # torchrun
+        return _rank_variable("RANK") == 0
     if slurm_job() is not None:  # srun starts every task itself
-        return int(os.environ.get("SLURM_PROCID", 0)) == 0
+        return (_rank_variable("SLURM_PROCID") or 0) == 0
     # Lightning's own launcher: the command on each node (NODE_RANK), its DDP workers (LOCAL_RANK > 0)
-    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0
+    return (_rank_variable("LOCAL_RANK") or 0) == 0 and (_rank_variable("NODE_RANK") or 0) == 0
 
 
 def requeue(job: str) -> bool:

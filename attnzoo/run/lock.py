@@ -86,7 +86,14 @@ class RunLock:
                     previous.get("host"),
                     previous.get("started"),
                 )
-            _write_record(fd)
+            try:
+                _write_record(fd)
+            except OSError as err:  # a full disk, a quota: leave no lock file behind
+                self._fd = fd
+                self.release()
+                raise ConfigError(
+                    f"{self.what} {self.directory}: cannot write {self.path}: {err.strerror or err}"
+                ) from None
             self._fd = fd
             return
         raise ConfigError(f"{self.what} {self.directory}: could not take {self.path} (it keeps being replaced)")

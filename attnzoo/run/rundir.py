@@ -37,7 +37,13 @@ def new_run_dir(cfg: Config) -> Path:
     if os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV])
     run = cfg.section("run")
-    base = Path(run.get("dir", "runs")) / run.get("name", cfg.section("model").get("kind", "run"))
+    root, name = Path(run.get("dir", "runs")), str(run.get("name", cfg.section("model").get("kind", "run")))
+    base = root / name
+    if Path(name).is_absolute() or ".." in Path(name).parts or not name.strip() or name.strip() in (".",):
+        raise ConfigError(
+            f"run.name: {name!r} (set in {cfg.where('run.name')}) must name a directory inside run.dir ({str(root)!r}),"
+            " not a path that leaves it; to write elsewhere set run.dir (or give fit --run-dir)"
+        )
     job = slurm_job()
     if job is not None:
         return base / f"slurm-{job}"
@@ -164,13 +170,15 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
 
 @dataclass
 class LoadedRun:
-    """A finished run rebuilt for a command: its config, data (set up), task with the checkpoint's weights."""
+    """A finished run rebuilt for a command: its config, data (set up; None when loaded without it), task with the
+    checkpoint's weights, and the tokenizer its weights were trained with (None for data without one)."""
 
     run_dir: Path
     checkpoint: Path
     cfg: Config
     data: Any
     task: Any
+    tokenizer: Any = None
 
     @property
     def net(self) -> Any:
@@ -182,39 +190,47 @@ class LoadedRun:
 
 
 def load_run(
-    run_dir: str | Path, checkpoint: str = "best", configs: Sequence[str | Path] = (), overrides: Sequence[str] = ()
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    configs: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    *,
+    with_data: bool = True,
 ) -> LoadedRun:
     """Rebuild a run from its `config.yaml` (plus overlays and overrides) and load a checkpoint's weights.
 
-    This is the one way every command (evaluate, viz, ...) reads a run.
+    This is the one way every command (evaluate, viz, translate, ...) reads a run. The tokenizer is the run's own
+    `tokenizer.json`, checked against the digest its checkpoint records (`attnzoo.run.tokenizer_stamp`).
+    `with_data=False` (translate, generate) builds the model from the run directory alone: the DataModule is not
+    built and no data file is read, so a run directory can be copied elsewhere and used there.
     """
     from .build import build
-    from .reliability import read_checkpoint
+    from .checkpoint_io import read_checkpoint
+    from .tokenizer_stamp import check_saved_tokenizer, check_tokenizer, saved_tokenizer
 
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
-    data, task, cfg = build(cfg, preset={**_saved_labels(cfg, run_dir), **_saved_tokenizer(cfg, run_dir)})
+    preset = {**_saved_labels(cfg, run_dir), **saved_tokenizer(cfg, run_dir)}
     try:
-        state = read_checkpoint(ckpt)["state_dict"]
+        saved = read_checkpoint(ckpt)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    checked = check_saved_tokenizer(run_dir, ckpt, saved)  # before anything is built from it
+    if with_data:
+        data, task, cfg = build(cfg, preset=preset)
+        tokenizer = getattr(data, "tokenizer", None)
+    else:
+        from .inference import build_without_data
+
+        data, (task, tokenizer, cfg) = None, build_without_data(cfg, run_dir)
+    if tokenizer is not None and not checked:  # a fixed tokenizer (bytes), or a file the run did not copy
+        check_tokenizer(tokenizer, run_dir, ckpt, saved)
     try:
-        task.load_state_dict(state)
+        task.load_state_dict(saved["state_dict"])
     except RuntimeError as err:
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {run_dir}/config.yaml: {err}") from None
-    return LoadedRun(run_dir, ckpt, cfg, data, task)
-
-
-def _saved_tokenizer(cfg: Config, run_dir: Path) -> dict[str, str]:
-    """{"data.tokenizer": the run's `tokenizer.json`} when the config names a learned kind (bpe, wordpiece,
-    unigram): learning it again from data read now could give other ids than the weights were trained with."""
-    from ..data.tokenizers.subword import KINDS, TOKENIZER_FILE
-
-    saved = run_dir / TOKENIZER_FILE
-    if saved.is_file() and cfg.section("data").get("tokenizer") in KINDS:
-        return {"data.tokenizer": str(saved)}
-    return {}
+    return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:

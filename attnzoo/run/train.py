@@ -19,10 +19,10 @@ from typing import Any
 
 from ..config import Config, ConfigError
 from .build import build, make_trainer
-from .cluster import is_rank_zero, slurm_job, slurm_restarts
+from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
-from .reliability import Interrupted
 from .rundir import RESUMES_FILE, RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
+from .signals import Interrupted
 from .splits import test_split
 
 log = logging.getLogger("attnzoo")
@@ -46,6 +46,11 @@ def fit(
             unless this is a requeued SLURM job continuing its run).
         extra_callbacks: Lightning callbacks added to the run's own.
     """
+    trainer_cfg = cfg.section("trainer")
+    try:  # before anything is written: a stale RANK would make this process skip writing the run
+        check_rank_variables(num_nodes=trainer_cfg.get("num_nodes", 1), devices=trainer_cfg.get("devices", 1))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     ckpt_path, what = None, "run directory"
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
@@ -55,9 +60,9 @@ def fit(
         run_dir, what = new_run_dir(cfg), f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
     created = not run_dir.exists()
     lock = RunLock(run_dir, what=what) if is_rank_zero() else None  # DDP workers work under rank 0's lock
-    if lock is not None:
-        lock.acquire()
     try:
+        if lock is not None:
+            lock.acquire()
         held = [name for name in RUN_FILES if (run_dir / name).exists()] if ckpt_path is None else []
         if held and slurm_restarts():
             ckpt_path, finished = _after_requeue(run_dir, clear=lock is not None)
@@ -74,8 +79,10 @@ def fit(
     finally:
         if lock is not None:
             lock.release()
-            if created and not any(
-                (run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json")
+            if (
+                created
+                and run_dir.is_dir()
+                and not any((run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json"))
             ):
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 
@@ -130,8 +137,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision), saved as config.yaml
     resumes = read_resumes(run_dir)
     if ckpt_path is not None:
+        from .checkpoint_io import check_checkpoint_shapes
         from .metrics import check_history
-        from .reliability import check_checkpoint_shapes
 
         changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
         check_history(run_dir / "metrics.csv")
@@ -139,6 +146,13 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
+        tokenizer = getattr(data, "tokenizer", None)
+        if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
+            from .checkpoint_io import read_checkpoint
+            from .tokenizer_stamp import check_tokenizer
+
+            hint = "the training data it is learned from changed since; resume with the data the run was trained on"
+            check_tokenizer(tokenizer, run_dir, ckpt_path, read_checkpoint(ckpt_path, mmap=True), hint=hint)
         if is_rank_zero():
             resumes = record_resume(run_dir, ckpt_path, step, changes)
             shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
@@ -161,7 +175,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     except SystemExit as err:  # Lightning's answer to a KeyboardInterrupt (our second Ctrl+C) is sys.exit(1)
         if err.code != 1:
             raise
-        from .reliability import StoppedAtOnce
+        from .signals import StoppedAtOnce
 
         raise StoppedAtOnce(run_dir) from None
     except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
@@ -187,10 +201,17 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     result.update(summary.report(trainer, task))
     if tested_split is not None:
         tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
-        if tested_split == "test":
-            out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
-        else:
-            out = trainer.test(task, dataloaders=data.val_dataloader(), ckpt_path=tested, verbose=False)
+        try:
+            if tested_split == "test":
+                out = trainer.test(task, datamodule=data, ckpt_path=tested, verbose=False)
+            else:
+                out = trainer.test(task, dataloaders=data.val_dataloader(), ckpt_path=tested, verbose=False)
+        except Interrupted as err:  # training finished, the test did not: --resume runs the test again
+            if trainer.is_global_zero:
+                stopped = {"reason": "signal", "phase": "test", "step": err.step, "message": str(err)}
+                record = {**result, "finished": False, "stopped": stopped}
+                (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+            raise
         scores = {k: float(v) for k, v in (out[0] if out else {}).items()}
         step = scores.pop("test/checkpoint_step", None)
         result["test"] = {**scores, "split": tested_split}

@@ -18,7 +18,7 @@ from attnzoo.data.formats.image_io import ImageFileError, load_rgb
 from attnzoo.data.formats.text_files import read_text_file
 from attnzoo.data.modules.image import ImageDataModule
 from attnzoo.data.modules.text import TextDataModule
-from attnzoo.run.reliability import check_checkpoint_shapes
+from attnzoo.run.checkpoint_io import check_checkpoint_shapes
 from tests.helpers import VIT
 
 

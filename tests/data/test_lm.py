@@ -148,3 +148,18 @@ def test_bytes_tokenizer(tmp_path):
     dm.setup()
     assert dm.model_inputs()["vocab_size"] == 259 and dm.save_artifacts(tmp_path / "run")[0].name == "lm.json"
     assert dm.decode(dm.datasets["train"].stream[:20]).startswith("document ")
+
+
+def test_val_given_as_the_train_file_warns_that_val_is_the_test_split(tmp_path, caplog):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(_docs(200)))
+    dm = LMDataModule(train=str(path), val=str(path), documents="lines", vocab_size=200, block_size=16)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        dm.setup()
+    assert dm.docs["val"] == dm.docs["test"]
+    assert "the val split is identical to the test split (data.val is the train file)" in caplog.text
+    caplog.clear()
+    (tmp_path / "val.txt").write_text("a new document about topic 3.\n")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        LMDataModule(train=str(path), val=str(tmp_path / "val.txt"), vocab_size=200, block_size=16).setup()
+    assert "identical" not in caplog.text

@@ -14,7 +14,7 @@ import torch
 
 from attnzoo.config import load
 from attnzoo.run import fit
-from attnzoo.run.reliability import SELF_SIGNAL_ENV, Interrupted
+from attnzoo.run.signals import SELF_SIGNAL_ENV, Interrupted
 from tests.helpers import smoke_overrides
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,9 @@ import torch
 
 from attnzoo.config import ConfigError, load
 from attnzoo.run import fit
-from attnzoo.run.reliability import SELF_SIGNAL_ENV, AtomicCheckpointIO, NonFiniteLossError
+from attnzoo.run.checkpoint_io import AtomicCheckpointIO
+from attnzoo.run.nan_guard import NonFiniteLossError
+from attnzoo.run.signals import SELF_SIGNAL_ENV
 from tests.helpers import ROOT, VIT
 from tests.helpers import TINY_RUN as TINY
 
@@ -348,7 +350,7 @@ def test_a_damaged_metrics_csv_stops_a_resume_naming_it_before_training(content,
 _TWO_CTRL_C = """
 import os, signal, sys
 import lightning as L
-import attnzoo.run.reliability as reliability
+import attnzoo.run.callbacks as run_callbacks
 from attnzoo.fit import main
 
 class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again before the batch ends
@@ -357,8 +359,8 @@ class TwoCtrlC(L.Callback):  # an impatient user: Ctrl+C, then Ctrl+C again befo
             os.kill(os.getpid(), signal.SIGINT)
             os.kill(os.getpid(), signal.SIGINT)
 
-own = reliability.callbacks
-reliability.callbacks = lambda checkpoint, **kw: [*own(checkpoint, **kw), TwoCtrlC()]
+own = run_callbacks.callbacks
+run_callbacks.callbacks = lambda checkpoint, **kw: [*own(checkpoint, **kw), TwoCtrlC()]
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -374,3 +376,29 @@ def test_a_second_ctrl_c_stops_at_once_exits_130_and_the_run_resumes_from_its_la
     assert not (run_dir / ".lock").exists() and not list((run_dir / "checkpoints").glob("*.tmp"))
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     assert sorted(_losses(run_dir)) == list(range(8))  # rows after the checkpoint dropped, logged again once
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGINT", marks=pytest.mark.slow)])
+def test_a_signal_during_the_test_beam_search_exits_non_zero_and_resume_finishes_the_test(sig, tmp_path):
+    from attnzoo.config import smoke_overrides
+
+    recipe = ROOT / "recipes" / "translation.yaml"
+    steps = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
+    steps += ["trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "run.test=true"]
+    quick = [t for t in TINY if t.startswith("trainer.") and "batches" not in t and "epochs" not in t]
+    overrides = [*smoke_overrides(load([recipe])), *quick, *steps, f"run.dir={tmp_path}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), SELF_SIGNAL_ENV: f"{sig}@test", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "attnzoo.fit", "--config", str(recipe), *overrides]
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert stopped.returncode == 128 + signal.Signals[sig], stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    (run_dir,) = (tmp_path / "translation").iterdir()
+    assert f"attnzoo fit: {sig} received during the test" in stopped.stderr
+    assert f"continue with --resume {run_dir}" in stopped.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is False and summary["stopped"]["phase"] == "test" and "test" not in summary
+    assert not (run_dir / ".lock").exists()
+
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True and "test/bleu" in summary["test"] and summary["global_step"] == 2

@@ -20,7 +20,7 @@ import torch
 from attnzoo.config import ConfigError, load
 from attnzoo.run import fit, is_rank_zero, new_run_dir
 from attnzoo.run.cluster import slurm_job
-from attnzoo.run.reliability import SELF_SIGNAL_ENV
+from attnzoo.run.signals import SELF_SIGNAL_ENV
 from tests.helpers import TINY_RUN as TINY
 from tests.helpers import VIT
 

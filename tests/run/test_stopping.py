@@ -8,7 +8,7 @@ import pytest
 
 from attnzoo.config import ConfigError, load
 from attnzoo.run import fit
-from attnzoo.run.reliability import SELF_SIGNAL_ENV, Interrupted
+from attnzoo.run.signals import SELF_SIGNAL_ENV, Interrupted
 
 ROOT = Path(__file__).resolve().parents[2]
 VIT = ROOT / "recipes" / "vit.yaml"

@@ -241,6 +241,13 @@ class LMDataModule(DataModule):
             if not docs:
                 raise ValueError(f"data.{split}: every paragraph of {self.sources[split]} occurs in train")
             out[split], self.removed[split] = docs, removed
+        if out["val"] == out["test"]:  # e.g. data.val is the train file: what train lacks is the held-out test part
+            same = " (data.val is the train file)" if self.files["val"] == self.files["train"] else ""
+            log.warning(
+                "data: the val split is identical to the test split%s: the best checkpoint would be picked on test "
+                "data; give data.val a file of its own",
+                same,
+            )
         return out
 
     def _hold_out(self, docs: list[str], missing: list[str]) -> tuple[dict[str, list[str]], list[str]]:

@@ -21,6 +21,7 @@ WordPiece trainer assigns ids in hash order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -242,11 +243,33 @@ def _lowercases(record: dict[str, Any]) -> bool:
 TOKENIZER_FILE = "tokenizer.json"
 
 
+def tokenizer_digest(tok: Any) -> str:
+    """sha256 of what a tokenizer is: its `tokenizers` JSON (a subword or file tokenizer), else its description
+    (bytes, a fixed word list). Equal digests tokenize identically; a run's checkpoints record it."""
+    inner = getattr(tok, "tok", None)  # the `tokenizers.Tokenizer` of a subword or file tokenizer
+    text = inner.to_str() if inner is not None else json.dumps(tok.describe(), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def save_run_tokenizer(tok: Any, run_dir: Path) -> tuple[list[Path], dict[str, Any]]:
     """Write a sequence tokenizer that has a file (a subword one) as `run_dir/tokenizer.json`, which `run_tokenizer`
-    reads back; returns (the paths written, the tokenizer's description for the run's record)."""
+    reads back; returns (the paths written, the tokenizer's description for the run's record, with its
+    `tokenizer_digest` as `sha256`)."""
     saved = [tok.save(run_dir / TOKENIZER_FILE)] if hasattr(tok, "save") else []
-    return saved, tok.describe() | ({"file": TOKENIZER_FILE} if saved else {})
+    return saved, tok.describe() | ({"file": TOKENIZER_FILE} if saved else {}) | {"sha256": tokenizer_digest(tok)}
+
+
+def encode_user_text(tok: Any, text: str) -> list[int]:
+    """Ids of text a user typed (a sentence to translate, a prompt): special-token strings in it ("[EOS]",
+    "[PAD]", ...) are encoded as the plain text they are, never as special ids."""
+    inner = getattr(tok, "tok", None)
+    if inner is None:  # bytes: every string is plain text already
+        return tok.encode(text)
+    inner.encode_special_tokens = True
+    try:
+        return tok.encode(text)
+    finally:
+        inner.encode_special_tokens = False
 
 
 def decode_generated(tok: Any, ids: Sequence[int]) -> str:

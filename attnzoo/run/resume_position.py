@@ -1,0 +1,76 @@
+"""Resuming mid epoch: the same samples in the same order, and the random state, as an uninterrupted run.
+
+`ResumeDataPosition`: a run resumed mid epoch skips the batches the saved run had already trained on, so it reads the
+same samples in the same order as an uninterrupted run (Lightning restarts a plain DataLoader's epoch from its first
+batch), and continues the random number generators (augmentation, dropout) from where the saved run was.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+from torch.utils.data import Sampler
+
+log = logging.getLogger("attnzoo")
+
+
+class _SkipFirst(Sampler):
+    """Iterates `base` once without its first `n` indices, then becomes `base` again."""
+
+    def __init__(self, base: Any, n: int, owner: Any) -> None:
+        self.base, self.n, self.owner = base, n, owner
+
+    def __len__(self) -> int:
+        return max(len(self.base) - self.n, 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.base, "set_epoch"):
+            self.base.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        self.owner.sampler = self.base  # only this one pass skips
+        for i, index in enumerate(self.base):
+            if i >= self.n:
+                yield index
+
+
+class ResumeDataPosition(L.Callback):
+    """On a mid-epoch resume, skip the samples of the batches the saved run already trained on, and continue the
+    random number generators (augmentation, dropout) from where the saved run was."""
+
+    def __init__(self) -> None:
+        self._rng: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        rng = _collect_rng_states(include_cuda=torch.cuda.is_available())
+        name, keys, pos, has_gauss, gauss = rng.pop("numpy")  # plain types: checkpoints load with weights_only
+        rng["numpy"] = [str(name), torch.from_numpy(keys.copy()), int(pos), int(has_gauss), float(gauss)]
+        return {"rng": rng}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._rng = state.get("rng")
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here
+            name, keys, pos, has_gauss, gauss = self._rng["numpy"]
+            _set_rng_states({**self._rng, "numpy": (name, keys.numpy(), pos, has_gauss, gauss)})
+            self._rng = None
+        # batches of this epoch that stepped: a checkpoint saved in on_train_batch_end counts its batch as processed
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        loader = trainer.train_dataloader
+        if not done or loader is None or done >= trainer.num_training_batches:
+            return
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        if batch_sampler is None or not hasattr(batch_sampler, "sampler") or not hasattr(batch_sampler, "batch_size"):
+            log.warning("resume: the train loader has no batch sampler to skip; its epoch restarts from the start")
+            return
+        if callable(getattr(batch_sampler, "skip_batches", None)):  # batches fixed per epoch (length bucketing)
+            batch_sampler.skip_batches(done)
+        else:
+            batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, done * batch_sampler.batch_size, batch_sampler)
+        log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)

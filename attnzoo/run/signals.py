@@ -1,0 +1,163 @@
+"""Interruption by a signal: stop cleanly, say so, and let `--resume` continue.
+
+- `GracefulStop`: a SIGINT or SIGTERM during training sets a flag; at the end of the current batch every process
+  agrees to stop, `last.ckpt` is written (atomically, `attnzoo.run.checkpoint_io`) and `Interrupted` is raised (at
+  the next hook), which `attnzoo.fit` turns into a short message and the exit status 128 + signal number (130 / 143),
+  without a traceback. In a SLURM job, SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`: the time limit is near) stops the same
+  way, and then global rank 0 requeues the job (`scontrol requeue`); started again, it continues the run
+  (`attnzoo.run.train`). This replaces Lightning's own requeue (which saves `hpc_ckpt_*.ckpt` from inside the signal
+  handler and trains on). During the test after fitting, a signal stops at once (the weights are a checkpoint
+  already): `Interrupted` with `phase="test"`, and `--resume` runs the test again.
+- `StoppedAtOnce`: a second Ctrl+C stops at once, without saving the batch in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+log = logging.getLogger("attnzoo")
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# tests only: "SIGTERM@5" makes a run send itself SIGTERM during the batch of global step 5 ("SIGTERM@test": during
+# the test after fitting)
+SELF_SIGNAL_ENV = "ATTNZOO_TEST_SELF_SIGNAL"
+
+
+class Interrupted(Exception):
+    """Training stopped on a signal after saving `checkpoint`; resume with `--resume <run dir>`, or, when
+    `requeued` names the SLURM job, by the job itself when SLURM starts it again."""
+
+    def __init__(
+        self, *, signum: int, step: int, checkpoint: str, requeued: str | None = None, phase: str = "train"
+    ) -> None:
+        self.signum, self.step, self.checkpoint, self.requeued = signum, step, checkpoint, requeued
+        self.phase = phase
+        name = signal.Signals(signum).name
+        if phase == "test":
+            what = f"{name} received during the test: stopped before it finished (training had finished at step {step})"
+        else:
+            what = f"{name} received: stopped at step {step}, saved {checkpoint}"
+        super().__init__(what + (f"; SLURM job {requeued} requeued" if requeued else ""))
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class StoppedAtOnce(Exception):
+    """A second Ctrl+C stopped training at once, without saving the batch in progress (Lightning exits 1 after a
+    KeyboardInterrupt); the run continues from its last checkpoint with `--resume <run dir>`."""
+
+    exit_code = 128 + signal.SIGINT
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = run_dir
+        super().__init__(
+            f"stopped at once by a second Ctrl+C (the batch in progress was not saved); continue from the last "
+            f"checkpoint with --resume {run_dir}"
+        )
+
+
+class GracefulStop(L.Callback):
+    """Save `last.ckpt` and stop at the end of the batch during which SIGINT or SIGTERM arrived; with
+    `slurm_job`, SIGUSR1 too, and global rank 0 then requeues that job."""
+
+    def __init__(self, *, checkpoint: str | Path, slurm_job: str | None = None) -> None:
+        self.checkpoint = str(checkpoint)
+        self.slurm_job = slurm_job
+        self.signals = (*SIGNALS, signal.SIGUSR1) if slurm_job is not None else SIGNALS
+        self.signum: int | None = None
+        self._stop: Interrupted | None = None
+        self._previous: dict[int, Any] = {}
+        self._step = 0
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.signum is not None and signum == signal.SIGINT:  # a second Ctrl+C: stop now, without saving
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("%s received: saving a checkpoint and stopping after this batch", signal.Signals(signum).name)
+
+    def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
+        # rank 0's path: processes started apart (torchrun on several machines) may each have named another run dir
+        own, self.checkpoint = self.checkpoint, trainer.strategy.broadcast(self.checkpoint)
+        if self.checkpoint != own:
+            run_dir, named = Path(self.checkpoint).parent.parent, Path(own).parent.parent
+            log.info("run directory %s (global rank 0's; rank %d had named %s)", run_dir, trainer.global_rank, named)
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        for sig in self.signals:  # after Lightning's own handlers (installed when fit starts): ours replace them
+            self._previous[sig] = signal.signal(sig, self._handler)
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int) -> None:
+        self._raise_if_stopped()
+        name, _, step = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
+        if name and step != "test" and trainer.global_step == int(step) and self.signum is None:
+            os.kill(os.getpid(), signal.Signals[name])
+
+    # the test after fitting: nothing to save (the weights are a checkpoint already), so a signal stops it at once,
+    # even inside a long beam search, and `--resume` runs the test again
+    def _test_handler(self, signum: int, frame: Any) -> None:
+        self._restore()  # a second signal while stopping gets the default behaviour
+        step = self._step
+        raise Interrupted(signum=signum, step=step, checkpoint=self.checkpoint, phase="test")
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._step = trainer.global_step
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._test_handler)
+
+    def on_test_batch_start(
+        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, dataloader_idx: int = 0
+    ) -> None:
+        name, _, when = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
+        if name and when == "test":
+            os.kill(os.getpid(), signal.Signals[name])
+
+    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._restore()
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, i: int) -> None:
+        # every process must stop at the same batch (a signal may reach only some of them)
+        received = torch.tensor([self.signum or 0], device=module.device)
+        received = int(trainer.strategy.reduce(received, reduce_op="max").item())
+        if not received or self._stop is not None:
+            return
+        trainer.save_checkpoint(self.checkpoint)  # every process waits until it is written
+        requeued = None
+        if received == signal.SIGUSR1 and self.slurm_job is not None and trainer.is_global_zero:
+            from .cluster import requeue
+
+            requeued = self.slurm_job if requeue(self.slurm_job) else None
+        if received == signal.SIGUSR1 and self.slurm_job is not None:
+            requeued = trainer.strategy.broadcast(requeued)  # every process says the same
+        # raised at the next hook, once Lightning has logged this batch's metrics rows (resume does not redo them)
+        self._stop = Interrupted(
+            signum=received, step=trainer.global_step, checkpoint=self.checkpoint, requeued=requeued
+        )
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop is not None:
+            raise self._stop
+
+    def on_validation_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._raise_if_stopped()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._raise_if_stopped()  # before ModelCheckpoint's (Lightning runs checkpoint callbacks last)
+
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception: BaseException) -> None:
+        self._restore()

@@ -202,26 +202,26 @@ def make_decoder(
     """
     from timm.layers import Mlp
 
-    from ..attention.factory import attention_layer
+    from ..attention.factory import attention_builder
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
     attention = dict(attention or {})
     if attention.get("pattern") in (None, "none"):
         attention["pattern"] = "causal"  # built by the kind itself, so kinds that take no pattern say so here
-    self_cls = attention_layer(attention, what, **(context or {}))
-    cross_cls = attention_layer(cross_attention, "model.cross_attention", **(context or {})) if cross else None
+    make_self = attention_builder(attention, what, **(context or {}))
+    make_cross = attention_builder(cross_attention, "model.cross_attention", **(context or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         DecoderBlock(
             dim=dim,
-            attn=causal(self_cls(dim, num_heads)),
-            cross_attn=None if cross_cls is None else cross_cls(dim, num_heads, context_dim=dim),
+            attn=causal(make_self(dim, num_heads, layer_index=index)),
+            cross_attn=None if make_cross is None else make_cross(dim, num_heads, layer_index=index, context_dim=dim),
             mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
             norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,
         )
-        for rate in rates
+        for index, rate in enumerate(rates)
     ]
     return Decoder(blocks, norm=norm_layer(dim) if final_norm else None)

@@ -89,22 +89,22 @@ def make_encoder(
     """
     from timm.layers import Mlp
 
-    from ..attention.factory import attention_layer
+    from ..attention.factory import attention_builder
     from .block import TransformerBlock
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    attn_cls = attention_layer(attention, **(context or {}))
+    make_attention = attention_builder(attention, **(context or {}))
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         TransformerBlock(
             dim=dim,
-            attn=attn_cls(dim, num_heads),
+            attn=make_attention(dim, num_heads, layer_index=index),
             mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
             norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,
         )
-        for rate in rates
+        for index, rate in enumerate(rates)
     ]
     return Encoder(blocks, norm=norm_layer(dim) if final_norm else None)

@@ -81,7 +81,8 @@ class ViT(nn.Module):
             depth=depth,
             num_heads=num_heads,
             mlp_ratio=mlp_ratio,
-            attention={"qkv_bias": True, **(attention or {})},  # timm's ViT default: qkv bias on
+            # timm's ViT defaults: qkv bias on, proj_drop_rate on the attention projection as on the MLP
+            attention={"qkv_bias": True, "proj_drop": proj_drop_rate, **(attention or {})},
             drop_path_rate=drop_path_rate,
             layer_scale=layer_scale,
             proj_drop=proj_drop_rate,

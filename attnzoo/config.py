@@ -1,7 +1,7 @@
 """Recipe config: load YAML, apply overlays and `key=value` overrides, validate.
 
 A config has the sections `seed`, `data` (kind + DataModule arguments), `model` (kind + builder arguments,
-with `attention:` for `attnzoo.attention.factory.attention_layer`), `task` (kind + LightningModule arguments:
+with `attention:` for `attnzoo.attention.factory.attention_builder`), `task` (kind + LightningModule arguments:
 objective, optimizer, scheduler), `trainer` (`lightning.Trainer` arguments + `TRAINER_EXTRAS`), `run`
 (`RUN_OPTIONS`) and `smoke` (overrides for the test suite's quick run of a recipe).
 
@@ -352,7 +352,7 @@ def auto_keys(cfg: Config) -> list[str]:
 def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
     """Attention, objective, scheduler and optimizer specs: kinds, argument names, and the values that can be
     checked without the data (the model's own context fills in the rest when it is built)."""
-    from .attention.factory import attention_layer
+    from .attention.factory import attention_builder
     from .attention.specs import check_spec
     from .tasks.objectives import OBJECTIVES
     from .tasks.optim import SCHEDULES, check_optimizer
@@ -368,7 +368,7 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
     for key, value in model.items():  # `attention`, and e.g. text_image's `image_attention`, `cross_attention`
         if str(key).endswith("attention") and isinstance(value, dict):
             try:
-                attention_layer(value, what=f"model.{key}")
+                attention_builder(value, what=f"model.{key}")
             except ValueError as err:
                 raise ConfigError(f"{err} (set in {cfg.where(f'model.{key}')})") from err
     for key, table in (("objective", OBJECTIVES), ("scheduler", SCHEDULES)):

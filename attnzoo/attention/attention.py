@@ -115,7 +115,7 @@ class Attention(nn.Module):
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:
         """Raise ValueError for what this kind refuses in a config whatever the model: `options` are its `Attention`
         options (backend, attn_drop, ...), `parts` the specs it is given ("pattern", "bias", "rotary").
-        `factory.attention_layer` calls it when a config is checked, before anything is built or trained, and so
+        `factory.attention_builder` calls it when a config is checked, before anything is built or trained, and so
         does every layer's constructor. Plain attention refuses FlexAttention with attention dropout (it has none);
         its other values are checked when a layer is built."""
         backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
@@ -128,7 +128,7 @@ class Attention(nn.Module):
     @classmethod
     def rotary_dim(cls, dim: int, num_heads: int, **options: Any) -> int:
         """Channels per head a rotary embedding rotates: the head dim here; kinds with a rotary part of their own
-        (mla) override it. `factory.attention_layer` builds a config's rotary with this `head_dim`."""
+        (mla) override it. `factory.attention_builder` builds a config's rotary with this `head_dim`."""
         return dim // num_heads
 
     @classmethod

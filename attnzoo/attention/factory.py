@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .specs import build, check_context, check_spec, import_path, suggest
@@ -36,14 +36,24 @@ def attention_context(
     return context
 
 
-def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention", **context: Any) -> type:
-    """A class built from an attention config, for timm's `attn_layer` or attnzoo's own blocks.
+def attention_builder(
+    cfg: Mapping[str, Any] | None, what: str = "model.attention", **context: Any
+) -> Callable[..., Any]:
+    """A function that builds one attention layer from an attention config: `make(dim, num_heads, layer_index=i)`.
 
     `cfg` keys: `kind` (attention kind, default "mha"), `pattern`, `bias`, `rotary` (specs, see `build`),
-    and `Attention` options (`backend`, `num_kv_heads`, `qk_norm`, ...). Each instance gets its own pattern,
-    bias and rotary objects, built with `context` plus the instance's `num_heads`, `head_dim` (the channels
-    rotary rotates: `Attention.rotary_dim`) and `layer_index` (instances of the returned class count from 0 in
-    the order they are built: per-layer random blocks draw from it, and so does a kind that names it).
+    and `Attention` options (`backend`, `num_kv_heads`, `qk_norm`, ...). Each call builds its own pattern,
+    bias and rotary objects, with `context` plus the layer's `num_heads`, `head_dim` (the channels rotary
+    rotates: `Attention.rotary_dim`) and `layer_index` (per-layer random blocks draw from it, and so does a kind
+    that names it). The config is checked here, before any layer is built: a typo stops before training.
+
+    Precedence of a layer's constructor arguments, lowest first (later ones win):
+    1. `host` keywords of `make` (what the block or model passes: `context_dim`, a model default such as ViT's
+       `proj_drop`);
+    2. model context keys the kind's constructor names (e.g. linformer's `seq_len`);
+    3. `layer_index`, when the kind's constructor names it;
+    4. the built `pattern`, `bias` and `rotary`;
+    5. the config's own options.
 
     Args:
         context: model context, keys of `MODEL_CONTEXT` (`attention_context` makes it); any other key raises.
@@ -76,7 +86,7 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
             valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
-    for name, spec in specs.items():  # now, not when the first layer is built: a typo stops before any training
+    for name, spec in specs.items():
         check_spec(spec, tables[name], f"{what}.{name}")
     if hasattr(base, "check_config"):  # what the kind refuses whatever the model (Attention.check_config)
         given = [name for name, spec in specs.items() if spec not in (None, "none", False)]
@@ -85,19 +95,32 @@ def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention"
         except ValueError as err:
             raise ValueError(f"{what}: {err}") from err
 
-    layers = itertools.count()
-
-    def make_parts(dim: int, num_heads: int, layer_index: int) -> dict[str, Any]:
+    def make(dim: int, num_heads: int = 8, *, layer_index: int, **host: Any) -> Any:
+        """Layer `layer_index` (from 0 in its stack) of width `dim`; `host` as in the precedence list above."""
         head_dim = base.rotary_dim(dim, num_heads, **options) if hasattr(base, "rotary_dim") else dim // num_heads
         ctx = {**context, "num_heads": num_heads, "head_dim": head_dim, "dim": dim, "layer_index": layer_index}
-        return {name: build(spec, tables[name], f"{what}.{name}", **ctx) for name, spec in specs.items()}
+        parts = {name: build(spec, tables[name], f"{what}.{name}", **ctx) for name, spec in specs.items()}
+        indexed = {"layer_index": layer_index} if "layer_index" in own and "layer_index" not in options else {}
+        return base(dim, num_heads, **{**host, **from_context, **indexed, **parts, **options})
 
-    def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:
-        index = next(layers)
-        # a kind that names layer_index (differential attention's lambda schedule) gets it too
-        indexed = {"layer_index": index} if "layer_index" in own and "layer_index" not in options else {}
-        parts = make_parts(dim, num_heads, index)
-        # the config wins over what a host model (timm) passes for the same option
-        base.__init__(self, dim, num_heads, **{**kwargs, **from_context, **indexed, **parts, **options})
+    return make
 
-    return type(f"Configured{base.__name__}", (base,), {"__init__": __init__, "__module__": base.__module__})
+
+def attention_layer(cfg: Mapping[str, Any] | None, what: str = "model.attention", **context: Any) -> type:
+    """A class for timm's `attn_layer` hook (timm checks `issubclass`), from an attention config.
+
+    attnzoo's own layers use `attention_builder` with explicit layer indices. timm constructs its blocks in
+    order, so instances of this class take layer indices 0, 1, ... in the order they are built; for anything
+    else, build the layers with `attention_builder` in a loop.
+    """
+    make = attention_builder(cfg, what, **context)
+    from .attention import ATTENTION_KINDS
+
+    kind = dict(cfg or {}).get("kind", "mha")
+    base = ATTENTION_KINDS[kind] if kind in ATTENTION_KINDS else import_path(kind)
+    built = itertools.count()
+
+    def __new__(cls, dim: int, num_heads: int = 8, **kwargs: Any) -> Any:
+        return make(dim, num_heads, layer_index=next(built), **kwargs)
+
+    return type(f"Configured{base.__name__}", (base,), {"__new__": __new__, "__module__": base.__module__})

@@ -268,7 +268,7 @@ class RandomBlocks(Pattern):
 
     The draw is a function of (seed, layer_index, lq, lk) only: reproducible, and fixed for the life of the
     pattern. Layers built from one attention config get their index in the model as `layer_index`
-    (`factory.attention_layer`), so each layer has its own fixed random blocks.
+    (`factory.attention_builder`), so each layer has its own fixed random blocks.
     """
 
     def __init__(self, *, num_random: int = 2, block: int = 64, seed: int = 0, layer_index: int = 0) -> None:
@@ -414,7 +414,7 @@ class BigBird(Or):
         window: each query reads keys within this distance (see `SlidingWindow`).
         global_tokens: positions that read and are read by everything (see `GlobalTokens`).
         num_random: random key blocks per query block; block: their size; seed: their draw.
-        layer_index: the layer's index, given by `factory.attention_layer`: each layer draws its own blocks.
+        layer_index: the layer's index, given by `factory.attention_builder`: each layer draws its own blocks.
     """
 
     def __init__(

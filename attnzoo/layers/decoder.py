@@ -185,13 +185,13 @@ def check_decoder_attention(attention: Mapping[str, Any] | None, what: str = "mo
     attention kind that takes no pattern (linformer), or a pattern that stays no rule of positions once made causal
     (random blocks). For a model's `check_config`, before anything is built; `context` is what the model's options
     say (`dim`, `num_heads`, `seq_len`), for building the pattern."""
-    from ..attention.factory import attention_layer
+    from ..attention.factory import attention_builder
     from ..attention.patterns import PATTERNS, Causal, Pattern
     from ..attention.specs import build
 
     config = causal_attention(attention)
     try:
-        attention_layer(config, what)
+        attention_builder(config, what)
     except ValueError as err:
         raise ValueError(f"{err} (in a decoder, where self-attention is causal: pattern 'causal' at least)") from err
     try:
@@ -229,7 +229,7 @@ def make_decoder(
     """A pre-norm `Decoder` of `depth` `DecoderBlock`s with attention from attention configs.
 
     Args:
-        attention: the self-attention config (`attnzoo.attention.factory.attention_layer`); its pattern is made
+        attention: the self-attention config (`attnzoo.attention.factory.attention_builder`); its pattern is made
             causal (`causal`): none becomes 'causal', a pattern that could read later keys is intersected with it.
         cross_attention: the cross-attention config (default: multi-head attention, no pattern or bias).
         cross: give each block a cross-attention sub-layer (False: a decoder-only stack).
@@ -240,23 +240,23 @@ def make_decoder(
     """
     from timm.layers import Mlp
 
-    from ..attention.factory import attention_layer
+    from ..attention.factory import attention_builder
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    self_cls = attention_layer(causal_attention(attention), what, **(context or {}))
-    cross_cls = attention_layer(cross_attention, "model.cross_attention", **(context or {})) if cross else None
+    make_self = attention_builder(causal_attention(attention), what, **(context or {}))
+    make_cross = attention_builder(cross_attention, "model.cross_attention", **(context or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         DecoderBlock(
             dim=dim,
-            attn=causal(self_cls(dim, num_heads)),
-            cross_attn=None if cross_cls is None else cross_cls(dim, num_heads, context_dim=dim),
+            attn=causal(make_self(dim, num_heads, layer_index=index)),
+            cross_attn=None if make_cross is None else make_cross(dim, num_heads, layer_index=index, context_dim=dim),
             mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
             norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,
         )
-        for rate in rates
+        for index, rate in enumerate(rates)
     ]
     return Decoder(blocks, norm=norm_layer(dim) if final_norm else None)

@@ -82,29 +82,29 @@ def make_encoder(
     """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config.
 
     Args:
-        attention: the `model.attention` config (see `attnzoo.attention.factory.attention_layer`).
+        attention: the `model.attention` config (see `attnzoo.attention.factory.attention_builder`).
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim` (timm's ViT uses LayerNorm with eps=1e-6).
         context: the model context of the attention layers (`attnzoo.attention.factory.attention_context`).
     """
     from timm.layers import Mlp
 
-    from ..attention.factory import attention_layer
+    from ..attention.factory import attention_builder
     from .block import TransformerBlock
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    attn_cls = attention_layer(attention, **(context or {}))
+    make_attention = attention_builder(attention, **(context or {}))
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         TransformerBlock(
             dim=dim,
-            attn=attn_cls(dim, num_heads),
+            attn=make_attention(dim, num_heads, layer_index=index),
             mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
             norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,
         )
-        for rate in rates
+        for index, rate in enumerate(rates)
     ]
     return Encoder(blocks, norm=norm_layer(dim) if final_norm else None)

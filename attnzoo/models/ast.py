@@ -68,7 +68,7 @@ class AST(nn.Module):
         patch_size: square patch side in bins/frames.
         fstride, tstride: patch strides along frequency and time (< patch_size: overlapping patches).
         embed_dim, depth, num_heads, mlp_ratio: transformer size.
-        attention: the attention config (`attnzoo.attention.factory.attention_layer`); attention parts receive
+        attention: the attention config (`attnzoo.attention.factory.attention_builder`); attention parts receive
             `grid_size=(Tp, Fp)` (rows are time steps), `num_prefix_tokens` and `seq_len` (tokens per clip).
         dist_token: add the distillation token (its output is averaged with the cls token's).
         global_pool: "token" (the mean of the cls and distillation outputs, as the AST paper) or "avg" (the mean of

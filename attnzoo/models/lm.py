@@ -30,7 +30,7 @@ class CausalLM(nn.Module):
         dim, depth, num_heads, mlp_ratio: width C, blocks, heads and MLP ratio.
         position: absolute positions added to embeddings (`POSITIONS` spec): "sinusoidal", "learned", "none"
             (with `attention: {rotary: rope}` or an ALiBi / T5 bias).
-        attention: the self-attention config (`attnzoo.attention.factory.attention_layer`), made causal.
+        attention: the self-attention config (`attnzoo.attention.factory.attention_builder`), made causal.
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
     """

@@ -80,7 +80,7 @@ class Seq2Seq(nn.Module):
         dim, num_heads, mlp_ratio: width C, heads and MLP ratio of every block.
         encoder_depth, decoder_depth: blocks in each stack.
         position: absolute positions added to embeddings (`POSITIONS` spec): "sinusoidal", "learned", "none".
-        attention: the self-attention config of both stacks (`attnzoo.attention.factory.attention_layer`).
+        attention: the self-attention config of both stacks (`attnzoo.attention.factory.attention_builder`).
         decoder_attention: the decoder's self-attention config, when it differs (default `attention`); made
             causal (`attnzoo.layers.decoder.causal`).
         cross_attention: the cross-attention config (default: multi-head attention).

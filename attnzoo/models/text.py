@@ -32,7 +32,7 @@ class TextClassifier(nn.Module):
         position: absolute positions added to embeddings, a `POSITIONS` spec: "sinusoidal", "learned", "none",
             or a mapping such as {kind: sinusoidal, base: 500}.
         pooling: "cls" (a learned token prepended) or "mean" (over non-pad tokens).
-        attention: the attention config (`attnzoo.attention.factory.attention_layer`): kind, pattern, bias, ...
+        attention: the attention config (`attnzoo.attention.factory.attention_builder`): kind, pattern, bias, ...
         drop_rate: dropout on embeddings, in the MLPs and before the head.
     """
 

@@ -12,7 +12,7 @@ from timm.layers import Mlp
 from torch import nn
 
 from ..attention import capture_attention
-from ..attention.factory import attention_context, attention_layer
+from ..attention.factory import attention_builder, attention_context
 from ..attention.positions import POSITIONS
 from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
@@ -129,21 +129,26 @@ class TextImageNet(nn.Module):
             context=text_context,
         )
 
-        cross_cls = attention_layer(cross_attention, what="model.cross_attention")
-        self_cls = attention_layer(attention, **text_context)
+        make_cross = attention_builder(cross_attention, what="model.cross_attention")
+        make_self = attention_builder(attention, **text_context)
         hidden = int(text_dim * mlp_ratio)
         self.cross_blocks = nn.ModuleList(
             CrossAttentionBlock(
                 dim=text_dim,
-                cross_attn=cross_cls(text_dim, num_heads, context_dim=image_dim),
+                cross_attn=make_cross(text_dim, num_heads, layer_index=i, context_dim=image_dim),
                 mlp=Mlp(text_dim, hidden),
                 gated=gated,
             )
-            for _ in range(fusion_depth)
+            for i in range(fusion_depth)
         )
+        # the fusion self-attention layers continue the text encoder's stack: layer indices text_depth, ...
         self.text_blocks = nn.ModuleList(
-            TransformerBlock(dim=text_dim, attn=self_cls(text_dim, num_heads), mlp=Mlp(text_dim, hidden))
-            for _ in range(fusion_depth)
+            TransformerBlock(
+                dim=text_dim,
+                attn=make_self(text_dim, num_heads, layer_index=text_depth + i),
+                mlp=Mlp(text_dim, hidden),
+            )
+            for i in range(fusion_depth)
         )
         self.norm = nn.LayerNorm(text_dim)
         self.head_drop = nn.Dropout(head_drop)

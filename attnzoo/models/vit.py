@@ -29,7 +29,7 @@ class ViT(nn.Module):
     """Vision transformer classifier: patches -> [class token] + position -> Encoder -> pool -> head.
 
     Args:
-        attention: the `model.attention` config (`attnzoo.attention.factory.attention_layer`); its parts
+        attention: the `model.attention` config (`attnzoo.attention.factory.attention_builder`); its parts
             receive `grid_size` (gh, gw), `num_prefix_tokens` and `seq_len` (tokens per image) as context.
         global_pool: "token" (class token) or "avg" (mean of patch tokens, with `fc_norm` as in timm).
         pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
@@ -81,7 +81,8 @@ class ViT(nn.Module):
             depth=depth,
             num_heads=num_heads,
             mlp_ratio=mlp_ratio,
-            attention={"qkv_bias": True, **(attention or {})},  # timm's ViT default: qkv bias on
+            # timm's ViT defaults: qkv bias on, proj_drop_rate on the attention projection as on the MLP
+            attention={"qkv_bias": True, "proj_drop": proj_drop_rate, **(attention or {})},
             drop_path_rate=drop_path_rate,
             layer_scale=layer_scale,
             proj_drop=proj_drop_rate,

@@ -134,3 +134,10 @@ def test_image_attention_takes_2d_positions_the_text_side_cannot(image_attention
         assert all(m.bias is None for m in text_attn)
     else:
         assert all(m.rotary is not None for m in image_attn) and all(m.rotary is None for m in text_attn)
+
+
+def test_fusion_self_attention_continues_the_text_layer_indices():
+    # every text self-attention layer, encoder then fusion, has its own index: its own random blocks
+    net = _net(text_depth=2, fusion_depth=2, attention={"pattern": {"kind": "random_blocks", "block": 4}})
+    layers = [b.attn for b in net.text_encoder.blocks] + [b.attn for b in net.text_blocks]
+    assert [a.pattern.layer_index for a in layers] == [0, 1, 2, 3]

@@ -156,3 +156,16 @@ def test_vit_is_registered_and_rejects_bad_shapes():
         ViT(img_size=30, patch_size=7)
     with pytest.raises(ValueError, match="class_token"):
         ViT(class_token=False)
+
+
+def test_proj_drop_rate_reaches_the_attention_projection_as_in_timm():
+    ours = ViT(img_size=16, patch_size=8, embed_dim=16, depth=2, num_heads=2, proj_drop_rate=0.25)
+    theirs = timm.models.vision_transformer.VisionTransformer(
+        img_size=16, patch_size=8, embed_dim=16, depth=2, num_heads=2, proj_drop_rate=0.25
+    )
+    for mine, timms in zip(ours.encoder.blocks, theirs.blocks, strict=True):
+        assert mine.attn.proj_drop.p == timms.attn.proj_drop.p == 0.25
+        assert mine.mlp.drop2.p == timms.mlp.drop2.p == 0.25
+    # the attention config still wins over the model default
+    assert ViT(img_size=16, patch_size=8, embed_dim=16, depth=1, num_heads=2, proj_drop_rate=0.25,
+               attention={"proj_drop": 0.0}).encoder.blocks[0].attn.proj_drop.p == 0.0  # fmt: skip

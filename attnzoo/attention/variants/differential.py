@@ -46,7 +46,7 @@ class DifferentialAttention(Attention):
 
     Args:
         lambda_init: lambda's constant part; None uses the paper's schedule over `layer_index`.
-        layer_index: the layer's place in the stack, from 0 (`factory.attention_layer` passes it).
+        layer_index: the layer's place in the stack, from 0 (`factory.attention_builder` passes it).
         kwargs: `Attention` options (head_dim must be even; with rotary, a multiple of 4).
     """
 

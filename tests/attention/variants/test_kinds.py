@@ -45,12 +45,17 @@ def randomize_extras(layer: nn.Module) -> None:
 
 
 def build(kind: str, *, seq_len: int, cross: bool = False, kv: int = HEADS, causal: bool = False, **options):
+    return layer_class(kind, seq_len=seq_len, cross=cross, kv=kv, causal=causal, **options)(DIM, HEADS)
+
+
+def layer_class(kind: str, *, seq_len: int, cross: bool = False, kv: int = HEADS, causal: bool = False, **options):
+    """The class for timm's `attn_layer` hook."""
     cfg = {"kind": kind, "num_kv_heads": kv, "qkv_bias": True, "pattern": "causal" if causal else None}
     takes = inspect.signature(ATTENTION_KINDS[kind]).parameters
     cfg.update({k: v for k, v in options.items() if k in takes})  # e.g. chunk_size for the chunked kinds
     if cross:
         cfg["context_dim"] = 24
-    return attention_layer(cfg, seq_len=seq_len)(DIM, HEADS)
+    return attention_layer(cfg, seq_len=seq_len)
 
 
 def supports_pattern(kind: str) -> bool:
@@ -209,7 +214,7 @@ def test_plugs_into_timm_vision_transformer(kind):
 
     cfg = dict(img_size=32, patch_size=8, embed_dim=DIM, depth=2, num_heads=HEADS, num_classes=5, qkv_bias=True)
     theirs = VisionTransformer(**cfg).eval()
-    ours = VisionTransformer(**cfg, attn_layer=type(build(kind, seq_len=17, chunk_size=8)))
+    ours = VisionTransformer(**cfg, attn_layer=layer_class(kind, seq_len=17, chunk_size=8))
     assert all(isinstance(b.attn, ATTENTION_KINDS[kind]) for b in ours.blocks)
     missing, unexpected = ours.load_state_dict(theirs.state_dict(), strict=False)
     assert all(".attn." in name for name in missing + unexpected)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .attention.specs import suggest
+
+log = logging.getLogger("attnzoo")
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
@@ -510,10 +513,33 @@ def build_data(cfg: Config) -> Any:
     """The DataModule of `data:` (set up, so `model_context()` is ready)."""
     from .data import DATAMODULES
 
+    drop_embedded_only(cfg)
     opts = cfg.section("data")
     data = DATAMODULES[opts.pop("kind")](**opts)
     data.setup("fit")
     return data
+
+
+def drop_embedded_only(cfg: Config) -> None:
+    """Leave out the `data:` keys that configure only the embedded data when the data section reads files instead
+    (`attnzoo.data.defaults.EMBEDDED_ONLY`): logged when a config file set them (a recipe sizes its embedded data),
+    an error when the command line did. The run's config.yaml is written without them."""
+    from .data.defaults import embedded_only
+
+    opts = cfg.section("data")
+    keys, files = embedded_only(opts.get("kind"), opts)
+    for key in keys:
+        full = f"data.{key}"
+        typed = [w for k, w in cfg.origins.items() if k == full or k.startswith(f"{full}.")]
+        typed = [w for w in typed if w.startswith(COMMAND_LINE)]
+        if typed:
+            raise ConfigError(
+                f"{full} ({opts[key]!r}, set in {typed[0]}) configures the embedded data, but {files} is given; "
+                "remove it"
+            )
+        log.info("%s: %r (set in %s) left out: it configures the embedded data, and %s is given", full, opts[key],
+                 cfg.where(full), files)  # fmt: skip
+        cfg.data["data"].pop(key)
 
 
 def fill_context(cfg: Config, section: str, fn: Callable[..., Any], context: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from . import defaults
 from .batching import sequence_loader
 from .subword import decode_generated, save_run_tokenizer, sequence_tokenizer
 
@@ -149,6 +150,8 @@ class LMDataModule(L.LightningDataModule):
         tokenizer: a subword kind learned from the train split ("bpe", "wordpiece", "unigram"), "bytes", or a
             `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
         vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
+        split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens); no
+            effect on "bytes" or a tokenizer file.
         block_size: tokens per training example (the model's context length).
     """
 
@@ -162,6 +165,7 @@ class LMDataModule(L.LightningDataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,
+        split_digits: bool = True,
         block_size: int = 128,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
@@ -183,6 +187,7 @@ class LMDataModule(L.LightningDataModule):
         self.files = {"train": train, "val": val, "test": test}
         self.documents = documents
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.split_digits = split_digits
         self.block_size = block_size
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
@@ -202,6 +207,7 @@ class LMDataModule(L.LightningDataModule):
             texts=self.docs["train"],
             vocab_size=self.vocab_size,
             min_frequency=self.min_frequency,
+            split_digits=self.split_digits,
             what="a language model (bos starts and eos ends each document)",
         )
         for split, docs in self.docs.items():
@@ -272,6 +278,15 @@ class LMDataModule(L.LightningDataModule):
         return torch.tensor([i for doc in ids for i in doc], dtype=torch.int32)
 
     # ------------------------------------------------------------------------------------------------------------
+
+    AUTO_KEYS = defaults.SEQUENCE_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)} for `AUTO_KEYS` (used where the config says auto)."""
+        self._require_setup()
+        return defaults.lm_model(
+            embedded=self.files["train"] is None, num_blocks=len(self.datasets["train"]), batch_size=self.batch_size
+        )
 
     def model_context(self) -> dict[str, Any]:
         self._require_setup()

@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from . import defaults
 from .batching import sequence_loader
 from .cldr_pairs import LANGS, generate_pairs
 from .parallel_files import PairFormat, read_pairs
@@ -107,6 +108,8 @@ class TranslationDataModule(L.LightningDataModule):
         tokenizer: a subword kind learned from the train split's sources and targets ("bpe", "wordpiece",
             "unigram"), "bytes" (UTF-8 bytes), or a `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
         vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
+        split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens), so that
+            numbers are copied digit by digit; no effect on "bytes" or a tokenizer file.
         max_len: the most tokens of a source, and of a target with bos or eos. Longer train pairs are left out, longer
             val/test pairs cut (both counted in the log; `tgt_text` keeps the whole reference).
         bucket, bucket_pool: batch pairs of similar lengths (pools of `bucket_pool` batches).
@@ -133,6 +136,7 @@ class TranslationDataModule(L.LightningDataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,
+        split_digits: bool = True,
         max_len: int = 128,
         batch_size: int = 64,
         eval_batch_size: int | None = None,
@@ -175,6 +179,7 @@ class TranslationDataModule(L.LightningDataModule):
             )
         self.sizes = {k.removeprefix("num_"): v if v is not None else EMBEDDED[k] for k, v in sizes.items()}
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.split_digits = split_digits
         self.max_len = max_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.bucket, self.bucket_pool, self.pad_to_multiple = bucket, bucket_pool, pad_to_multiple
@@ -199,6 +204,7 @@ class TranslationDataModule(L.LightningDataModule):
             texts=texts,
             vocab_size=self.vocab_size,
             min_frequency=self.min_frequency,
+            split_digits=self.split_digits,
             what="translation (bos starts the decoder input, eos ends the labels)",
         )
         for split, pairs in self.pairs.items():
@@ -310,6 +316,15 @@ class TranslationDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------------------------------------------------
     # what models and tasks need
 
+    AUTO_KEYS = defaults.SEQUENCE_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)} for `AUTO_KEYS` (used where the config says auto)."""
+        self._require_setup()
+        return defaults.translation_model(
+            embedded=self.files["train"] is None, num_train=len(self.datasets["train"]), batch_size=self.batch_size
+        )
+
     def model_context(self) -> dict[str, Any]:
         self._require_setup()
         tok = self.tokenizer
@@ -320,6 +335,11 @@ class TranslationDataModule(L.LightningDataModule):
             "eos_id": tok.eos_id,
             "max_len": self.max_len,
         }
+
+    def baseline_pairs(self, split: str) -> list[tuple[str, str]] | None:
+        """The split's (source, target) texts for a translation memory (`attnzoo.run.translation_memory`)."""
+        self._require_setup()
+        return list(self.datasets[split].texts) if split in self.datasets else None
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             data.save_artifacts(run_dir)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
+    started = time.perf_counter()
     try:
         trainer.fit(task, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path else None)
     except Interrupted as err:  # an unfinished run: the summary says where it stopped; --resume finishes it
@@ -157,6 +159,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         raise ConfigError(f"before training started: {err}".replace("  ", " ")) from err
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
+    training_seconds = time.perf_counter() - started
     if not trainer.is_global_zero and trainer.checkpoint_callback is not None:
         run_dir = Path(trainer.checkpoint_callback.dirpath).parent  # rank 0's (Lightning broadcasts its dirpath)
     result: dict[str, Any] = {
@@ -183,9 +186,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if resumes:
         result["resumes"] = resumes
     if cfg.section("run").get("baseline") and trainer.is_global_zero:
-        from .baseline import fit_baseline
+        from .baseline import bounded_baseline, budget_seconds
 
-        result["baseline"] = fit_baseline(data, num_threads=cfg.section("trainer").get("num_threads"))
+        threads = cfg.section("trainer").get("num_threads")
+        result["baseline"] = bounded_baseline(data, num_threads=threads, budget_s=budget_seconds(training_seconds))
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir

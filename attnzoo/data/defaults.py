@@ -153,7 +153,7 @@ def translation_model(*, embedded: bool, num_train: int, batch_size: int) -> Cho
     enough that the cosine schedule anneals on a few thousand pairs."""
     if embedded:
         return {"trainer.max_epochs": (6, "the embedded CLDR phrases: the recipe's measured settings")}
-    return {"trainer.max_epochs": epoch_budget(num_train, batch_size, steps=4000, low=10, high=100)}
+    return {"trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2500, low=10, high=100)}
 
 
 def lm_model(*, embedded: bool, num_blocks: int, batch_size: int) -> Chosen:

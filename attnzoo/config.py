@@ -534,10 +534,11 @@ def drop_embedded_only(cfg: Config) -> None:
         typed = [w for w in typed if w.startswith(COMMAND_LINE)]
         if typed:
             raise ConfigError(
-                f"{full} ({opts[key]!r}, set in {typed[0]}) configures the embedded data, but {files} is given; "
+                f"{full} (set in {typed[0]}) configures the embedded data, but {files} is given; "
                 "remove it"
             )
-        log.info("%s: %r (set in %s) left out: it configures the embedded data, and %s is given", full, opts[key],
+        shown = "" if isinstance(opts[key], dict) else f" {opts[key]!r}"
+        log.info("%s%s (set in %s) left out: it configures the embedded data, and %s is given", full, shown,
                  cfg.where(full), files)  # fmt: skip
         cfg.data["data"].pop(key)
 

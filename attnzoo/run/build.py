@@ -139,6 +139,11 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         log.info("run.early_stopping: off, run.monitor is %r (a counter)", monitor)
         stopping = None
     if stopping is not None:
+        log.info(
+            "run.early_stopping: stop when %s (%s) has not improved by %g for %d validations; trainer.max_epochs %s "
+            "is the ceiling",
+            monitor, mode, stopping["min_delta"], stopping["patience"], cfg.section("trainer").get("max_epochs"),
+        )  # fmt: skip
         # checked after each validation only: a run stopped mid-epoch (max_steps) has no val metric to check
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, check_on_train_epoch_end=False, **stopping))
     if run.get("save_every_n_steps"):

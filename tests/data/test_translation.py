@@ -127,6 +127,26 @@ def test_embedded_options_refused_with_files(tmp_path):
         TranslationDataModule(src_lang="de", tgt_lang="de")
 
 
+def test_recipe_sizes_of_the_embedded_data_are_left_out_with_files_and_typed_ones_refused(tmp_path, caplog):
+    from pathlib import Path
+
+    from attnzoo.config import ConfigError, build_data, load
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "translation.yaml"
+    files = []
+    for split, n in (("train", 40), ("val", 8), ("test", 8)):
+        rows = [f"open {i} files\t{i} Dateien öffnen" for i in range(n)]
+        files.append(f"data.{split}={_write(tmp_path / f'{split}.tsv', rows)}")
+    caplog.set_level(logging.INFO, logger="attnzoo")
+    cfg = load([recipe], [*files, "data.vocab_size=100"])
+    data = build_data(cfg)
+    assert "data.num_train 15000 (set in " in caplog.text and "left out" in caplog.text
+    assert "num_train" not in cfg.section("data") and len(data.datasets["train"]) == 40
+    assert data.auto_values()["trainer.max_epochs"][0] == 100  # 1 step an epoch: the ceiling
+    with pytest.raises(ConfigError, match=r"data.num_val \(set in the command line \('data.num_val=5'\)\) configures"):
+        build_data(load([recipe], [*files, "data.num_val=5"]))
+
+
 # ------------------------------------------------------------------------------------------------ files
 
 

@@ -148,6 +148,16 @@ def text_model(*, listops: bool, num_train: int, batch_size: int) -> Chosen:
     }
 
 
+def sequence_data(*, embedded: bool, what: str) -> Chosen:
+    """Whether a learned subword vocabulary splits numbers into single digits: for files, yes (numbers are copied
+    and translated digit by digit); the embedded data keep the setting their recipes were measured with (with
+    digits split the embedded CLDR phrases reached test BLEU 96.5 instead of 98.5: their numbers are mostly spelled
+    out, and a year became 4 tokens to get right)."""
+    if embedded:
+        return {"data.split_digits": (False, f"{what}: the recipe's measured settings")}
+    return {"data.split_digits": (True, "files: each digit a token of its own, numbers copied digit by digit")}
+
+
 def translation_model(*, embedded: bool, num_train: int, batch_size: int) -> Chosen:
     """The epoch budget of a translation model: the ceiling under which early stopping on val BLEU works, long
     enough that the cosine schedule anneals on a few thousand pairs."""

@@ -151,7 +151,8 @@ class LMDataModule(L.LightningDataModule):
             `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
         vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
         split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens); no
-            effect on "bytes" or a tokenizer file.
+            effect on "bytes" or a tokenizer file. "auto": for files, not for the embedded text
+            (`attnzoo.data.defaults.sequence_data`).
         block_size: tokens per training example (the model's context length).
     """
 
@@ -165,7 +166,7 @@ class LMDataModule(L.LightningDataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,
-        split_digits: bool = True,
+        split_digits: bool | Literal["auto"] = "auto",
         block_size: int = 128,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
@@ -188,6 +189,7 @@ class LMDataModule(L.LightningDataModule):
         self.documents = documents
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
         self.split_digits = split_digits
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.block_size = block_size
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
@@ -202,6 +204,10 @@ class LMDataModule(L.LightningDataModule):
         if self.datasets:
             return
         self.docs = self._splits()
+        if self.split_digits == "auto":
+            embedded = self.files["train"] is None
+            self.chosen = defaults.sequence_data(embedded=embedded, what="the embedded Python Language Reference")
+            self.split_digits = self.chosen["data.split_digits"][0]
         self.tokenizer = sequence_tokenizer(
             self.tokenizer_spec,
             texts=self.docs["train"],
@@ -282,11 +288,11 @@ class LMDataModule(L.LightningDataModule):
     AUTO_KEYS = defaults.SEQUENCE_KEYS
 
     def auto_values(self) -> dict[str, tuple[Any, str]]:
-        """{dotted config key: (value, why)} for `AUTO_KEYS` (used where the config says auto)."""
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for `AUTO_KEYS`
+        (used where the config says auto)."""
         self._require_setup()
-        return defaults.lm_model(
-            embedded=self.files["train"] is None, num_blocks=len(self.datasets["train"]), batch_size=self.batch_size
-        )
+        embedded, blocks = self.files["train"] is None, len(self.datasets["train"])
+        return {**self.chosen, **defaults.lm_model(embedded=embedded, num_blocks=blocks, batch_size=self.batch_size)}
 
     def model_context(self) -> dict[str, Any]:
         self._require_setup()

@@ -109,7 +109,8 @@ class TranslationDataModule(L.LightningDataModule):
             "unigram"), "bytes" (UTF-8 bytes), or a `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
         vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
         split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens), so that
-            numbers are copied digit by digit; no effect on "bytes" or a tokenizer file.
+            numbers are copied digit by digit; no effect on "bytes" or a tokenizer file. "auto": for files, not for
+            the embedded phrases (`attnzoo.data.defaults.sequence_data`).
         max_len: the most tokens of a source, and of a target with bos or eos. Longer train pairs are left out, longer
             val/test pairs cut (both counted in the log; `tgt_text` keeps the whole reference).
         bucket, bucket_pool: batch pairs of similar lengths (pools of `bucket_pool` batches).
@@ -136,7 +137,7 @@ class TranslationDataModule(L.LightningDataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,
-        split_digits: bool = True,
+        split_digits: bool | Literal["auto"] = "auto",
         max_len: int = 128,
         batch_size: int = 64,
         eval_batch_size: int | None = None,
@@ -180,6 +181,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.sizes = {k.removeprefix("num_"): v if v is not None else EMBEDDED[k] for k, v in sizes.items()}
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
         self.split_digits = split_digits
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.max_len = max_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.bucket, self.bucket_pool, self.pad_to_multiple = bucket, bucket_pool, pad_to_multiple
@@ -197,7 +199,11 @@ class TranslationDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        self.pairs = self._embedded_splits() if self.files["train"] is None else self._file_splits()
+        embedded = self.files["train"] is None
+        self.pairs = self._embedded_splits() if embedded else self._file_splits()
+        if self.split_digits == "auto":
+            self.chosen = defaults.sequence_data(embedded=embedded, what="the embedded CLDR phrases")
+            self.split_digits = self.chosen["data.split_digits"][0]
         texts = [side for pair in self.pairs["train"] for side in pair]
         self.tokenizer = sequence_tokenizer(
             self.tokenizer_spec,
@@ -319,11 +325,12 @@ class TranslationDataModule(L.LightningDataModule):
     AUTO_KEYS = defaults.SEQUENCE_KEYS
 
     def auto_values(self) -> dict[str, tuple[Any, str]]:
-        """{dotted config key: (value, why)} for `AUTO_KEYS` (used where the config says auto)."""
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for `AUTO_KEYS`
+        (used where the config says auto)."""
         self._require_setup()
-        return defaults.translation_model(
-            embedded=self.files["train"] is None, num_train=len(self.datasets["train"]), batch_size=self.batch_size
-        )
+        embedded, num_train = self.files["train"] is None, len(self.datasets["train"])
+        chosen = defaults.translation_model(embedded=embedded, num_train=num_train, batch_size=self.batch_size)
+        return {**self.chosen, **chosen}
 
     def model_context(self) -> dict[str, Any]:
         self._require_setup()

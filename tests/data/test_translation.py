@@ -143,6 +143,8 @@ def test_recipe_sizes_of_the_embedded_data_are_left_out_with_files_and_typed_one
     assert "data.num_train 15000 (set in " in caplog.text and "left out" in caplog.text
     assert "num_train" not in cfg.section("data") and len(data.datasets["train"]) == 40
     assert data.auto_values()["trainer.max_epochs"][0] == 100  # 1 step an epoch: the ceiling
+    assert data.auto_values()["data.split_digits"][0] is True  # files: each digit a token
+    assert [p for p in data.tokenizer.tokens("open 12 files") if p.strip("▁").isdigit()] == ["1", "2"]
     with pytest.raises(ConfigError, match=r"data.num_val \(set in the command line \('data.num_val=5'\)\) configures"):
         build_data(load([recipe], [*files, "data.num_val=5"]))
 

@@ -136,12 +136,13 @@ def main() -> None:
 
     info = {**hardware(), "torch": torch.__version__, "python": platform.python_version()}
     out_json = args.out / "translation.json"
-    old = json.loads(out_json.read_text())["runs"] if out_json.is_file() else []
-    records = {r["name"]: r for r in old}
     for name in args.only or list(RUNS):
         print(f"{name}: running", file=sys.stderr, flush=True)
-        records[name] = run(name, RUNS[name], args.data, runs)
-        print(json.dumps(records[name]), file=sys.stderr, flush=True)
+        record = run(name, RUNS[name], args.data, runs)
+        print(json.dumps(record), file=sys.stderr, flush=True)
+        # the file read again now: runs of another invocation (`--only`) that finished meanwhile are kept
+        old = json.loads(out_json.read_text())["runs"] if out_json.is_file() else []
+        records = {**{r["name"]: r for r in old}, name: record}
         result = {"hardware": info, "runs": [records[n] for n in RUNS if n in records]}
         args.out.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(result, indent=2) + "\n")

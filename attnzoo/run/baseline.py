@@ -52,11 +52,11 @@ class Features:
             if _is_text(values):
                 # words of one character count (digits, ListOps operands); word pairs catch short phrases
                 step = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), token_pattern=r"(?u)\b\w+\b", min_df=1)
-            elif _as_input(values).shape[1] > MAX_DENSE_COLUMNS:  # Gaussian random projection: distances kept
+            elif _width(values) > MAX_DENSE_COLUMNS:  # a sparse random projection: distances kept
                 from sklearn.pipeline import make_pipeline
-                from sklearn.random_projection import GaussianRandomProjection
+                from sklearn.random_projection import SparseRandomProjection
 
-                step = make_pipeline(GaussianRandomProjection(PROJECTED_COLUMNS, random_state=0), StandardScaler())
+                step = make_pipeline(SparseRandomProjection(PROJECTED_COLUMNS, random_state=0), StandardScaler())
             else:
                 step = StandardScaler()
             self.steps[name] = step.fit(_as_input(values))
@@ -83,6 +83,10 @@ class Features:
 
 def _is_text(values: Any) -> bool:
     return isinstance(values, list | tuple) and (not values or isinstance(values[0], str))
+
+
+def _width(values: Any) -> int:
+    return int(np.prod(np.shape(values)[1:])) if len(values) else 0
 
 
 def _as_input(values: Any) -> Any:
@@ -208,15 +212,16 @@ def bounded_baseline(data: Any, *, num_threads: int | None = None, budget_s: flo
         child = ctx.Process(target=_child, args=(send, data, num_threads, deadline), name="attnzoo-baseline")
         child.start()
         send.close()
+        status, value = "error", "the baseline process ended without an answer"
         try:
             status, value = receive.recv() if receive.poll(budget_s) else ("timeout", None)
-        except EOFError:  # the child died without an answer (killed, out of memory)
-            status, value = "error", f"the baseline process ended with exit code {child.exitcode}"
+        except EOFError:  # the child died without an answer (killed, out of memory): the message above
+            pass
         finally:
-            child.join(timeout=5)
+            child.join(timeout=0 if status == "timeout" else 5)
             if child.is_alive():
                 child.kill()
-                child.join()
+            child.join()
         if status == "ok":
             return value
         if status == "timeout":

@@ -97,3 +97,19 @@ def test_a_run_out_of_baseline_time_still_writes_its_test_results(tmp_path, monk
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "test/acc" in summary["test"] and "time budget of 0 s" in summary["baseline"]["skipped"]
     assert baseline.comparison(summary).startswith("baseline skipped:")
+
+
+def test_the_baseline_command_scores_a_translation_memory(tmp_path, capsys):
+    from attnzoo import baseline as command
+
+    files = []
+    for split, n in (("train", 60), ("val", 12), ("test", 12)):
+        rows = [f"open {i} files\t{i} Dateien öffnen" if i % 2 else f"close {i} windows\t{i} Fenster schließen"
+                for i in range(n)]  # fmt: skip
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+        files.append(f"data.{split}={tmp_path / f'{split}.tsv'}")
+    out = tmp_path / "tm.json"
+    assert command.main(["--config", str(ROOT / "recipes" / "translation.yaml"), *files, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["model"] == "translation memory" and result["train_examples"] == 60
+    assert 0 < result["test/bleu"] < 100 and "test/bleu" in capsys.readouterr().out  # numbers differ from train's

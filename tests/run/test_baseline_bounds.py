@@ -103,9 +103,9 @@ def test_the_baseline_command_scores_a_translation_memory(tmp_path, capsys):
     from attnzoo import baseline as command
 
     files = []
-    for split, n in (("train", 60), ("val", 12), ("test", 12)):
+    for split, first, n in (("train", 0, 60), ("val", 100, 12), ("test", 200, 12)):
         rows = [f"open {i} files\t{i} Dateien öffnen" if i % 2 else f"close {i} windows\t{i} Fenster schließen"
-                for i in range(n)]  # fmt: skip
+                for i in range(first, first + n)]  # fmt: skip
         (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
         files.append(f"data.{split}={tmp_path / f'{split}.tsv'}")
     out = tmp_path / "tm.json"

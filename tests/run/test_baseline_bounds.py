@@ -104,7 +104,8 @@ def test_the_baseline_command_scores_a_translation_memory(tmp_path, capsys):
 
     files = []
     for split, first, n in (("train", 0, 60), ("val", 100, 12), ("test", 200, 12)):
-        rows = [f"open {i} files\t{i} Dateien öffnen" if i % 2 else f"close {i} windows\t{i} Fenster schließen"
+        rows = [f"please open the files now, number {i}\tbitte jetzt die Dateien öffnen, Nummer {i}" if i % 2
+                else f"please close the windows now, number {i}\tbitte jetzt die Fenster schließen, Nummer {i}"
                 for i in range(first, first + n)]  # fmt: skip
         (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
         files.append(f"data.{split}={tmp_path / f'{split}.tsv'}")

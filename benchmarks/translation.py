@@ -5,8 +5,9 @@ memory.
     python benchmarks/translation.py --data /tmp/gettext-de --only defaults
 
 The stand-in is Debian's gettext catalogs (`benchmarks/standins/translation.py`: 8,000 / 500 / 1,000 English user
-messages with their German translations). Runs, each `python -m attnzoo.fit` in its own process with one thread:
+messages with their German translations). Runs, each in its own process with one thread:
 
+- `memory`: the translation memory alone (`python -m attnzoo.baseline`), no training.
 - `before`: the recipe as it was before digit splitting and data-chosen epochs: 6 epochs, no early stopping, BPE
   that merges digits (`data.split_digits=false trainer.max_epochs=6 run.early_stopping=false`).
 - `defaults`: the recipe as shipped, data keys only: digits split one by one, epochs chosen from the data (~2,500
@@ -32,9 +33,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ["data.train={root}/train.tsv", "data.val={root}/val.tsv", "data.test={root}/test.tsv"]
 RUNS = {
+    "memory": None,  # the translation memory alone: `python -m attnzoo.baseline` on the same files
     "before": ["data.split_digits=false", "trainer.max_epochs=6", "run.early_stopping=false", "run.baseline=false"],
     "defaults": [],
 }
+
+
+def memory(root: Path, out: Path) -> dict:
+    """The translation memory on the stand-in's splits, without training (`attnzoo baseline`)."""
+    overrides = [o.format(root=root) for o in FILES]
+    result_file = out / "translation_memory.json"
+    command = [sys.executable, "-m", "attnzoo.baseline", "--config", "recipes/translation.yaml", *overrides,
+               "trainer.num_threads=1", "--json", str(result_file)]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_before, start = os.getloadavg()[0], time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    record = {
+        "name": "memory",
+        "command": "python -m attnzoo.baseline --config recipes/translation.yaml " + " ".join(FILES),
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "cpu_seconds": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "returncode": proc.returncode,
+    }
+    if proc.returncode != 0:
+        record["error"] = proc.stderr.strip().splitlines()[-3:]
+        return record
+    record["baseline"] = json.loads(result_file.read_text())
+    result_file.unlink()
+    return record
 
 
 def run(name: str, extra: list[str], root: Path, runs: Path) -> dict:
@@ -96,6 +125,14 @@ def markdown(records: list[dict], hardware: dict) -> str:
         if r.get("returncode"):
             lines.append(f"| {r['name']} | failed: {r.get('error')} | | | | | | | |")
             continue
+        if r["name"] == "memory":  # the baseline command alone
+            b = r["baseline"]
+            lines.append(
+                f"| memory: {b['model']} ({b['features']}), no training | {b['test/bleu']:.1f} | {b['test/chrf']:.1f} "
+                f"| {b['val/bleu']:.1f} | | | {r['wall_seconds']:.0f} | {r['cpu_seconds']:.0f} | "
+                f"{r['load_average'][0]:.1f} / {r['load_average'][1]:.1f} |"
+            )
+            continue
         lines.append(
             f"| {r['name']} | {r['test_bleu']:.1f} | {r['test_chrf']:.1f} | {r['best_val_bleu']:.1f} | "
             f"{r['epochs']} ({r['best_epoch']}, {r['stopped']}) | {r['train_seconds']:.0f} | "
@@ -138,7 +175,7 @@ def main() -> None:
     out_json = args.out / "translation.json"
     for name in args.only or list(RUNS):
         print(f"{name}: running", file=sys.stderr, flush=True)
-        record = run(name, RUNS[name], args.data, runs)
+        record = memory(args.data, args.out) if RUNS[name] is None else run(name, RUNS[name], args.data, runs)
         print(json.dumps(record), file=sys.stderr, flush=True)
         # the file read again now: runs of another invocation (`--only`) that finished meanwhile are kept
         old = json.loads(out_json.read_text())["runs"] if out_json.is_file() else []

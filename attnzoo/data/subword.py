@@ -279,6 +279,8 @@ def sequence_tokenizer(
         return SubwordTokenizer.train(
             texts, kind=spec, vocab_size=vocab_size, min_frequency=min_frequency, split_digits=split_digits
         )
+    if split_digits:
+        log.info("data.split_digits: no effect on data.tokenizer %r (only a vocabulary learned here splits them)", spec)
     if spec == "bytes":
         return ByteTokenizer(bos_eos=True)
     if spec.endswith(".json") or Path(spec).exists():

@@ -59,7 +59,7 @@ class Features:
                 step = make_pipeline(SparseRandomProjection(PROJECTED_COLUMNS, random_state=0), StandardScaler())
             else:
                 step = StandardScaler()
-            self.steps[name] = step.fit(_as_input(values))
+            self.steps[name] = step.fit(_as_input(values, wide=hasattr(step, "steps")))
         return self
 
     def transform(self, parts: Mapping[str, Any]) -> Any:
@@ -67,7 +67,7 @@ class Features:
 
         if set(parts) != set(self.steps):
             raise ValueError(f"baseline features {sorted(parts)} differ from the train split's {sorted(self.steps)}")
-        blocks = [self.steps[name].transform(_as_input(values)) for name, values in parts.items()]
+        blocks = [self.steps[n].transform(_as_input(v, wide=hasattr(self.steps[n], "steps"))) for n, v in parts.items()]
         if len(blocks) == 1:
             return blocks[0]
         return sparse.hstack([sparse.csr_matrix(b) for b in blocks], format="csr")
@@ -89,8 +89,11 @@ def _width(values: Any) -> int:
     return int(np.prod(np.shape(values)[1:])) if len(values) else 0
 
 
-def _as_input(values: Any) -> Any:
-    return list(values) if _is_text(values) else np.asarray(values, dtype=np.float64).reshape(len(values), -1)
+def _as_input(values: Any, *, wide: bool = False) -> Any:
+    """Texts as a list; numbers as [N, D] float64, or float32 for arrays that are projected (half the memory)."""
+    if _is_text(values):
+        return list(values)
+    return np.asarray(values, dtype=np.float32 if wide else np.float64).reshape(len(values), -1)
 
 
 def _classifier(c: float, multilabel: bool) -> Any:

@@ -534,8 +534,7 @@ def drop_embedded_only(cfg: Config) -> None:
         typed = [w for w in typed if w.startswith(COMMAND_LINE)]
         if typed:
             raise ConfigError(
-                f"{full} (set in {typed[0]}) configures the embedded data, but {files} is given; "
-                "remove it"
+                f"{full} (set in {typed[0]}) configures the embedded data, but {files} is given; remove it"
             )
         shown = "" if isinstance(opts[key], dict) else f" {opts[key]!r}"
         log.info("%s%s (set in %s) left out: it configures the embedded data, and %s is given", full, shown,

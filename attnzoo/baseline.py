@@ -1,8 +1,9 @@
 """`python -m attnzoo.baseline --config recipes/<recipe>.yaml [key=value ...]` or `... baseline --run-dir <run>`
 
 Fits the recipe's classical baseline on its data's splits (pixels, TF-IDF or log-mel statistics, then logistic
-regression; `attnzoo.run.baseline`) without training anything, and prints its metrics. With `--run-dir` it reads
-the run's `config.yaml` and adds the result to its `summary.json` (as `run.baseline: true` would have).
+regression, or a translation memory for translation; `attnzoo.run.baseline`) without training anything, and prints
+its metrics. With `--run-dir` it reads the run's `config.yaml` and adds the result to its `summary.json` (as
+`run.baseline: true` would have).
 `--json FILE` also writes the result as JSON.
 """
 
@@ -53,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo baseline: error: {err}", file=sys.stderr)
         return 2
-    print(f"{result['features']} + {result['model']} (C={result['C']:g}, {result['train_examples']} train examples)")
+    chosen = f"C={result['C']:g}, " if "C" in result else ""  # logistic regression's; a translation memory has none
+    print(f"{result['features']} + {result['model']} ({chosen}{result['train_examples']} train examples)")
     for key, value in result.items():
         if "/" in key:
             print(f"{key:20s} {value:.4f}")

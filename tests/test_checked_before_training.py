@@ -62,9 +62,9 @@ LATE = {
         ["model.attention", "'talking_heads'", "'sdpa'", "'auto' or 'eager'"],
     ),
     "a baseline for data that has none": (
-        TRANSLATION,
+        LM,
         ["run.baseline=true"],
-        ["run.baseline", "true", "data.kind 'translation'", "['audio', 'image',", "run.baseline=false"],
+        ["run.baseline", "true", "data.kind 'lm'", "['audio', 'image',", "run.baseline=false"],
     ),
     "flex with attention dropout": (
         VIT,

@@ -1,8 +1,17 @@
-"""README's "Use the blocks in your own LightningModule" example runs as it stands and does what it says."""
+"""README's "Use the blocks in your own LightningModule" example runs as it stands and does what it says, and every
+command of README.md and the recipe headers that reads your own data runs verbatim on small files of its format."""
 
+import json
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 
 from attnzoo.attention import capture_attention
@@ -51,3 +60,169 @@ def test_readme_lightning_example_trains_and_masks_padding(tmp_path, monkeypatch
 
         longer = torch.cat([batch, torch.zeros(8, 5, dtype=batch.dtype)], 1)  # more padding: same logits
         torch.testing.assert_close(model(longer), model(batch), atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- own-data commands
+
+ROOT = README.parent
+OWN_DATA = re.compile(r"\bdata\.(train|root|dataset|source|csv)=")
+QUICK = ["trainer.max_epochs=2", "trainer.enable_progress_bar=false"]  # the epoch budget is chosen from the data
+
+
+def _commands(lines: list[str], prefix: str = "") -> list[str]:
+    """Whole `python -m attnzoo.*` commands (`\\` continuations joined) in `lines`, each stripped of `prefix`."""
+    out, current = [], None
+    for raw in lines:
+        line = raw.removeprefix(prefix).strip() if raw.startswith(prefix) else None
+        if line is None:
+            current = None
+            continue
+        if current is None and not line.startswith("python -m attnzoo."):
+            continue
+        current = (current + " " if current else "") + line.removesuffix("\\").strip()
+        if not line.endswith("\\"):
+            out.append(current)
+            current = None
+    return out
+
+
+def own_data_commands() -> list[tuple[str, str]]:
+    """(where, command) of every command in README.md's bash blocks and the recipe headers that reads the user's
+    own data (data.train=, data.root=, data.dataset=, data.source=, data.csv=)."""
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.DOTALL):
+        lines = [re.sub(r"\s+#.*$", "", line) for line in block.splitlines()]
+        found += [("README.md", c) for c in _commands(lines)]
+    for recipe in sorted((ROOT / "recipes").glob("*.yaml")):
+        header = [line for line in recipe.read_text().splitlines() if line.startswith("#")]
+        found += [(f"recipes/{recipe.name}", c) for c in _commands(header, prefix="#")]
+    return [(where, c) for where, c in found if OWN_DATA.search(c)]
+
+
+def _overrides(command: str) -> dict[str, str]:
+    return dict(arg.split("=", 1) for arg in shlex.split(command) if "=" in arg and not arg.startswith("-"))
+
+
+def _pairs(path: Path, n: int, offset: int) -> None:
+    words = [("file", "Datei"), ("window", "Fenster"), ("key", "Schlüssel"), ("page", "Seite"), ("user", "Benutzer")]
+    rows = []
+    for i in range(offset, offset + n):
+        (en, de), count = words[i % len(words)], 2 + i % 97
+        rows.append(f"open {count} {en}s\t{count} {de}en öffnen")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def _table(path: Path, text_column: str, label_column: str, n: int, offset: int) -> None:
+    sep = "\t" if path.suffix == ".tsv" else ","
+    words = {"sport": ["goal", "match", "team"], "food": ["bread", "soup", "salt"]}
+    rows = [f"{text_column}{sep}{label_column}"]
+    for i in range(offset, offset + n):
+        label = ["sport", "food"][i % 2]
+        rows.append(f"the {words[label][i % 3]} and {words[label][(i + 1) % 3]} {i}{sep}{label}")
+    path.write_text("\n".join(rows) + "\n")
+
+
+def _wav(path: Path, hz: float, seconds: float, rng: np.random.Generator) -> None:
+    from scipy.io import wavfile
+
+    t = np.arange(int(16000 * seconds)) / 16000
+    wave = 0.3 * np.sin(2 * np.pi * hz * (1 + 0.05 * rng.standard_normal()) * t) + 0.01 * rng.standard_normal(len(t))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wavfile.write(path, 16000, wave.astype(np.float32))
+
+
+def _image(path: Path, level: int, size: int, rng: np.random.Generator) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.clip(rng.normal(level, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
+
+
+def make_files(recipe: str, opts: dict[str, str]) -> None:
+    """Small files of the recipe's format at the paths the command names (relative to the working directory)."""
+    rng = np.random.default_rng(0)
+    sizes = {"train": 60, "val": 16, "test": 16}
+    if recipe == "translation":
+        for i, split in enumerate(sizes):
+            if f"data.{split}" in opts:
+                _pairs(Path(opts[f"data.{split}"]), sizes[split], offset=100 * i)
+    elif recipe == "lm":
+        lines = [f"The {w} of line {i} is stored in a file named part{i % 13}.txt." for i in range(300)
+                 for w in ("value", "name")]  # fmt: skip
+        Path(opts["data.train"]).write_text("\n".join(lines) + "\n")
+    elif recipe == "text_cls":
+        columns = opts.get("data.text_column", "text"), opts.get("data.label_column", "label")
+        for i, split in enumerate(sizes):
+            if f"data.{split}" in opts:
+                _table(Path(opts[f"data.{split}"]), *columns, sizes[split], offset=100 * i)
+    elif recipe == "vit":
+        for label, level in (("dark", 60), ("light", 190)):
+            for i in range(10):
+                _image(Path(opts["data.root"]) / label / f"{i}.png", level, 8, rng)
+    elif recipe == "ast" and opts["data.source"] == "folder":
+        root = Path(opts["data.root"])
+        lists: dict[str, list[str]] = {"validation_list.txt": [], "testing_list.txt": []}
+        for label, hz in (("low", 300.0), ("high", 2500.0)):
+            for i in range(10):
+                _wav(root / label / f"s{i}_nohash_0.wav", hz, 1.0, rng)
+                name = "validation_list.txt" if i < 2 else "testing_list.txt" if i < 4 else None
+                if name:
+                    lists[name].append(f"{label}/s{i}_nohash_0.wav")
+        for name, rows in lists.items():
+            (root / name).write_text("\n".join(rows) + "\n")
+    elif recipe == "ast" and opts["data.source"] == "csv":
+        columns = dict(item.split(": ") for item in opts["data.columns"].strip("{}").split(", "))
+        seconds = float(opts.get("data.clip_seconds", 1.0))
+        rows = [f"{columns['path']},{columns['label']},fold"]
+        for label, hz in (("low", 300.0), ("high", 2500.0)):
+            for i in range(10):
+                _wav(Path(opts["data.root"]) / f"{label}{i}.wav", hz, seconds, rng)
+                rows.append(f"{label}{i}.wav,{label},{1 + i % 5}")
+        Path(opts["data.csv"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts["data.csv"]).write_text("\n".join(rows) + "\n")
+    elif recipe == "text_image":
+        for i, split in enumerate(sizes):
+            if f"data.{split}" not in opts:
+                continue
+            path, rows = Path(opts[f"data.{split}"]), []
+            for j in range(sizes[split]):
+                answer = ["yes", "no"][(i + j) % 2]
+                _image(path.parent / "imgs" / f"{split}{j}.png", 190 if answer == "yes" else 60, 16, rng)
+                rows.append(json.dumps({"image": f"imgs/{split}{j}.png", "text": "is it light?", "label": answer}))
+            path.write_text("\n".join(rows) + "\n")
+    else:
+        raise AssertionError(f"no files are made for {recipe} {opts}: add them to make_files")
+
+
+COMMANDS = own_data_commands()
+
+
+def test_every_recipe_documents_an_own_data_command():
+    recipes = {_overrides(c).get("--config", re.search(r"recipes/(\w+)\.yaml", c).group(1)) for _, c in COMMANDS}
+    assert recipes >= {"translation", "lm", "text_cls", "vit", "ast", "text_image"}, recipes
+
+
+@pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[f"{w}:{c[:60]}" for w, c in COMMANDS])
+def test_an_own_data_command_runs_verbatim_and_tests(where, command, tmp_path, monkeypatch):
+    recipe = re.search(r"recipes/(\w+)\.yaml", command).group(1)
+    opts = _overrides(command)
+    monkeypatch.chdir(tmp_path)
+    make_files(recipe, opts)
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")  # the command names recipes/ relative to the repository
+    args = shlex.split(command)
+    assert args[:2] == ["python", "-m"], command
+    fits = args[2] == "attnzoo.fit"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, *args[1:], *(QUICK if fits else [])], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, f"{where}: {command}\n{proc.stderr[-3000:]}"
+    if not fits:  # attnzoo.baseline: prints its metrics
+        assert re.search(r"^test/acc\s+[01]\.\d+$", proc.stdout, re.MULTILINE), proc.stdout
+        return
+    (summary_path,) = (tmp_path / "runs").glob("*/*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["finished"] and any(k.startswith("test/") for k in summary["test"]), summary
+    assert "auto" not in (summary_path.parent / "config.yaml").read_text().replace("backend: auto", "")
+    if recipe == "translation":
+        assert summary["baseline"]["model"] == "translation memory" and "test/bleu" in summary["baseline"]

@@ -30,9 +30,13 @@ class Built(NamedTuple):
     cfg: Config
 
 
+LEFT_OUT = object()  # a preset value: the key is left out of the data options and the resolved config
+
+
 def build(cfg: Config, *, preset: Mapping[str, Any] | None = None) -> Built:
-    """Build the run `cfg` describes; `preset` ({dotted `data.*` key: value}) replaces data options before the
-    data is read (a loaded run's saved label vocabulary or tokenizer) and is recorded in the resolved config.
+    """Build the run `cfg` describes; `preset` ({dotted `data.*` key: value, or `LEFT_OUT`}) replaces data options
+    before the data is read (a loaded run's saved label vocabulary or tokenizer) and is recorded in the resolved
+    config. Keys that size only the embedded data are left out when the data section reads files (`_embedded_only`).
 
     Bad values the config's signatures cannot catch (a missing data folder, ...) raise ConfigError here,
     before any training.
@@ -45,7 +49,8 @@ def build(cfg: Config, *, preset: Mapping[str, Any] | None = None) -> Built:
         import torch
 
         torch.set_num_threads(trainer_cfg["num_threads"])
-    chosen = {**(preset or {}), **_auto_precision(cfg)}
+    preset = {**_embedded_only(cfg), **(preset or {})}
+    chosen = {**preset, **_auto_precision(cfg)}
     section = "data"
     try:
         data = build_data(cfg, preset)
@@ -67,11 +72,19 @@ def build(cfg: Config, *, preset: Mapping[str, Any] | None = None) -> Built:
 
 
 def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
-    """The DataModule of `data:` (set up, so `model_inputs()` is ready); `preset` as in `build`."""
+    """The DataModule of `data:` (set up, so `model_inputs()` is ready); `preset` as in `build` (by default, the
+    keys that size only the embedded data are left out when the data section reads files)."""
     from ..data import DATAMODULES
 
+    if preset is None:
+        preset = _embedded_only(cfg)
     opts = cfg.section("data")
-    opts.update({key.split(".", 1)[1]: value for key, value in (preset or {}).items()})
+    for key, value in (preset or {}).items():
+        key = key.split(".", 1)[1]
+        if value is LEFT_OUT:
+            opts.pop(key, None)
+        else:
+            opts[key] = value
     data = DATAMODULES[opts.pop("kind")](**opts)
     data.setup("fit")
     return data
@@ -102,12 +115,41 @@ def resolve(cfg: Config, data: Any, chosen: Mapping[str, Any] = {}) -> Config:  
 
 
 def _set(tree: dict[str, Any], key: str, value: Any) -> None:
-    """Set the dotted `key` of the plain `tree` to `value`: the one place a run's config values are written."""
+    """Set the dotted `key` of the plain `tree` to `value` (`LEFT_OUT`: remove it): the one place a run's config
+    values are written."""
     *path, last = key.split(".")
     for part in path:
         node = tree.get(part)
         tree = tree.setdefault(part, {}) if node is None else node
-    tree[last] = value
+    if value is LEFT_OUT:
+        tree.pop(last, None)
+    else:
+        tree[last] = value
+
+
+def _embedded_only(cfg: Config) -> dict[str, Any]:
+    """{key: LEFT_OUT} for the `data:` keys that configure only the embedded data when the data section reads files
+    instead (`attnzoo.data.modules.defaults.EMBEDDED_ONLY`): logged when a config file set them (a recipe sizes its
+    embedded data), an error when the command line did. The run's config.yaml is written without them."""
+    from ..config import COMMAND_LINE
+    from ..data.modules.defaults import embedded_only
+
+    opts = cfg.section("data")
+    keys, files = embedded_only(opts.get("kind"), opts)
+    left_out = {}
+    for key in keys:
+        full = f"data.{key}"
+        typed = [w for k, w in cfg.origins.items() if k == full or k.startswith(f"{full}.")]
+        typed = [w for w in typed if w.startswith(COMMAND_LINE)]
+        if typed:
+            raise ConfigError(
+                f"{full} (set in {typed[0]}) configures the embedded data, but {files} is given; remove it"
+            )
+        shown = "" if isinstance(opts[key], dict) else f" {opts[key]!r}"
+        log.info("%s%s (set in %s) left out: it configures the embedded data, and %s is given", full, shown,
+                 cfg.where(full), files)  # fmt: skip
+        left_out[full] = LEFT_OUT
+    return left_out
 
 
 def _auto_precision(cfg: Config) -> dict[str, Any]:
@@ -228,6 +270,11 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         log.info("run.early_stopping: off, run.monitor is %r (a counter)", monitor)
         stopping = None
     if stopping is not None:
+        log.info(
+            "run.early_stopping: stop when %s (%s) has not improved by %g for %d validations; trainer.max_epochs %s "
+            "is the ceiling",
+            monitor, mode, stopping["min_delta"], stopping["patience"], cfg.section("trainer").get("max_epochs"),
+        )  # fmt: skip
         # checked after each validation only: a run stopped mid-epoch (max_steps) has no val metric to check
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, check_on_train_epoch_end=False, **stopping))
     if run.get("save_every_n_steps"):

@@ -219,7 +219,7 @@ def load_run(
     checked = check_saved_tokenizer(run_dir, ckpt, saved)  # before anything is built from it
     if with_data:
         data, task, cfg = build(cfg, preset=preset)
-        tokenizer = getattr(data, "tokenizer", None)
+        tokenizer = data.tokenizer
     else:
         from .inference import build_without_data
 

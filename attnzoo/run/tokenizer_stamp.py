@@ -32,7 +32,7 @@ class TokenizerStamp(L.Callback):
         self._digest: str | None = None
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        tok = getattr(trainer.datamodule, "tokenizer", None)
+        tok = trainer.datamodule.tokenizer
         if tok is None:
             return
         if self._digest is None:

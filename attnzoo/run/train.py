@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
-        tokenizer = getattr(data, "tokenizer", None)
+        tokenizer = data.tokenizer
         if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
             from .checkpoint_io import read_checkpoint
             from .tokenizer_stamp import check_tokenizer
@@ -164,6 +165,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
+    started = time.perf_counter()
     try:
         trainer.fit(task, datamodule=data, ckpt_path=str(ckpt_path) if ckpt_path else None)
     except Interrupted as err:  # an unfinished run: the summary says where it stopped; --resume finishes it
@@ -188,6 +190,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         raise
     finally:
         os.environ.pop(RUN_DIR_ENV, None)
+    training_seconds = time.perf_counter() - started
     if not trainer.is_global_zero and trainer.checkpoint_callback is not None:
         run_dir = Path(trainer.checkpoint_callback.dirpath).parent  # rank 0's (Lightning broadcasts its dirpath)
     result: dict[str, Any] = {
@@ -221,9 +224,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if resumes:
         result["resumes"] = resumes
     if cfg.section("run").get("baseline") and trainer.is_global_zero:
-        from .baseline import fit_baseline
+        from .baseline import bounded_baseline, budget_seconds
 
-        result["baseline"] = fit_baseline(data, num_threads=cfg.section("trainer").get("num_threads"))
+        threads = cfg.section("trainer").get("num_threads")
+        result["baseline"] = bounded_baseline(data, num_threads=threads, budget_s=budget_seconds(training_seconds))
     if trainer.is_global_zero:
         (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     return run_dir

@@ -126,6 +126,20 @@ def test_embedded_default_and_artifacts(tmp_path):
     again = LMDataModule(vocab_size=300, block_size=64, tokenizer=str(saved[0]))
     again.setup()
     assert torch.equal(again.datasets["test"].stream, dm.datasets["test"].stream)
+    chosen = dm.auto_values()  # the embedded text keeps the recipe's measured settings
+    assert chosen["data.split_digits"][0] is False and chosen["trainer.max_epochs"][0] == 6
+
+
+def test_files_get_digits_split_and_an_epoch_budget(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Line {i} holds {i * 37} items and {i % 7} boxes.\n" for i in range(400)))
+    dm = LMDataModule(train=str(corpus), vocab_size=200, block_size=16, batch_size=8)
+    dm.setup()
+    chosen = dm.auto_values()
+    assert chosen["data.split_digits"][0] is True
+    assert [p for p in dm.tokenizer.tokens("holds 1295 items") if p.strip("▁").isdigit()] == ["1", "2", "9", "5"]
+    steps = -(-len(dm.datasets["train"]) // 8)  # per epoch
+    assert chosen["trainer.max_epochs"][0] == min(100, max(5, -(-3000 // steps)))
 
 
 @pytest.mark.parametrize(

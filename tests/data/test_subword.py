@@ -145,3 +145,17 @@ def test_text_classification_learns_a_subword_tokenizer_from_train_only(tmp_path
     again = TextDataModule(train=str(train), val=str(val), tokenizer=str(saved[1]))
     again.setup()
     assert [x.tolist() for x in again.datasets["val"].ids] == [x.tolist() for x in dm.datasets["val"].ids]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_split_digits_makes_each_digit_a_token_and_round_trips(kind, corpus, tmp_path):
+    texts = [*corpus, "It costs 131.7 euros, 84,509 in 1995.", "Seite 576 von 2024"] * 2
+    tok = SubwordTokenizer.train(texts, kind=kind, vocab_size=600, split_digits=True)
+    text = "Wir sind 3.500 Meter gelaufen, 1995 und 84,509."
+    pieces = [p.replace("▁", "") for p in tok.tokens(text)]
+    assert all(len(p) == 1 for p in pieces if any(c.isdigit() for c in p)), pieces
+    assert tok.decode(tok.encode(text)) == text
+    loaded = SubwordTokenizer.load(tok.save(tmp_path / "tok.json"))
+    assert loaded.encode(text) == tok.encode(text)
+    merged = SubwordTokenizer.train(texts, kind=kind, vocab_size=600)  # the default: digits merge like letters
+    assert any(sum(c.isdigit() for c in p) > 1 for p in merged.tokens(text))

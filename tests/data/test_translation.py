@@ -128,6 +128,29 @@ def test_embedded_options_refused_with_files(tmp_path):
         TranslationDataModule(src_lang="de", tgt_lang="de")
 
 
+def test_recipe_sizes_of_the_embedded_data_are_left_out_with_files_and_typed_ones_refused(tmp_path, caplog):
+    from pathlib import Path
+
+    from attnzoo.config import ConfigError, load
+    from attnzoo.run.build import build
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "translation.yaml"
+    files = []
+    for split, n in (("train", 40), ("val", 8), ("test", 8)):
+        rows = [f"open {i} files\t{i} Dateien öffnen" for i in range(n)]
+        files.append(f"data.{split}={_write(tmp_path / f'{split}.tsv', rows)}")
+    caplog.set_level(logging.INFO, logger="attnzoo")
+    cfg = load([recipe], [*files, "data.vocab_size=100"])
+    data, _, resolved = build(cfg)
+    assert "data.num_train 15000 (set in " in caplog.text and "left out" in caplog.text
+    assert "num_train" not in resolved.section("data") and len(data.datasets["train"]) == 40
+    assert data.auto_values()["trainer.max_epochs"][0] == 100  # 1 step an epoch: the ceiling
+    assert data.auto_values()["data.split_digits"][0] is True  # files: each digit a token
+    assert [p for p in data.tokenizer.tokens("open 12 files") if p.strip("▁").isdigit()] == ["1", "2"]
+    with pytest.raises(ConfigError, match=r"data.num_val \(set in the command line \('data.num_val=5'\)\) configures"):
+        build(load([recipe], [*files, "data.num_val=5"]))
+
+
 # ------------------------------------------------------------------------------------------------ files
 
 

@@ -380,7 +380,7 @@ def test_a_second_ctrl_c_stops_at_once_exits_130_and_the_run_resumes_from_its_la
 
 @pytest.mark.parametrize("sig", ["SIGTERM", pytest.param("SIGINT", marks=pytest.mark.slow)])
 def test_a_signal_during_the_test_beam_search_exits_non_zero_and_resume_finishes_the_test(sig, tmp_path):
-    from attnzoo.config import smoke_overrides
+    from tests.helpers import smoke_overrides
 
     recipe = ROOT / "recipes" / "translation.yaml"
     steps = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]

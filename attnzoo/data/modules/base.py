@@ -9,10 +9,13 @@ A DataModule is a LightningDataModule (dataloaders of dict batches) that, once `
   (the keys of other sections it may choose, e.g. `model.patch_size`, `trainer.max_epochs`). It proposes, and
   never writes: the run applies a proposal where the config says `auto` and logs it ("key: auto -> value (why)").
   The choices themselves live in `attnzoo.data.defaults`, one function per modality.
+- `tokenizer`: for text data, the tokenizer the model's ids come from (None otherwise).
 - `save_artifacts(run_dir)`: what the data derived and a run must keep to be loaded again (a label vocabulary,
   a learned tokenizer, normalization statistics); the files written.
 - `baseline_features(split)`: the split's inputs and labels for the classical baseline (`attnzoo.run.baseline`),
-  or None for a split the data does not have.
+  or None for a split the data does not have; or, for data whose targets are text (translation),
+  `baseline_pairs(split)`: its (source, target) pairs for the translation-memory baseline
+  (`attnzoo.run.translation_memory`). `baseline_kind()` says which one a DataModule gives.
 
 The defaults below are for data that proposes nothing, saves nothing and has no baseline.
 """
@@ -31,6 +34,7 @@ class DataModule(L.LightningDataModule):
     """The base of every attnzoo DataModule; see the module docstring for the contract."""
 
     AUTO_KEYS: ClassVar[tuple[str, ...]] = ()  # keys outside `data.*` that `auto_values()` may propose
+    tokenizer: Any = None  # after setup: the tokenizer of text data (a run saves it and checkpoints its digest)
 
     def model_inputs(self) -> dict[str, Any]:
         """{builder argument: value} that the model and task builders take from this data."""
@@ -45,9 +49,18 @@ class DataModule(L.LightningDataModule):
         return []
 
     @classmethod
+    def baseline_kind(cls) -> str | None:
+        """ "features" (it overrides `baseline_features`), "pairs" (`baseline_pairs`), or None: no baseline."""
+        if cls.baseline_features is not DataModule.baseline_features:
+            return "features"
+        if cls.baseline_pairs is not DataModule.baseline_pairs:
+            return "pairs"
+        return None
+
+    @classmethod
     def has_baseline(cls) -> bool:
-        """Whether this data gives features for the classical baseline (it overrides `baseline_features`)."""
-        return cls.baseline_features is not DataModule.baseline_features
+        """Whether this data has a classical baseline (`baseline_kind()` is not None)."""
+        return cls.baseline_kind() is not None
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], Any] | None:
         """(parts, labels) of `split` for the classical baseline (`attnzoo.run.baseline`); None: no such split."""
@@ -55,3 +68,7 @@ class DataModule(L.LightningDataModule):
             f"{type(self).__name__} has no classical baseline (run.baseline is for classification data); "
             "set run.baseline=false"
         )
+
+    def baseline_pairs(self, split: str) -> list[tuple[str, str]] | None:
+        """(source, target) pairs of `split` for the translation-memory baseline; None: no such split."""
+        raise ValueError(f"{type(self).__name__} has no translation-memory baseline; set run.baseline=false")

@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
+from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
 
@@ -149,6 +150,9 @@ class LMDataModule(DataModule):
         tokenizer: a subword kind learned from the train split ("bpe", "wordpiece", "unigram"), "bytes", or a
             `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
         vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
+        split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens); no
+            effect on "bytes" or a tokenizer file. "auto": for files, not for the embedded text
+            (`attnzoo.data.modules.defaults.sequence_data`).
         block_size: tokens per training example (the model's context length).
     """
 
@@ -162,6 +166,7 @@ class LMDataModule(DataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,
+        split_digits: bool | Literal["auto"] = "auto",
         block_size: int = 128,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
@@ -183,6 +188,8 @@ class LMDataModule(DataModule):
         self.files = {"train": train, "val": val, "test": test}
         self.documents = documents
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.split_digits = split_digits
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.block_size = block_size
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
@@ -197,11 +204,16 @@ class LMDataModule(DataModule):
         if self.datasets:
             return
         self.docs = self._splits()
+        if self.split_digits == "auto":
+            embedded = self.files["train"] is None
+            self.chosen = defaults.sequence_data(embedded=embedded, what="the embedded Python Language Reference")
+            self.split_digits = self.chosen["data.split_digits"][0]
         self.tokenizer = make_tokenizer(
             self.tokenizer_spec,
             texts=self.docs["train"],
             vocab_size=self.vocab_size,
             min_frequency=self.min_frequency,
+            split_digits=self.split_digits,
             generates="a language model (bos starts and eos ends each document)",
         )
         for split, docs in self.docs.items():
@@ -279,6 +291,15 @@ class LMDataModule(DataModule):
         return torch.tensor([i for doc in ids for i in doc], dtype=torch.int32)
 
     # ------------------------------------------------------------------------------------------------------------
+
+    AUTO_KEYS = defaults.SEQUENCE_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for `AUTO_KEYS`
+        (used where the config says auto)."""
+        self._require_setup()
+        embedded, blocks = self.files["train"] is None, len(self.datasets["train"])
+        return {**self.chosen, **defaults.lm_model(embedded=embedded, num_blocks=blocks, batch_size=self.batch_size)}
 
     def model_inputs(self) -> dict[str, Any]:
         self._require_setup()

@@ -30,6 +30,7 @@ from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
+from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
 
@@ -107,6 +108,9 @@ class TranslationDataModule(DataModule):
         tokenizer: a subword kind learned from the train split's sources and targets ("bpe", "wordpiece",
             "unigram"), "bytes" (UTF-8 bytes), or a `tokenizers` JSON file (e.g. a run's `tokenizer.json`).
         vocab_size, min_frequency: subword vocabulary size (special tokens included) and least pair count to merge.
+        split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens), so that
+            numbers are copied digit by digit; no effect on "bytes" or a tokenizer file. "auto": for files, not for
+            the embedded phrases (`attnzoo.data.modules.defaults.sequence_data`).
         max_len: the most tokens of a source, and of a target with bos or eos. Longer train pairs are left out, longer
             val/test pairs cut (both counted in the log; `tgt_text` keeps the whole reference).
         bucket, bucket_pool: batch pairs of similar lengths (pools of `bucket_pool` batches).
@@ -133,6 +137,7 @@ class TranslationDataModule(DataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 4000,
         min_frequency: int = 2,
+        split_digits: bool | Literal["auto"] = "auto",
         max_len: int = 128,
         batch_size: int = 64,
         eval_batch_size: int | None = None,
@@ -175,6 +180,8 @@ class TranslationDataModule(DataModule):
             )
         self.sizes = {k.removeprefix("num_"): v if v is not None else EMBEDDED[k] for k, v in sizes.items()}
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
+        self.split_digits = split_digits
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.max_len = max_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.bucket, self.bucket_pool, self.pad_to_multiple = bucket, bucket_pool, pad_to_multiple
@@ -192,13 +199,18 @@ class TranslationDataModule(DataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        self.pairs = self._embedded_splits() if self.files["train"] is None else self._file_splits()
+        embedded = self.files["train"] is None
+        self.pairs = self._embedded_splits() if embedded else self._file_splits()
+        if self.split_digits == "auto":
+            self.chosen = defaults.sequence_data(embedded=embedded, what="the embedded CLDR phrases")
+            self.split_digits = self.chosen["data.split_digits"][0]
         texts = [side for pair in self.pairs["train"] for side in pair]
         self.tokenizer = make_tokenizer(
             self.tokenizer_spec,
             texts=texts,
             vocab_size=self.vocab_size,
             min_frequency=self.min_frequency,
+            split_digits=self.split_digits,
             generates="translation (bos starts the decoder input, eos ends the labels)",
         )
         for split, pairs in self.pairs.items():
@@ -310,6 +322,16 @@ class TranslationDataModule(DataModule):
     # ------------------------------------------------------------------------------------------------------------
     # what models and tasks need
 
+    AUTO_KEYS = defaults.SEQUENCE_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for `AUTO_KEYS`
+        (used where the config says auto)."""
+        self._require_setup()
+        embedded, num_train = self.files["train"] is None, len(self.datasets["train"])
+        chosen = defaults.translation_model(embedded=embedded, num_train=num_train, batch_size=self.batch_size)
+        return {**self.chosen, **chosen}
+
     def model_inputs(self) -> dict[str, Any]:
         self._require_setup()
         tok = self.tokenizer
@@ -320,6 +342,11 @@ class TranslationDataModule(DataModule):
             "eos_id": tok.eos_id,
             "max_len": self.max_len,
         }
+
+    def baseline_pairs(self, split: str) -> list[tuple[str, str]] | None:
+        """The split's (source, target) texts for a translation memory (`attnzoo.run.translation_memory`)."""
+        self._require_setup()
+        return list(self.datasets[split].texts) if split in self.datasets else None
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""

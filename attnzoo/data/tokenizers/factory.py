@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 from ...attention.specs import suggest
 from .subword import KINDS, SubwordTokenizer
 from .tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, Tokenizer
+
+log = logging.getLogger("attnzoo")
 
 
 def make_tokenizer(
@@ -17,6 +20,7 @@ def make_tokenizer(
     vocab_size: int = 8000,
     min_frequency: int = 2,
     lowercase: bool = False,
+    split_digits: bool = False,
     generates: str | None = None,
 ) -> Tokenizer:
     """A tokenizer from a name in `TOKENIZERS`, a subword kind trained on `texts`, or a `tokenizers` JSON file.
@@ -25,6 +29,8 @@ def make_tokenizer(
         spec: "bytes", "listops", "bpe", "wordpiece", "unigram" or a file path.
         texts: the training split's texts, for a subword kind (`attnzoo.data.tokenizers.subword`).
         vocab_size, min_frequency, lowercase: subword options.
+        split_digits: a learned subword vocabulary makes every digit a token of its own; no effect on a fixed
+            tokenizer or a file (which keeps its own pre-tokenizer).
         generates: for a model that generates text, what it is (named in errors). The tokenizer then has bos/eos
             ids: "bytes" gains them, a file (a run's saved `tokenizer.json`) must define them, and the fixed word
             lists are not offered.
@@ -37,8 +43,15 @@ def make_tokenizer(
                 f"valid here: {names} or a `tokenizers` .json file"
             )
         return SubwordTokenizer.train(
-            texts, kind=spec, vocab_size=vocab_size, min_frequency=min_frequency, lowercase=lowercase
+            texts,
+            kind=spec,
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            lowercase=lowercase,
+            split_digits=split_digits,
         )
+    if split_digits:
+        log.info("data.split_digits: no effect on data.tokenizer %r (only a vocabulary learned here splits them)", spec)
     if generates is not None:
         return _generating(spec, what=generates)
     if spec in TOKENIZERS:

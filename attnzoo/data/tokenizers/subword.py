@@ -1,9 +1,11 @@
 """Subword tokenizers (Hugging Face `tokenizers`) trained on a training split, saved with a run as one JSON file.
 
 Every kind shares one pipeline: NFKC normalization (optionally lowercased), words split at spaces with a "▁" marking
-each word start (SentencePiece's Metaspace), then subword pieces. Decoding joins the pieces and turns "▁" back into
-spaces, so `decode(encode(text))` gives the normalized text back exactly, except for a leading space (the one "▁"
-that every text starts with) and characters never seen in training (which become the unknown token). Kinds:
+each word start (SentencePiece's Metaspace), optionally every digit made a piece of its own (`split_digits`, as
+the tokenizers of LLaMA and Gemma do: "84,509" is "8 4 , 5 0 9", never an arbitrary merge such as "84" "50" "9", so
+a model copies and translates numbers digit by digit), then subword pieces. Decoding joins the pieces and turns "▁"
+back into spaces, so `decode(encode(text))` gives the normalized text back exactly, except for a leading space (the
+one "▁" that every text starts with) and characters never seen in training (which become the unknown token). Kinds:
 
 - `bpe`: byte-pair-encoding merges learned from the texts (Sennrich et al.), applied in merge order.
 - `wordpiece`: the same learned vocabulary, applied greedily longest-match-first (BERT's WordPiece inference; HF's own
@@ -99,6 +101,7 @@ class SubwordTokenizer:
         vocab_size: int = 8000,
         min_frequency: int = 2,
         lowercase: bool = False,
+        split_digits: bool = False,
     ) -> SubwordTokenizer:
         """Learn a vocabulary of at most `vocab_size` tokens (specials included) from `texts`.
 
@@ -106,6 +109,7 @@ class SubwordTokenizer:
             kind: "bpe", "wordpiece" or "unigram".
             min_frequency: BPE/WordPiece merge only pairs seen at least this often.
             lowercase: lowercase before everything else (for classification; translation keeps case).
+            split_digits: every digit a token of its own (no merge joins a digit with anything).
         """
         if kind not in KINDS:
             from ...attention.factory import suggest
@@ -130,13 +134,13 @@ class SubwordTokenizer:
             trainer = hf.trainers.BpeTrainer(
                 vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials, show_progress=False
             )
-        tok = _pipeline(hf.Tokenizer(model), lowercase=lowercase)
+        tok = _pipeline(hf.Tokenizer(model), lowercase=lowercase, split_digits=split_digits)
         tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
         if kind == "wordpiece":
             wordpiece = hf.models.WordPiece(
                 vocab=tok.get_vocab(), unk_token=SPECIALS["unk"], continuing_subword_prefix=""
             )
-            tok = _pipeline(hf.Tokenizer(wordpiece), lowercase=lowercase)
+            tok = _pipeline(hf.Tokenizer(wordpiece), lowercase=lowercase, split_digits=split_digits)
             tok.add_special_tokens(specials)
         elif kind == "unigram":
             tok = _canonical_unigram(tok, specials)
@@ -201,11 +205,15 @@ class SubwordTokenizer:
         return f"SubwordTokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, name={self.name!r})"
 
 
-def _pipeline(tok: Any, *, lowercase: bool) -> Any:
+def _pipeline(tok: Any, *, lowercase: bool, split_digits: bool = False) -> Any:
     hf = _hf()
     norm = [hf.normalizers.NFKC()] + ([hf.normalizers.Lowercase()] if lowercase else [])
     tok.normalizer = hf.normalizers.Sequence(norm)
     tok.pre_tokenizer = hf.pre_tokenizers.Metaspace()
+    if split_digits:  # after Metaspace: "▁1995" -> "▁" "1" "9" "9" "5", which decodes back to " 1995"
+        tok.pre_tokenizer = hf.pre_tokenizers.Sequence(
+            [hf.pre_tokenizers.Metaspace(), hf.pre_tokenizers.Digits(individual_digits=True)]
+        )
     tok.decoder = hf.decoders.Metaspace()
     return tok
 
@@ -230,7 +238,7 @@ def _canonical_unigram(tok: Any, specials: list[str]) -> Any:
     pieces = [(p, round(low if appended(p, s) else s, _ROUND)) for p, s in pieces]
     pieces.sort(key=lambda x: (-x[1], x[0]))
     model = hf.models.Unigram([tuple(x) for x in head] + pieces, unk_id=record["model"]["unk_id"], byte_fallback=False)
-    out = _pipeline(hf.Tokenizer(model), lowercase=_lowercases(record))
+    out = _pipeline(hf.Tokenizer(model), lowercase=_lowercases(record), split_digits=_splits_digits(record))
     out.add_special_tokens(specials)
     return out
 
@@ -238,6 +246,11 @@ def _canonical_unigram(tok: Any, specials: list[str]) -> Any:
 def _lowercases(record: dict[str, Any]) -> bool:
     norm = record.get("normalizer") or {}
     return any(n.get("type") == "Lowercase" for n in norm.get("normalizers", []))
+
+
+def _splits_digits(record: dict[str, Any]) -> bool:
+    pre = record.get("pre_tokenizer") or {}
+    return any(p.get("type") == "Digits" for p in pre.get("pretokenizers", []))
 
 
 TOKENIZER_FILE = "tokenizer.json"

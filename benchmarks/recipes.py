@@ -38,6 +38,8 @@ RUNS = {
                      ["data.dataset=folder", "data.root={root}"]),
     "sklearn-digits": ("image", "report", ["images.py", "sklearn-digits"], "vit.yaml",
                        ["data.dataset=folder", "data.root={root}"]),
+    "glyphs": ("image", "tune", ["images.py", "glyphs"], "vit.yaml", ["data.dataset=folder", "data.root={root}"]),
+    "shapes": ("image", "report", ["images.py", "shapes"], "vit.yaml", ["data.dataset=folder", "data.root={root}"]),
     "commands": ("audio", "tune", ["audio.py", "commands"], "ast.yaml", ["data.source=folder", "data.root={root}"]),
     "digits": ("audio", "report", ["audio.py", "digits", "--seed", "1"], "ast.yaml",
                ["data.source=folder", "data.root={root}"]),

@@ -282,6 +282,10 @@ class ImageDataModule(L.LightningDataModule):
         chosen = defaults.image_data(
             embedded=self.dataset == EMBEDDED, img_size=self.img_size, drawing=drawing, mixed_polarity=mixed
         )
+        if self.augment is False:  # set by the user: no augmentation of any kind unless asked for by name
+            why = "data.augment is false: no augmentation"
+            chosen.update({"data.trivial_augment": (False, why), "data.mixup_alpha": (0.0, why),
+                           "data.cutmix_alpha": (0.0, why)})  # fmt: skip
         for name in names:
             if getattr(self, name) == "auto":
                 value, why = chosen[f"data.{name}"]

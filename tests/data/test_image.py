@@ -248,3 +248,12 @@ def test_tiny_images_get_gentle_augmentation_only():
     assert (data.augment, data.trivial_augment, data.mixup_alpha) == (False, False, 0.0)  # the embedded digits
     chosen = {k: v for k, (v, _) in defaults.image_data(embedded=False, img_size=28).items()}
     assert chosen["data.augment"] is True and chosen["data.crop_scale"] == 0.8 and chosen["data.mixup_alpha"] == 0.0
+
+
+def test_augment_false_turns_off_every_augmentation_left_to_auto(tmp_path):
+    _symbols(tmp_path)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.25, **{**AUTO, "augment": False})
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert chosen["data.trivial_augment"] is False and chosen["data.mixup_alpha"] == 0.0
+    assert "data.augment is false" in data.auto_values()["data.trivial_augment"][1]
+    assert chosen["data.ink"] is True  # not an augmentation: the input as the model reads it

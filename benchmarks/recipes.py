@@ -106,7 +106,8 @@ def run(name: str, spec: tuple, standins: Path, runs: Path) -> dict:
         parameters=summary["parameters"],
         precision=summary["precision"],
         train_examples=summary.get("baseline", {}).get("train_examples"),
-        chosen=[line.strip() for line in proc.stderr.splitlines() if ": auto -> " in line],
+        chosen=[line.strip() for line in proc.stderr.splitlines() if ": auto -> " in line or "attnzoo: data: " in line],
+        warnings=[line.strip() for line in proc.stderr.splitlines() if "not learning" in line],
         config_yaml_bytes=len(config),
     )
     return record

@@ -38,6 +38,8 @@ RUNS = {
                      ["data.dataset=folder", "data.root={root}"]),
     "sklearn-digits": ("image", "report", ["images.py", "sklearn-digits"], "vit.yaml",
                        ["data.dataset=folder", "data.root={root}"]),
+    "glyphs": ("image", "tune", ["images.py", "glyphs"], "vit.yaml", ["data.dataset=folder", "data.root={root}"]),
+    "shapes": ("image", "report", ["images.py", "shapes"], "vit.yaml", ["data.dataset=folder", "data.root={root}"]),
     "commands": ("audio", "tune", ["audio.py", "commands"], "ast.yaml", ["data.source=folder", "data.root={root}"]),
     "digits": ("audio", "report", ["audio.py", "digits", "--seed", "1"], "ast.yaml",
                ["data.source=folder", "data.root={root}"]),
@@ -104,7 +106,8 @@ def run(name: str, spec: tuple, standins: Path, runs: Path) -> dict:
         parameters=summary["parameters"],
         precision=summary["precision"],
         train_examples=summary.get("baseline", {}).get("train_examples"),
-        chosen=[line.strip() for line in proc.stderr.splitlines() if ": auto -> " in line],
+        chosen=[line.strip() for line in proc.stderr.splitlines() if ": auto -> " in line or "attnzoo: data: " in line],
+        warnings=[line.strip() for line in proc.stderr.splitlines() if "not learning" in line],
         config_yaml_bytes=len(config),
     )
     return record

@@ -249,6 +249,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     from .checkpoint_io import AtomicCheckpointIO
     from .cluster import slurm_job
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
+    from .stalled import LearningCheck
 
     run = cfg.section("run")
     monitor = check_monitor(cfg, task)
@@ -262,6 +263,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
+        LearningCheck(),
         *run_callbacks.callbacks(ckpt_dir / "last.ckpt", slurm_job=slurm_job()),
         *extra_callbacks,
     ]

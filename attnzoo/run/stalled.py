@@ -1,0 +1,83 @@
+"""`LearningCheck`: says in the log, once, when a classification run is not learning, with the likely cause and
+the overrides to try.
+
+Two signs, checked after `epochs` epochs: the training loss has not fallen below chance (ln K for K classes: the
+model has not begun to fit its own training data: the learning rate or the data), or validation accuracy is still
+near chance (1/K) while the training loss fell (the model fits train but learns nothing that carries to val: the
+data, or augmentation that changes what the images show).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import lightning as L
+
+log = logging.getLogger("attnzoo")
+
+LOSS_AT_CHANCE = 0.97  # a mean training loss above this share of ln K has not begun to fall
+ACC_NEAR_CHANCE = 1.5  # val accuracy below this many times 1/K is near chance
+
+
+class LearningCheck(L.Callback):
+    """Warn once when, after `epochs` epochs, train loss stays at chance or val accuracy stays near chance."""
+
+    def __init__(self, epochs: int = 3) -> None:
+        self.epochs = epochs
+        self.losses: list[float] = []  # this epoch's training losses
+        self.checked = False
+
+    @staticmethod
+    def _classes(trainer: L.Trainer, task: L.LightningModule) -> int | None:
+        """K, for single-label classification tasks (which monitor accuracy); else None."""
+        k = trainer.datamodule.model_inputs().get("num_classes") if trainer.datamodule is not None else None
+        return k if getattr(task, "monitor", None) == "acc" and isinstance(k, int) and k > 1 else None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, task: L.LightningModule) -> None:
+        self.losses = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, task: L.LightningModule, outputs: Any, batch: Any, i: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self.losses.append(float(loss))
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, task: L.LightningModule) -> None:
+        if not trainer.sanity_checking:  # Lightning validates before the training epoch's end hook
+            self._check(trainer, task, trainer.callback_metrics.get("val/acc"))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, task: L.LightningModule) -> None:
+        self._check(trainer, task, None)  # an epoch without validation
+
+    def _check(self, trainer: L.Trainer, task: L.LightningModule, acc: Any) -> None:
+        k = self._classes(trainer, task)
+        if k is None or self.checked or trainer.current_epoch + 1 != self.epochs or not self.losses:
+            return
+        self.checked = True
+        loss, chance = sum(self.losses) / len(self.losses), math.log(k)
+        if loss >= LOSS_AT_CHANCE * chance:
+            lr = getattr(task, "optimizer_spec", {}).get("lr")
+            log.warning(
+                "attnzoo: not learning: after %d epochs the training loss is %.3f, at chance (ln %d = %.3f): the "
+                "model has not begun to fit its training data. Likely causes: the learning rate "
+                "(task.optimizer.lr=%s; try task.optimizer.lr=%s), or the data (look at a batch: images blank or "
+                "alike after resizing and normalization, labels that do not match the images). To tell them apart, "
+                "see whether it fits without augmentation: data.augment=false data.trivial_augment=false "
+                "data.mixup_alpha=0",
+                self.epochs, loss, k, chance, lr, _lower(lr),
+            )  # fmt: skip
+        elif acc is not None and float(acc) < ACC_NEAR_CHANCE / k:
+            log.warning(
+                "attnzoo: not learning: after %d epochs val/acc is %.3f, near chance (1/%d = %.3f), while the "
+                "training loss fell to %.3f (chance: %.3f): what the model learns from train does not carry to val. "
+                "Likely causes: the data (val images unlike train's, classes that differ between the splits' "
+                "folders, too few images per class) or augmentation that changes what the images show; try "
+                "data.augment=false data.trivial_augment=false data.mixup_alpha=0, and compare with the baseline "
+                "(run.baseline=true)",
+                self.epochs, float(acc), k, 1 / k, loss, chance,
+            )  # fmt: skip
+
+
+def _lower(lr: Any) -> str:
+    return f"{lr / 3:.0e}" if isinstance(lr, int | float) and lr > 0 else "1e-4"

@@ -1,0 +1,51 @@
+"""A run that does not learn says so in its log, with the likely cause and the overrides to try."""
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from attnzoo.config import load
+from attnzoo.run import fit
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+FAST = [
+    "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "trainer.precision=32-true",
+    "trainer.num_sanity_val_steps=0", "trainer.max_epochs=3", "run.baseline=false", "run.test=false",
+    "model.depth=1", "data.batch_size=8", "data.img_size=16", "data.augment=false", "data.trivial_augment=false",
+    "data.ink=false",
+]  # fmt: skip
+
+
+def _folder(root: Path, *, learnable: bool) -> list[str]:
+    """Two classes of 16x16 images: black vs white (learnable), or the same noise images in both (not)."""
+    rng = np.random.default_rng(0)
+    noise = [rng.integers(0, 255, (16, 16, 3), dtype=np.uint8) for _ in range(12)]
+    for split, n in (("train", 12), ("val", 4)):
+        for c, label in enumerate(("a", "b")):
+            (root / split / label).mkdir(parents=True)
+            for i in range(n):
+                image = np.full((16, 16, 3), 255 * c, np.uint8) if learnable else noise[i]
+                Image.fromarray(image).save(root / split / label / f"{i}.png")
+    return ["data.dataset=folder", f"data.root={root}"]
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_a_run_whose_train_loss_stays_at_chance_says_why_and_what_to_try(tmp_path, caplog, learnable):
+    data = _folder(tmp_path / "images", learnable=learnable)
+    overrides = [*FAST, *data, f"run.dir={tmp_path}"]
+    if learnable:  # a learning rate that fits black vs white within the first epochs
+        overrides.append("task.optimizer.lr=1e-2")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        fit(load([RECIPES / "vit.yaml"], overrides))
+    warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
+    if learnable:
+        assert warnings == []
+        return
+    assert len(warnings) == 1  # once, not every epoch
+    text = warnings[0]
+    assert "after 3 epochs the training loss is" in text and "at chance (ln 2 = 0.693)" in text
+    assert "task.optimizer.lr=0.003" in text and "try task.optimizer.lr=1e-03" in text
+    assert "data.augment=false" in text and "look at a batch" in text

@@ -133,7 +133,7 @@ def text_image_data(*, embedded: bool, img_size: int) -> Chosen:
     """Augmentation of image-question pairs: small shifts only. Flips would turn "left of" into "right of" and
     photometric changes would change colour answers, so neither is ever chosen."""
     if embedded:
-        return {"data.augment": (False, "the embedded scenes: the recipe's measured settings")}
+        return {"data.augment": (False, "the embedded scenes: fixed settings")}
     shift = max(1, img_size // 16)
     return {"data.augment": (True, f"{img_size}x{img_size} images: shifts of up to {shift} px, no flips or colour")}
 
@@ -141,7 +141,7 @@ def text_image_data(*, embedded: bool, img_size: int) -> Chosen:
 def text_image_run(*, embedded: bool, num_train: int, batch_size: int) -> Chosen:
     """Epoch budget and early-stopping patience of the text-image recipe."""
     if embedded:
-        why = "the embedded scenes: the recipe's measured settings"
+        why = "the embedded scenes: fixed settings"
         return {"trainer.max_epochs": (EMBEDDED_SCENE_EPOCHS, why), "run.early_stopping.patience": (10, why)}
     epochs, why = epoch_budget(num_train, batch_size, steps=3000, low=10, high=100)
     patience = max(5, math.ceil(epochs / 4))

@@ -314,9 +314,12 @@ def validate(cfg: Config) -> None:
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('trainer.grad_checkpointing')})") from err
     check_options(cfg, "run", cfg.section("run"), RUN_OPTIONS)
-    if cfg.section("run").get("early_stopping") is not None:
+    stopping = cfg.section("run").get("early_stopping")
+    if stopping is not None:
+        if isinstance(stopping, dict) and "run.early_stopping.patience" in auto:  # chosen by the data, checked then
+            stopping = {**stopping, "patience": EARLY_STOPPING["patience"]}
         try:
-            early_stopping_options(cfg.section("run")["early_stopping"])
+            early_stopping_options(stopping)
         except ValueError as err:
             raise ConfigError(f"{err} (set in {cfg.where('run.early_stopping')})") from err
     smoke = cfg.section("smoke")

@@ -24,6 +24,22 @@ Tensor = torch.Tensor
 
 IMAGE_POSITIONS = ("learned", "none")
 POOLING = ("mean", "first")
+FUSIONS = ("text", "both")
+IMAGE_STEMS = ("patch", "conv")
+
+
+def conv_stem(in_chans: int, dim: int, patch_size: int) -> nn.Sequential:
+    """log2(patch_size) x (3x3 conv with stride 2, BatchNorm, ReLU), widths doubling up to `dim`, then a 1x1 conv
+    to `dim`: [B, in_chans, S, S] -> [B, dim, S / patch_size, S / patch_size], the grid of a patchify convolution
+    (Xiao et al. 2021, "Early convolutions help transformers see better")."""
+    steps = patch_size.bit_length() - 1
+    if patch_size < 2 or 2**steps != patch_size:
+        raise ValueError(f"image_stem 'conv' needs a power-of-2 patch_size >= 2, got {patch_size}")
+    widths = [max(8, dim // 2 ** (steps - 1 - i)) for i in range(steps)]  # e.g. dim 64, patch 8: 16, 32, 64
+    layers: list[nn.Module] = []
+    for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True):
+        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Conv2d(widths[-1], dim, 1))
 
 
 class TextImageNet(nn.Module):
@@ -48,6 +64,13 @@ class TextImageNet(nn.Module):
             bias or axial rotary can carry position: the image encoder's attention gets `grid_size` as context).
         text_pos: text positions, a `POSITIONS` spec ("learned", "sinusoidal", "none" with rotary, ...).
         pooling: "mean" over non-pad tokens, or the "first" token.
+        image_stem: "patch" (one linear map of each patch, as ViT) or "conv" (`conv_stem`: strided 3x3
+            convolutions to the same patch grid, so each patch token sees shapes across patch borders).
+        fusion: "text": only text attends to patches, the head reads the pooled text. "both": in every fusion
+            layer the patches also attend to the text (text padding is their key padding mask) and then to each
+            other, and the head reads the pooled text beside the mean of the patches. Patches that know the
+            question can each say whether they answer it, and a mean over them counts, which softmax attention
+            from a text token (weights summing to 1) does poorly.
         attention: self-attention config of both encoders and the fusion blocks (`attnzoo.attention.factory`).
         image_attention: self-attention config of the image encoder alone, instead of `attention` (e.g. a
             `relative_2d` bias or `rope_2d`, which need the patch grid the text side does not have).
@@ -77,6 +100,8 @@ class TextImageNet(nn.Module):
         image_pos: str = "learned",
         text_pos: str | dict[str, Any] = "learned",
         pooling: str = "mean",
+        image_stem: str = "patch",
+        fusion: str = "text",
         attention: dict[str, Any] | None = None,
         image_attention: dict[str, Any] | None = None,
         cross_attention: dict[str, Any] | None = None,
@@ -90,12 +115,16 @@ class TextImageNet(nn.Module):
             raise ValueError(f"image_pos {image_pos!r} is not one of {IMAGE_POSITIONS}")
         if pooling not in POOLING:
             raise ValueError(f"pooling {pooling!r} is not one of {POOLING}")
+        if image_stem not in IMAGE_STEMS:
+            raise ValueError(f"image_stem {image_stem!r} is not one of {IMAGE_STEMS}")
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion {fusion!r} is not one of {FUSIONS}")
         for name, value in {"fusion_depth": fusion_depth, "max_len": max_len, "num_classes": num_classes}.items():
             if value < 1:
                 raise ValueError(f"{name} ({value}) must be >= 1")
         if not 0 <= pad_id < vocab_size:
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
-        self.img_size, self.max_len, self.pooling = img_size, max_len, pooling
+        self.img_size, self.max_len, self.pooling, self.fusion = img_size, max_len, pooling, fusion
 
         # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
         self.image_encoder = ViT(
@@ -114,6 +143,8 @@ class TextImageNet(nn.Module):
             attention=attention if image_attention is None else image_attention,
         )
         self.grid_size = self.image_encoder.grid_size
+        if image_stem == "conv":
+            self.image_encoder.patch_embed.proj = conv_stem(in_chans, image_dim, patch_size)
 
         self.token_embed = nn.Embedding(vocab_size, text_dim, padding_idx=pad_id)
         text_context = attention_context(max_len=max_len)  # of every text self-attention
@@ -150,9 +181,37 @@ class TextImageNet(nn.Module):
             )
             for i in range(fusion_depth)
         )
+        head_dim = text_dim
+        if fusion == "both":  # patches read the text, then each other: [B, N, Ci]
+            image_context = attention_context(grid_size=self.grid_size)
+            make_image_self = attention_builder(
+                attention if image_attention is None else image_attention, **image_context
+            )
+            image_hidden = int(image_dim * mlp_ratio)
+            self.image_cross_blocks = nn.ModuleList(
+                CrossAttentionBlock(
+                    dim=image_dim,
+                    # the image-side cross-attention layers continue the text side's: indices fusion_depth, ...
+                    cross_attn=make_cross(image_dim, num_heads, layer_index=fusion_depth + i, context_dim=text_dim),
+                    mlp=Mlp(image_dim, image_hidden),
+                    gated=gated,
+                )
+                for i in range(fusion_depth)
+            )
+            # the patches' fusion self-attention continues the image encoder's stack: indices image_depth, ...
+            self.image_blocks = nn.ModuleList(
+                TransformerBlock(
+                    dim=image_dim,
+                    attn=make_image_self(image_dim, num_heads, layer_index=image_depth + i),
+                    mlp=Mlp(image_dim, image_hidden),
+                )
+                for i in range(fusion_depth)
+            )
+            self.image_norm = nn.LayerNorm(image_dim)
+            head_dim += image_dim
         self.norm = nn.LayerNorm(text_dim)
         self.head_drop = nn.Dropout(head_drop)
-        self.head = nn.Linear(text_dim, num_classes)
+        self.head = nn.Linear(head_dim, num_classes)
 
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         """Checkpoint the image and text encoders (`Encoder.set_grad_checkpointing`); fusion blocks are not."""
@@ -195,16 +254,21 @@ class TextImageNet(nn.Module):
         patches = self.encode_image(image)  # [B, N, Ci]
         x = self.encode_text(tokens, padding_mask)  # [B, L, Ct]
         maps = []
-        for cross, block in zip(self.cross_blocks, self.text_blocks, strict=True):
+        for i, (cross, block) in enumerate(zip(self.cross_blocks, self.text_blocks, strict=True)):
             if return_cross_attention:
                 with capture_attention() as records:
                     x = cross(x, patches)
                 maps.append(records[-1])  # [B, H, L, N]
             else:
                 x = cross(x, patches)
+            if self.fusion == "both":
+                patches = self.image_cross_blocks[i](patches, x, context_padding_mask=padding_mask)  # [B, N, Ci]
+                patches = self.image_blocks[i](patches)
             x = block(x, key_padding_mask=padding_mask)
-        x = self.norm(x)
-        logits = self.head(self.head_drop(self._pool(x, padding_mask)))
+        pooled = self._pool(self.norm(x), padding_mask)  # [B, Ct]
+        if self.fusion == "both":
+            pooled = torch.cat([pooled, self.image_norm(patches).mean(dim=1)], dim=-1)  # [B, Ct + Ci]
+        logits = self.head(self.head_drop(pooled))
         return (logits, maps) if return_cross_attention else logits
 
     def _pool(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:

@@ -219,3 +219,45 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path):
     image = dm.datasets["train"][0]["image"]  # [3, 32, 32] in [-1, 1]
     assert image.min() == -1.0 and image.max() == 1.0
     assert (image[0] < 0).float().mean() > 0.4  # a ramp: about half below the midpoint, not all clipped to white
+
+
+def test_augment_shifts_training_images_only_and_never_flips():
+    dm = _dm(augment=True)
+    train, val = dm.datasets["train"], dm.datasets["val"]
+    assert train.shift == 3 and val.shift == 0  # 48 px: up to 48 // 16 px
+    torch.manual_seed(0)
+    plain = dm.datasets["train"].images[0]
+    plain = torch.tensor(plain).permute(2, 0, 1).float() / 127.5 - 1.0
+    views = [train[0]["image"] for _ in range(8)]
+    assert any(not torch.equal(v, plain) for v in views)
+    for v in views:  # a shifted copy: some offset (dy, dx) within +-3 matches the plain image on the overlap
+        found = False
+        for dy in range(-3, 4):
+            for dx in range(-3, 4):
+                a = v[:, max(0, -dy) : 48 - max(0, dy), max(0, -dx) : 48 - max(0, dx)]
+                b = plain[:, max(0, dy) : 48 + min(0, dy), max(0, dx) : 48 + min(0, dx)]
+                found |= torch.equal(a, b)
+        assert found
+    assert torch.equal(val[0]["image"], val[0]["image"])  # evaluation images are fixed
+    features, _ = dm.baseline_features("train")  # the baseline sees the images unshifted
+    np.testing.assert_array_equal(features["pixels"][0], plain.flatten().numpy())
+
+
+def test_auto_values_follow_the_data(tmp_path):
+    from attnzoo.data.modules import defaults
+
+    dm = _dm(augment="auto")
+    chosen = {k: v for k, (v, _) in dm.auto_values().items()}
+    assert chosen["data.augment"] is False and dm.datasets["train"].shift == 0  # the embedded scenes
+    assert chosen["trainer.max_epochs"] == defaults.EMBEDDED_SCENE_EPOCHS
+    assert set(defaults.TEXT_IMAGE_KEYS) <= set(chosen)
+    gen, paths = _write(tmp_path)
+    files = _dm(
+        augment="auto", train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names
+    )
+    chosen = {k: v for k, (v, _) in files.auto_values().items()}
+    assert chosen["data.augment"] is True and files.datasets["train"].shift == 2
+    small = defaults.text_image_run(embedded=False, num_train=1000, batch_size=64)  # 16 steps an epoch
+    large = defaults.text_image_run(embedded=False, num_train=50000, batch_size=64)
+    assert small["trainer.max_epochs"][0] > large["trainer.max_epochs"][0] >= 10
+    assert small["run.early_stopping.patience"][0] >= large["run.early_stopping.patience"][0] >= 5

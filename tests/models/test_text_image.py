@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnzoo.models.text_image import IMAGE_POSITIONS, POOLING, TextImageNet
+from attnzoo.models.text_image import FUSIONS, IMAGE_POSITIONS, POOLING, TextImageNet
 
 SMALL = dict(num_classes=5, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_len=24)
 
@@ -19,13 +19,15 @@ def _inputs(b=3, lengths=(7, 4, 9)):
     return image, tokens.masked_fill(pad, 0), pad
 
 
+@pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("pooling", POOLING)
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
-def test_extra_padding_leaves_real_tokens_unchanged(pooling, gated, backend):
-    net = _net(pooling=pooling, gated=gated, attention={"backend": backend}, cross_attention={"backend": backend})
-    if gated:  # open the gates so the cross-attention branch matters
-        for block in net.cross_blocks:
+def test_extra_padding_leaves_real_tokens_unchanged(fusion, pooling, gated, backend):
+    attn = {"backend": backend}
+    net = _net(fusion=fusion, pooling=pooling, gated=gated, attention=attn, cross_attention=attn)
+    if gated:  # open the gates so the cross-attention branches matter
+        for block in [*net.cross_blocks, *getattr(net, "image_cross_blocks", [])]:
             torch.nn.init.constant_(block.attn_gate, 0.7)
             torch.nn.init.constant_(block.mlp_gate, 0.7)
     image, tokens, pad = _inputs()
@@ -42,9 +44,10 @@ def test_extra_padding_leaves_real_tokens_unchanged(pooling, gated, backend):
     torch.testing.assert_close(alone, logits[1:2], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("image_pos", IMAGE_POSITIONS)
-def test_forward_backward_and_maps(image_pos):
-    net = _net(image_pos=image_pos, fusion_depth=3).train()
+def test_forward_backward_and_maps(image_pos, fusion):
+    net = _net(image_pos=image_pos, fusion_depth=3, fusion=fusion).train()
     image, tokens, pad = _inputs()
     logits, maps = net(image, tokens, pad, return_cross_attention=True)
     assert logits.shape == (3, 5) and torch.isfinite(logits).all()
@@ -66,8 +69,9 @@ def test_image_matters_and_gates_start_closed():
     assert all(block.attn_gate.grad.abs() > 0 for block in gated.cross_blocks)
 
 
-def test_bf16_autocast_is_finite_with_padding():
-    net = _net()
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_bf16_autocast_is_finite_with_padding(fusion):
+    net = _net(fusion=fusion)
     image, tokens, pad = _inputs()
     pad[0] = True  # an example with no real token at all
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -81,6 +85,7 @@ def test_bf16_autocast_is_finite_with_padding():
         (dict(img_size=18), r"img_size \(18\) must be divisible by patch_size \(4\)"),
         (dict(image_pos="rope"), r"image_pos 'rope' is not one of"),
         (dict(pooling="max"), r"pooling 'max' is not one of"),
+        (dict(fusion="image"), r"fusion 'image' is not one of \('text', 'both'\)"),
         (dict(fusion_depth=0), r"fusion_depth \(0\) must be >= 1"),
         (dict(cross_attention={"bakend": "eager"}), r"model.cross_attention: unknown option 'bakend'"),
     ],
@@ -141,3 +146,21 @@ def test_fusion_self_attention_continues_the_text_layer_indices():
     net = _net(text_depth=2, fusion_depth=2, attention={"pattern": {"kind": "random_blocks", "block": 4}})
     layers = [b.attn for b in net.text_encoder.blocks] + [b.attn for b in net.text_blocks]
     assert [a.pattern.layer_index for a in layers] == [0, 1, 2, 3]
+
+
+def test_patches_read_the_question_with_fusion_both():
+    """With fusion "both" the patches attend to the real text tokens only, and what they make of it reaches the
+    logits: the patch half of the head's input changes with the question, not with the padding under the mask."""
+    net = _net(fusion="both")
+    image, tokens, pad = _inputs()
+    seen = {}
+    net.image_norm.register_forward_hook(lambda m, i, o: seen.__setitem__("patches", o.detach()))
+    net(image, tokens, pad)
+    first = seen["patches"]
+    garbage = tokens.masked_fill(pad, 7)  # other ids under the mask
+    net(image, garbage, pad)
+    torch.testing.assert_close(seen["patches"], first, atol=1e-5, rtol=1e-5)
+    other = tokens.roll(1, dims=0)  # each image gets another example's question
+    net(image, other, pad.roll(1, dims=0))
+    assert not torch.allclose(seen["patches"], first, atol=1e-4)
+    assert net.head.in_features == SMALL["text_dim"] + SMALL["image_dim"]

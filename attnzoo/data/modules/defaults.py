@@ -208,3 +208,31 @@ def lm_model(*, embedded: bool, num_blocks: int, batch_size: int) -> Chosen:
         return {"trainer.max_epochs": (6, "the embedded Python Language Reference: the recipe's measured settings")}
     epochs, why = epoch_budget(num_blocks, batch_size, steps=3000, low=5, high=100)
     return {"trainer.max_epochs": (epochs, why.replace("training examples", "training blocks"))}
+
+
+TEXT_IMAGE_KEYS = ("trainer.max_epochs", "run.early_stopping.patience")
+
+
+def text_image_data(*, embedded: bool, img_size: int) -> Chosen:
+    """Augmentation of image-question pairs: small shifts only. Flips would turn "left of" into "right of" and
+    photometric changes would change colour answers, so neither is ever chosen."""
+    if embedded:
+        return {"data.augment": (False, "the embedded scenes: fixed settings")}
+    shift = max(1, img_size // 16)
+    return {"data.augment": (True, f"{img_size}x{img_size} images: shifts of up to {shift} px, no flips or colour")}
+
+
+def text_image_run(*, embedded: bool, num_train: int, batch_size: int) -> Chosen:
+    """Epoch budget and early-stopping patience of the text-image recipe."""
+    if embedded:
+        why = "the embedded scenes: fixed settings"
+        return {"trainer.max_epochs": (EMBEDDED_SCENE_EPOCHS, why), "run.early_stopping.patience": (10, why)}
+    epochs, why = epoch_budget(num_train, batch_size, steps=3000, low=10, high=100)
+    patience = max(5, math.ceil(epochs / 4))
+    return {
+        "trainer.max_epochs": (epochs, why),
+        "run.early_stopping.patience": (patience, f"a quarter of the {epochs}-epoch budget (at least 5)"),
+    }
+
+
+EMBEDDED_SCENE_EPOCHS = 20

@@ -11,11 +11,12 @@ Batches: {"image": [B, C, H, W] float, "tokens": [B, L] long, "padding_mask": [B
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
 from ..formats.image_io import ImageFileError, load_rgb
 from ..formats.text_files import read_utf8
 from ..tokenizers.factory import make_tokenizer
+from . import defaults
 from .base import DataModule
 from .batching import EpochShuffle, run_seed
 
@@ -67,9 +69,10 @@ class PairDataset(Dataset):
         *,
         image_size: int,
         blank: bool,
+        shift: int = 0,
     ) -> None:
         self.images, self.texts, self.tokens, self.labels = images, texts, tokens, labels
-        self.image_size, self.blank = image_size, blank
+        self.image_size, self.blank, self.shift = image_size, blank, shift
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -83,7 +86,18 @@ class PairDataset(Dataset):
                 pixels = _read(pixels, self.image_size)
             image = torch.tensor(pixels).permute(2, 0, 1).float()  # [H, W, 3] -> [3, H, W]
             image = image / 127.5 - 1.0
+            if self.shift:
+                image = _shift(image, self.shift)
         return {"image": image, "tokens": self.tokens[i], "label": self.labels[i]}
+
+
+def _shift(image: Tensor, most: int) -> Tensor:
+    """[C, S, S] moved by up to `most` pixels along each axis, the border repeated into the gap. No flips and no
+    colour changes: answers may say "left of" or name a colour."""
+    dy, dx = (int(d) for d in torch.randint(-most, most + 1, (2,)))
+    padded = torch.nn.functional.pad(image[None], (most, most, most, most), mode="replicate")[0]  # [C, S+2m, S+2m]
+    s = image.shape[-1]
+    return padded[:, most + dy : most + dy + s, most + dx : most + dx + s]
 
 
 def _read(path: Path, image_size: int) -> np.ndarray:
@@ -111,6 +125,9 @@ class TextImageDataModule(DataModule):
         on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
             and logs how many were skipped.
         blank_image: feed a constant image (the text-only baseline).
+        augment: shift training images by up to 1/16 of their side (never flipped or recoloured: answers may say
+            "left of" or name a colour); "auto": off for the generated scenes, on for files
+            (`attnzoo.data.modules.defaults.text_image_data`).
         num_train, num_val: generated examples per split (test has `num_val`).
         grid, held_out: scene layout and colour/shape pairs never named in training texts.
         seed: the generated data follow from it.
@@ -129,6 +146,7 @@ class TextImageDataModule(DataModule):
         max_len: int = 64,
         on_bad_image: str = "error",
         blank_image: bool = False,
+        augment: bool | Literal["auto"] = False,
         batch_size: int = 64,
         num_workers: int = 0,
         num_train: int = 6000,
@@ -152,7 +170,8 @@ class TextImageDataModule(DataModule):
         self.task, self.files = task, {"train": train, "val": val, "test": test}
         self.tokenizer = make_tokenizer(tokenizer)
         self.classes, self.image_size, self.max_len = classes, image_size, max_len
-        self.on_bad_image, self.blank_image = on_bad_image, blank_image
+        self.on_bad_image, self.blank_image, self.augment = on_bad_image, blank_image, augment
+        self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.batch_size, self.num_workers = batch_size, num_workers
         self.num_train, self.num_val, self.grid, self.held_out, self.seed = num_train, num_val, grid, held_out, seed
         self.class_names: list[str] = []
@@ -174,9 +193,26 @@ class TextImageDataModule(DataModule):
             "max_len": self.max_len,
         }
 
+    AUTO_KEYS = defaults.TEXT_IMAGE_KEYS
+
+    def auto_values(self) -> dict[str, tuple[Any, str]]:
+        """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for
+        `AUTO_KEYS` (used where the config says auto)."""
+        self.setup()
+        embedded, num_train = self.files["train"] is None, len(self.datasets["train"])
+        return {
+            **self.chosen,
+            **defaults.text_image_run(embedded=embedded, num_train=num_train, batch_size=self.batch_size),
+        }
+
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
+        if self.augment == "auto":
+            self.augment, why = defaults.text_image_data(
+                embedded=self.files["train"] is None, img_size=self.image_size
+            )["data.augment"]
+            self.chosen["data.augment"] = (self.augment, why)
         if self.files["train"] is None:
             self._setup_scenes()
         else:
@@ -249,7 +285,8 @@ class TextImageDataModule(DataModule):
         if long:
             log.warning("%s: cut %d of %d texts to data.max_len=%d tokens", split, long, len(ids), self.max_len)
         ids = [x[: self.max_len] for x in ids]
-        return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image)
+        shift = max(1, self.image_size // 16) if self.augment and split == "train" else 0
+        return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image, shift=shift)
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
         """The split's texts and pixels ([N, S * S * 3], as the model sees them) and class indices, for a classical
@@ -257,7 +294,8 @@ class TextImageDataModule(DataModule):
         self.setup()
         if split not in self.datasets:
             return None
-        ds = self.datasets[split]
+        ds = copy.copy(self.datasets[split])
+        ds.shift = 0  # never augmented
         pixels = np.stack([ds[i]["image"].flatten().numpy() for i in range(len(ds))])  # [N, 3 * S * S]
         return {"text": list(ds.texts), "pixels": pixels}, np.asarray(ds.labels)
 

@@ -20,6 +20,7 @@ LEVELS = {
     "models": 2,
     "data": 2,
     "tasks": 2,
+    "pretrained": 3,
     "config": 3,
     "run": 4,
     "ablation": 4,

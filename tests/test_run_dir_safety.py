@@ -45,8 +45,8 @@ def lm_run(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("lm_run")
     cfg = load([ROOT / "recipes" / "lm.yaml"])
     cfg = load([ROOT / "recipes" / "lm.yaml"], [*smoke_overrides(cfg), *PINNED, f"run.dir={path / 'runs'}"])
-    data, task, _ = build(cfg)
-    (path / "config.yaml").write_text(cfg.to_yaml())
+    data, task, cfg = build(cfg)
+    (path / "config.yaml").write_text(cfg.to_yaml())  # resolved, as fit writes it
     data.save_artifacts(path)
     (path / "checkpoints").mkdir()
     for name in ("best", "last"):

@@ -38,8 +38,20 @@ def test_budget_is_a_minute_or_a_quarter_of_training():
     assert baseline.budget_seconds(600.0) == 150.0
 
 
-def test_a_large_split_is_skipped_at_its_budget_and_says_why():
-    data = Synthetic({"train": 40_000, "val": 2_000, "test": 2_000}, columns=300)  # minutes of lbfgs, 4 C values
+class Stuck:
+    """A classifier whose fit takes a minute: a baseline that cannot finish in its budget on any machine."""
+
+    def __init__(self, c: float, multilabel: bool) -> None:
+        pass
+
+    def fit(self, x, y):
+        time.sleep(60)
+        return self
+
+
+def test_a_baseline_past_its_budget_is_stopped_and_skipped_and_says_why(monkeypatch):
+    monkeypatch.setattr(baseline, "_classifier", Stuck)  # the forked child inherits it
+    data = Synthetic({"train": 4_000, "val": 200, "test": 200}, columns=300)
     start = time.perf_counter()
     result = baseline.bounded_baseline(data, num_threads=1, budget_s=1.0)
     assert time.perf_counter() - start < 10.0  # the budget, the fork and the child's end

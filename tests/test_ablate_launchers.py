@@ -280,8 +280,9 @@ def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_wi
     assert _submitted(fake_slurm) == 2 and not (out / ".lock").exists()
     assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["0", "0"]
 
-    def go() -> None:  # once the second ablate has looked at the queue (its runs still waiting), let them end
-        while _submitted(fake_slurm, "squeue") < 2:
+    def go() -> None:  # once the second ablate waits for the jobs (its first poll), let them end; not earlier, or
+        # a fast job records ok between the second ablate's look at the queue and its message (under load)
+        while _submitted(fake_slurm, "squeue") < 3:  # the first ablate's look, the second's look, its first poll
             time.sleep(0.05)
         (tmp_path / "go").write_text("")
 

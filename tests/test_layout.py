@@ -1,6 +1,7 @@
 """The package layout holds: imports flow one way (commands -> run/ablation/drawing -> config -> models/data/tasks
 -> layers/generation -> attention), `attnzoo.attention` imports no Lightning, no library module imports a command, no
 two modules import each other (directly or round a longer cycle), and data/ keeps its modules in role sub-packages.
+Test modules share code through `tests.helpers` only, never by importing one another.
 
 Imports are read from the source (every `import` statement, also those inside functions), not from a running process.
 """
@@ -270,3 +271,53 @@ def test_run_calls_the_datamodule_contract_without_probing_it(name):
             if named in DATAMODULE_NAMES and (node.func.id == "hasattr" or len(node.args) == 3):
                 probes.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert not probes, f"{name} probes a DataModule: {probes}"
+
+
+# --------------------------------------------------------------------------------------------- the tests themselves
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_tree_imports(name: str, source: str, is_package: bool = False) -> list[str]:
+    """`line N: module` for each test-tree module (`tests.*`) that module `name` imports, except tests.helpers."""
+    package = name if is_package else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            modules = [f"{base}.{node.module}" if node.level and node.module else (node.module or base)]
+        else:
+            continue
+        for module in modules:
+            shared = module == "tests.helpers" or module.startswith("tests.helpers.")
+            if (module == "tests" or module.startswith("tests.")) and not shared:
+                found.append((node.lineno, f"line {node.lineno}: {module}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_layout_check_finds_test_modules_importing_test_modules():
+    source = (
+        "from tests.attention.test_patterns import EXAMPLES\nimport tests.data.test_audio\n"
+        "from tests.helpers import VIT\nfrom tests.helpers.audio import small\nfrom .test_kinds import build\n"
+        "def f():\n    from tests.run import test_slurm\n"
+    )
+    assert _test_tree_imports("tests.attention.variants.test_formulas", source) == [
+        "line 1: tests.attention.test_patterns",
+        "line 2: tests.data.test_audio",
+        "line 5: tests.attention.variants.test_kinds",
+        "line 7: tests.run",
+    ]
+
+
+def test_test_modules_share_code_through_tests_helpers_only():
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        parts = path.relative_to(TESTS.parent).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        found += [f"{name} {w}" for w in _test_tree_imports(name, path.read_text(), is_package)]
+    assert not found, f"test modules importing other test modules (move what they share to tests/helpers): {found}"

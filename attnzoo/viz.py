@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .drawing.matrices import (
     Canvas,
@@ -38,6 +37,7 @@ from .drawing.matrices import (
 )
 from .drawing.rollout import capture, rollout
 from .fit import check_rank_format
+from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor

@@ -1,12 +1,14 @@
 """The package layout holds: imports flow one way (commands -> run/ablation/drawing -> config -> models/data/tasks
--> layers/generation -> attention), `attnzoo.attention` imports no Lightning, no library module imports a command, no
-two modules import each other (directly or round a longer cycle), and data/ keeps its modules in role sub-packages.
+-> layers/generation -> attention -> util), `attnzoo.util` imports only the standard library, `attnzoo.attention`
+imports no Lightning, no library module imports a command, no two modules import each other (directly or round a
+longer cycle), and data/ keeps its modules in role sub-packages.
 Test modules share code through `tests.helpers` only, never by importing one another.
 
 Imports are read from the source (every `import` statement, also those inside functions), not from a running process.
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "attnzoo"
 COMMANDS = {"fit", "evaluate", "ablate", "viz", "bench", "cli", "translate", "generate", "baseline"}
 # a module may import attnzoo modules of its own level or below; the first part of the module name gives its level
 LEVELS = {
+    "util": -1,  # did-you-mean and the import gate, used by every level
     "attention": 0,
     "layers": 1,
     "generation": 1,
@@ -72,8 +75,17 @@ def test_every_module_has_a_level():
 def test_the_attention_core_imports_no_lightning_and_nothing_above_it(name):
     imported = _imports(name, MODULES[name])
     assert not {m for m in imported if m.split(".")[0] in ("lightning", "pytorch_lightning", "torchmetrics")}
-    above = sorted(m for m in imported if m.startswith("attnzoo") and not m.startswith("attnzoo.attention"))
+    above = sorted(
+        m for m in imported if m.startswith("attnzoo") and not m.startswith(("attnzoo.attention", "attnzoo.util"))
+    )
     assert not above, f"{name} imports {above}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("attnzoo.util")))
+def test_util_imports_only_the_standard_library(name):
+    imported = {m.split(".")[0] for m in _imports(name, MODULES[name])} - {"__future__"}
+    outside = sorted(m for m in imported if m not in sys.stdlib_module_names)
+    assert not outside, f"{name} imports {outside}; attnzoo.util sits below every other module, on the standard library"
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m.count(".")))

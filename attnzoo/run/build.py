@@ -221,7 +221,7 @@ def build_task(cfg: Config, net: Any) -> Any:
 
 def check_monitor(cfg: Config, task: Any) -> str:
     """`run.monitor` (default `val/<the objective's monitor>`); ConfigError when the task never logs it."""
-    from ..attention.factory import suggest
+    from ..util.names import suggest
 
     monitor = cfg.section("run").get("monitor") or f"val/{task.monitor}"
     logged = getattr(task, "logged_metrics", None)

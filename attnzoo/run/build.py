@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
-from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, early_stopping_options, parameters, validate
+from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, parameters, validate
+from ..tasks.stopping import early_stopping_options
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")

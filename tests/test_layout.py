@@ -301,7 +301,9 @@ def _test_tree_imports(name: str, source: str, is_package: bool = False) -> list
             base = package
             for _ in range(node.level - 1):
                 base = base.rpartition(".")[0]
-            modules = [f"{base}.{node.module}" if node.level and node.module else (node.module or base)]
+            module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            is_dir = (TESTS.parent / module.replace(".", "/")).is_dir()  # `from tests.run import test_x`: a module
+            modules = [f"{module}.{alias.name}" for alias in node.names] if is_dir else [module]
         else:
             continue
         for module in modules:
@@ -315,13 +317,13 @@ def test_the_layout_check_finds_test_modules_importing_test_modules():
     source = (
         "from tests.attention.test_patterns import EXAMPLES\nimport tests.data.test_audio\n"
         "from tests.helpers import VIT\nfrom tests.helpers.audio import small\nfrom .test_kinds import build\n"
-        "def f():\n    from tests.run import test_slurm\n"
+        "def f():\n    from tests.run import test_slurm\n    from tests import helpers\n"
     )
     assert _test_tree_imports("tests.attention.variants.test_formulas", source) == [
         "line 1: tests.attention.test_patterns",
         "line 2: tests.data.test_audio",
         "line 5: tests.attention.variants.test_kinds",
-        "line 7: tests.run",
+        "line 7: tests.run.test_slurm",
     ]
 
 

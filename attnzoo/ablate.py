@@ -41,9 +41,9 @@ from pathlib import Path
 
 from .ablation.grid import load_grid
 from .ablation.runner import AblationInterrupted, Launcher, Runner, ablate, failed_runs, gpu_slots, plan, status
-from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .run import show_log
+from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .attention.specs import allow_imports
 from .config import ConfigError, load
 from .fit import check_rank_format, parser
+from .util.imports import allow_imports
 
 
 def main(argv: Sequence[str] | None = None) -> int:

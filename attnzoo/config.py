@@ -28,7 +28,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .attention.specs import suggest
+from .util.names import suggest
 
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
@@ -270,8 +270,10 @@ def validate(cfg: Config) -> None:
     import lightning as L
 
     from .data import DATAMODULES
+    from .layers.encoder import checkpointing_options
     from .models import MODELS
     from .tasks import TASKS
+    from .tasks.stopping import EARLY_STOPPING, early_stopping_options
 
     for key in cfg.tree.keys():
         if key not in SECTIONS:
@@ -496,46 +498,3 @@ def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:
             f"trainer.limit_train_batches: {limit} (set in {cfg.where('trainer.limit_train_batches')}) trains "
             "nothing; give a batch count >= 1 or a fraction in (0, 1]"
         )
-
-
-CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")
-
-
-def checkpointing_options(value: Any, *, key: str = "trainer.grad_checkpointing") -> dict[str, Any]:
-    """Normalize `true/false` or `{enabled, every, attention_only}` to keyword arguments of set_grad_checkpointing."""
-    if isinstance(value, bool) or value is None:
-        return {"enabled": bool(value), "every": 1, "attention_only": False}
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(CHECKPOINTING_KEYS)}, got {value!r}")
-    unknown = sorted(set(value) - set(CHECKPOINTING_KEYS))
-    if unknown:
-        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(CHECKPOINTING_KEYS)}")
-    opts = {"enabled": value.get("enabled", True), "every": value.get("every", 1)}
-    opts["attention_only"] = value.get("attention_only", False)
-    if not isinstance(opts["enabled"], bool) or not isinstance(opts["attention_only"], bool):
-        raise ValueError(f"{key}: enabled and attention_only must be true/false, got {value!r}")
-    if isinstance(opts["every"], bool) or not isinstance(opts["every"], int) or opts["every"] < 1:
-        raise ValueError(f"{key}.every: expected an int >= 1, got {opts['every']!r}")
-    return opts
-
-
-EARLY_STOPPING = {"patience": 10, "min_delta": 0.0}
-
-
-def early_stopping_options(value: Any, *, key: str = "run.early_stopping") -> dict[str, Any] | None:
-    """Normalize `true/false/null` or `{patience, min_delta}` to EarlyStopping arguments (None: off)."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        return dict(EARLY_STOPPING)
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(EARLY_STOPPING)}, got {value!r}")
-    unknown = sorted(set(value) - set(EARLY_STOPPING))
-    if unknown:
-        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(EARLY_STOPPING)}")
-    opts = {**EARLY_STOPPING, **value}
-    if isinstance(opts["patience"], bool) or not isinstance(opts["patience"], int) or opts["patience"] < 1:
-        raise ValueError(f"{key}.patience: expected an int >= 1, got {opts['patience']!r}")
-    if isinstance(opts["min_delta"], bool) or not isinstance(opts["min_delta"], int | float) or opts["min_delta"] < 0:
-        raise ValueError(f"{key}.min_delta: expected a number >= 0, got {opts['min_delta']!r}")
-    return opts

@@ -25,8 +25,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError, load
+from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 # rank variables Lightning reads when it is imported: a value that is not a number stops that import with a bare
 # ValueError, so they are checked before (`attnzoo.run.cluster.check_rank_variables` checks them against the launcher)

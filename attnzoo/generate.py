@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .fit import check_rank_format
 from .translate import check_kind
+from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 log = logging.getLogger("attnzoo")
 UNSET = object()

@@ -27,9 +27,9 @@ from typing import Any, TextIO
 
 import torch
 
-from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .fit import check_rank_format
+from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 Tensor = torch.Tensor
 log = logging.getLogger("attnzoo")

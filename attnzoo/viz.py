@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from .attention.specs import ALLOW_IMPORTS_HELP, allow_imports
 from .config import ConfigError
 from .drawing.matrices import (
     Canvas,
@@ -38,6 +37,7 @@ from .drawing.matrices import (
 )
 from .drawing.rollout import capture, rollout
 from .fit import check_rank_format
+from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -92,8 +92,8 @@ def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> 
         grid = tuple(net.grid_size)
         if prefix + grid[0] * grid[1] == length:
             return image_canvas(inputs["image"][0], grid)
-    if "audio" in inputs and hasattr(net, "features") and getattr(net, "_grid_now", None) is not None:
-        grid = tuple(net._grid_now)  # (time, frequency) patches of the clip just run
+    if "audio" in inputs and hasattr(net, "features") and hasattr(net, "grid_size_for"):
+        grid = tuple(net.grid_size_for(inputs["audio"].shape[-1]))  # (time, frequency) patches of the clip
         if prefix + grid[0] * grid[1] == length:
             with torch.no_grad():
                 features = net.features(inputs["audio"])[0]  # [F, T]

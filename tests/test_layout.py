@@ -1,11 +1,14 @@
 """The package layout holds: imports flow one way (commands -> run/ablation/drawing -> config -> models/data/tasks
--> layers/generation -> attention), `attnzoo.attention` imports no Lightning, no library module imports a command, no
-two modules import each other (directly or round a longer cycle), and data/ keeps its modules in role sub-packages.
+-> layers/generation -> attention -> util), `attnzoo.util` imports only the standard library, `attnzoo.attention`
+imports no Lightning, no library module imports a command, no two modules import each other (directly or round a
+longer cycle), and data/ keeps its modules in role sub-packages.
+Test modules share code through `tests.helpers` only, never by importing one another.
 
 Imports are read from the source (every `import` statement, also those inside functions), not from a running process.
 """
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "attnzoo"
 COMMANDS = {"fit", "evaluate", "ablate", "viz", "bench", "cli", "translate", "generate", "baseline"}
 # a module may import attnzoo modules of its own level or below; the first part of the module name gives its level
 LEVELS = {
+    "util": -1,  # did-you-mean and the import gate, used by every level
     "attention": 0,
     "layers": 1,
     "generation": 1,
@@ -72,8 +76,17 @@ def test_every_module_has_a_level():
 def test_the_attention_core_imports_no_lightning_and_nothing_above_it(name):
     imported = _imports(name, MODULES[name])
     assert not {m for m in imported if m.split(".")[0] in ("lightning", "pytorch_lightning", "torchmetrics")}
-    above = sorted(m for m in imported if m.startswith("attnzoo") and not m.startswith("attnzoo.attention"))
+    above = sorted(
+        m for m in imported if m.startswith("attnzoo") and not m.startswith(("attnzoo.attention", "attnzoo.util"))
+    )
     assert not above, f"{name} imports {above}"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("attnzoo.util")))
+def test_util_imports_only_the_standard_library(name):
+    imported = {m.split(".")[0] for m in _imports(name, MODULES[name])} - {"__future__"}
+    outside = sorted(m for m in imported if m not in sys.stdlib_module_names)
+    assert not outside, f"{name} imports {outside}; attnzoo.util sits below every other module, on the standard library"
 
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m.count(".")))
@@ -271,3 +284,55 @@ def test_run_calls_the_datamodule_contract_without_probing_it(name):
             if named in DATAMODULE_NAMES and (node.func.id == "hasattr" or len(node.args) == 3):
                 probes.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert not probes, f"{name} probes a DataModule: {probes}"
+
+
+# --------------------------------------------------------------------------------------------- the tests themselves
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_tree_imports(name: str, source: str, is_package: bool = False) -> list[str]:
+    """`line N: module` for each test-tree module (`tests.*`) that module `name` imports, except tests.helpers."""
+    package = name if is_package else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
+            is_dir = (TESTS.parent / module.replace(".", "/")).is_dir()  # `from tests.run import test_x`: a module
+            modules = [f"{module}.{alias.name}" for alias in node.names] if is_dir else [module]
+        else:
+            continue
+        for module in modules:
+            shared = module == "tests.helpers" or module.startswith("tests.helpers.")
+            if (module == "tests" or module.startswith("tests.")) and not shared:
+                found.append((node.lineno, f"line {node.lineno}: {module}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_layout_check_finds_test_modules_importing_test_modules():
+    source = (
+        "from tests.attention.test_patterns import EXAMPLES\nimport tests.data.test_audio\n"
+        "from tests.helpers import VIT\nfrom tests.helpers.audio import small\nfrom .test_kinds import build\n"
+        "def f():\n    from tests.run import test_slurm\n    from tests import helpers\n"
+    )
+    assert _test_tree_imports("tests.attention.variants.test_formulas", source) == [
+        "line 1: tests.attention.test_patterns",
+        "line 2: tests.data.test_audio",
+        "line 5: tests.attention.variants.test_kinds",
+        "line 7: tests.run.test_slurm",
+    ]
+
+
+def test_test_modules_share_code_through_tests_helpers_only():
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        parts = path.relative_to(TESTS.parent).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        found += [f"{name} {w}" for w in _test_tree_imports(name, path.read_text(), is_package)]
+    assert not found, f"test modules importing other test modules (move what they share to tests/helpers): {found}"

@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 from attnzoo.ablate import main as ablate_main
 from attnzoo.ablation.grid import load_grid
 from attnzoo.ablation.runner import fit_command, plan
-from attnzoo.attention.specs import import_path
 from attnzoo.baseline import main as baseline_main
 from attnzoo.config import ConfigError, load
 from attnzoo.evaluate import main as evaluate_main
@@ -22,6 +21,7 @@ from attnzoo.generate import main as generate_main
 from attnzoo.run import build
 from attnzoo.run.checkpoint_io import AtomicCheckpointIO
 from attnzoo.translate import main as translate_main
+from attnzoo.util.imports import import_path
 from attnzoo.viz import main as viz_main
 from tests.helpers import smoke_overrides
 

@@ -124,6 +124,22 @@ def test_viz_command_errors_name_the_problem(run_dir, args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_an_ast_input_is_drawn_over_its_spectrogram_with_the_models_time_by_frequency_grid():
+    from attnzoo.models import MODELS
+    from attnzoo.viz import canvas_for
+
+    net = MODELS["ast"](num_classes=3, sample_rate=8000, n_mels=32, target_frames=98, embed_dim=16, depth=1,
+                        num_heads=2, fstride=16, tstride=6).eval()  # fmt: skip
+    audio = torch.randn(1, 16000)  # 2 s: longer than the 1 s clips the positions were learned for
+    tp, fp = net.grid_size_for(audio.shape[-1])
+    assert (tp, fp) == (31, 2)  # 198 frames -> (198 - 16) // 6 + 1 time patches; 32 mels -> 2
+    canvas = canvas_for(net, {"audio": audio}, 2 + tp * fp)
+    values = torch.arange(tp * fp, dtype=torch.float)  # time-major: token t * fp + f is time t, frequency f
+    assert canvas is not None and canvas.to_grid(values).shape == (fp, tp)  # drawn frequency up, time across
+    assert canvas.to_grid(values)[1, 3] == 3 * fp + 1
+    assert canvas_for(net, {"audio": audio}, 2 + tp * fp + 1) is None  # tokens that are not this clip's patches
+
+
 def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_path, capsys):
     from scipy.io import wavfile
 

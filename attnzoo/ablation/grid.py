@@ -36,8 +36,8 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..attention.specs import suggest
 from ..config import ConfigError, read_yaml
+from ..util.names import suggest
 
 GRID_KEYS = ("recipes", "metric", "mode", "seeds", "fixed", "axes")
 MAX_ID = 120  # longest variant id (a directory name); longer ids are cut and get a hash suffix

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..attention.specs import imports_allowed
 from ..config import ConfigError, load
 from ..run.lock import RunLock
+from ..util.imports import imports_allowed
 from .grid import Grid, Variant, load_grid
 from .job import finished, read_record, run_one, write_json
 

@@ -1,8 +1,7 @@
 """Config spec -> object: short names for built-ins, a dotted import path for a user's own class.
 
-A config may come from elsewhere (a downloaded run's config.yaml), and importing a module or calling what it names
-runs code: a dotted path is imported only when the user asks for it (`allow_imports`: the commands' --allow-imports,
-or ATTNZOO_ALLOW_IMPORTS=1), except attnzoo's own classes listed in `OWN_PATHS`.
+A dotted path is imported through `attnzoo.util.imports.import_path`, only when the user allows it (a config may
+come from anyone).
 
 A spec is None / "none" (nothing), a kind name ("causal"), or a mapping with `kind` and the class's
 keyword arguments (`{kind: sliding_window, window: 128}`). Builders also pass *context*, what they know that
@@ -12,50 +11,20 @@ context keys its constructor names, and a key outside `CONTEXT_KEYS` is an error
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-ALLOW_IMPORTS_ENV = "ATTNZOO_ALLOW_IMPORTS"
-# attnzoo's own classes that a config names by import path (they live beside a model, outside the kind tables)
-OWN_PATHS = frozenset({"attnzoo.models.ast.TimeWindow"})
-ALLOW_IMPORTS_HELP = (
-    f"let the config name code by import path (your own class); only for configs you trust (or {ALLOW_IMPORTS_ENV}=1)"
+# the import gate and did-you-mean live in attnzoo.util (every layer uses them); re-exported for attention/ code
+from ..util.imports import (  # noqa: F401
+    ALLOW_IMPORTS_ENV,
+    ALLOW_IMPORTS_HELP,
+    OWN_PATHS,
+    allow_imports,
+    import_path,
+    imports_allowed,
 )
-
-
-def imports_allowed() -> bool:
-    """Whether a config may name code by import path (ATTNZOO_ALLOW_IMPORTS set to 1, true or yes)."""
-    return os.environ.get(ALLOW_IMPORTS_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
-def allow_imports(enabled: bool = True) -> None:
-    """Let configs name code by import path in this process and the processes it starts (a command's
-    --allow-imports); False leaves the environment as it is."""
-    if enabled:
-        os.environ[ALLOW_IMPORTS_ENV] = "1"
-
-
-def import_path(path: str, what: str = "kind") -> Any:
-    """`package.module.Name` -> the object; refused (nothing imported) unless `imports_allowed()` or the path is
-    in `OWN_PATHS`. `what` is the config key, for the error."""
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"{what}: {path!r} is not a dotted import path (package.module.Name)")
-    if path not in OWN_PATHS and not imports_allowed():
-        raise ValueError(
-            f"{what}: {path!r} is an import path, and importing it would run code from {module!r}; attnzoo imports "
-            "code a config names only when asked, since a config (a run directory's config.yaml) may come from "
-            f"anyone. If you trust this config, pass --allow-imports or set {ALLOW_IMPORTS_ENV}=1"
-        )
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"{what}: cannot import {path!r}: {err}") from err
-
+from ..util.names import suggest
 
 # every context key a builder may pass, and what it means
 CONTEXT_KEYS: dict[str, str] = {
@@ -69,17 +38,6 @@ CONTEXT_KEYS: dict[str, str] = {
     "max_len": "positions an absolute position table covers",
     "num_classes": "outputs of the task's head",
 }
-
-
-def suggest(word: str, choices: list[str]) -> str:
-    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close; of equally close ones, the
-    first in `choices` (registries list their defaults first: "mah" suggests "mha", not "mla")."""
-    close = difflib.get_close_matches(word, choices, n=len(choices), cutoff=0.6)
-    if not close:
-        return ""
-    best = max(difflib.SequenceMatcher(None, word, c).ratio() for c in close)
-    first = next(c for c in choices if c in close and difflib.SequenceMatcher(None, word, c).ratio() == best)
-    return f"; did you mean {first!r}?"
 
 
 def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -> None:

@@ -108,3 +108,25 @@ def make_encoder(
         for index, rate in enumerate(rates)
     ]
     return Encoder(blocks, norm=norm_layer(dim) if final_norm else None)
+
+
+# the options of `trainer.grad_checkpointing` (a mapping), each a keyword of `Encoder.set_grad_checkpointing`
+CHECKPOINTING_KEYS = ("enabled", "every", "attention_only")
+
+
+def checkpointing_options(value: Any, *, key: str = "trainer.grad_checkpointing") -> dict[str, Any]:
+    """Normalize `true/false` or `{enabled, every, attention_only}` to keyword arguments of set_grad_checkpointing."""
+    if isinstance(value, bool) or value is None:
+        return {"enabled": bool(value), "every": 1, "attention_only": False}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key}: expected true/false or a mapping with keys {list(CHECKPOINTING_KEYS)}, got {value!r}")
+    unknown = sorted(set(value) - set(CHECKPOINTING_KEYS))
+    if unknown:
+        raise ValueError(f"{key}: unknown keys {unknown}; valid: {list(CHECKPOINTING_KEYS)}")
+    opts = {"enabled": value.get("enabled", True), "every": value.get("every", 1)}
+    opts["attention_only"] = value.get("attention_only", False)
+    if not isinstance(opts["enabled"], bool) or not isinstance(opts["attention_only"], bool):
+        raise ValueError(f"{key}: enabled and attention_only must be true/false, got {value!r}")
+    if isinstance(opts["every"], bool) or not isinstance(opts["every"], int) or opts["every"] < 1:
+        raise ValueError(f"{key}.every: expected an int >= 1, got {opts['every']!r}")
+    return opts

@@ -1,6 +1,8 @@
 """Audio Spectrogram Transformer (AST, Gong et al. 2021) with attention from config.
 
-Notation: B batch, T samples, F mel bins, N frames, Fp x Tp patch grid, P = Fp * Tp patches, D width.
+Notation: B batch, T samples, F mel bins, N frames, Fp / Tp patches along frequency / time, P = Tp * Fp patches,
+D width. Every patch grid here (`patch_grid`, `grid_size_for`, `train_grid_size`, the attention parts'
+`grid_size`) is (Tp, Fp): rows are time steps, columns frequency patches, the order of the tokens.
 
 The model takes waveforms: log-mel features (`attnzoo.layers.audio_features.LogMel`), normalization with the
 train-set statistics (buffers, so checkpoints carry them), SpecAugment in training, overlapping 16x16 patches
@@ -28,10 +30,10 @@ Tensor = torch.Tensor
 
 
 def patch_grid(n_mels: int, frames: int, patch_size: int = 16, fstride: int = 10, tstride: int = 10) -> tuple[int, int]:
-    """(Fp, Tp): patches along frequency and time, as the AST paper counts them."""
+    """(Tp, Fp): patches along time and frequency (the AST paper's t_dim and f_dim), rows of the grid being time."""
     if n_mels < patch_size or frames < patch_size:
         raise ValueError(f"features of {n_mels} mel bins x {frames} frames are smaller than a {patch_size} patch")
-    return (n_mels - patch_size) // fstride + 1, (frames - patch_size) // tstride + 1
+    return (frames - patch_size) // tstride + 1, (n_mels - patch_size) // fstride + 1
 
 
 class TimeWindow(Pattern):
@@ -122,12 +124,12 @@ class AST(nn.Module):
         self.feature_norm = feature_norm
         self.spec_augment = SpecAugment(**spec_augment) if spec_augment else None
         self.patch_size, self.fstride, self.tstride, self.target_frames = patch_size, fstride, tstride, target_frames
-        self.grid = patch_grid(n_mels, target_frames, patch_size, fstride, tstride)  # (Fp, Tp) of the training clips
+        self.train_grid_size = patch_grid(n_mels, target_frames, patch_size, fstride, tstride)  # (Tp, Fp)
         self.num_prefix_tokens = 2 if dist_token else 1
         self.patch_embed = nn.Conv2d(1, embed_dim, kernel_size=patch_size, stride=(fstride, tstride))
         self.prefix = nn.Parameter(torch.zeros(1, self.num_prefix_tokens, embed_dim))  # cls (, dist)
-        # rows of the grid are time steps; seq_len: tokens per training clip
-        context = attention_context(grid_size=(self.grid[1], self.grid[0]), num_prefix_tokens=self.num_prefix_tokens)
+        # seq_len: tokens per training clip
+        context = attention_context(grid_size=self.train_grid_size, num_prefix_tokens=self.num_prefix_tokens)
         self.pos_embed = nn.Parameter(torch.zeros(1, context["seq_len"], embed_dim))
         self.pos_drop = nn.Dropout(drop_rate)
         self.encoder = make_encoder(
@@ -142,19 +144,23 @@ class AST(nn.Module):
         )
         self.global_pool = global_pool
         self.fc_norm = nn.LayerNorm(embed_dim) if global_pool == "avg" else nn.Identity()
-        self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
+        self._grid_now = self.train_grid_size  # (Tp, Fp) the encoder's grid-aware parts are set for
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes)
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.prefix, std=0.02)
         self.apply(init_weights_vit_timm)
 
-    def num_patches(self, num_samples: int) -> int:
-        """Patch tokens P for a clip of `num_samples` samples."""
-        fp, tp = patch_grid(
+    def grid_size_for(self, num_samples: int) -> tuple[int, int]:
+        """(Tp, Fp): the patch grid of a clip of `num_samples` samples (the tokens after the prefix, time-major)."""
+        return patch_grid(
             self.logmel.n_mels, self.logmel.num_frames(num_samples), self.patch_size, self.fstride, self.tstride
         )
-        return fp * tp
+
+    def num_patches(self, num_samples: int) -> int:
+        """Patch tokens P for a clip of `num_samples` samples."""
+        tp, fp = self.grid_size_for(num_samples)
+        return tp * fp
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
@@ -181,15 +187,16 @@ class AST(nn.Module):
         x = self.patch_embed(feats[:, None])  # [B, D, Fp, Tp]
         fp, tp = x.shape[2], x.shape[3]
         x = x.permute(0, 3, 2, 1).flatten(1, 2)  # [B, Tp * Fp, D], time-major
+        grid = (tp, fp)
         pos = self.pos_embed
-        if (tp, fp) != self._grid_now:  # grid-aware attention parts (2D relative bias) follow the clip length
+        if grid != self._grid_now:  # grid-aware attention parts (2D relative bias) follow the clip length
             for module in self.encoder.modules():
                 if hasattr(module, "set_grid_size"):
-                    module.set_grid_size((tp, fp))
-            self._grid_now = (tp, fp)
-        if (fp, tp) != self.grid:
+                    module.set_grid_size(grid)
+            self._grid_now = grid
+        if grid != self.train_grid_size:
             pos = resample_abs_pos_embed(
-                pos, new_size=[tp, fp], old_size=[self.grid[1], self.grid[0]], num_prefix_tokens=self.num_prefix_tokens
+                pos, new_size=list(grid), old_size=list(self.train_grid_size), num_prefix_tokens=self.num_prefix_tokens
             )  # [1, prefix + Tp * Fp, D]
         x = torch.cat([self.prefix.expand(x.shape[0], -1, -1), x], dim=1)  # [B, prefix + P, D]
         return self.pos_drop(x + pos)

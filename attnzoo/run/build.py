@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
-from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, early_stopping_options, parameters, validate
+from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, parameters, validate
+from ..tasks.stopping import early_stopping_options
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
@@ -221,7 +222,7 @@ def build_task(cfg: Config, net: Any) -> Any:
 
 def check_monitor(cfg: Config, task: Any) -> str:
     """`run.monitor` (default `val/<the objective's monitor>`); ConfigError when the task never logs it."""
-    from ..attention.factory import suggest
+    from ..util.names import suggest
 
     monitor = cfg.section("run").get("monitor") or f"val/{task.monitor}"
     logged = getattr(task, "logged_metrics", None)

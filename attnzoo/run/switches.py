@@ -69,8 +69,7 @@ def resolve_precision(precision: Any, accelerator: Any = "auto") -> tuple[Any, s
 
 def apply_grad_checkpointing(net: nn.Module, value: Any) -> int:
     """Apply `trainer.grad_checkpointing` to every `Encoder` in `net`; returns how many were set."""
-    from ..config import checkpointing_options
-    from ..layers.encoder import Encoder
+    from ..layers.encoder import Encoder, checkpointing_options
 
     opts = checkpointing_options(value)
     if not opts["enabled"]:

@@ -10,7 +10,7 @@ import timm.optim
 import torch
 from torch import nn
 
-from ..attention.specs import suggest
+from ..util.names import suggest
 
 # options timm's create_optimizer_v2 takes itself; the rest go to the optimizer class
 _FACTORY_OPTIONS = ("lr", "weight_decay", "momentum", "filter_bias_and_bn", "layer_decay", "foreach")

@@ -17,7 +17,7 @@ from attnzoo.attention.biases import BIASES
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.patterns import PATTERNS
 from attnzoo.attention.specs import build
-from tests.attention.test_patterns import EXAMPLES
+from tests.helpers.patterns import EXAMPLES
 
 D = 8
 

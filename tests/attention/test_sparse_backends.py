@@ -16,7 +16,7 @@ from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, Bias
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.specs import build
-from tests.attention.test_patterns import PATTERN_CASES
+from tests.helpers.patterns import PATTERN_CASES
 
 H, HKV, D = 4, 2, 16
 

@@ -21,7 +21,7 @@ def ast_formula(n_mels: int, frames: int, fstride: int, tstride: int, patch: int
 
 def test_paper_setting_gives_1212_patches():
     # 128 mel bins x 1024 frames, 16x16 patches, stride 10 in both axes: 12 x 101 patches (AST paper, Sec. 2)
-    assert patch_grid(128, 1024) == (12, 101)
+    assert patch_grid(128, 1024) == (101, 12)  # (time, frequency)
     assert ast_formula(128, 1024, 10, 10) == 1212
 
 
@@ -42,7 +42,7 @@ def test_patch_count_equals_the_ast_formula(seconds, fstride, tstride):
 
 def test_trained_on_1s_runs_on_2s_with_interpolated_positions():
     model = tiny().eval()
-    assert model.grid == (2, 9)  # 32 mels x 98 frames
+    assert model.train_grid_size == (9, 2)  # 98 frames x 32 mels: (time, frequency)
     torch.testing.assert_close(model.tokens(model.features(torch.zeros(1, RATE)))[0, 2:] * 0 + 1, torch.ones(18, 32))
     out = model(torch.randn(3, 2 * RATE))
     assert out.shape == (3, 5) and torch.isfinite(out).all()
@@ -55,6 +55,18 @@ def test_trained_on_1s_runs_on_2s_with_interpolated_positions():
     assert (long_tokens[0] - table[0]).abs().max() < (table[0] - table[-1]).abs().max()
     short = model(torch.randn(2, RATE // 2))  # shorter clips too
     assert short.shape == (2, 5)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 1.0, 2.0])
+def test_the_patch_grid_is_time_by_frequency_for_any_clip_length(seconds):
+    model = tiny(fstride=16, tstride=6).eval()
+    samples = int(RATE * seconds)
+    frames = model.logmel.num_frames(samples)
+    assert model.grid_size_for(samples) == ((frames - 16) // 6 + 1, 2)  # (time, frequency): 32 mels -> 2
+    assert model.train_grid_size == model.grid_size_for(RATE)  # target_frames 98 is one second at 8 kHz
+    tp, fp = model.grid_size_for(samples)
+    tokens = model.tokens(model.features(torch.zeros(1, samples)))
+    assert tokens.shape[1] == 2 + tp * fp and model.num_patches(samples) == tp * fp
 
 
 def test_same_length_uses_the_table_unchanged():

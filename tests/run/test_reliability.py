@@ -290,7 +290,7 @@ def test_text_given_only_train_and_val_files_is_tested_on_val_and_says_so(tmp_pa
 
 def test_an_audio_folder_whose_split_leaves_no_test_clip_tests_on_val(tmp_path):
     from attnzoo.run.splits import test_split
-    from tests.data.test_audio import small, speech_commands
+    from tests.helpers.audio import small, speech_commands
 
     speech_commands(tmp_path)
     (tmp_path / "testing_list.txt").write_text("")

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ...attention.specs import suggest
+from ...util.names import suggest
 
 FORMATS = (".csv", ".tsv", ".jsonl")
 

@@ -309,7 +309,7 @@ class ImageDataModule(DataModule):
 
         cls = getattr(tvd, self.dataset, None)
         if not isinstance(cls, type):
-            from ...attention.specs import suggest
+            from ...util.names import suggest
 
             valid = ["mnist5k", "folder", *sorted(n for n in tvd.__all__ if n[0].isupper())]
             raise ValueError(f"data.dataset: unknown {self.dataset!r}; valid: {valid}{suggest(self.dataset, valid)}")

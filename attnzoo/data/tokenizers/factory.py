@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...attention.specs import suggest
+from ...util.names import suggest
 from .subword import KINDS, SubwordTokenizer
 from .tokenize import TOKENIZERS, ByteTokenizer, FileTokenizer, Tokenizer
 

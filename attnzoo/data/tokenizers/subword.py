@@ -112,7 +112,7 @@ class SubwordTokenizer:
             split_digits: every digit a token of its own (no merge joins a digit with anything).
         """
         if kind not in KINDS:
-            from ...attention.factory import suggest
+            from ...util.names import suggest
 
             raise ValueError(f"subword tokenizer kind {kind!r} is unknown; valid: {list(KINDS)}{suggest(kind, KINDS)}")
         if vocab_size <= len(SPECIALS):

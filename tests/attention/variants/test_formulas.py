@@ -16,7 +16,7 @@ from attnzoo.attention import ATTENTION_KINDS, BACKENDS, Attention
 from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.variants.differential import lambda_init_of
-from tests.attention.variants.test_kinds import randomize_extras, reduces_to_mha
+from tests.helpers.kinds import randomize_extras, reduces_to_mha
 
 DIM, HEADS, CTX = 32, 4, 24
 

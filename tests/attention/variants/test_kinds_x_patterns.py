@@ -15,7 +15,7 @@ from attnzoo.attention import ATTENTION_KINDS, BACKENDS, PATTERNS, Attention, Ca
 from attnzoo.attention.backends import Request
 from attnzoo.attention.factory import attention_layer
 from attnzoo.attention.patterns import Pattern
-from tests.attention.variants.test_kinds import randomize_extras, reduces_to_mha, to_mha
+from tests.helpers.kinds import randomize_extras, reduces_to_mha, to_mha
 
 DIM, HEADS, L = 32, 4, 20
 # each pattern sparse at 20 tokens (random blocks and BigBird need several blocks to draw from); a new entry in

@@ -1,0 +1,16 @@
+"""Did-you-mean for a name that is not one of the valid choices (config keys, kinds, columns, options)."""
+
+from __future__ import annotations
+
+import difflib
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close; of equally close ones, the
+    first in `choices` (registries list their defaults first: "mah" suggests "mha", not "mla")."""
+    close = difflib.get_close_matches(word, choices, n=len(choices), cutoff=0.6)
+    if not close:
+        return ""
+    best = max(difflib.SequenceMatcher(None, word, c).ratio() for c in close)
+    first = next(c for c in choices if c in close and difflib.SequenceMatcher(None, word, c).ratio() == best)
+    return f"; did you mean {first!r}?"

@@ -1,6 +1,10 @@
 """The shared attention core: no Lightning import anywhere in here."""
 
-from . import blocked, flash, flex, variants  # noqa: F401  (backends and attention kinds register themselves)
+# backends and attention kinds register themselves on import; sdpa first, so the table lists eager, sdpa, then the rest
+from . import sdpa  # noqa: F401
+
+# isort: split
+from . import blocked, flash, flex, variants  # noqa: F401
 from .attention import ATTENTION_KINDS, Attention, capture_attention
 from .backends import AUTO_ORDER, BACKENDS, attend, choose_backend, register_backend
 from .cache import CrossKVCache, DecodingCache, KVCache, SlidingWindowKVCache

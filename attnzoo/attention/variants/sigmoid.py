@@ -3,7 +3,7 @@ each weight is a sigmoid of its own score, with no normalization over the row.
 
     out_i = sum_j sigmoid(x_ij + b) v_j        x_ij: scaled scores (+ bias) of allowed keys, b = -log n
 
-As in the paper, n is the sequence length the model is built for (`seq_len`, which models pass as context), a
+As in the paper, n is the sequence length the model is built for (`seq_len`, which models pass in the layer shape), a
 constant: padding then changes nothing, and decoding with a cache gives what a full forward gives. Backends
 (`backend` / "auto"):
 
@@ -62,7 +62,7 @@ class SigmoidAttention(Attention):
     State-dict compatible with `Attention` (and timm's); it has no parameters of its own.
 
     Args:
-        seq_len: n, the longest sequence the layer sees (models pass it as context): b = -log n.
+        seq_len: n, the longest sequence the layer sees (models pass it in the layer shape): b = -log n.
         b: the constant added to every score, instead of -log seq_len.
         kwargs: `Attention` options; `backend` one of "auto", "eager", "blocked", "flex".
     """

@@ -95,7 +95,7 @@ def test_attention_kinds_refuse_the_same_when_built_in_python():
     with pytest.raises(ValueError, match="'sinks' cannot train on backend 'sdpa' with attn_drop 0.1"):
         SinkAttention(16, 2, backend="sdpa", attn_drop=0.1)
     with pytest.raises(ValueError, match="'linformer' cannot use a pattern"):
-        make_decoder(dim=16, depth=1, num_heads=2, attention={"kind": "linformer"}, context={"seq_len": 8})
+        make_decoder(dim=16, depth=1, num_heads=2, attention={"kind": "linformer"}, layer_shape={"seq_len": 8})
     LinformerAttention(16, 2, seq_len=8)
 
 

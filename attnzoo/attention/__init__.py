@@ -1,8 +1,12 @@
 """The shared attention core: no Lightning import anywhere in here."""
 
-from . import blocked, flash, flex, variants  # noqa: F401  (backends and attention kinds register themselves)
-from .attention import ATTENTION_KINDS, Attention, capture_attention
-from .backends import AUTO_ORDER, BACKENDS, attend, choose_backend, register_backend
+# backends and attention kinds register themselves on import; sdpa first, so the table lists eager, sdpa, then the rest
+from . import sdpa  # noqa: F401
+
+# isort: split
+from . import blocked, flash, flex, variants  # noqa: F401
+from .attention import ATTENTION_KINDS, Attention, Call, capture_attention
+from .backends import AUTO_ORDER, BACKENDS, Transform, attend, choose_backend, register_backend
 from .cache import CrossKVCache, DecodingCache, KVCache, SlidingWindowKVCache
 from .interop import from_multihead_attention
 from .patterns import (
@@ -26,6 +30,7 @@ __all__ = [
     "Attention",
     "BigBird",
     "BlockLocal",
+    "Call",
     "Causal",
     "CrossKVCache",
     "DecodingCache",
@@ -37,6 +42,7 @@ __all__ = [
     "RandomBlocks",
     "SlidingWindow",
     "SlidingWindowKVCache",
+    "Transform",
     "attend",
     "capture_attention",
     "choose_backend",

@@ -7,16 +7,15 @@ Hkv key/value heads, D head dim.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import logging
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from .backends import attend, check_backend_name
+from .backends import AUTO_ORDER, Transform, attend, check_backend_name
 from .cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
 
 log = logging.getLogger("attnzoo")
@@ -24,6 +23,20 @@ Tensor = torch.Tensor
 
 _capture: list[list[Tensor]] = []  # a stack of active `capture_attention()` lists
 _SMALL_MASK = 1 << 16  # a decoding call's mask this small is checked on the CPU for rows with nothing masked
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one forward hands `Attention.attend_heads` besides q, k and v."""
+
+    x: Tensor  # the layer's input [B, Lq, C]
+    context: Tensor | None  # cross-attention's source [B, Lk, Cc], or None
+    pattern: Any | None  # which (query, key) pairs interact (the layer's, with is_causal and the cache applied)
+    bias: Any | None  # a bias module or an additive tensor, or None
+    key_padding_mask: Tensor | None  # bool [B, Lk], True marks padding
+    backend: str  # "auto" or a name in `backends.BACKENDS`
+    return_weights: bool
+    cache: Cache | None = None  # when decoding: the layer's cache (k and v already come from it)
 
 
 class Attention(nn.Module):
@@ -46,7 +59,23 @@ class Attention(nn.Module):
         bias: a bias module adding to scores (`attnzoo.attention.biases`), or None.
         rotary: a rotary embedding applied to q and k (`attnzoo.attention.rotary`), or None.
         backend: "auto" or a backend name from `attnzoo.attention.backends.BACKENDS`.
+
+    A new attention kind subclasses this and changes one of two things:
+    - how weights come from scores (sinks, sigmoid): set `transform_class` to a `backends.Transform` subclass,
+      built from the layer on each call (`transform_class(layer)`); the backend table runs it;
+    - what attention reads or returns (gated, differential, mla, linformer): override `attend_heads`.
     """
+
+    # a kind whose weights are not a softmax of its scores names its `Transform` here
+    transform_class: type[Transform] | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "_attend" in vars(cls):
+            raise TypeError(
+                f"{cls.__name__} overrides _attend, which Attention no longer calls: override "
+                "attend_heads(q, k, v, call) instead, or set transform_class for weights that are not a softmax"
+            )
 
     def __init__(
         self,
@@ -84,7 +113,7 @@ class Attention(nn.Module):
         if any(v not in (None, False) for v in unsupported.values()):
             raise ValueError(f"unsupported Attention arguments: {sorted(unsupported)}")
         check_backend_name(backend)
-        Attention.check_config({"backend": backend, "attn_drop": attn_drop})
+        type(self).check_config({"backend": backend, "attn_drop": attn_drop})  # what the kind refuses, too
         dd = {"device": device, "dtype": dtype}
 
         self.num_heads = num_heads
@@ -119,10 +148,26 @@ class Attention(nn.Module):
         does every layer's constructor. Plain attention refuses FlexAttention with attention dropout (it has none);
         its other values are checked when a layer is built."""
         backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
-        if backend == "flex" and isinstance(drop, int | float) and drop > 0:  # known now, not at the first step
+        dropout = isinstance(drop, int | float) and drop > 0
+        if backend == "flex" and dropout:  # known now, not at the first step
             raise ValueError(
                 f"backend 'flex' cannot train with attn_drop {drop}: FlexAttention has no attention dropout; use "
                 "backend 'blocked' (or 'auto'), or attn_drop 0"
+            )
+        transform = cls.transform_class
+        if transform is None:
+            return
+        if backend in transform.refuses:
+            runs_on = [name for name in reversed(AUTO_ORDER) if name not in transform.refuses]
+            raise ValueError(
+                f"attention kind {transform.name!r} cannot run on backend {backend!r}: {transform.refuses[backend]}; "
+                f"it runs on {runs_on} (or 'auto')"
+            )
+        if backend == "sdpa" and dropout:
+            raise ValueError(
+                f"attention kind {transform.name!r} cannot train on backend 'sdpa' with attn_drop {drop}: the fused "
+                "CPU kernel it uses runs without attention dropout (and off the CPU sdpa gives no log-sum-exp); use "
+                "backend 'eager' or 'blocked' (or 'auto'), or attn_drop 0"
             )
 
     @classmethod
@@ -198,20 +243,9 @@ class Attention(nn.Module):
             bias = extra if bias is None else _dense(bias, q, k) + extra
 
         capturing = bool(_capture)
-        extra_args = {} if cache is None else {"cache": cache}  # overrides without `cache` still run uncached
-        out, weights = self._attend(
-            q,
-            k,
-            v,
-            x=x,
-            context=context,
-            pattern=pattern,
-            bias=bias,
-            key_padding_mask=key_padding_mask,
-            backend="auto" if capturing else self.backend,
-            return_weights=return_weights or capturing,
-            **extra_args,
-        )
+        backend = "auto" if capturing else self.backend
+        call = Call(x, context, pattern, bias, key_padding_mask, backend, return_weights or capturing, cache)
+        out, weights = self.attend_heads(q, k, v, call)  # [B, H, Lq, D], [B, H, Lq, Lk] or None
         if capturing:
             _capture[-1].append(weights.detach())
         out = out.transpose(1, 2).reshape(b, lq, -1)  # [B, H, Lq, D] -> [B, Lq, C]
@@ -227,8 +261,6 @@ class Attention(nn.Module):
         Kinds that cannot (their math needs every key at once) override this with their reason.
         """
         pattern = self.pattern if pattern is None else pattern
-        if not _attend_takes_cache(type(self)):
-            return f"attention kind {type(self).__name__} overrides _attend without a `cache` argument"
         if self.is_cross:
             if pattern is not None:
                 return f"a cross-attention pattern ({pattern!r}) is not supported with a cache"
@@ -316,39 +348,25 @@ class Attention(nn.Module):
             bias = bias.shifted(start, k_start, lq, k.shape[2], device=x.device)
         return q, k, v, pattern, bias
 
-    def _attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        x: Tensor,
-        context: Tensor | None,
-        pattern: Any | None,
-        bias: Any | None,
-        key_padding_mask: Tensor | None,
-        backend: str,
-        return_weights: bool,
-        cache: Cache | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        """q [B, H, Lq, D], k and v [B, Hkv, Lk, D] -> (out [B, H, Lq, D], weights or None).
+    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
+        """q [B, H, Lq, D], k and v [B, Hkv, Lk, D] -> (out [B, H, Lq, D], weights [B, H, Lq, Lk] or None).
 
-        The one step attention kinds (`attnzoo.attention.variants`) override; `x` and `context` are the
-        layer's inputs, for kinds whose attention depends on them beyond q, k, v. Sets `backend_used`.
-        When decoding, `cache` is the layer's cache (k and v already come from it), for kinds that keep
-        per-key state of their own (`cache.key_state`); an override without this argument cannot decode.
+        The step a kind overrides to change what attention reads or returns, calling this (or `attend`) inside;
+        `call.x` and `call.context` are the layer's inputs, `call.cache` its cache when decoding (for kinds with
+        per-key state of their own). Sets `backend_used`, what ran.
         """
         out, weights, self.backend_used = attend(
             q,
             k,
             v,
-            pattern=pattern,
-            bias=bias,
-            key_padding_mask=key_padding_mask,
+            pattern=call.pattern,
+            bias=call.bias,
+            key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale,
-            backend=backend,
-            return_weights=return_weights,
+            backend=call.backend,
+            return_weights=call.return_weights,
+            transform=None if self.transform_class is None else self.transform_class(self),
         )
         return out, weights
 
@@ -384,11 +402,6 @@ class Attention(nn.Module):
         if self.pattern is not None:
             parts.append(f"pattern={self.pattern!r}")
         return ", ".join(parts)
-
-
-@functools.cache
-def _attend_takes_cache(cls: type[Attention]) -> bool:
-    return cls._attend is Attention._attend or "cache" in inspect.signature(cls._attend).parameters
 
 
 def _dense(bias: Any, q: Tensor, k: Tensor) -> Tensor:

@@ -13,19 +13,23 @@ Backends join the capability table `BACKENDS`; `backend="auto"` walks `AUTO_ORDE
 backend whose `supports()` has no objection, logging the choice once per distinct situation. A backend with
 several kernel paths names them (`Sdpa.PATHS`, sdpa's CPU bias paths) and says which one a request takes
 (`path(req)`): what ran is then reported as "name[path]", in the log and in the name `attend` returns.
+
+Attention kinds whose weights are not a softmax of the scores (sinks, sigmoid) go through the same table: they
+declare a `Transform` (the formula, and the forms some kernels can run it in), which `attend` hands to the
+backend, and each backend's `supports` says whether it can run it. What ran is then reported as "name[kind]".
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from . import sdpa_bias
 from .patterns import unpadded
 
 log = logging.getLogger("attnzoo")
@@ -48,6 +52,7 @@ class Request:
     dropout_p: float = 0.0
     dtype: torch.dtype | None = None  # of q (under autocast: what the projections produced)
     head_dim: int = 0
+    transform: Transform | None = None  # a kind's weights when they are not a softmax (sinks, sigmoid)
 
     def describe(self) -> str:
         pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
@@ -60,7 +65,8 @@ class Backend(Protocol):
     name: str
 
     def supports(self, req: Request) -> str | None:
-        """None when this backend can run `req`, else a short reason why not."""
+        """None when this backend can run `req`, else a short reason why not (a backend that runs no kind's
+        `Transform` refuses every `req.transform`; it is then called without `transform`)."""
 
     # optional: `avoid_in_auto(req) -> str | None`, a reason for `auto` to pass over a backend that would run
     # `req` when asked explicitly (e.g. a compile per shape, or a pattern too dense to gain from sparsity)
@@ -77,7 +83,39 @@ class Backend(Protocol):
         dropout_p: float,
         scale: float,
         return_weights: bool,
+        transform: Transform | None = None,
     ) -> tuple[Tensor, Tensor | None]: ...
+
+
+class Transform:
+    """How an attention kind's weights come from its scores when they are not a softmax (the kind's
+    `Attention.transform()` returns one). The formula, `weights`, is all a kind must write: the eager and
+    blocked backends run it explicitly. Faster forms are optional; a backend runs a transform only in a form
+    it has (its `supports` says why not otherwise):
+
+    - `fused(q, k, v, mask, scale, is_causal) -> out`: the whole call on torch's fused CPU kernel (sdpa, and
+      blocked per group of blocks); q, k, v [N, H, L, D] with the same heads, `mask` additive [N|1, 1|H, Lq, Lk]
+      or None. Only exact without attention dropout.
+    - `rescale(lse) -> [B, H, Lq]`: flex runs a softmax of `score_mod(score, b, h, q_idx, kv_idx)` (None: the
+      scores themselves) and multiplies each row by `rescale` of its log-sum-exp.
+
+    Attributes:
+        name: the kind, reported as "backend[name]".
+        refuses: backend name -> why this kind never runs there (checked when a layer is built).
+        trains: the transform has parameters that take a gradient now (a training call for `auto`).
+    """
+
+    name: str = "transform"
+    refuses: Mapping[str, str] = {}
+    trains: bool = False
+    fused: Callable[..., Tensor] | None = None
+    score_mod: Callable[..., Tensor] | None = None
+    rescale: Callable[[Tensor], Tensor] | None = None
+
+    def weights(self, scores: Tensor) -> Tensor:
+        """fp32 scores [..., Lq, Lk] (scaled, bias added, -inf where masked) -> fp32 weights, same shape. A row
+        whose keys are all masked must give zeros (or weights that stay finite), never NaN."""
+        raise NotImplementedError
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -166,149 +204,42 @@ def is_plain_causal(pattern: Any | None, lq: int, lk: int) -> bool:
 # eager: the correctness oracle
 
 
-def eager_scores(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    pattern: Any | None,
-    bias: Tensor | Any | None,
-    key_padding_mask: Tensor | None,
-    scale: float,
-    offset: float = 0.0,
-) -> tuple[Tensor, Tensor | None, Tensor]:
-    """The scores of every eager formula (this backend's, sigmoid's, sinks'): fp32 scores [B, H, Lq, Lk] =
-    q k^T * scale + offset + bias, the allowed mask (or None), and v repeated to the H query heads [B, H, Lk, D]."""
-    lq, lk = q.shape[-2], k.shape[-2]
-    groups = q.shape[1] // k.shape[1]
-    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]
-    scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, Lq, Lk]
-    if offset:
-        scores = scores + offset
-    b = dense_bias(bias, lq, lk, q.device, torch.float32)
-    if b is not None:
-        scores = scores + b.float()
-    return scores, allowed_mask(pattern, key_padding_mask, lq, lk, q.device), v
-
-
 class Eager:
-    """Explicit scores and an fp32 softmax; returns weights. Every other backend is tested against this."""
+    """Explicit scores and an fp32 softmax (or a kind's `Transform`); returns weights. The oracle: every other
+    backend is tested against this, so it is written out here top to bottom."""
 
     name = "eager"
 
     def supports(self, req: Request) -> str | None:
         return None
 
-    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
-        scores, allowed, v = eager_scores(
-            q, k, v, pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale
-        )
-        weights = masked_softmax(scores, allowed).to(q.dtype)
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, transform=None):
+        lq, lk = q.shape[-2], k.shape[-2]
+        groups = q.shape[1] // k.shape[1]
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # [B, H, Lk, D]: each kv head serves `groups` q heads
+        scores = (q.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, Lq, Lk], fp32
+        if bias is not None:
+            scores = scores + dense_bias(bias, lq, lk, q.device, torch.float32).float()
+        allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)  # [B|1, 1, Lq, Lk] bool, or None
+        if transform is not None:  # a kind's own weights (sinks, sigmoid): masked pairs score -inf
+            weights = transform.weights(scores if allowed is None else scores.masked_fill(~allowed, float("-inf")))
+        elif allowed is None:
+            weights = scores.softmax(dim=-1)
+        else:  # a row with no allowed key gets zeros (and zero gradients), not NaN
+            alive = allowed.any(dim=-1, keepdim=True)  # [B|1, 1, Lq, 1]
+            weights = scores.masked_fill(~(allowed | ~alive), float("-inf")).softmax(dim=-1) * alive
+        weights = weights.to(q.dtype)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         out = dropped @ v.to(q.dtype)  # [B, H, Lq, D]
         return out, (weights if return_weights else None)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# sdpa: torch's fused kernels
-
-
-class Sdpa:
-    """`F.scaled_dot_product_attention` (flash / memory-efficient / cuDNN on GPU, flash on CPU), and on CPU three
-    paths of `sdpa_bias.py` for biases, named in `PATHS` and reported as "sdpa[<path>]" (`auto`'s log, the
-    name `attend` returns, `Attention.backend_used`). Plain "sdpa" is torch's kernel, with or without a mask."""
-
-    name = "sdpa"
-    PATHS = {
-        "table_grad": "CPU training of a learned table over offsets (T5, relative_2d): the fused forward, and a "
-        "chunked backward that sums each chunk's score gradient into the table (sdpa_with_relative_bias)",
-        "hankel_table": "CPU, a 1D table over offsets that is not trained (ALiBi, a frozen T5, inference): "
-        "read in place as a Hankel view by the fused kernel (sdpa_with_fixed_sequence_bias)",
-        "bias_grad": "CPU training of any other learned bias: the fused forward on the dense bias, and a "
-        "chunked backward (sdpa_with_bias_grad)",
-    }
-
-    def supports(self, req: Request) -> str | None:
-        if req.return_weights:
-            return "fused kernels do not return attention weights"
-        return None
-
-    def path(self, req: Request) -> str | None:
-        """The path of `PATHS` that runs `req`, or None for torch's kernel."""
-        trained = trains(req.bias) and req.needs_grad  # needs_grad: grad mode is on
-        return _sdpa_path(req.device_type, req.dtype, req.bias, trained, req.lq, req.lk, req.dropout_p)[0]
-
-    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
-        if return_weights:
-            raise ValueError("backend 'sdpa' cannot return attention weights; use backend='eager' or 'auto'")
-        lq, lk = q.shape[-2], k.shape[-2]
-        gqa = q.shape[1] != k.shape[1]
-        groups = q.shape[1] // k.shape[1]
-        trained = trains(bias) and torch.is_grad_enabled()
-        path, relative = _sdpa_path(q.device.type, q.dtype, bias, trained, lq, lk, dropout_p)
-        if path in ("table_grad", "hankel_table"):
-            # a table over offsets, never made dense whole (sdpa_bias.py): a learned one gets its gradient reduced
-            # chunk by chunk; a fixed 1D one is read in place as a view
-            allowed, alive = rescued_mask(pattern, key_padding_mask, lq, lk, q.device)
-            if path == "table_grad":
-                out = sdpa_bias.sdpa_with_relative_bias(
-                    q, repeat_kv(k, groups), repeat_kv(v, groups), **relative, allowed=allowed, scale=scale
-                )
-            else:
-                out = sdpa_bias.sdpa_with_fixed_sequence_bias(
-                    q, k, v, relative["table"], allowed=allowed, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-                )
-            return (out if alive is None else out * alive), None
-        b = dense_bias(bias, lq, lk, q.device, q.dtype)
-        if b is None and key_padding_mask is None and (pattern is None or is_plain_causal(pattern, lq, lk)):
-            causal = pattern is not None
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale, enable_gqa=gqa
-            ), None
-        allowed, alive = rescued_mask(pattern, key_padding_mask, lq, lk, q.device)
-        if b is None:
-            mask = allowed
-        else:
-            mask = b.to(q.dtype)
-            if allowed is not None:
-                mask = mask.masked_fill(~allowed, float("-inf"))
-        if path == "bias_grad":  # the fused kernel plus a chunked backward, not the math path (see sdpa_bias.py)
-            out = sdpa_bias.sdpa_with_bias_grad(q, repeat_kv(k, groups), repeat_kv(v, groups), mask, scale)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
-            )
-        if alive is not None:
-            out = out * alive
-        return out, None
-
-
-def _sdpa_path(
-    device_type: str, dtype: torch.dtype | None, bias: Any, trained: bool, lq: int, lk: int, dropout_p: float
-) -> tuple[str | None, dict[str, Any] | None]:
-    """(`Sdpa.PATHS` key or None, the bias's table over offsets or None) for a call; `trained`: the call trains
-    `bias` (grad mode on and the bias needs a gradient)."""
-    if device_type != "cpu" or bias is None:
-        return None, None
-    # sdpa_bias computes a bias gradient without dropout, in the float dtypes it takes
-    learned = trained and not dropout_p and dtype in sdpa_bias.DTYPES
-    relative = None if isinstance(bias, Tensor) or not hasattr(bias, "relative") else bias.relative(lq, lk)
-    if relative is None:
-        return ("bias_grad" if learned else None), None
-    if learned:
-        return "table_grad", relative
-    sequence = relative["grid_q"][0] == relative["grid_k"][0] == 1 and not relative["num_prefix_tokens"]
-    if sequence and not trained:  # the view detaches the table: only for a table that takes no gradient here
-        return "hankel_table", relative
-    return None, relative
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # the capability table and dispatch
 
-BACKENDS: dict[str, Backend] = {"eager": Eager(), "sdpa": Sdpa()}
-# `auto` tries these in order; later backends (flash, flex, blocked) insert themselves where they belong.
-AUTO_ORDER: list[str] = ["sdpa", "eager"]
+BACKENDS: dict[str, Backend] = {"eager": Eager()}
+# `auto` tries these in order; the other backends (sdpa, flash, flex, blocked) insert themselves where they belong.
+AUTO_ORDER: list[str] = ["eager"]
 
 _logged: set[tuple[str, str]] = set()
 
@@ -328,7 +259,10 @@ def check_backend_name(name: str) -> None:
 
 
 def with_path(name: str, req: Request) -> str:
-    """`name`, or "name[path]" when the backend runs `req` on one of its named paths (`Sdpa.PATHS`)."""
+    """`name`, or "name[path]" when the backend runs `req` on one of its named paths (`Sdpa.PATHS`), or
+    "name[kind]" for a kind's `Transform`."""
+    if req.transform is not None:
+        return f"{name}[{req.transform.name}]"
     path = BACKENDS[name].path(req) if hasattr(BACKENDS[name], "path") else None
     return name if path is None else f"{name}[{path}]"
 
@@ -338,20 +272,31 @@ def backend_name(used: str) -> str:
     return used.partition("[")[0]
 
 
+def refusal(name: str, req: Request) -> str | None:
+    """Why backend `name` cannot run `req` (the kind's transform refuses it, or the backend's own reason), or None."""
+    if req.transform is not None and name in req.transform.refuses:
+        return req.transform.refuses[name]
+    return BACKENDS[name].supports(req)
+
+
 def choose_backend(req: Request, backend: str = "auto") -> str:
-    """What will run `req`: a backend name, with its path when it has named ones ("sdpa[table_grad]").
+    """What will run `req`: a backend name, with its path when it has named ones ("sdpa[table_grad]") or the kind
+    whose transform it runs ("blocked[sinks]").
 
     Explicit choices that cannot run raise; `auto` logs its choice once per distinct situation.
     """
     check_backend_name(backend)
     if backend != "auto":
-        reason = BACKENDS[backend].supports(req)
+        reason = refusal(backend, req)
         if reason is not None:
-            raise ValueError(f"attention backend {backend!r} cannot run this call ({req.describe()}): {reason}")
+            who = f"attention backend {backend!r}"
+            if req.transform is not None:
+                who = f"attention kind {req.transform.name!r} on backend {backend!r}"
+            raise ValueError(f"{who} cannot run this call ({req.describe()}): {reason}")
         return with_path(backend, req)
     skipped = []
     for name in AUTO_ORDER:
-        reason = BACKENDS[name].supports(req)
+        reason = refusal(name, req)
         if reason is None and hasattr(BACKENDS[name], "avoid_in_auto"):
             reason = BACKENDS[name].avoid_in_auto(req)
         if reason is None:
@@ -376,10 +321,11 @@ def request(
     key_padding_mask: Tensor | None,
     dropout_p: float,
     return_weights: bool,
-    trains_own: bool = False,
+    transform: Transform | None = None,
 ) -> Request:
-    """The `Request` of a call; `trains_own`: the caller (an attention kind) has parameters of its own that train."""
-    grads = q.requires_grad or k.requires_grad or v.requires_grad or trains(bias) or trains_own
+    """The `Request` of a call."""
+    grads = q.requires_grad or k.requires_grad or v.requires_grad or trains(bias)
+    grads = grads or (transform is not None and transform.trains)
     return Request(
         device_type=q.device.type,
         needs_grad=torch.is_grad_enabled() and grads,
@@ -392,6 +338,7 @@ def request(
         dropout_p=dropout_p,
         dtype=q.dtype,
         head_dim=q.shape[-1],
+        transform=transform,
     )
 
 
@@ -407,6 +354,7 @@ def attend(
     scale: float | None = None,
     backend: str = "auto",
     return_weights: bool = False,
+    transform: Transform | None = None,
 ) -> tuple[Tensor, Tensor | None, str]:
     """Attention over q [B, H, Lq, D] and k, v [B, Hkv, Lk, D]; returns (out [B, H, Lq, D], weights, what ran).
 
@@ -419,6 +367,7 @@ def attend(
         scale: score scale, default 1/sqrt(D).
         backend: "auto" or a name in `BACKENDS`.
         return_weights: also return the [B, H, Lq, Lk] weights (only the eager backend can).
+        transform: the weights of a kind whose weights are not a softmax of the scores (`Transform`).
     """
     check_inputs(q, k, v, key_padding_mask)
     req = request(
@@ -430,6 +379,7 @@ def attend(
         key_padding_mask=key_padding_mask,
         dropout_p=dropout_p,
         return_weights=return_weights,
+        transform=transform,
     )
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     # a bias module's tables are made once for the call: choosing a kernel path may read them too
@@ -445,6 +395,7 @@ def attend(
             dropout_p=dropout_p,
             scale=scale,
             return_weights=return_weights,
+            **({} if transform is None else {"transform": transform}),  # a softmax-only backend takes none
         )
     return out, weights, name
 

@@ -193,12 +193,8 @@ class Blocked:
             cache[key] = plan(pattern, lq, lk, bq, bk, device)
         return cache[key]
 
-    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, kernel=None):
-        """As every backend; `kernel`, when given, replaces SDPA on each group of blocks (attention kinds whose
-        weights are not a softmax: `variants/sinks.py`, `variants/sigmoid.py`). It is called as
-        `kernel(q [n, H, bq, D], k, v [n, Hkv, K * bk, D], mask, dropout_p, scale) -> [n, H, bq, D]` with n = B * nb
-        (batch-major) and `mask` bool (True = allowed) or additive float (-inf = masked), [n, 1 | H, bq, K * bk];
-        rows that allow no key are opened in `mask` and zeroed afterwards."""
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, transform=None):
+        """As every backend; a kind's `transform` runs on each group of blocks (`_transformed`)."""
         if return_weights:
             raise ValueError("backend 'blocked' cannot return attention weights; use backend='eager' or 'auto'")
         pattern = _FULL if pattern is None else pattern
@@ -229,10 +225,10 @@ class Blocked:
                 if not all_alive:
                     allowed = allowed | ~alive  # keep kernels finite; those rows are zeroed below
                 mask = allowed if add is None else add.masked_fill(~allowed, float("-inf"))
-            if kernel is not None:
-                o = kernel(qg, kg, vg, mask, dropout_p, scale)
+            if transform is not None:
+                o = _transformed(qg, kg, vg, mask, dropout_p, scale, transform)
             elif add is not None and add.requires_grad:  # path "bias_grad": SDPA's CPU kernels do not train a mask
-                o = _eager(qg, kg, vg, mask, dropout_p, scale)
+                o = _explicit(qg, kg, vg, mask, dropout_p, scale)
             else:
                 o = F.scaled_dot_product_attention(
                     qg, kg, vg, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=hkv != h
@@ -302,18 +298,32 @@ class Blocked:
         return allowed.expand(b, nb, bq, width).reshape(b * nb, 1, bq, width)
 
 
-def _eager(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float) -> Tensor:
-    """Softmax attention over one group of blocks with an additive float mask: [B * nb, H, bq, D]."""
+def _explicit(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float, transform=None) -> Tensor:
+    """Attention over one group of blocks, written out: q [n, H, bq, D], k, v [n, Hkv, K * bk, D], `mask` bool
+    (True = allowed) or additive float, [n, 1 | H, bq, K * bk]; a softmax, or a kind's `transform.weights`."""
     n, h, bq, d = q.shape
     hkv = k.shape[1]
-    qg = q.reshape(n, hkv, h // hkv, bq, d)  # [B * nb, Hkv, groups, bq, D]
-    scores = (qg.float() @ k.float()[:, :, None].transpose(-2, -1)) * scale  # [B * nb, Hkv, groups, bq, K * bk]
-    scores = scores.reshape(n, h, bq, -1) + mask.float()  # [B * nb, H, bq, K * bk]
-    weights = scores.softmax(dim=-1).to(q.dtype)
+    qg = q.reshape(n, hkv, h // hkv, bq, d)  # [n, Hkv, groups, bq, D]: no copies of k and v for GQA
+    scores = (qg.float() @ k.float()[:, :, None].transpose(-2, -1)) * scale  # [n, Hkv, groups, bq, K * bk]
+    scores = scores.reshape(n, h, bq, -1)  # [n, H, bq, K * bk]
+    scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+    weights = (scores.softmax(dim=-1) if transform is None else transform.weights(scores)).to(q.dtype)
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
-    out = weights.reshape(n, hkv, h // hkv, bq, -1) @ v[:, :, None].to(q.dtype)  # [B * nb, Hkv, groups, bq, D]
+    out = weights.reshape(n, hkv, h // hkv, bq, -1) @ v[:, :, None].to(q.dtype)  # [n, Hkv, groups, bq, D]
     return out.reshape(n, h, bq, d)
+
+
+def _transformed(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, scale: float, transform) -> Tensor:
+    """A kind's transform over one group of blocks (shapes as `_explicit`): its fused CPU form when it has one and
+    there is no dropout, else the formula written out."""
+    if transform.fused is None or q.device.type != "cpu" or dropout_p:
+        return _explicit(q, k, v, mask, dropout_p, scale, transform)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # [n, H, K * bk, D]
+    if mask.dtype == torch.bool:  # the CPU kernel takes an additive mask
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+    return transform.fused(q, k, v, mask.to(q.dtype), scale, False)
 
 
 def _to_blocks(x: Tensor, padded: int, block: int) -> Tensor:

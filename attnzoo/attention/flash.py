@@ -82,6 +82,8 @@ class Flash:
             return f"flash-attn needs a head dim <= 256 and a multiple of 8 (got {req.head_dim})"
         if req.return_weights:
             return "fused kernels do not return attention weights"
+        if req.transform is not None:
+            return f"flash-attn computes a softmax inside; kind {req.transform.name!r} needs other weights"
         if req.bias is not None:
             return "flash-attn takes no additive bias"
         if req.has_padding:

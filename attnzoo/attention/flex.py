@@ -59,9 +59,16 @@ class Flex:
             )
         if req.dropout_p > 0:
             return "FlexAttention has no attention dropout; use backend='blocked' (or set attn_drop=0)"
+        if req.transform is not None:
+            if req.transform.rescale is None:
+                return f"kind {req.transform.name!r} has no FlexAttention form (score_mod and rescale)"
+            if req.device_type == "cpu" and self.compile:
+                return "compiled FlexAttention on CPU cannot return the log-sum-exp (torch 2.14); use blocked (or auto)"
         return None
 
     def avoid_in_auto(self, req: Request) -> str | None:
+        if req.transform is not None:  # a kind's transform: no dense fused kernel to prefer off the CPU
+            return None
         if req.device_type == "cpu":
             return "on CPU flex compiles per new shape (~20 s); 'blocked' needs no compile (ask for 'flex' to use it)"
         if req.pattern is None:
@@ -81,20 +88,23 @@ class Flex:
             cache[key] = _build(pattern.bind(lq, lk), lq, lk, device)
         return cache[key]
 
-    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights):
+    def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, transform=None):
         if return_weights or dropout_p > 0:
             raise ValueError("backend 'flex' returns no weights and has no dropout; use 'eager' or 'blocked'")
-        out, _ = self.run(q, k, v, pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale)
-        return out, None
+        call = dict(pattern=pattern, bias=bias, key_padding_mask=key_padding_mask, scale=scale)
+        if transform is None:
+            return self.run(q, k, v, **call)[0], None
+        out, lse = self.run(q, k, v, **call, then=transform.score_mod, return_lse=True)  # lse [B, H, Lq]
+        return out * transform.rescale(lse)[..., None].to(out.dtype), None
 
     def run(
         self, q, k, v, *, pattern, bias, key_padding_mask, scale, then=None, return_lse=False
     ) -> tuple[Tensor, Tensor | None]:
         """(out [B, H, Lq, D], log-sum-exp of each row's scores [B, H, Lq] or None).
 
-        `then(score, b, h, q_idx, kv_idx)`, when given, maps each score after the bias (attention kinds whose
-        weights are not a softmax of the scores: `variants/sigmoid.py`); `return_lse` for kinds that rescale rows
-        (`variants/sinks.py`; compiled flex on CPU cannot return it in torch 2.14). A row with no allowed key gets
+        `then(score, b, h, q_idx, kv_idx)`, when given, maps each score after the bias (a kind's
+        `Transform.score_mod`); `return_lse` for a transform's `rescale` (compiled flex on CPU cannot return it
+        in torch 2.14). A row with no allowed key gets
         zeros and a log-sum-exp of -inf.
         """
         lq, lk = q.shape[-2], k.shape[-2]

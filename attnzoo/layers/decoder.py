@@ -224,7 +224,7 @@ def make_decoder(
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
     what: str = "model.attention",
-    context: Mapping[str, Any] | None = None,
+    layer_shape: Mapping[str, Any] | None = None,
 ) -> Decoder:
     """A pre-norm `Decoder` of `depth` `DecoderBlock`s with attention from attention configs.
 
@@ -236,7 +236,7 @@ def make_decoder(
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim`.
         what: the config key of `attention`, for error messages.
-        context: the model context of the attention layers (`attnzoo.attention.factory.attention_context`).
+        layer_shape: what the attention layers know of the tokens (`attnzoo.attention.factory.layer_shape`).
     """
     from timm.layers import Mlp
 
@@ -244,8 +244,8 @@ def make_decoder(
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    make_self = attention_builder(causal_attention(attention), what, **(context or {}))
-    make_cross = attention_builder(cross_attention, "model.cross_attention", **(context or {})) if cross else None
+    make_self = attention_builder(causal_attention(attention), what, **(layer_shape or {}))
+    make_cross = attention_builder(cross_attention, "model.cross_attention", **(layer_shape or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         DecoderBlock(

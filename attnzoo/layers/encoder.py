@@ -77,7 +77,7 @@ def make_encoder(
     proj_drop: float = 0.0,
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
-    context: Mapping[str, Any] | None = None,
+    layer_shape: Mapping[str, Any] | None = None,
 ) -> Encoder:
     """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config.
 
@@ -85,7 +85,7 @@ def make_encoder(
         attention: the `model.attention` config (see `attnzoo.attention.factory.attention_builder`).
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim` (timm's ViT uses LayerNorm with eps=1e-6).
-        context: the model context of the attention layers (`attnzoo.attention.factory.attention_context`).
+        layer_shape: what the attention layers know of the tokens (`attnzoo.attention.factory.layer_shape`).
     """
     from timm.layers import Mlp
 
@@ -94,7 +94,7 @@ def make_encoder(
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
-    make_attention = attention_builder(attention, **(context or {}))
+    make_attention = attention_builder(attention, **(layer_shape or {}))
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
     blocks = [
         TransformerBlock(

@@ -21,7 +21,7 @@ from timm.layers import resample_abs_pos_embed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import nn
 
-from ..attention.factory import attention_context
+from ..attention.factory import layer_shape
 from ..attention.patterns import Pattern
 from ..layers.audio_features import LogMel, SpecAugment
 from ..layers.encoder import make_encoder
@@ -129,8 +129,8 @@ class AST(nn.Module):
         self.patch_embed = nn.Conv2d(1, embed_dim, kernel_size=patch_size, stride=(fstride, tstride))
         self.prefix = nn.Parameter(torch.zeros(1, self.num_prefix_tokens, embed_dim))  # cls (, dist)
         # seq_len: tokens per training clip
-        context = attention_context(grid_size=self.train_grid_size, num_prefix_tokens=self.num_prefix_tokens)
-        self.pos_embed = nn.Parameter(torch.zeros(1, context["seq_len"], embed_dim))
+        shape = layer_shape(grid_size=self.train_grid_size, num_prefix_tokens=self.num_prefix_tokens)
+        self.pos_embed = nn.Parameter(torch.zeros(1, shape["seq_len"], embed_dim))
         self.pos_drop = nn.Dropout(drop_rate)
         self.encoder = make_encoder(
             dim=embed_dim,
@@ -140,7 +140,7 @@ class AST(nn.Module):
             attention=attention,
             drop_path_rate=drop_path_rate,
             final_norm=global_pool == "token",
-            context=context,
+            layer_shape=shape,
         )
         self.global_pool = global_pool
         self.fc_norm = nn.LayerNorm(embed_dim) if global_pool == "avg" else nn.Identity()

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..attention.cache import DecodingCache
-from ..attention.factory import attention_context
+from ..attention.factory import layer_shape
 from ..layers.decoder import check_decoder_attention, make_decoder
 from .seq2seq import TokenEmbedding, check_tokens
 
@@ -71,7 +71,7 @@ class CausalLM(nn.Module):
             cross=False,
             drop_path_rate=drop_path_rate,
             proj_drop=drop_rate,
-            context=attention_context(max_len=max_len),
+            layer_shape=layer_shape(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention.cache import DecodingCache
-from ..attention.factory import attention_context
+from ..attention.factory import layer_shape
 from ..attention.positions import POSITIONS
 from ..attention.specs import build
 from ..layers.decoder import check_decoder_attention, make_decoder
@@ -120,9 +120,9 @@ class Seq2Seq(nn.Module):
             vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
         )
         common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio, drop_path_rate=drop_path_rate)
-        context = attention_context(max_len=max_len)  # seq_len (linformer's longest key sequence) from max_len
+        shape = layer_shape(max_len=max_len)  # seq_len (linformer's longest key sequence) from max_len
         self.encoder = make_encoder(
-            depth=encoder_depth, attention=attention, proj_drop=drop_rate, context=context, **common
+            depth=encoder_depth, attention=attention, proj_drop=drop_rate, layer_shape=shape, **common
         )
         self.decoder = make_decoder(
             depth=decoder_depth,
@@ -130,7 +130,7 @@ class Seq2Seq(nn.Module):
             cross_attention=cross_attention,
             proj_drop=drop_rate,
             what="model.attention" if decoder_attention is None else "model.decoder_attention",
-            context=context,
+            layer_shape=shape,
             **common,
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention.factory import attention_context
+from ..attention.factory import layer_shape
 from ..attention.positions import POSITIONS
 from ..attention.specs import build
 from ..layers.encoder import make_encoder
@@ -61,8 +61,8 @@ class TextClassifier(nn.Module):
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
         self.pad_id, self.max_len, self.pooling = pad_id, max_len, pooling
         self.num_prefix_tokens = 1 if pooling == "cls" else 0
-        context = attention_context(max_len=max_len, num_prefix_tokens=self.num_prefix_tokens)
-        positions = context["seq_len"]  # the cls token has a position too
+        shape = layer_shape(max_len=max_len, num_prefix_tokens=self.num_prefix_tokens)
+        positions = shape["seq_len"]  # the cls token has a position too
 
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim)) if pooling == "cls" else None
@@ -77,7 +77,7 @@ class TextClassifier(nn.Module):
             drop_path_rate=drop_path_rate,
             layer_scale=layer_scale,
             proj_drop=drop_rate,
-            context=context,
+            layer_shape=shape,
         )
         self.head = nn.Linear(dim, num_classes)
 

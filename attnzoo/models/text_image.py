@@ -12,7 +12,7 @@ from timm.layers import Mlp
 from torch import nn
 
 from ..attention import capture_attention
-from ..attention.factory import attention_builder, attention_context
+from ..attention.factory import attention_builder, layer_shape
 from ..attention.positions import POSITIONS
 from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
@@ -61,7 +61,7 @@ class TextImageNet(nn.Module):
         mlp_ratio: hidden width of the MLPs as a multiple of the width.
         gated: tanh gates on the cross-attention branches, starting at 0 (Flamingo): the net starts text-only.
         image_pos: "learned" (one position embedding per patch of the 2D grid) or "none" (then a 2D attention
-            bias or axial rotary can carry position: the image encoder's attention gets `grid_size` as context).
+            bias or axial rotary can carry position: the image encoder's attention gets `grid_size` in its layer shape).
         text_pos: text positions, a `POSITIONS` spec ("learned", "sinusoidal", "none" with rotary, ...).
         pooling: "mean" over non-pad tokens, or the "first" token.
         image_stem: "patch" (one linear map of each patch, as ViT) or "conv" (`conv_stem`: strided 3x3
@@ -147,7 +147,7 @@ class TextImageNet(nn.Module):
             self.image_encoder.patch_embed.proj = conv_stem(in_chans, image_dim, patch_size)
 
         self.token_embed = nn.Embedding(vocab_size, text_dim, padding_idx=pad_id)
-        text_context = attention_context(max_len=max_len)  # of every text self-attention
+        text_shape = layer_shape(max_len=max_len)  # of every text self-attention
         self.text_pos = build(text_pos, POSITIONS, "model.text_pos", dim=text_dim, max_len=max_len)  # None: "none"
         self.text_encoder = make_encoder(
             dim=text_dim,
@@ -157,11 +157,11 @@ class TextImageNet(nn.Module):
             attention=attention,
             drop_path_rate=drop_path_rate,
             final_norm=False,
-            context=text_context,
+            layer_shape=text_shape,
         )
 
         make_cross = attention_builder(cross_attention, what="model.cross_attention")
-        make_self = attention_builder(attention, **text_context)
+        make_self = attention_builder(attention, **text_shape)
         hidden = int(text_dim * mlp_ratio)
         self.cross_blocks = nn.ModuleList(
             CrossAttentionBlock(
@@ -183,9 +183,9 @@ class TextImageNet(nn.Module):
         )
         head_dim = text_dim
         if fusion == "both":  # patches read the text, then each other: [B, N, Ci]
-            image_context = attention_context(grid_size=self.grid_size)
+            image_shape = layer_shape(grid_size=self.grid_size)
             make_image_self = attention_builder(
-                attention if image_attention is None else image_attention, **image_context
+                attention if image_attention is None else image_attention, **image_shape
             )
             image_hidden = int(image_dim * mlp_ratio)
             self.image_cross_blocks = nn.ModuleList(

@@ -18,7 +18,7 @@ import torch
 from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
 from torch import nn
 
-from ..attention.factory import attention_context
+from ..attention.factory import layer_shape
 from ..layers.encoder import make_encoder
 
 log = logging.getLogger("attnzoo")
@@ -30,7 +30,7 @@ class ViT(nn.Module):
 
     Args:
         attention: the `model.attention` config (`attnzoo.attention.factory.attention_builder`); its parts
-            receive `grid_size` (gh, gw), `num_prefix_tokens` and `seq_len` (tokens per image) as context.
+            receive `grid_size` (gh, gw), `num_prefix_tokens` and `seq_len` (tokens per image) as their layer shape.
         global_pool: "token" (class token) or "avg" (mean of patch tokens, with `fc_norm` as in timm).
         pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
         layer_scale: initial LayerScale value, None for none.
@@ -72,8 +72,8 @@ class ViT(nn.Module):
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
         self.grid_size = tuple(self.patch_embed.grid_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
-        context = attention_context(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens)
-        n_pos = context["seq_len"]  # tokens per image
+        shape = layer_shape(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens)
+        n_pos = shape["seq_len"]  # tokens per image
         self.pos_embed = nn.Parameter(torch.randn(1, n_pos, embed_dim) * 0.02) if pos_embed == "learned" else None
         self.pos_drop = nn.Dropout(pos_drop_rate)
         self.encoder = make_encoder(
@@ -88,7 +88,7 @@ class ViT(nn.Module):
             proj_drop=proj_drop_rate,
             final_norm=global_pool == "token",
             norm_layer=norm_layer,
-            context=context,
+            layer_shape=shape,
         )
         self.fc_norm = norm_layer(embed_dim) if global_pool == "avg" else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)

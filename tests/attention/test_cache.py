@@ -1,7 +1,6 @@
 """Incremental decoding in the attention core: every kind, pattern, bias and rotary in the registries either
 decodes exactly as a full forward does, or refuses with a clear error; caches keep what they should."""
 
-import inspect
 import itertools
 
 import pytest
@@ -261,14 +260,31 @@ def test_cache_misuse_is_a_clear_error():
         SlidingWindowKVCache(window=0)
 
 
-def test_user_kind_overriding_attend_without_cache_refuses():
-    class Custom(Attention):
-        def _attend(self, q, k, v, **kwargs):
-            return super()._attend(q, k, v, **kwargs)
+def test_a_kind_overriding_the_old_attend_hook_is_told_the_new_one():
+    with pytest.raises(TypeError, match=r"override attend_heads\(q, k, v, call\)"):
 
-    layer = Custom(DIM, HEADS, pattern=Causal())
-    assert "without a `cache` argument" in layer.cannot_decode()
-    assert "cache" in inspect.signature(Attention._attend).parameters
+        class Old(Attention):
+            def _attend(self, q, k, v, **kwargs):
+                return super()._attend(q, k, v, **kwargs)
+
+
+def test_a_user_kind_overriding_attend_heads_decodes_with_the_cache_in_its_call():
+    seen = []
+
+    class Scaled(Attention):  # a kind changing what attention returns: the small hook, four arguments
+        def attend_heads(self, q, k, v, call):
+            seen.append(call.cache)
+            out, weights = super().attend_heads(q, k, v, call)
+            return 2 * out, weights
+
+    ref, layer = Attention(DIM, HEADS, pattern=Causal()), Scaled(DIM, HEADS, pattern=Causal())
+    layer.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 6, DIM)
+    with torch.no_grad():
+        want = 2 * (ref(x) - ref.proj.bias) + ref.proj.bias  # proj(2 a) of the full forward's a
+        got, _ = _incremental(layer, x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert len(seen) == 3 and all(isinstance(c, KVCache) for c in seen)  # three chunks, one cache
 
 
 def _decode_request(backend: str) -> bool:

@@ -181,8 +181,8 @@ def test_blocked_names_its_bias_grad_path(monkeypatch):
     from attnzoo.attention import blocked
 
     ran = []
-    real = blocked._eager
-    monkeypatch.setattr(blocked, "_eager", lambda *a: ran.append(1) or real(*a))
+    real = blocked._explicit
+    monkeypatch.setattr(blocked, "_explicit", lambda *a: ran.append(1) or real(*a))
     q, k, v, pad = inputs(300)
     kw = dict(pattern=SlidingWindow(window=20), bias=LearnedOffsetBias(num_heads=H), key_padding_mask=pad)
     assert attend(q, k, v, backend="blocked", **kw)[2] == "blocked[bias_grad]" and ran  # trains the bias

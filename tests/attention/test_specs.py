@@ -1,9 +1,10 @@
-"""Specs and model context: a context key nobody knows is an error naming it, never dropped; seq_len has one source."""
+"""Specs and layer shapes: a context key nobody knows is an error naming it, never dropped; seq_len has one source."""
 
 import pytest
 
+from attnzoo.attention import factory
 from attnzoo.attention.biases import BIASES
-from attnzoo.attention.factory import MODEL_CONTEXT, attention_context, attention_layer
+from attnzoo.attention.factory import LAYER_SHAPE_KEYS, attention_layer, layer_shape
 from attnzoo.attention.specs import CONTEXT_KEYS, build, suggest
 from attnzoo.layers.encoder import make_encoder
 
@@ -19,7 +20,7 @@ from attnzoo.layers.encoder import make_encoder
         (lambda: attention_layer({}, max_len=64), r"unknown context key 'max_len'"),  # no attention part reads it
         (lambda: attention_layer({}, num_heads=4), r"unknown context key 'num_heads'"),  # set per layer, not by models
         (
-            lambda: make_encoder(dim=32, depth=1, num_heads=4, context={"seqlen": 5}),
+            lambda: make_encoder(dim=32, depth=1, num_heads=4, layer_shape={"seqlen": 5}),
             r"'seqlen'.*did you mean 'seq_len'",
         ),
         (
@@ -33,24 +34,25 @@ def test_an_unknown_context_key_raises_naming_it_and_the_valid_keys(make, match)
         make()
 
 
-def test_model_context_is_part_of_the_context_vocabulary():
-    assert set(MODEL_CONTEXT) <= set(CONTEXT_KEYS)
+def test_layer_shape_keys_are_part_of_the_context_vocabulary():
+    assert set(LAYER_SHAPE_KEYS) <= set(CONTEXT_KEYS)
+    assert factory.attention_context is layer_shape and factory.MODEL_CONTEXT is LAYER_SHAPE_KEYS  # earlier names
 
 
-def test_attention_context_derives_seq_len_from_the_token_layout():
-    assert attention_context(grid_size=(3, 4), num_prefix_tokens=2) == {
+def test_layer_shape_derives_seq_len_from_the_token_layout():
+    assert layer_shape(grid_size=(3, 4), num_prefix_tokens=2) == {
         "seq_len": 14,
         "num_prefix_tokens": 2,
         "grid_size": (3, 4),
     }
-    assert attention_context(max_len=16, num_prefix_tokens=1) == {"seq_len": 17, "num_prefix_tokens": 1}
+    assert layer_shape(max_len=16, num_prefix_tokens=1) == {"seq_len": 17, "num_prefix_tokens": 1}
     for bad in ({}, {"grid_size": (2, 2), "max_len": 4}):
         with pytest.raises(ValueError, match="exactly one"):
-            attention_context(**bad)
+            layer_shape(**bad)
 
 
 def test_context_reaches_the_parts_that_name_it():
-    layer = attention_layer({"kind": "linformer"}, **attention_context(grid_size=(2, 3), num_prefix_tokens=1))(16, 2)
+    layer = attention_layer({"kind": "linformer"}, **layer_shape(grid_size=(2, 3), num_prefix_tokens=1))(16, 2)
     assert layer.seq_len == 7
     bias = build("relative_2d", BIASES, "bias", num_heads=2, head_dim=8, grid_size=(2, 3), num_prefix_tokens=1)
     assert bias.grid_size == (2, 3) and bias.num_prefix_tokens == 1

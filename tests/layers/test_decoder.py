@@ -39,7 +39,7 @@ def test_make_decoder_makes_self_attention_causal():
     pattern = windowed.blocks[0].attn.pattern
     assert isinstance(pattern, And) and pattern.causal_only and pattern.lookback == 2
     with pytest.raises(ValueError, match="linformer' cannot use a pattern"):
-        _decoder(attention={"kind": "linformer"}, context={"seq_len": 16})
+        _decoder(attention={"kind": "linformer"}, layer_shape={"seq_len": 16})
 
 
 @pytest.mark.parametrize("cross", [True, False], ids=["seq2seq", "decoder-only"])

@@ -1,6 +1,13 @@
 """Attention kinds whose math differs from multi-head attention; each is an `Attention` subclass.
 
 They join `ATTENTION_KINDS` (config `attention.kind`) when this package is imported (`attnzoo.attention` does).
+
+A new kind is one file here and one line in the table below. It changes one of two things:
+- how weights come from scores (like `sinks.py`, `sigmoid.py`): a `backends.Transform` subclass with the formula
+  (`weights`), optionally its fused or flex forms, named by the kind's `transform_class`; the backend table in
+  `backends.py` then picks, runs and reports the backend ("blocked[sigmoid]") and refuses the rest with a reason;
+- what attention reads or returns (like `gated.py`, `mla.py`): override `Attention.attend_heads(q, k, v, call)`.
+The kind tests in tests/attention/variants run over `ATTENTION_KINDS`.
 """
 
 from ..attention import ATTENTION_KINDS

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention import Attention
+from ..attention import Attention, Call
 from .chunked import chunked_attention
 
 Tensor = torch.Tensor
@@ -228,24 +228,25 @@ class ComposedAttention(Attention):
         self.pre.reset_identity()
         self.post.reset_identity()
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
-        xk = x if context is None else context
-        pre_state = _prepare(self.pre, "pre", x, xk, cache)
-        post_state = _prepare(self.post, "post", x, xk, cache)
+    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
+        x = call.x
+        xk = x if call.context is None else call.context
+        pre_state = _prepare(self.pre, "pre", x, xk, call.cache)
+        post_state = _prepare(self.post, "post", x, xk, call.cache)
         out, weights = chunked_attention(
             q,
             k,
             v,
             pre=lambda a, rows: self.pre(a, rows, pre_state),
             post=lambda a, rows: self.post(a, rows, post_state),
-            pattern=pattern,
-            bias=bias,
-            key_padding_mask=key_padding_mask,
+            pattern=call.pattern,
+            bias=call.bias,
+            key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale,
             chunk_size=self.chunk_size,
             checkpoint=self.checkpoint,
-            return_weights=return_weights,
+            return_weights=call.return_weights,
         )
         self.backend_used = f"{self.kind}-chunked"
         return out, weights

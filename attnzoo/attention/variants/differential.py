@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention import Attention
+from ..attention import Attention, Call
 from ..backends import attend
 
 Tensor = torch.Tensor
@@ -80,21 +80,21 @@ class DifferentialAttention(Attention):
         dot = lambda a, b: (a.float() * b.float()).sum()  # noqa: E731
         return dot(self.lambda_q1, self.lambda_k1).exp() - dot(self.lambda_q2, self.lambda_k2).exp() + self.lambda_init
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
+    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
         odd = torch.arange(q.shape[-1], device=q.device) % 2  # [D]: 0 for the first half's channels
-        call = dict(
-            pattern=pattern,
-            bias=bias,
-            key_padding_mask=key_padding_mask,
+        options = dict(
+            pattern=call.pattern,
+            bias=call.bias,
+            key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.map_scale,
-            backend=backend,
-            return_weights=return_weights,
+            backend=call.backend,
+            return_weights=call.return_weights,
         )
         maps = []
         for half in (0, 1):
             keep = (odd == half).to(q.dtype)  # [D]
-            maps.append(attend(q * keep, k * keep.to(k.dtype), v, **call))  # (out [B, H, Lq, D], weights, name)
+            maps.append(attend(q * keep, k * keep.to(k.dtype), v, **options))  # (out [B, H, Lq, D], weights, name)
         (o1, w1, self.backend_used), (o2, w2, _) = maps
         lam = self.lambda_()
         heads = o1.float() - lam * o2.float()  # [B, H, Lq, D], fp32 for the norm (its weight is fp32)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention import Attention
+from ..attention import Attention, Call
 
 Tensor = torch.Tensor
 
@@ -50,20 +50,9 @@ class GatedAttention(Attention):
         g = torch.sigmoid(self.gate(x))  # [B, Lq, H D] or [B, Lq, H]
         return g.view(b, lq, self.num_heads, -1).transpose(1, 2)  # [B, H, Lq, D or 1]
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
-        out, weights = super()._attend(
-            q,
-            k,
-            v,
-            x=x,
-            context=context,
-            pattern=pattern,
-            bias=bias,
-            key_padding_mask=key_padding_mask,
-            backend=backend,
-            return_weights=return_weights,
-        )
-        return out * self.gates(x).to(out.dtype), weights  # weights: the softmax's, before the gate
+    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
+        out, weights = super().attend_heads(q, k, v, call)
+        return out * self.gates(call.x).to(out.dtype), weights  # weights: the softmax's, before the gate
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, gate={self.gate_kind}"

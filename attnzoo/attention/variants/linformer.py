@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..attention import Attention
+from ..attention import Attention, Call
 from ..backends import attend
 
 Tensor = torch.Tensor
@@ -95,8 +95,8 @@ class LinformerAttention(Attention):
             )
         return super().cannot_decode(pattern)
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
-        if pattern is not None or bias is not None:
+    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
+        if call.pattern is not None or call.bias is not None:
             raise ValueError(
                 "attention kind 'linformer' cannot take a pattern, is_causal or attn_mask at call time: keys are "
                 "projected along the sequence (use key_padding_mask for padding)"
@@ -104,8 +104,8 @@ class LinformerAttention(Attention):
         lk = k.shape[-2]
         if lk > self.seq_len:
             raise ValueError(f"key length {lk} exceeds seq_len ({self.seq_len}) this Linformer layer was built for")
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]  # [B, 1, Lk, 1]
+        if call.key_padding_mask is not None:
+            pad = call.key_padding_mask[:, None, :, None]  # [B, 1, Lk, 1]
             k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
         proj_v = self.proj_k if self.proj_v is None else self.proj_v
         k = self.proj_k[..., :lk].to(k.dtype) @ k  # [1 or Hkv, P, Lk] @ [B, Hkv, Lk, D] -> [B, Hkv, P, D]
@@ -116,8 +116,8 @@ class LinformerAttention(Attention):
             v,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale,
-            backend=backend,
-            return_weights=return_weights,
+            backend=call.backend,
+            return_weights=call.return_weights,
         )
         return out, weights  # weights (if asked) are over the P projected rows: [B, H, Lq, P]
 

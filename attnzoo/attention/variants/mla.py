@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Attention
+from ..attention import Attention, Call
 from ..cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
 
 Tensor = torch.Tensor
@@ -146,25 +146,14 @@ class MultiHeadLatentAttention(Attention):
         k = torch.cat([kv[0], k_r.expand(b, h, lk, self.rope_dim)], dim=-1)  # [B, H, Lk, D + dr]
         return q, k, kv[1]
 
-    def _attend(self, q, k, v, *, x, context, pattern, bias, key_padding_mask, backend, return_weights, cache=None):
-        if cache is None:  # expanded: values padded to the key width (backends take one head dim), padding dropped
+    def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
+        if call.cache is None:  # expanded: values padded to the key width (backends take one head dim), padding dropped
             width, v = v.shape[-1], F.pad(v, (0, q.shape[-1] - v.shape[-1]))
         else:  # absorbed: the values are the cached keys themselves; only their latent channels are kept
             width = self.kv_rank
-        out, weights = super()._attend(
-            q,
-            k,
-            v,
-            x=x,
-            context=context,
-            pattern=pattern,
-            bias=bias,
-            key_padding_mask=key_padding_mask,
-            backend=backend,
-            return_weights=return_weights,
-        )
+        out, weights = super().attend_heads(q, k, v, call)
         out = out[..., :width]
-        if cache is not None:  # out [B, H, Lq, r] is a mix of latents; W_uv maps it to the head
+        if call.cache is not None:  # out [B, H, Lq, r] is a mix of latents; W_uv maps it to the head
             out = torch.einsum("bhlr,hdr->bhld", out, self._up()[1].to(out.dtype))  # [B, H, Lq, D]
         return out, weights
 
@@ -179,7 +168,7 @@ class MultiHeadLatentAttention(Attention):
     def _read_cache(
         self, cache: Cache, x: Tensor, context: Tensor | None, pattern: Any | None, bias: Any | None
     ) -> tuple[Tensor, Tensor, Tensor, Any | None, Any | None]:
-        """Absorbed q [B, H, L, r + dr], the cached keys [B, 1, T, r + dr] (also the values: `_attend` keeps the
+        """Absorbed q [B, H, L, r + dr], the cached keys [B, 1, T, r + dr] (also the values: `attend_heads` keeps the
         output's latent channels), pattern and bias read at the new tokens' positions."""
         reason = self.cannot_decode(pattern)
         if reason is not None:

@@ -251,16 +251,21 @@ def test_flex_wiring_equals_the_formula_forward(kind, case, monkeypatch):
 
 
 def test_sink_group_kernel_explicit_path_equals_the_fused_one():
-    # the explicit per-group math runs with dropout and off CPU; without dropout it must equal the fused kernel
-    from attnzoo.attention.variants.sinks import _group_kernel, group_eager
+    # the blocked backend writes the formula out per group with dropout and off CPU; without dropout on CPU it runs
+    # the fused form: the two must agree
+    from types import SimpleNamespace
+
+    from attnzoo.attention.blocked import _explicit, _transformed
+    from attnzoo.attention.variants.sinks import SinkWeights
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(6, 4, 16, 8, requires_grad=True) for _ in range(3))
     sinks = torch.randn(4, requires_grad=True)
+    transform = SinkWeights(SimpleNamespace(sinks=sinks))
     mask = torch.zeros(6, 1, 16, 16).masked_fill(torch.rand(6, 1, 16, 16) < 0.3, float("-inf"))
     mask[..., 0] = 0.0
-    fused = _group_kernel(sinks)(q, k, v, mask, 0.0, 0.3)
-    explicit = group_eager(q, k, v, mask, sinks, 0.0, 0.3)
+    fused = _transformed(q, k, v, mask, 0.0, 0.3, transform)
+    explicit = _explicit(q, k, v, mask, 0.0, 0.3, transform)
     torch.testing.assert_close(fused, explicit)
     grads = torch.autograd.grad(fused.sum(), (q, k, v, sinks))
     for got, want in zip(grads, torch.autograd.grad(explicit.sum(), (q, k, v, sinks)), strict=True):

@@ -202,6 +202,9 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
+    started_from = getattr(task.net, "started_from", None)  # model.init_from: the checkpoint it started from
+    if started_from is not None:
+        result["init_from"] = started_from
     if tested_split is not None:
         tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
         try:

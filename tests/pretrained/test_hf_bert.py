@@ -1,0 +1,131 @@
+"""Hugging Face BERT and RoBERTa converted to attnzoo's text classifier: the same hidden states (1e-5, fp32) as
+`transformers` on small random models saved to disk, with padding; attention overrides apply; a fit starts from one."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnzoo.pretrained import convert, load
+from tests.helpers import QUICK, ROOT
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+SPECIALS = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "roberta": ["<s>", "<pad>", "</s>", "<unk>"]}
+VOCAB = 60
+SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+
+
+def _tokenizer(family: str) -> "tokenizers.Tokenizer":
+    """A word-level tokenizer over VOCAB tokens: the family's special tokens, then words w0, w1, ..."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    names = SPECIALS[family] + [f"w{i}" for i in range(VOCAB - len(SPECIALS[family]))]
+    unk = "[UNK]" if family == "bert" else "<unk>"
+    tok = Tokenizer(models.WordLevel({n: i for i, n in enumerate(names)}, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIALS[family])
+    return tok
+
+
+def _save(family: str, path, *, classes: int | None = None):
+    """A random `transformers` model of `family` (eval mode) saved with its tokenizer.json into `path`."""
+    torch.manual_seed(0)
+    if family == "bert":
+        config = transformers.BertConfig(vocab_size=VOCAB, max_position_embeddings=24, pad_token_id=0, **SIZES)
+        model = transformers.BertModel(config) if classes is None else None
+    else:
+        config = transformers.RobertaConfig(
+            vocab_size=VOCAB, max_position_embeddings=26, pad_token_id=1, type_vocab_size=1, **SIZES
+        )
+        model = transformers.RobertaModel(config) if classes is None else None
+    if classes is not None:
+        config.num_labels = classes
+        model = transformers.BertForSequenceClassification(config)
+    with torch.no_grad():  # BERT's LayerNorms start at 1 / 0; random ones check every parameter lands where it should
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(path)
+    _tokenizer(family).save(str(path / "tokenizer.json"))
+    return model.eval()
+
+
+def _inputs(family: str):
+    """(HF input ids with the first special token, attention mask; attnzoo tokens, padding mask): right padded."""
+    pad, first = (0, 2) if family == "bert" else (1, 0)
+    torch.manual_seed(1)
+    tokens = torch.randint(5, VOCAB, (3, 12))
+    lengths = torch.tensor([12, 7, 3])
+    padding = torch.arange(12)[None] >= lengths[:, None]  # [B, L] True = pad
+    tokens[padding] = pad
+    ids = torch.cat([torch.full((3, 1), first), tokens], dim=1)
+    mask = torch.cat([torch.ones(3, 1, dtype=torch.long), (~padding).long()], dim=1)
+    return ids, mask, tokens, padding
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("attention", [{}, {"backend": "sdpa"}, {"pattern": {"kind": "sliding_window", "window": 64}}])
+def test_hidden_states_equal_transformers(family, attention, tmp_path):
+    hf = _save(family, tmp_path)
+    ids, mask, tokens, padding = _inputs(family)
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask)
+    net = load(tmp_path, num_classes=3, attention={"backend": "eager", **attention}).eval()
+    with torch.no_grad():
+        got = net.features(tokens, padding)
+        pooled = torch.tanh(net.pooler(got[:, 0]))
+    keep = mask.bool()  # rows of real tokens (padded rows see the same keys, but only these are BERT's output)
+    torch.testing.assert_close(got[keep], want.last_hidden_state[keep], rtol=0, atol=1e-5)
+    torch.testing.assert_close(pooled, want.pooler_output, rtol=0, atol=1e-5)
+
+
+def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
+    hf = _save("bert", tmp_path, classes=3)
+    ids, mask, tokens, padding = _inputs("bert")
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask).logits
+        got = load(tmp_path, num_classes=3).eval()(tokens, padding)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    new = load(tmp_path, num_classes=5)  # another label set: the head starts new, the rest is BERT's
+    assert new.head.weight.shape == (5, SIZES["hidden_size"])
+
+
+def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
+    _save("bert", tmp_path)
+    converted = convert(tmp_path)
+    assert converted.model_kind == "text" and converted.tokenizer == tmp_path / "tokenizer.json"
+    assert converted.options["norm"] == "post" and converted.options["norm_eps"] == 1e-12
+    assert converted.options["max_len"] == 23 and converted.options["token_types"] == 2
+    assert converted.source == f"bert (HF) {tmp_path}"
+
+
+def test_a_directory_without_tokenizer_json_says_how_to_write_it(tmp_path):
+    _save("bert", tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained"):
+        convert(tmp_path)
+
+
+def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
+    _save("bert", tmp_path / "bert")
+    # the recipe's smoke size, but for model.depth, which comes from the checkpoint
+    smoke = ["data.batch_size=16", "data.listops.num_train=64", "data.listops.num_val=16", "data.listops.num_test=16"]
+    command = [sys.executable, "-m", "attnzoo.fit", "--config", str(ROOT / "recipes" / "text_cls.yaml"),
+               f"model.init_from={tmp_path / 'bert'}", "trainer.max_epochs=1", *smoke, *QUICK,
+               "data.listops.max_len=20", "run.baseline=false", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary_file,) = (tmp_path / "runs").rglob("summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["finished"] and summary["init_from"]["source"] == f"bert (HF) {tmp_path / 'bert'}"
+    assert summary["init_from"]["new"] == ["head.weight", "head.bias"]
+    config = (summary_file.parent / "config.yaml").read_text()
+    assert f"tokenizer: {tmp_path / 'bert' / 'tokenizer.json'}" in config and "norm: post" in config
+    assert "model.init_from: bert (HF)" in done.stderr
+    assert "tensors loaded; 2 new (head.weight, head.bias)" in done.stderr

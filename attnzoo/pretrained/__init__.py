@@ -49,8 +49,8 @@ def convert(path: str | Path) -> Converted:
         if HUB_NAME.match(text) and not text.endswith((".ckpt", ".pt", ".pth", ".bin", ".safetensors")):
             raise ValueError(
                 f"{text!r} is not a file or directory here. attnzoo downloads nothing at run time: if it is a Hugging "
-                f"Face hub name, download it first (on a machine with network: `huggingface-cli download {text} "
-                f"--local-dir <dir>`, then copy <dir> here) and give the directory"
+                f"Face hub name, download it first (on a machine with network: `hf download {text} --local-dir <dir>`, "
+                "then copy <dir> here) and give the directory"
             )
         raise ValueError(f"{text!r} does not exist")
     found = families()

@@ -20,10 +20,10 @@ BEST = Path("checkpoints") / "best.ckpt"
 
 
 def matches(path: str | Path) -> bool:
-    """A run directory (`config.yaml` and a `checkpoints/` folder) or a Lightning `.ckpt` file."""
+    """A run directory (it holds `config.yaml`; `checkpoint_file` says when it has no checkpoint) or a `.ckpt` file."""
     path = Path(path)
     if path.is_dir():
-        return (path / "config.yaml").is_file() and (path / "checkpoints").is_dir()
+        return (path / "config.yaml").is_file() and not (path / "config.json").is_file()
     return path.suffix == ".ckpt" and path.is_file()
 
 
@@ -33,7 +33,9 @@ def checkpoint_file(path: str | Path) -> Path:
     if path.is_dir():
         ckpt = path / BEST
         if not ckpt.is_file():
-            raise ValueError(f"run directory {str(path)!r} has no {BEST} (did the run validate at least once?)")
+            raise ValueError(
+                f"run directory {str(path)!r} has no {BEST} (it saves one when it validates: did it train a batch?)"
+            )
         return ckpt
     return path
 

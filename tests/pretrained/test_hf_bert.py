@@ -11,48 +11,7 @@ import torch
 
 from attnzoo.pretrained import convert, load
 from tests.helpers import QUICK, ROOT
-
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
-
-SPECIALS = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "roberta": ["<s>", "<pad>", "</s>", "<unk>"]}
-VOCAB = 60
-SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
-
-
-def _tokenizer(family: str) -> "tokenizers.Tokenizer":
-    """A word-level tokenizer over VOCAB tokens: the family's special tokens, then words w0, w1, ..."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    names = SPECIALS[family] + [f"w{i}" for i in range(VOCAB - len(SPECIALS[family]))]
-    unk = "[UNK]" if family == "bert" else "<unk>"
-    tok = Tokenizer(models.WordLevel({n: i for i, n in enumerate(names)}, unk_token=unk))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens(SPECIALS[family])
-    return tok
-
-
-def _save(family: str, path, *, classes: int | None = None):
-    """A random `transformers` model of `family` (eval mode) saved with its tokenizer.json into `path`."""
-    torch.manual_seed(0)
-    if family == "bert":
-        config = transformers.BertConfig(vocab_size=VOCAB, max_position_embeddings=24, pad_token_id=0, **SIZES)
-        model = transformers.BertModel(config) if classes is None else None
-    else:
-        config = transformers.RobertaConfig(
-            vocab_size=VOCAB, max_position_embeddings=26, pad_token_id=1, type_vocab_size=1, **SIZES
-        )
-        model = transformers.RobertaModel(config) if classes is None else None
-    if classes is not None:
-        config.num_labels = classes
-        model = transformers.BertForSequenceClassification(config)
-    with torch.no_grad():  # BERT's LayerNorms start at 1 / 0; random ones check every parameter lands where it should
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(path)
-    _tokenizer(family).save(str(path / "tokenizer.json"))
-    return model.eval()
+from tests.helpers.hf import SIZES, VOCAB, save_encoder
 
 
 def _inputs(family: str):
@@ -71,7 +30,7 @@ def _inputs(family: str):
 @pytest.mark.parametrize("family", ["bert", "roberta"])
 @pytest.mark.parametrize("attention", [{}, {"backend": "sdpa"}, {"pattern": {"kind": "sliding_window", "window": 64}}])
 def test_hidden_states_equal_transformers(family, attention, tmp_path):
-    hf = _save(family, tmp_path)
+    hf = save_encoder(family, tmp_path)
     ids, mask, tokens, padding = _inputs(family)
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask)
@@ -85,7 +44,7 @@ def test_hidden_states_equal_transformers(family, attention, tmp_path):
 
 
 def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
-    hf = _save("bert", tmp_path, classes=3)
+    hf = save_encoder("bert", tmp_path, classes=3)
     ids, mask, tokens, padding = _inputs("bert")
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask).logits
@@ -96,7 +55,7 @@ def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
 
 
 def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
-    _save("bert", tmp_path)
+    save_encoder("bert", tmp_path)
     converted = convert(tmp_path)
     assert converted.model_kind == "text" and converted.tokenizer == tmp_path / "tokenizer.json"
     assert converted.options["norm"] == "post" and converted.options["norm_eps"] == 1e-12
@@ -105,14 +64,14 @@ def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
 
 
 def test_a_directory_without_tokenizer_json_says_how_to_write_it(tmp_path):
-    _save("bert", tmp_path)
+    save_encoder("bert", tmp_path)
     (tmp_path / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained"):
         convert(tmp_path)
 
 
 def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
-    _save("bert", tmp_path / "bert")
+    save_encoder("bert", tmp_path / "bert")
     # the recipe's smoke size, but for model.depth, which comes from the checkpoint
     smoke = ["data.batch_size=16", "data.listops.num_train=64", "data.listops.num_val=16", "data.listops.num_test=16"]
     command = [sys.executable, "-m", "attnzoo.fit", "--config", str(ROOT / "recipes" / "text_cls.yaml"),

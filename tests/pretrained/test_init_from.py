@@ -112,6 +112,12 @@ def test_a_corrupted_checkpoint_is_named_before_training(tmp_path, content):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("summary.json"))
 
 
+def test_a_run_that_saved_no_checkpoint_says_so(tmp_path):
+    (tmp_path / "config.yaml").write_text(TEXT.read_text())
+    with pytest.raises(ConfigError, match=r"run directory '.*' has no checkpoints/best.ckpt"):
+        build(load([TEXT], [*SMALL, f"model.init_from={tmp_path}"]))
+
+
 @pytest.mark.parametrize("name", ["bert-base-uncased", "google/vit-base-patch16-224"])
 def test_a_hub_name_says_to_download_it_first(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -24,7 +24,7 @@ from ..layers.pooling import mean_pool
 
 Tensor = torch.Tensor
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "first")
 
 
 class TextClassifier(nn.Module):
@@ -35,7 +35,8 @@ class TextClassifier(nn.Module):
         max_len: the longest input in tokens (sizes a learned position table).
         position: absolute positions added to embeddings, a `POSITIONS` spec: "sinusoidal", "learned", "none",
             or a mapping such as {kind: sinusoidal, base: 500}.
-        pooling: "cls" (a learned token prepended) or "mean" (over non-pad tokens).
+        pooling: "cls" (a learned token prepended), "mean" (over non-pad tokens) or "first" (the first token's
+            output, for a tokenizer that starts every text with its own [CLS], as BERT's tokenizer.json does).
         attention: the attention config (`attnzoo.attention.factory.attention_builder`): kind, pattern, bias, ...
         drop_rate: dropout on embeddings, in the MLPs and before the head.
         norm: "pre" (x + f(norm(x)), and a final norm) or "post" (norm(x + f(x)), no final norm: BERT).
@@ -115,7 +116,7 @@ class TextClassifier(nn.Module):
         x = self.features(tokens, padding_mask, token_types)  # [B, L', C]
         if padding_mask is not None and self.cls_token is not None:
             padding_mask = torch.cat([padding_mask.new_zeros(tokens.shape[0], 1), padding_mask], dim=1)  # [B, 1 + L]
-        pooled = x[:, 0] if self.pooling == "cls" else mean_pool(x, padding_mask)  # [B, C]
+        pooled = mean_pool(x, padding_mask) if self.pooling == "mean" else x[:, 0]  # [B, C]
         if self.pooler is not None:
             pooled = torch.tanh(self.pooler(pooled))
         return self.head(self.drop(pooled))

@@ -3,9 +3,11 @@
 The encoder becomes post-norm `PostNormBlock`s whose attention is attnzoo's (`model.attention` overrides apply):
 BERT's separate query/key/value projections are stacked into `qkv` (rows q | k | v, as timm's layout), and the
 model keeps BERT's learned absolute positions, token-type table, embedding LayerNorm (eps from the config), exact
-GELU MLPs and tanh pooler. The tokenizer adds no special tokens (`attnzoo.data`), so the checkpoint's [CLS]
-(RoBERTa: <s>) embedding becomes the model's cls token, prepended at position 0 as BERT sees it. RoBERTa numbers
-positions from `pad_token_id + 1`; its table is cut to start there. A `BertForSequenceClassification` classifier
+GELU MLPs and tanh pooler. A tokenizer.json whose post-processor starts every text with [CLS] (RoBERTa: <s>), as
+the ones `transformers` saves do, gives the model BERT's own token stream ([CLS] ... [SEP]): the model pools the
+first token (`pooling: first`). A tokenizer without one adds no special tokens, so the [CLS] embedding becomes the
+model's cls token (`pooling: cls`), prepended at position 0 as BERT sees it. RoBERTa numbers positions from
+`pad_token_id + 1`; its table is cut to start there. A `BertForSequenceClassification` classifier
 becomes `head` (kept when the recipe's label count matches); MLM heads and buffers are left out.
 
 Notation: C width, P position rows.
@@ -38,8 +40,9 @@ def matches(path: str | Path) -> bool:
         return False
 
 
-def _tokenizer(path: Path, family: str) -> tuple[Path, int]:
-    """(tokenizer.json, the id of the token a sequence starts with); ValueError when there is none."""
+def _tokenizer(path: Path, family: str) -> tuple[Path, int, bool]:
+    """(tokenizer.json, the id of the token a sequence starts with, whether the tokenizer puts it first itself);
+    ValueError when there is none."""
     file = path / "tokenizer.json"
     if not file.is_file():
         raise ValueError(
@@ -55,10 +58,10 @@ def _tokenizer(path: Path, family: str) -> tuple[Path, int]:
     cls_id = tok.token_to_id(FAMILIES[family])
     if cls_id is None:
         raise ValueError(f"{str(file)!r} has no {FAMILIES[family]} token, which a {family} sequence starts with")
-    return file, cls_id
+    return file, cls_id, tok.encode("a", add_special_tokens=True).ids[:1] == [cls_id]
 
 
-def _options(cfg: dict[str, Any], family: str, file: Path) -> dict[str, Any]:
+def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict[str, Any]:
     """The `TextClassifier` options of a BERT/RoBERTa config; ValueError for what attnzoo does not reproduce."""
     act = cfg.get("hidden_act", "gelu")
     if act != "gelu":
@@ -75,13 +78,13 @@ def _options(cfg: dict[str, Any], family: str, file: Path) -> dict[str, Any]:
     return {
         "vocab_size": cfg["vocab_size"],
         "pad_id": pad_id,
-        "max_len": cfg["max_position_embeddings"] - first - 1,  # one row is the cls token's
+        "max_len": cfg["max_position_embeddings"] - first - (0 if starts else 1),  # a prepended cls takes a row
         "dim": dim,
         "depth": cfg["num_hidden_layers"],
         "num_heads": cfg["num_attention_heads"],
         "mlp_ratio": ratio,
         "position": "learned",
-        "pooling": "cls",
+        "pooling": "first" if starts else "cls",
         "norm": "post",
         "norm_eps": cfg.get("layer_norm_eps", 1e-12),
         "token_types": cfg.get("type_vocab_size", 2),
@@ -107,8 +110,9 @@ def convert(path: str | Path) -> Converted:
     path = Path(path)
     cfg = read_hf_config(path)
     family = cfg.get("model_type")
-    file, cls_id = _tokenizer(path, family)
-    options = _options(cfg, family, path / "config.json")
+    file, cls_id, starts = _tokenizer(path, family)
+    options = _options(cfg, family, path / "config.json", starts)
+    rows = options["max_len"] + (0 if starts else 1)
     hf = _renamed(read_weights(path))
     used: set[str] = set()
 
@@ -123,12 +127,13 @@ def convert(path: str | Path) -> Converted:
     table = take("embeddings.position_embeddings.weight")  # [P, C]
     state = {
         "embed.weight": words,
-        "cls_token": words[cls_id].reshape(1, 1, -1).clone(),
-        "pos_embed.table": table[first : first + options["max_len"] + 1].unsqueeze(0).clone(),  # [1, 1 + max_len, C]
+        "pos_embed.table": table[first : first + rows].unsqueeze(0).clone(),  # [1, rows, C]
         "type_embed.weight": take("embeddings.token_type_embeddings.weight"),
         "embed_norm.weight": take("embeddings.LayerNorm.weight"),
         "embed_norm.bias": take("embeddings.LayerNorm.bias"),
     }
+    if not starts:
+        state["cls_token"] = words[cls_id].reshape(1, 1, -1).clone()  # [1, 1, C]
     for i in range(options["depth"]):
         hf_layer, own = f"encoder.layer.{i}.", f"encoder.blocks.{i}."
         for part in ("weight", "bias"):

@@ -134,6 +134,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     return {
         "path": start.given,
         "source": start.converted.source,
+        "tokenizer": start.preset.get("data.tokenizer"),
         "loaded": len(done.loaded),
         "new": done.new,
         "dropped": done.dropped,
@@ -165,3 +166,16 @@ def _differences(start: Start, cfg: Config) -> str:
         return ""
     shown = ", ".join(f"model.{k} ({before.get(k)!r} there, {now.get(k)!r} here)" for k in keys[:6])
     return f". This config differs from {start.own_run / 'config.yaml'} in {shown}"
+
+
+def keep_tokenizer(record: Mapping[str, Any], run_dir: Path) -> None:
+    """Copy the start's tokenizer.json (`record` as `apply_start` returned it) into the run directory, when the run
+    tokenizes with it and has no tokenizer.json of its own: a command that loads the run reads that copy
+    (`attnzoo.run.tokenizer_stamp.saved_tokenizer`), so the run works after the folder it started from moved."""
+    import shutil
+
+    from ..data.tokenizers.subword import TOKENIZER_FILE
+
+    source = record.get("tokenizer")
+    if source and not (run_dir / TOKENIZER_FILE).exists():
+        shutil.copyfile(source, run_dir / TOKENIZER_FILE)

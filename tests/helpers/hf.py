@@ -11,9 +11,10 @@ VOCAB = 60
 SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 
 
-def tokenizer(family: str, words: list[str] = ()):
-    """A word-level `tokenizers.Tokenizer` over VOCAB tokens: the family's special tokens, `words`, then w0, w1, ..."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+def tokenizer(family: str, words: list[str] = (), *, processor: bool = True):
+    """A word-level `tokenizers.Tokenizer` over VOCAB tokens: the family's special tokens, `words`, then w0, w1, ...;
+    with `processor` it wraps every text as the family's tokenizers do ([CLS] ... [SEP], <s> ... </s>)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     names = [*SPECIALS[family], *words]
     names += [f"w{i}" for i in range(VOCAB - len(names))]
@@ -22,12 +23,17 @@ def tokenizer(family: str, words: list[str] = ()):
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens(SPECIALS[family])
+    if processor:
+        first, last = ("[CLS]", "[SEP]") if family == "bert" else ("<s>", "</s>")
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{first} $A {last}", special_tokens=[(first, names.index(first)), (last, names.index(last))]
+        )
     return tok
 
 
-def save_encoder(family: str, path: Path, *, classes: int | None = None, words: list[str] = ()):
+def save_encoder(family: str, path: Path, *, classes: int | None = None, words: list[str] = (), processor: bool = True):
     """A random `transformers` BERT or RoBERTa (eval mode; `classes`: BertForSequenceClassification) saved with its
-    tokenizer.json into `path`."""
+    tokenizer.json (`tokenizer(family, words, processor=processor)`) into `path`."""
     import transformers
 
     torch.manual_seed(0)
@@ -47,5 +53,5 @@ def save_encoder(family: str, path: Path, *, classes: int | None = None, words: 
             if "LayerNorm" in name:
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(path)
-    tokenizer(family, list(words)).save(str(Path(path) / "tokenizer.json"))
+    tokenizer(family, list(words), processor=processor).save(str(Path(path) / "tokenizer.json"))
     return model.eval()

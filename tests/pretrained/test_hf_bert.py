@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,33 +11,44 @@ import pytest
 import torch
 
 from attnzoo.pretrained import convert, load
+from attnzoo.run.rundir import load_run
 from tests.helpers import QUICK, ROOT
-from tests.helpers.hf import SIZES, VOCAB, save_encoder
+from tests.helpers.hf import SIZES, save_encoder
 
 
-def _inputs(family: str):
-    """(HF input ids with the first special token, attention mask; attnzoo tokens, padding mask): right padded."""
-    pad, first = (0, 2) if family == "bert" else (1, 0)
+def _inputs(family: str, path, *, processor: bool = True):
+    """(HF input ids, attention mask; attnzoo tokens, padding mask) of three texts of 12, 7 and 3 words, tokenized
+    and padded as a run does (the folder's tokenizer.json through attnzoo's data path). Without `processor` the
+    tokenizer adds no [CLS]: HF's ids get it in front (attnzoo prepends its cls token, the [CLS] embedding)."""
+    from attnzoo.data.modules.batching import PadCollate
+    from attnzoo.data.tokenizers.factory import make_tokenizer
+
+    tok = make_tokenizer(str(path / "tokenizer.json"))
     torch.manual_seed(1)
-    tokens = torch.randint(5, VOCAB, (3, 12))
-    lengths = torch.tensor([12, 7, 3])
-    padding = torch.arange(12)[None] >= lengths[:, None]  # [B, L] True = pad
-    tokens[padding] = pad
-    ids = torch.cat([torch.full((3, 1), first), tokens], dim=1)
-    mask = torch.cat([torch.ones(3, 1, dtype=torch.long), (~padding).long()], dim=1)
+    texts = [" ".join(f"w{int(i)}" for i in torch.randint(0, 40, (n,))) for n in (12, 7, 3)]
+    batch = PadCollate(pad_id=tok.pad_id)([(torch.tensor(tok.encode(t)), torch.tensor(0)) for t in texts])
+    tokens, padding = batch["tokens"], batch["padding_mask"]
+    ids, mask = tokens, (~padding).long()
+    if not processor:
+        first = {"bert": 2, "roberta": 0}[family]  # [CLS] / <s> in tests.helpers.hf.SPECIALS
+        ids = torch.cat([torch.full((3, 1), first), tokens], dim=1)
+        mask = torch.cat([torch.ones(3, 1, dtype=torch.long), mask], dim=1)
+    assert padding.any() and (processor == bool((tokens[:, 0] == ids[0, 0]).all()))
     return ids, mask, tokens, padding
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("processor", [True, False], ids=["cls-from-tokenizer", "cls-prepended"])
 @pytest.mark.parametrize("attention", [{}, {"backend": "sdpa"}, {"pattern": {"kind": "sliding_window", "window": 64}}])
-def test_hidden_states_equal_transformers(family, attention, tmp_path):
-    hf = save_encoder(family, tmp_path)
-    ids, mask, tokens, padding = _inputs(family)
+def test_hidden_states_equal_transformers(family, processor, attention, tmp_path):
+    hf = save_encoder(family, tmp_path, processor=processor)
+    ids, mask, tokens, padding = _inputs(family, tmp_path, processor=processor)
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask)
     net = load(tmp_path, num_classes=3, attention={"backend": "eager", **attention}).eval()
+    assert net.pooling == ("first" if processor else "cls")
     with torch.no_grad():
-        got = net.features(tokens, padding)
+        got = net.features(tokens, padding)  # [B, L, C]; [B, 1 + L, C] with the cls token prepended
         pooled = torch.tanh(net.pooler(got[:, 0]))
     keep = mask.bool()  # rows of real tokens (padded rows see the same keys, but only these are BERT's output)
     torch.testing.assert_close(got[keep], want.last_hidden_state[keep], rtol=0, atol=1e-5)
@@ -45,7 +57,7 @@ def test_hidden_states_equal_transformers(family, attention, tmp_path):
 
 def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
     hf = save_encoder("bert", tmp_path, classes=3)
-    ids, mask, tokens, padding = _inputs("bert")
+    ids, mask, tokens, padding = _inputs("bert", tmp_path)
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask).logits
         got = load(tmp_path, num_classes=3).eval()(tokens, padding)
@@ -59,7 +71,7 @@ def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
     converted = convert(tmp_path)
     assert converted.model_kind == "text" and converted.tokenizer == tmp_path / "tokenizer.json"
     assert converted.options["norm"] == "post" and converted.options["norm_eps"] == 1e-12
-    assert converted.options["max_len"] == 23 and converted.options["token_types"] == 2
+    assert converted.options["max_len"] == 24 and converted.options["token_types"] == 2  # [CLS] from the tokenizer
     assert converted.source == f"bert (HF) {tmp_path}"
 
 
@@ -68,6 +80,14 @@ def test_a_directory_without_tokenizer_json_says_how_to_write_it(tmp_path):
     (tmp_path / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained"):
         convert(tmp_path)
+
+
+def loaded_test(loaded) -> dict:
+    """The test metrics of a loaded run's best checkpoint."""
+    import lightning as L
+
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    return trainer.test(loaded.task, datamodule=loaded.data, verbose=False)[0]
 
 
 def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
@@ -86,5 +106,11 @@ def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
     assert summary["init_from"]["new"] == ["head.weight", "head.bias"]
     config = (summary_file.parent / "config.yaml").read_text()
     assert f"tokenizer: {tmp_path / 'bert' / 'tokenizer.json'}" in config and "norm: post" in config
+    # the run keeps the tokenizer it came with: it loads (and tests the same) after the folder it started from moved
+    shutil.rmtree(tmp_path / "bert")
+    loaded = load_run(summary_file.parent)
+    assert loaded.tokenizer.name == str(summary_file.parent / "tokenizer.json")
+    result = loaded_test(loaded)
+    assert result["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
     assert "model.init_from: bert (HF)" in done.stderr
     assert "tensors loaded; 2 new (head.weight, head.bias)" in done.stderr

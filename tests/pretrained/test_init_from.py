@@ -129,3 +129,15 @@ def test_a_path_that_is_nothing_attnzoo_reads_lists_what_it_expects(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(ConfigError, match="no checkpoint attnzoo can read: expected an attnzoo run directory"):
         build(load([TEXT], [*SMALL, f"model.init_from={tmp_path / 'notes.txt'}"]))
+
+
+def test_python_load_builds_the_runs_network_with_its_weights(run_a):
+    from attnzoo.pretrained import load as load_pretrained
+
+    saved = read_checkpoint(run_a / "checkpoints" / "best.ckpt")["state_dict"]
+    net = load_pretrained(run_a)
+    for key, value in net.state_dict().items():
+        torch.testing.assert_close(value, saved[f"net.{key}"], rtol=0, atol=0, msg=key)
+    other = load_pretrained(run_a, num_classes=5)  # another label count: a new head, the same backbone
+    assert other.head.out_features == 5
+    torch.testing.assert_close(other.embed.weight, saved["net.embed.weight"], rtol=0, atol=0)

@@ -114,3 +114,31 @@ def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
     assert result["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
     assert "model.init_from: bert (HF)" in done.stderr
     assert "tensors loaded; 2 new (head.weight, head.bias)" in done.stderr
+
+
+def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_path, caplog):
+    import logging
+
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    hf = save_encoder("bert", tmp_path / "bert")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = ["data.listops.num_train=32", "data.listops.num_val=8", "data.listops.num_test=8", "run.baseline=false"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", "data.max_len=10"]))
+    table = hf.embeddings.position_embeddings.weight
+    torch.testing.assert_close(task.net.pos_embed.table[0], table[:10], rtol=0, atol=0)
+    assert cfg.section("model")["max_len"] == 10 and "cut from 24 to the 10 positions" in caplog.text
+    _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))  # recipe: 512
+    assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
+
+
+def test_a_bert_folder_for_another_model_kind_is_refused(tmp_path):
+    from attnzoo.config import ConfigError
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    with pytest.raises(ConfigError, match=r"is a 'text' model, and this run builds model.kind 'vit'"):
+        build(load_config([ROOT / "recipes" / "vit.yaml"], [f"model.init_from={tmp_path / 'bert'}"]))

@@ -156,15 +156,23 @@ def _cut_positions(state: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str
 
 
 def _differences(start: Start, cfg: Config) -> str:
-    """For an attnzoo run: the model options of this config that differ from the run's config.yaml."""
+    """For an attnzoo run: the model options (and the tokenizer) of this config that differ from the run's
+    config.yaml; the head's label count may differ."""
+    from ..pretrained import run_dir
+
     if start.own_run is None:
         return ""
-    before = start.converted.options
+    before = dict(start.converted.options)
     now = {k: v for k, v in cfg.section("model").items() if k not in ("kind", "init_from")}
-    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and k not in FROM_DATA)
+    before["data.tokenizer"] = (run_dir.run_config(start.given).get("data") or {}).get("tokenizer")
+    now["data.tokenizer"] = cfg.section("data").get("tokenizer")
+    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and k != "num_classes")
     if not keys:
         return ""
-    shown = ", ".join(f"model.{k} ({before.get(k)!r} there, {now.get(k)!r} here)" for k in keys[:6])
+    shown = ", ".join(
+        f"{k if k.startswith('data.') else f'model.{k}'} ({before.get(k)!r} there, {now.get(k)!r} here)"
+        for k in keys[:6]
+    )
     return f". This config differs from {start.own_run / 'config.yaml'} in {shown}"
 
 

@@ -92,6 +92,15 @@ def test_another_architecture_names_the_file_and_the_first_tensor_that_differs(r
     assert "model.dim (16 there, 32 here)" in text
 
 
+def test_another_tokenizer_is_named_beside_the_embedding_that_differs(run_a, tmp_path):
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b"]), f"model.init_from={run_a}", "data.tokenizer=bytes"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    text = str(err.value)
+    assert "'embed.weight' is [" in text and "model.vocab_size (" in text
+    assert "data.tokenizer ('unigram' there, 'bytes' here)" in text  # run A learned its vocabulary from its data
+
+
 def test_a_checkpoint_of_another_model_kind_is_refused(tmp_path):
     from tests.helpers import VIT
 

@@ -142,3 +142,21 @@ def test_a_bert_folder_for_another_model_kind_is_refused(tmp_path):
     save_encoder("bert", tmp_path / "bert")
     with pytest.raises(ConfigError, match=r"is a 'text' model, and this run builds model.kind 'vit'"):
         build(load_config([ROOT / "recipes" / "vit.yaml"], [f"model.init_from={tmp_path / 'bert'}"]))
+
+
+def test_a_run_started_from_bert_resumes(tmp_path):
+    from attnzoo.config import load as load_config
+    from attnzoo.run import fit
+
+    save_encoder("bert", tmp_path / "bert")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = [*QUICK, "trainer.num_threads=1", "data.listops.num_train=32", "data.listops.num_val=8",
+             "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
+             "trainer.num_sanity_val_steps=0", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    small.append(f"model.init_from={tmp_path / 'bert'}")
+    run_dir = fit(load_config([recipe], [*small, "trainer.max_epochs=1"]))
+    first = json.loads((run_dir / "summary.json").read_text())
+    fit(load_config([recipe], [*small, "trainer.max_epochs=2"]), resume=run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["global_step"] == 2 * first["global_step"] > 0
+    assert summary["init_from"]["source"] == first["init_from"]["source"]

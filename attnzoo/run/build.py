@@ -54,7 +54,7 @@ def build(cfg: Config, *, preset: Mapping[str, Any] | None = None, init: bool = 
         import torch
 
         torch.set_num_threads(trainer_cfg["num_threads"])
-    from .start import apply_start, read_start
+    from .start import apply_start, fixed_options, read_start
 
     start = read_start(cfg) if init else None
     preset = {**_embedded_only(cfg), **(start.preset if start else {}), **(preset or {})}
@@ -62,7 +62,7 @@ def build(cfg: Config, *, preset: Mapping[str, Any] | None = None, init: bool = 
     section = "data"
     try:
         data = build_data(cfg, preset)
-        cfg = resolve(cfg, data, chosen, start.options if start else {})
+        cfg = resolve(cfg, data, chosen, fixed_options(start, data.model_inputs()))
         section = "model"
         net = build_net(cfg)
         if start is not None:

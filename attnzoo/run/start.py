@@ -110,6 +110,15 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
     return chosen
 
 
+def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The model options `start` fixes, less those the data gives (`DataModule.model_inputs()`: the vocabulary,
+    the image size, ...): the data's values build the model, and the checkpoint's tensors must fit them (a learned
+    grid of positions is resampled on load)."""
+    if start is None:
+        return {}
+    return {k: v for k, v in start.options.items() if k.split(".", 1)[1] not in inputs}
+
+
 def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any]:
     """Copy the checkpoint's tensors into `net`; log and return what was done (the run summary's `init_from`)."""
     from ..pretrained import run_dir

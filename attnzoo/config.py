@@ -37,6 +37,10 @@ TRAINER_EXTRAS: dict[str, Any] = {
     "compile": bool,
     "num_threads": int | None,
 }
+# attnzoo options in the `model:` section of every model kind (not builder arguments; attnzoo.run.start)
+MODEL_EXTRAS: dict[str, Any] = {
+    "init_from": str | None,  # start from these weights: an attnzoo run directory or .ckpt, or a pretrained model
+}
 # lightning.Trainer arguments that attnzoo sets itself
 TRAINER_RESERVED = ("logger", "callbacks", "default_root_dir", "plugins", "profiler", "model_registry")
 RUN_OPTIONS: dict[str, Any] = {
@@ -293,9 +297,8 @@ def validate(cfg: Config) -> None:
     ):
         target = check_kind(cfg, section, table)
         options = {k: v for k, v in cfg.section(section).items() if k != "kind" and f"{section}.{k}" not in auto}
-        check_options(
-            cfg, section, options, _schema(target, drop), f" for {section}.kind {cfg.section(section)['kind']!r}"
-        )
+        schema = {**_schema(target, drop), **(MODEL_EXTRAS if section == "model" else {})}
+        check_options(cfg, section, options, schema, f" for {section}.kind {cfg.section(section)['kind']!r}")
     check_model_sizes(cfg, MODELS[cfg.section("model")["kind"]])
     _check_parts(cfg, auto)
     _check_kind_values(cfg, auto)
@@ -421,7 +424,7 @@ def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
         if check is None:
             continue
         try:
-            check({k: v for k, v in opts.items() if k != "kind" and f"{section}.{k}" not in auto})
+            check({k: v for k, v in opts.items() if k not in ("kind", *MODEL_EXTRAS) and f"{section}.{k}" not in auto})
         except ValueError as err:
             key = str(err).split(" ", 1)[0].rstrip(":")  # the kind's message starts with the key
             raise ConfigError(f"{err} (set in {cfg.where(key)})") from err

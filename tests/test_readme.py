@@ -86,11 +86,32 @@ def _commands(lines: list[str], prefix: str = "") -> list[str]:
     return out
 
 
+def _section(title: str) -> str:
+    """The text of README section `title` (up to the next `## ` heading)."""
+    text = README.read_text()
+    assert title in text, f"README.md has no section {title!r}"
+    start = text.index(title)
+    end = text.find("\n## ", start + len(title))
+    return text[start : end if end > 0 else None]
+
+
+def _bash_commands(text: str) -> list[str]:
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
+        lines = [re.sub(r"\s+#.*$", "", line) for line in block.splitlines()]
+        found += _commands(lines)
+    return found
+
+
+PRETRAINED = "## Start from a pretrained model"
+
+
 def own_data_commands() -> list[tuple[str, str]]:
     """(where, command) of every command in README.md's bash blocks and the recipe headers that reads the user's
-    own data (data.train=, data.root=, data.dataset=, data.source=, data.csv=)."""
+    own data (data.train=, data.root=, data.dataset=, data.source=, data.csv=). The commands of PRETRAINED need the
+    runs and folders they start from, and run in order in their own test."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.DOTALL):
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text().replace(_section(PRETRAINED), ""), re.DOTALL):
         lines = [re.sub(r"\s+#.*$", "", line) for line in block.splitlines()]
         found += [("README.md", c) for c in _commands(lines)]
     for recipe in sorted((ROOT / "recipes").glob("*.yaml")):
@@ -226,3 +247,44 @@ def test_an_own_data_command_runs_verbatim_and_tests(where, command, tmp_path, m
     assert "auto" not in (summary_path.parent / "config.yaml").read_text().replace("backend: auto", "")
     if recipe == "translation":
         assert summary["baseline"]["model"] == "translation memory" and "test/bleu" in summary["baseline"]
+
+
+# ---------------------------------------------------------------------------------------------- pretrained starts
+
+
+def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_path, monkeypatch):
+    """The section's commands, in order, on small files: the first writes the run the second starts from, and a
+    small random BERT stands at the folder the others name (as `hf download` would leave it); then its Python."""
+    from attnzoo.attention.patterns import SlidingWindow
+    from tests.helpers.hf import save_encoder
+
+    section = _section(PRETRAINED)
+    commands = _bash_commands(section)
+    assert len(commands) >= 3 and any("--run-dir" in c for c in commands), commands
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    make_files("text_cls", _overrides(commands[0]))
+    folders = {_overrides(c)["model.init_from"] for c in commands if "model.init_from" in _overrides(c)}
+    for folder in folders:
+        if not Path(folder).exists() and "bert" in folder:
+            save_encoder("bert", Path(folder), words=["the", "and", "goal", "match", "team", "bread", "soup", "salt"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for command in commands:
+        args = shlex.split(command)
+        quick = [*QUICK, "run.baseline=false", "data.batch_size=16"]  # the small files fill a few batches
+        proc = subprocess.run([sys.executable, *args[1:], *quick], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, f"README.md: {command}\n{proc.stderr[-3000:]}"
+        run_dir = Path(re.search(r"attnzoo: run directory (\S+)", proc.stderr).group(1))
+        summary = json.loads((tmp_path / run_dir / "summary.json").read_text())
+        assert summary["finished"], summary
+        start = _overrides(command).get("model.init_from")
+        if start is not None:
+            assert summary["init_from"]["path"] == start and summary["init_from"]["loaded"] > 0, summary["init_from"]
+    found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert found, f"no python code block in README section {PRETRAINED!r}"
+    ns: dict = {"__name__": "readme_pretrained"}
+    exec(compile(found.group(1), str(README), "exec"), ns)
+    net = ns["net"]
+    assert net.head.out_features == 2
+    assert all(isinstance(block.attn.pattern, SlidingWindow) for block in net.encoder.blocks)

@@ -3,7 +3,7 @@ the decoder."""
 
 from timm.layers import Mlp, SwiGLU
 
-from .block import CrossAttentionBlock, TransformerBlock
+from .block import CrossAttentionBlock, PostNormBlock, TransformerBlock
 from .decoder import Decoder, DecoderBlock, make_decoder
 from .encoder import Encoder
 
@@ -13,6 +13,7 @@ __all__ = [
     "DecoderBlock",
     "Encoder",
     "Mlp",
+    "PostNormBlock",
     "SwiGLU",
     "TransformerBlock",
     "make_decoder",

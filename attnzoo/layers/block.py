@@ -75,6 +75,29 @@ class TransformerBlock(nn.Module):
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
+class PostNormBlock(TransformerBlock):
+    """Post-norm block (the original Transformer, BERT): norm1(x + attn(x)), then norm2(x + mlp(x)).
+
+    Same arguments and parameter names as `TransformerBlock`, so a state dict names the same tensors; only where the
+    norms sit differs.
+    """
+
+    def _attend(self, x: Tensor, key_padding_mask: Tensor | None, bias: Tensor | None) -> Tensor:
+        kwargs = {"key_padding_mask": key_padding_mask}
+        if bias is not None:
+            kwargs["bias"] = bias
+        return self.attn(x, **kwargs)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
+        """x [B, L, C]; `key_padding_mask` bool [B, L] (True = pad); `bias` a shared precomputed bias."""
+        if self.checkpoint_attention and torch.is_grad_enabled():
+            a = checkpoint(self._attend, x, key_padding_mask, bias, use_reentrant=False)
+        else:
+            a = self._attend(x, key_padding_mask, bias)
+        x = self.norm1(x + self.drop_path1(self.ls1(a)))
+        return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
+
+
 class CrossAttentionBlock(nn.Module):
     """x + cross_attn(norm1(x), context), then x + mlp(norm2(x)); optionally tanh-gated (Flamingo).
 

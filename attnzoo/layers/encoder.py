@@ -78,8 +78,10 @@ def make_encoder(
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
     layer_shape: Mapping[str, Any] | None = None,
+    post_norm: bool = False,
 ) -> Encoder:
-    """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config.
+    """A pre-norm `Encoder` of `depth` `TransformerBlock`s with attention from an attention config (post-norm
+    `PostNormBlock`s with `post_norm`, as BERT; those have no final norm: `final_norm` is ignored).
 
     Args:
         attention: the `model.attention` config (see `attnzoo.attention.factory.attention_builder`).
@@ -90,14 +92,15 @@ def make_encoder(
     from timm.layers import Mlp
 
     from ..attention.factory import attention_builder
-    from .block import TransformerBlock
+    from .block import PostNormBlock, TransformerBlock
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
     make_attention = attention_builder(attention, **(layer_shape or {}))
     rates = torch.linspace(0, drop_path_rate, depth).tolist()
+    block = PostNormBlock if post_norm else TransformerBlock
     blocks = [
-        TransformerBlock(
+        block(
             dim=dim,
             attn=make_attention(dim, num_heads, layer_index=index),
             mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
@@ -107,7 +110,7 @@ def make_encoder(
         )
         for index, rate in enumerate(rates)
     ]
-    return Encoder(blocks, norm=norm_layer(dim) if final_norm else None)
+    return Encoder(blocks, norm=norm_layer(dim) if final_norm and not post_norm else None)
 
 
 # the options of `trainer.grad_checkpointing` (a mapping), each a keyword of `Encoder.set_grad_checkpointing`

@@ -1,1 +1,88 @@
-"""Pretrained weights: Hugging Face and timm checkpoints on disk, and attnzoo's own runs (`converted.Converted`)."""
+"""Pretrained weights: Hugging Face and timm checkpoints on disk, and attnzoo's own runs (`converted.Converted`).
+
+`convert(path)` asks each family module of `FAMILIES`, in order, whether it reads `path` (`matches(path)`) and
+converts with the first that does; `load(path, **overrides)` builds the attnzoo network with the checkpoint's
+weights. Family modules are imported by name when first needed, so one that is missing or broken leaves the others
+working. Nothing is downloaded: a path that does not exist, and looks like a hub name, gets an error saying to
+download it first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from torch import nn
+
+from .converted import Converted
+
+log = logging.getLogger("attnzoo")
+
+# family modules of attnzoo.pretrained, asked in this order (attnzoo's own runs first: a run directory is no HF dir)
+FAMILIES = ("run_dir", "hf_bert", "hf_gpt2", "vit")
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "bert-base-uncased", "google/vit-base-patch16-224"
+
+
+def families() -> dict[str, ModuleType]:
+    """The family modules that import here ({name: module}); one that does not is logged and left out."""
+    found = {}
+    for name in FAMILIES:
+        try:
+            found[name] = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":  # the module exists but needs something missing
+                log.warning("attnzoo.pretrained.%s is unavailable: %s", name, err)
+        except ImportError as err:
+            log.warning("attnzoo.pretrained.%s is unavailable: %s", name, err)
+    return found
+
+
+def convert(path: str | Path) -> Converted:
+    """The checkpoint at `path` as attnzoo sees it; ValueError naming `path` and what was expected there."""
+    text = str(path)
+    path = Path(path).expanduser()
+    if not path.exists():
+        if HUB_NAME.match(text) and not text.endswith((".ckpt", ".pt", ".pth", ".bin", ".safetensors")):
+            raise ValueError(
+                f"{text!r} is not a file or directory here. attnzoo downloads nothing at run time: if it is a Hugging "
+                f"Face hub name, download it first (on a machine with network: `hf download {text} --local-dir <dir>`, "
+                "then copy <dir> here) and give the directory"
+            )
+        raise ValueError(f"{text!r} does not exist")
+    found = families()
+    for module in found.values():
+        if module.matches(path):
+            return module.convert(path)
+    raise ValueError(
+        f"{text!r} is no checkpoint attnzoo can read: expected an attnzoo run directory or .ckpt file, or a Hugging "
+        f"Face model directory (config.json + weights) of a supported family ({', '.join(found)})"
+    )
+
+
+def load(path: str | Path, **overrides: Any) -> nn.Module:
+    """The attnzoo network of the checkpoint at `path`, with its weights.
+
+    Args:
+        overrides: model options replacing the checkpoint's (`num_classes` for a new head, `attention` parts, ...);
+            tensors that no longer fit start new when they are the head, and raise otherwise.
+    """
+    from ..models import MODELS
+    from .transfer import transfer
+
+    converted = convert(path)
+    if converted.model_kind not in MODELS:
+        raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
+    options = {**converted.options, **overrides}
+    if isinstance(converted.options.get("attention"), dict) and isinstance(overrides.get("attention"), dict):
+        options["attention"] = {**converted.options["attention"], **overrides["attention"]}
+    net = MODELS[converted.model_kind](**options)
+    done = transfer(net, converted.state_dict, source=converted.source)
+    log.info("loaded %s: %s", converted.source, done.describe())
+    return net
+
+
+__all__ = ["FAMILIES", "Converted", "convert", "families", "load"]

@@ -34,10 +34,15 @@ class Built(NamedTuple):
 LEFT_OUT = object()  # a preset value: the key is left out of the data options and the resolved config
 
 
-def build(cfg: Config, *, preset: Mapping[str, Any] | None = None) -> Built:
+def build(cfg: Config, *, preset: Mapping[str, Any] | None = None, init: bool = True) -> Built:
     """Build the run `cfg` describes; `preset` ({dotted `data.*` key: value, or `LEFT_OUT`}) replaces data options
     before the data is read (a loaded run's saved label vocabulary or tokenizer) and is recorded in the resolved
     config. Keys that size only the embedded data are left out when the data section reads files (`_embedded_only`).
+
+    With `model.init_from` (and `init`) the network starts from that checkpoint's weights (`attnzoo.run.start`):
+    it is read before the data, what it needs (its tokenizer, a converted model's architecture) goes into the
+    resolved config, and the network records what was loaded as `net.started_from` (for the run summary).
+    `init=False` builds the same network without reading the checkpoint (a finished run loads its own weights).
 
     Bad values the config's signatures cannot catch (a missing data folder, ...) raise ConfigError here,
     before any training.
@@ -50,14 +55,19 @@ def build(cfg: Config, *, preset: Mapping[str, Any] | None = None) -> Built:
         import torch
 
         torch.set_num_threads(trainer_cfg["num_threads"])
-    preset = {**_embedded_only(cfg), **(preset or {})}
+    from .start import apply_start, fixed_options, read_start
+
+    start = read_start(cfg) if init else None
+    preset = {**_embedded_only(cfg), **(start.preset if start else {}), **(preset or {})}
     chosen = {**preset, **_auto_precision(cfg)}
     section = "data"
     try:
         data = build_data(cfg, preset)
-        cfg = resolve(cfg, data, chosen)
+        cfg = resolve(cfg, data, chosen, fixed_options(start, data.model_inputs()))
         section = "model"
         net = build_net(cfg)
+        if start is not None:
+            net.started_from = apply_start(start, net, data, cfg)
         apply_grad_checkpointing(net, trainer_cfg.get("grad_checkpointing"))
         if trainer_cfg.get("compile"):
             compile_net(net)
@@ -94,14 +104,20 @@ def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
 # ------------------------------------------------------------------------------------------------ resolving
 
 
-def resolve(cfg: Config, data: Any, chosen: Mapping[str, Any] = {}) -> Config:  # noqa: B006 (read only)
+def resolve(
+    cfg: Config,
+    data: Any,
+    chosen: Mapping[str, Any] = {},  # noqa: B006 (read only)
+    fixed: Mapping[str, Any] = {},  # noqa: B006 (read only)
+) -> Config:
     """The run's resolved config: `cfg` with `chosen` ({dotted key: value}: preset data options, the machine's
-    precision), the data's proposals for `auto` keys, and the model and task arguments `data.model_inputs()`
-    gives. Validated and read-only; `cfg` stays as it was."""
+    precision), the data's proposals for `auto` keys, `fixed` (values pretrained weights need, over the data's
+    proposals: `attnzoo.run.start`), and the model and task arguments `data.model_inputs()` gives. Validated and
+    read-only; `cfg` stays as it was."""
     from ..models import MODELS
     from ..tasks import TASKS
 
-    values = {**chosen, **_proposals(cfg, data)}
+    values = {**chosen, **_proposals(cfg, data), **fixed}
     inputs = data.model_inputs()
     tree = OmegaConf.to_container(cfg.tree, resolve=True)
     for key, value in values.items():
@@ -206,9 +222,10 @@ def _filled(
 
 def build_net(cfg: Config) -> Any:
     """The network of the resolved config's `model:` section."""
+    from ..config import MODEL_EXTRAS
     from ..models import MODELS
 
-    opts = cfg.section("model")
+    opts = {k: v for k, v in cfg.section("model").items() if k not in MODEL_EXTRAS}
     return MODELS[opts.pop("kind")](**opts)
 
 

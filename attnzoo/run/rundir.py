@@ -218,7 +218,7 @@ def load_run(
         raise ConfigError(str(err)) from None
     checked = check_saved_tokenizer(run_dir, ckpt, saved)  # before anything is built from it
     if with_data:
-        data, task, cfg = build(cfg, preset=preset)
+        data, task, cfg = build(cfg, preset=preset, init=False)  # the run's own weights, not model.init_from's
         tokenizer = data.tokenizer
     else:
         from .inference import build_without_data

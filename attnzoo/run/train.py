@@ -163,6 +163,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if trainer.is_global_zero and is_rank_zero():
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
+        if getattr(task.net, "started_from", None) is not None:  # model.init_from: keep the tokenizer it came with
+            from .start import keep_tokenizer
+
+            keep_tokenizer(task.net.started_from, run_dir)
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     started = time.perf_counter()
@@ -202,6 +206,9 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
+    started_from = getattr(task.net, "started_from", None)  # model.init_from: the checkpoint it started from
+    if started_from is not None:
+        result["init_from"] = {k: v for k, v in started_from.items() if v is not None}
     if tested_split is not None:
         tested = best.best_model_path if best is not None and best.best_model_path else None  # None: final weights
         try:

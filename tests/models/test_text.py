@@ -176,3 +176,45 @@ def test_listops_4k_trains_with_sliding_window_on_cpu(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == 3 and set(summary["attention_backends"]) == {"blocked"}
     assert cfg.tree.data.listops.min_len >= 4096
+
+
+BERT_STYLE = {"norm": "post", "norm_eps": 1e-12, "token_types": 2, "embed_norm": True, "pooler": True}
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_bert_style_options_keep_padding_invariance(pooling):
+    _check_padding_invariance(_model("learned", pooling, "sdpa", **BERT_STYLE))
+
+
+@pytest.mark.parametrize("attention_only", [False, True])
+def test_post_norm_blocks_checkpoint_with_identical_gradients(attention_only):
+    model = _model("learned", "first", "sdpa", **BERT_STYLE).train()
+    tokens = torch.randint(1, 50, (3, 20))
+    pad = torch.arange(20)[None] >= torch.tensor([20, 5, 12])[:, None]
+    types = (torch.arange(20)[None] >= 10).long().expand(3, -1)
+
+    def run():
+        model.zero_grad()
+        logits = model(tokens, pad, types)
+        logits.square().sum().backward()
+        return logits.detach(), [p.grad.clone() for p in model.parameters()]
+
+    ref = run()
+    model.set_grad_checkpointing(True, attention_only=attention_only)
+    got = run()
+    torch.testing.assert_close(got[0], ref[0], atol=0, rtol=0)
+    for a, b in zip(got[1], ref[1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert model.type_embed.weight.grad[1].abs().sum() > 0  # the second segment's row is used
+
+
+def test_bert_style_options_are_checked_and_the_defaults_add_no_tensors():
+    with pytest.raises(ValueError, match=r"model.norm: unknown 'sandwich'; valid: \['pre', 'post'\]"):
+        _model(norm="sandwich")
+    with pytest.raises(ValueError, match="no token-type table"):
+        _model()(torch.ones(1, 4, dtype=torch.long), token_types=torch.zeros(1, 4, dtype=torch.long))
+    default, bert = _model().state_dict(), _model(**BERT_STYLE).state_dict()
+    assert not any(k.startswith(("type_embed", "embed_norm", "pooler")) for k in default)
+    assert "encoder.norm.weight" in default and "encoder.norm.weight" not in bert  # post-norm: no final norm
+    assert set(bert) - set(default) == {"type_embed.weight", "embed_norm.weight", "embed_norm.bias", "pooler.weight",
+                                        "pooler.bias"}  # fmt: skip

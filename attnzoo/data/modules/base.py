@@ -10,6 +10,8 @@ A DataModule is a LightningDataModule (dataloaders of dict batches) that, once `
   never writes: the run applies a proposal where the config says `auto` and logs it ("key: auto -> value (why)").
   The choices themselves live in `attnzoo.data.defaults`, one function per modality.
 - `tokenizer`: for text data, the tokenizer the model's ids come from (None otherwise).
+- `class_names`: for classification data, the class names in label order (None otherwise); a run started from
+  another run's weights keeps that run's head only when they are the same (`attnzoo.run.start`).
 - `save_artifacts(run_dir)`: what the data derived and a run must keep to be loaded again (a label vocabulary,
   a learned tokenizer, normalization statistics); the files written.
 - `baseline_features(split)`: the split's inputs and labels for the classical baseline (`attnzoo.run.baseline`),
@@ -35,6 +37,7 @@ class DataModule(L.LightningDataModule):
 
     AUTO_KEYS: ClassVar[tuple[str, ...]] = ()  # keys outside `data.*` that `auto_values()` may propose
     tokenizer: Any = None  # after setup: the tokenizer of text data (a run saves it and checkpoints its digest)
+    class_names: list[str] | None = None  # after setup: classification data's class names, in label order
 
     def model_inputs(self) -> dict[str, Any]:
         """{builder argument: value} that the model and task builders take from this data."""

@@ -1,0 +1,156 @@
+"""Hugging Face BERT and RoBERTa encoders -> attnzoo's text classifier (`attnzoo.models.text.TextClassifier`).
+
+The encoder becomes post-norm `PostNormBlock`s whose attention is attnzoo's (`model.attention` overrides apply):
+BERT's separate query/key/value projections are stacked into `qkv` (rows q | k | v, as timm's layout), and the
+model keeps BERT's learned absolute positions, token-type table, embedding LayerNorm (eps from the config), exact
+GELU MLPs and tanh pooler. A tokenizer.json whose post-processor starts every text with [CLS] (RoBERTa: <s>), as
+the ones `transformers` saves do, gives the model BERT's own token stream ([CLS] ... [SEP]): the model pools the
+first token (`pooling: first`). A tokenizer without one adds no special tokens, so the [CLS] embedding becomes the
+model's cls token (`pooling: cls`), prepended at position 0 as BERT sees it. RoBERTa numbers positions from
+`pad_token_id + 1`; its table is cut to start there. A `BertForSequenceClassification` classifier
+becomes `head` (kept when the recipe's label count matches); MLM heads and buffers are left out.
+
+Notation: C width, P position rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .converted import Converted, read_hf_config, read_weights
+
+log = logging.getLogger("attnzoo")
+
+FAMILIES = {"bert": "[CLS]", "roberta": "<s>"}  # model_type -> the token whose embedding starts a sequence
+PREFIXES = ("bert.", "roberta.")  # the encoder's prefix in *For{SequenceClassification,MaskedLM,...} checkpoints
+
+
+def matches(path: str | Path) -> bool:
+    """A Hugging Face model directory whose config.json says model_type bert or roberta."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        return read_hf_config(path).get("model_type") in FAMILIES
+    except ValueError:
+        return False
+
+
+def _tokenizer(path: Path, family: str) -> tuple[Path, int, bool]:
+    """(tokenizer.json, the id of the token a sequence starts with, whether the tokenizer puts it first itself);
+    ValueError when there is none."""
+    file = path / "tokenizer.json"
+    if not file.is_file():
+        raise ValueError(
+            f"{str(path)!r} has no tokenizer.json: the run needs the tokenizer the weights were trained with (write "
+            "it where the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"
+        )
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(file))
+    except Exception as err:  # noqa: BLE001 (the Rust side raises its own exception type)
+        raise ValueError(f"{str(file)!r} is not a `tokenizers` JSON file ({err})") from None
+    cls_id = tok.token_to_id(FAMILIES[family])
+    if cls_id is None:
+        raise ValueError(f"{str(file)!r} has no {FAMILIES[family]} token, which a {family} sequence starts with")
+    return file, cls_id, tok.encode("a", add_special_tokens=True).ids[:1] == [cls_id]
+
+
+def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict[str, Any]:
+    """The `TextClassifier` options of a BERT/RoBERTa config; ValueError for what attnzoo does not reproduce."""
+    act = cfg.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise ValueError(f"{file}: hidden_act {act!r} is not supported (attnzoo's text MLP uses exact 'gelu')")
+    positions = cfg.get("position_embedding_type", "absolute")
+    if positions != "absolute":
+        raise ValueError(f"{file}: position_embedding_type {positions!r} is not supported (only 'absolute')")
+    dim, hidden = cfg["hidden_size"], cfg["intermediate_size"]
+    ratio = hidden / dim
+    if int(dim * ratio) != hidden:
+        raise ValueError(f"{file}: intermediate_size {hidden} is no whole multiple of hidden_size {dim}'s ratio")
+    pad_id = cfg.get("pad_token_id", 0) or 0
+    first = pad_id + 1 if family == "roberta" else 0  # the position row of a sequence's first token
+    return {
+        "vocab_size": cfg["vocab_size"],
+        "pad_id": pad_id,
+        "max_len": cfg["max_position_embeddings"] - first - (0 if starts else 1),  # a prepended cls takes a row
+        "dim": dim,
+        "depth": cfg["num_hidden_layers"],
+        "num_heads": cfg["num_attention_heads"],
+        "mlp_ratio": ratio,
+        "position": "learned",
+        "pooling": "first" if starts else "cls",
+        "norm": "post",
+        "norm_eps": cfg.get("layer_norm_eps", 1e-12),
+        "token_types": cfg.get("type_vocab_size", 2),
+        "embed_norm": True,
+        "attention": {"qkv_bias": True},
+    }
+
+
+def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Keys without the task model's prefix, and old checkpoints' LayerNorm gamma/beta as weight/bias."""
+    out = {}
+    for key, value in state.items():
+        for prefix in PREFIXES:
+            if key.startswith(prefix):
+                key = key[len(prefix) :]
+                break
+        out[key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")] = value
+    return out
+
+
+def convert(path: str | Path) -> Converted:
+    """A BERT or RoBERTa model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer.json)."""
+    path = Path(path)
+    cfg = read_hf_config(path)
+    family = cfg.get("model_type")
+    file, cls_id, starts = _tokenizer(path, family)
+    options = _options(cfg, family, path / "config.json", starts)
+    rows = options["max_len"] + (0 if starts else 1)
+    hf = _renamed(read_weights(path))
+    used: set[str] = set()
+
+    def take(key: str) -> torch.Tensor:
+        if key not in hf:
+            raise ValueError(f"{str(path)!r}: the weights have no tensor {key!r} (expected a {family} encoder)")
+        used.add(key)
+        return hf[key]
+
+    first = options["pad_id"] + 1 if family == "roberta" else 0
+    words = take("embeddings.word_embeddings.weight")  # [V, C]
+    table = take("embeddings.position_embeddings.weight")  # [P, C]
+    state = {
+        "embed.weight": words,
+        "pos_embed.table": table[first : first + rows].unsqueeze(0).clone(),  # [1, rows, C]
+        "type_embed.weight": take("embeddings.token_type_embeddings.weight"),
+        "embed_norm.weight": take("embeddings.LayerNorm.weight"),
+        "embed_norm.bias": take("embeddings.LayerNorm.bias"),
+    }
+    if not starts:
+        state["cls_token"] = words[cls_id].reshape(1, 1, -1).clone()  # [1, 1, C]
+    for i in range(options["depth"]):
+        hf_layer, own = f"encoder.layer.{i}.", f"encoder.blocks.{i}."
+        for part in ("weight", "bias"):
+            q, k, v = (take(f"{hf_layer}attention.self.{name}.{part}") for name in ("query", "key", "value"))
+            state[f"{own}attn.qkv.{part}"] = torch.cat([q, k, v], dim=0)  # [3C, C] / [3C]: q | k | v
+            state[f"{own}attn.proj.{part}"] = take(f"{hf_layer}attention.output.dense.{part}")
+            state[f"{own}norm1.{part}"] = take(f"{hf_layer}attention.output.LayerNorm.{part}")
+            state[f"{own}mlp.fc1.{part}"] = take(f"{hf_layer}intermediate.dense.{part}")
+            state[f"{own}mlp.fc2.{part}"] = take(f"{hf_layer}output.dense.{part}")
+            state[f"{own}norm2.{part}"] = take(f"{hf_layer}output.LayerNorm.{part}")
+    if "pooler.dense.weight" in hf:
+        options["pooler"] = True
+        state["pooler.weight"], state["pooler.bias"] = take("pooler.dense.weight"), take("pooler.dense.bias")
+    if family == "bert" and "classifier.weight" in hf:  # BertForSequenceClassification: a head for its labels
+        state["head.weight"], state["head.bias"] = take("classifier.weight"), take("classifier.bias")
+    left = sorted(k for k in hf if k not in used and not k.endswith("position_ids"))
+    if left:
+        log.info("%s: %d tensors have no place in attnzoo's text classifier (%s%s)", path, len(left),
+                 ", ".join(left[:4]), ", ..." if len(left) > 4 else "")  # fmt: skip
+    return Converted("text", options, state, file, f"{family} (HF) {path}")

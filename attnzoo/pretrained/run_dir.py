@@ -1,0 +1,88 @@
+"""attnzoo's own runs as a starting point: a run directory (its best checkpoint) or a `.ckpt` file of a run.
+
+The network's tensors are the checkpoint's `net.*` entries; the model's kind and options come from the run's
+`config.yaml` (the resolved config `fit` saved), its tokenizer from the run's `tokenizer.json`. Reading runs no code:
+the YAML is read as data and the checkpoint with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .converted import Converted, read_weights
+
+NET_PREFIX = "net."  # the LightningModule holds the network as `self.net`
+BEST = Path("checkpoints") / "best.ckpt"
+
+
+def matches(path: str | Path) -> bool:
+    """A run directory (it holds `config.yaml`; `checkpoint_file` says when it has no checkpoint) or a `.ckpt` file."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / "config.yaml").is_file() and not (path / "config.json").is_file()
+    return path.suffix == ".ckpt" and path.is_file()
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The checkpoint a run directory starts others from (its best), or `path` itself when it is a file."""
+    path = Path(path)
+    if path.is_dir():
+        ckpt = path / BEST
+        if not ckpt.is_file():
+            raise ValueError(
+                f"run directory {str(path)!r} has no {BEST} (it saves one when it validates: did it train a batch?)"
+            )
+        return ckpt
+    return path
+
+
+def run_of(path: str | Path) -> Path | None:
+    """The run directory of a run directory or of a checkpoint inside one (`<run>/checkpoints/x.ckpt`), if any."""
+    path = Path(path)
+    run = path if path.is_dir() else path.parent.parent
+    return run if (run / "config.yaml").is_file() else None
+
+
+def run_config(path: str | Path) -> dict[str, Any]:
+    """The run's saved config (plain data), or {} when `path` is a checkpoint outside a run directory."""
+    run = run_of(path)
+    if run is None:
+        return {}
+    file = run / "config.yaml"
+    try:
+        tree = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise ValueError(f"{str(file)!r} cannot be read as a run config ({type(err).__name__})") from None
+    if not isinstance(tree, dict):
+        raise ValueError(f"{str(file)!r} is not a run config (no mapping of sections)")
+    return tree
+
+
+def class_names(path: str | Path) -> list[str] | None:
+    """The labels the run's head was trained on (`labels.json`), when it recorded them."""
+    run = run_of(path)
+    try:
+        record = json.loads((run / "labels.json").read_text(encoding="utf-8")) if run is not None else None
+    except (OSError, ValueError):
+        return None
+    names = record.get("class_names") if isinstance(record, dict) else None
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def convert(path: str | Path) -> Converted:
+    """The network of an attnzoo run (or checkpoint file) as a `Converted`."""
+    ckpt = checkpoint_file(path)
+    state = read_weights(ckpt)
+    net = {k[len(NET_PREFIX) :]: v for k, v in state.items() if k.startswith(NET_PREFIX)}
+    if not net:
+        raise ValueError(f"{str(ckpt)!r} holds no network tensors (no {NET_PREFIX}* keys): not an attnzoo checkpoint")
+    model = dict(run_config(path).get("model") or {})
+    kind = str(model.pop("kind", ""))
+    model.pop("init_from", None)
+    run = run_of(path)
+    tokenizer = run / "tokenizer.json" if run is not None and (run / "tokenizer.json").is_file() else None
+    return Converted(kind, model, net, tokenizer, f"attnzoo run {ckpt}")

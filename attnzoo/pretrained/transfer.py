@@ -1,0 +1,85 @@
+"""Loading a converted state dict into a freshly built network, tensor by tensor, and saying what happened.
+
+A fine-tuning recipe keeps its own head when the checkpoint's does not fit (another label set); every other tensor
+of the network must come from the checkpoint with the same shape, or the checkpoint is of another architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+HEAD_PREFIXES = ("head.",)  # the task's output layer in every attnzoo model: the recipe's own when it differs
+
+
+class Transfer(NamedTuple):
+    """What `transfer` did: parameter names loaded from the checkpoint, new (the network's own initialisation)
+    and dropped (in the checkpoint, not used)."""
+
+    loaded: list[str]
+    new: list[str]
+    dropped: list[str]
+
+    def describe(self) -> str:
+        """One line for the log: counts and the names of new and dropped tensors."""
+
+        def names(keys: list[str]) -> str:
+            return ", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
+
+        parts = [f"{len(self.loaded)} tensors loaded"]
+        parts.append(f"{len(self.new)} new ({names(self.new)})" if self.new else "none new")
+        parts.append(f"{len(self.dropped)} dropped ({names(self.dropped)})" if self.dropped else "none dropped")
+        return "; ".join(parts)
+
+
+def transfer(
+    net: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    *,
+    source: str,
+    fresh: Sequence[str] = HEAD_PREFIXES,
+    keep_fresh: bool = False,
+) -> Transfer:
+    """Copy the tensors of `state` into `net` where names and shapes match.
+
+    Args:
+        source: the file or directory `state` was read from (named in errors).
+        fresh: name prefixes of tensors that may start new (the head): missing from `state`, or of another shape.
+        keep_fresh: also keep the network's own `fresh` tensors when the checkpoint's fit (another label set of the
+            same size).
+
+    Raises:
+        ValueError naming `source` and the first tensor that does not fit, when a tensor outside `fresh` is
+        missing from `state` or has another shape there (a checkpoint of another architecture or size).
+    """
+    own = net.state_dict()
+    is_fresh = tuple(fresh)
+
+    def fits(key: str) -> bool:
+        return key in state and tuple(state[key].shape) == tuple(own[key].shape)
+
+    wrong = [k for k in own if k in state and not fits(k) and not k.startswith(is_fresh)]
+    if wrong:
+        k = wrong[0]
+        raise ValueError(
+            f"{source} does not fit this model: tensor {k!r} is {list(state[k].shape)} there and "
+            f"{list(own[k].shape)} here ({len(wrong)} tensors differ in shape; a checkpoint of another architecture "
+            "or size)"
+        )
+    absent = [k for k in own if k not in state and not k.startswith(is_fresh)]
+    if absent:
+        raise ValueError(
+            f"{source} does not fit this model: it has no tensor {absent[0]!r} ({len(absent)} of this model's "
+            f"{len(own)} tensors are missing there; a checkpoint of another architecture)"
+        )
+    take = [k for k in own if fits(k) and not (keep_fresh and k.startswith(is_fresh))]
+    with torch.no_grad():
+        for key in take:
+            own[key].copy_(state[key].to(own[key].dtype))  # state_dict tensors share the parameters' storage
+    taken = set(take)
+    new = [k for k in own if k not in taken]
+    dropped = [k for k in state if k not in taken]
+    return Transfer(take, new, dropped)

@@ -1,0 +1,198 @@
+"""`model.init_from`: a run that starts from pretrained weights instead of random ones.
+
+`read_start` converts the checkpoint before any data is read (`attnzoo.pretrained.convert`): an attnzoo run
+directory (its best checkpoint) or `.ckpt` file, or a pretrained model directory of a supported family. What the
+weights need from the rest of the config comes back as values `build` applies: the checkpoint's tokenizer as
+`data.tokenizer` (ids must match the embedding), and, for a converted model, the architecture (`model.dim`,
+`model.depth`, ...), which replaces the recipe's values unless the command line set them. An attnzoo run gives no
+options: the recipe's model must be the run's (a wrong architecture stops with the first tensor that differs).
+`apply_start` then copies the tensors into the built network and logs which were loaded, new and dropped; the
+recipe's head starts new when the label set differs. `record` is what the run summary says about it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..config import COMMAND_LINE, Config, ConfigError
+
+log = logging.getLogger("attnzoo")
+FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
+
+
+class Start(NamedTuple):
+    """A converted checkpoint and what the run's config takes from it."""
+
+    given: str  # model.init_from as configured
+    converted: Any  # attnzoo.pretrained.Converted
+    own_run: Path | None  # the attnzoo run directory it comes from, if any
+    preset: dict[str, Any]  # data options the weights need ({"data.tokenizer": ...}), applied before data is read
+    options: dict[str, Any]  # model options the weights fix ({"model.dim": 768, ...})
+
+
+def read_start(cfg: Config) -> Start | None:
+    """The checkpoint `model.init_from` names, converted; None when unset. ConfigError naming the key, where it was
+    set and the file when it cannot be read."""
+    from .. import pretrained
+    from ..pretrained import run_dir
+
+    given = cfg.section("model").get("init_from")
+    if not given:
+        return None
+    where = cfg.where("model.init_from")
+    try:
+        converted = pretrained.convert(given)
+    except ValueError as err:
+        raise ConfigError(f"model.init_from: {err} (set in {where})") from None
+    kind = cfg.section("model")["kind"]
+    if converted.model_kind and converted.model_kind != kind:
+        raise ConfigError(
+            f"model.init_from: {converted.source} is a {converted.model_kind!r} model, and this run builds model.kind "
+            f"{kind!r} (set in {where}); start from a checkpoint of a {kind!r} model"
+        )
+    own_run = run_dir.run_of(given) if run_dir.matches(given) else None
+    preset = _tokenizer(cfg, converted)
+    options = {} if run_dir.matches(given) else _options(cfg, converted.options, preset)
+    return Start(str(given), converted, own_run, preset, options)
+
+
+def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
+    """{"data.tokenizer": the checkpoint's tokenizer.json} when the data would otherwise choose or learn one."""
+    from ..data.tokenizers.subword import KINDS
+
+    data = cfg.section("data")
+    spec = data.get("tokenizer")
+    if converted.tokenizer is None or "tokenizer" not in data:
+        return {}
+    if spec in ("auto", None, *KINDS):
+        log.info("data.tokenizer: %r -> %s (the tokenizer model.init_from's weights were trained with)", spec,
+                 converted.tokenizer)  # fmt: skip
+        return {"data.tokenizer": str(converted.tokenizer)}
+    if str(spec) != str(converted.tokenizer):
+        log.warning(
+            "data.tokenizer: %r (set in %s), not %s that model.init_from's weights were trained with: token ids may "
+            "not match the embedding",
+            spec, cfg.where("data.tokenizer"), converted.tokenizer,
+        )  # fmt: skip
+    return {}
+
+
+def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
+    """{"model.<key>": value} of a converted model's architecture. A config file's value gives way (logged); a
+    command-line value wins (an attention override, a new pooling). `data.max_len` is cut to the model's."""
+    model = cfg.section("model")
+    chosen: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in FROM_DATA:
+            continue
+        full = f"model.{key}"
+        if key == "attention" and isinstance(value, dict):
+            mine = dict(model.get("attention") or {})
+            typed = {k for k in mine if cfg.where(f"{full}.{k}").startswith(COMMAND_LINE)}
+            value = {**mine, **{k: v for k, v in value.items() if k not in typed}}
+        elif key in model and cfg.where(full).startswith(COMMAND_LINE):
+            continue
+        if model.get(key) != value:
+            if key in model:
+                log.info("%s: %r (set in %s) -> %r (model.init_from)", full, model[key], cfg.where(full), value)
+            chosen[full] = value
+    max_len = options.get("max_len")
+    data_len = cfg.section("data").get("max_len")
+    if isinstance(max_len, int) and isinstance(data_len, int) and data_len != max_len:
+        if data_len > max_len:
+            log.info("data.max_len: %d -> %d (the longest input model.init_from's positions hold)", data_len, max_len)
+            preset["data.max_len"] = max_len
+        else:  # the data's shorter max_len sizes the model; apply_start cuts the checkpoint's position table
+            chosen.pop("model.max_len", None)
+    return chosen
+
+
+def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The model options `start` fixes, less those the data gives (`DataModule.model_inputs()`: the vocabulary,
+    the image size, ...): the data's values build the model, and the checkpoint's tensors must fit them (a learned
+    grid of positions is resampled on load)."""
+    if start is None:
+        return {}
+    return {k: v for k, v in start.options.items() if k.split(".", 1)[1] not in inputs}
+
+
+def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any]:
+    """Copy the checkpoint's tensors into `net`; log and return what was done (the run summary's `init_from`)."""
+    from ..pretrained import run_dir
+    from ..pretrained.transfer import transfer
+
+    keep_fresh = False
+    if start.own_run is not None:
+        before, now = run_dir.class_names(start.given), data.class_names
+        if before is not None and now is not None and list(before) != list(now):
+            keep_fresh = True
+            log.info("model.init_from: the label set differs from the run's (%d classes there, %d here): the head "
+                     "starts new", len(before), len(now))  # fmt: skip
+    state = start.converted.state_dict
+    if start.own_run is None:
+        state = _cut_positions(state, net.state_dict())
+    try:
+        done = transfer(net, state, source=start.converted.source, keep_fresh=keep_fresh)
+    except ValueError as err:
+        hint = _differences(start, cfg)
+        raise ConfigError(f"model.init_from: {err}{hint} (set in {cfg.where('model.init_from')})") from None
+    log.info("model.init_from: %s: %s", start.converted.source, done.describe())
+    return {
+        "path": start.given,
+        "source": start.converted.source,
+        "tokenizer": start.preset.get("data.tokenizer"),
+        "loaded": len(done.loaded),
+        "new": done.new,
+        "dropped": done.dropped,
+    }
+
+
+def _cut_positions(state: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """A learned 1D position table (`*pos_embed.table` [1, N, C]) longer than the model's, cut to its first rows: a
+    run on shorter texts reads only those positions."""
+    state = dict(state)
+    for key, table in state.items():
+        mine = own.get(key)
+        if key.endswith("pos_embed.table") and mine is not None and table.dim() == 3 and mine.dim() == 3:
+            if table.shape[1] > mine.shape[1] and table.shape[2] == mine.shape[2]:
+                log.info("model.init_from: %s cut from %d to the %d positions this run uses", key, table.shape[1],
+                         mine.shape[1])  # fmt: skip
+                state[key] = table[:, : mine.shape[1]]
+    return state
+
+
+def _differences(start: Start, cfg: Config) -> str:
+    """For an attnzoo run: the model options (and the tokenizer) of this config that differ from the run's
+    config.yaml; the head's label count may differ."""
+    from ..pretrained import run_dir
+
+    if start.own_run is None:
+        return ""
+    before = dict(start.converted.options)
+    now = {k: v for k, v in cfg.section("model").items() if k not in ("kind", "init_from")}
+    before["data.tokenizer"] = (run_dir.run_config(start.given).get("data") or {}).get("tokenizer")
+    now["data.tokenizer"] = cfg.section("data").get("tokenizer")
+    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and k != "num_classes")
+    if not keys:
+        return ""
+    shown = ", ".join(
+        f"{k if k.startswith('data.') else f'model.{k}'} ({before.get(k)!r} there, {now.get(k)!r} here)"
+        for k in keys[:6]
+    )
+    return f". This config differs from {start.own_run / 'config.yaml'} in {shown}"
+
+
+def keep_tokenizer(record: Mapping[str, Any], run_dir: Path) -> None:
+    """Copy the start's tokenizer.json (`record` as `apply_start` returned it) into the run directory, when the run
+    tokenizes with it and has no tokenizer.json of its own: a command that loads the run reads that copy
+    (`attnzoo.run.tokenizer_stamp.saved_tokenizer`), so the run works after the folder it started from moved."""
+    import shutil
+
+    from ..data.tokenizers.subword import TOKENIZER_FILE
+
+    source = record.get("tokenizer")
+    if source and not (run_dir / TOKENIZER_FILE).exists():
+        shutil.copyfile(source, run_dir / TOKENIZER_FILE)

@@ -1,0 +1,162 @@
+"""Hugging Face BERT and RoBERTa converted to attnzoo's text classifier: the same hidden states (1e-5, fp32) as
+`transformers` on small random models saved to disk, with padding; attention overrides apply; a fit starts from one."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnzoo.pretrained import convert, load
+from attnzoo.run.rundir import load_run
+from tests.helpers import QUICK, ROOT
+from tests.helpers.hf import SIZES, save_encoder
+
+
+def _inputs(family: str, path, *, processor: bool = True):
+    """(HF input ids, attention mask; attnzoo tokens, padding mask) of three texts of 12, 7 and 3 words, tokenized
+    and padded as a run does (the folder's tokenizer.json through attnzoo's data path). Without `processor` the
+    tokenizer adds no [CLS]: HF's ids get it in front (attnzoo prepends its cls token, the [CLS] embedding)."""
+    from attnzoo.data.modules.batching import PadCollate
+    from attnzoo.data.tokenizers.factory import make_tokenizer
+
+    tok = make_tokenizer(str(path / "tokenizer.json"))
+    torch.manual_seed(1)
+    texts = [" ".join(f"w{int(i)}" for i in torch.randint(0, 40, (n,))) for n in (12, 7, 3)]
+    batch = PadCollate(pad_id=tok.pad_id)([(torch.tensor(tok.encode(t)), torch.tensor(0)) for t in texts])
+    tokens, padding = batch["tokens"], batch["padding_mask"]
+    ids, mask = tokens, (~padding).long()
+    if not processor:
+        first = {"bert": 2, "roberta": 0}[family]  # [CLS] / <s> in tests.helpers.hf.SPECIALS
+        ids = torch.cat([torch.full((3, 1), first), tokens], dim=1)
+        mask = torch.cat([torch.ones(3, 1, dtype=torch.long), mask], dim=1)
+    assert padding.any() and (processor == bool((tokens[:, 0] == ids[0, 0]).all()))
+    return ids, mask, tokens, padding
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("processor", [True, False], ids=["cls-from-tokenizer", "cls-prepended"])
+@pytest.mark.parametrize("attention", [{}, {"backend": "sdpa"}, {"pattern": {"kind": "sliding_window", "window": 64}}])
+def test_hidden_states_equal_transformers(family, processor, attention, tmp_path):
+    hf = save_encoder(family, tmp_path, processor=processor)
+    ids, mask, tokens, padding = _inputs(family, tmp_path, processor=processor)
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask)
+    net = load(tmp_path, num_classes=3, attention={"backend": "eager", **attention}).eval()
+    assert net.pooling == ("first" if processor else "cls")
+    with torch.no_grad():
+        got = net.features(tokens, padding)  # [B, L, C]; [B, 1 + L, C] with the cls token prepended
+        pooled = torch.tanh(net.pooler(got[:, 0]))
+    keep = mask.bool()  # rows of real tokens (padded rows see the same keys, but only these are BERT's output)
+    torch.testing.assert_close(got[keep], want.last_hidden_state[keep], rtol=0, atol=1e-5)
+    torch.testing.assert_close(pooled, want.pooler_output, rtol=0, atol=1e-5)
+
+
+def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
+    hf = save_encoder("bert", tmp_path, classes=3)
+    ids, mask, tokens, padding = _inputs("bert", tmp_path)
+    with torch.no_grad():
+        want = hf(input_ids=ids, attention_mask=mask).logits
+        got = load(tmp_path, num_classes=3).eval()(tokens, padding)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    new = load(tmp_path, num_classes=5)  # another label set: the head starts new, the rest is BERT's
+    assert new.head.weight.shape == (5, SIZES["hidden_size"])
+
+
+def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
+    save_encoder("bert", tmp_path)
+    converted = convert(tmp_path)
+    assert converted.model_kind == "text" and converted.tokenizer == tmp_path / "tokenizer.json"
+    assert converted.options["norm"] == "post" and converted.options["norm_eps"] == 1e-12
+    assert converted.options["max_len"] == 24 and converted.options["token_types"] == 2  # [CLS] from the tokenizer
+    assert converted.source == f"bert (HF) {tmp_path}"
+
+
+def test_a_directory_without_tokenizer_json_says_how_to_write_it(tmp_path):
+    save_encoder("bert", tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained"):
+        convert(tmp_path)
+
+
+def loaded_test(loaded) -> dict:
+    """The test metrics of a loaded run's best checkpoint."""
+    import lightning as L
+
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    return trainer.test(loaded.task, datamodule=loaded.data, verbose=False)[0]
+
+
+def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
+    save_encoder("bert", tmp_path / "bert")
+    # the recipe's smoke size, but for model.depth, which comes from the checkpoint
+    smoke = ["data.batch_size=16", "data.listops.num_train=64", "data.listops.num_val=16", "data.listops.num_test=16"]
+    command = [sys.executable, "-m", "attnzoo.fit", "--config", str(ROOT / "recipes" / "text_cls.yaml"),
+               f"model.init_from={tmp_path / 'bert'}", "trainer.max_epochs=1", *smoke, *QUICK,
+               "data.listops.max_len=20", "run.baseline=false", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary_file,) = (tmp_path / "runs").rglob("summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["finished"] and summary["init_from"]["source"] == f"bert (HF) {tmp_path / 'bert'}"
+    assert summary["init_from"]["new"] == ["head.weight", "head.bias"]
+    config = (summary_file.parent / "config.yaml").read_text()
+    assert f"tokenizer: {tmp_path / 'bert' / 'tokenizer.json'}" in config and "norm: post" in config
+    # the run keeps the tokenizer it came with: it loads (and tests the same) after the folder it started from moved
+    shutil.rmtree(tmp_path / "bert")
+    loaded = load_run(summary_file.parent)
+    assert loaded.tokenizer.name == str(summary_file.parent / "tokenizer.json")
+    result = loaded_test(loaded)
+    assert result["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
+    assert "model.init_from: bert (HF)" in done.stderr
+    assert "tensors loaded; 2 new (head.weight, head.bias)" in done.stderr
+
+
+def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_path, caplog):
+    import logging
+
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    hf = save_encoder("bert", tmp_path / "bert")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = ["data.listops.num_train=32", "data.listops.num_val=8", "data.listops.num_test=8", "run.baseline=false"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", "data.max_len=10"]))
+    table = hf.embeddings.position_embeddings.weight
+    torch.testing.assert_close(task.net.pos_embed.table[0], table[:10], rtol=0, atol=0)
+    assert cfg.section("model")["max_len"] == 10 and "cut from 24 to the 10 positions" in caplog.text
+    _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))  # recipe: 512
+    assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
+
+
+def test_a_bert_folder_for_another_model_kind_is_refused(tmp_path):
+    from attnzoo.config import ConfigError
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    with pytest.raises(ConfigError, match=r"is a 'text' model, and this run builds model.kind 'vit'"):
+        build(load_config([ROOT / "recipes" / "vit.yaml"], [f"model.init_from={tmp_path / 'bert'}"]))
+
+
+def test_a_run_started_from_bert_resumes(tmp_path):
+    from attnzoo.config import load as load_config
+    from attnzoo.run import fit
+
+    save_encoder("bert", tmp_path / "bert")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = [*QUICK, "trainer.num_threads=1", "data.listops.num_train=32", "data.listops.num_val=8",
+             "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
+             "trainer.num_sanity_val_steps=0", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    small.append(f"model.init_from={tmp_path / 'bert'}")
+    run_dir = fit(load_config([recipe], [*small, "trainer.max_epochs=1"]))
+    first = json.loads((run_dir / "summary.json").read_text())
+    fit(load_config([recipe], [*small, "trainer.max_epochs=2"]), resume=run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["global_step"] == 2 * first["global_step"] > 0
+    assert summary["init_from"]["source"] == first["init_from"]["source"]

@@ -1,0 +1,152 @@
+"""`model.init_from` with attnzoo's own runs: the backbone comes from the run's best checkpoint, the new recipe's head
+starts new when the label set differs, and a checkpoint that cannot be used stops the run before training."""
+
+import csv
+import json
+import logging
+import random
+
+import pytest
+import torch
+
+from attnzoo.config import ConfigError, load
+from attnzoo.run import build, fit
+from attnzoo.run.checkpoint_io import read_checkpoint
+from tests.helpers import QUICK, ROOT
+
+TEXT = ROOT / "recipes" / "text_cls.yaml"
+WORDS = "red green blue cat dog fish one two three four sun moon star tree leaf rock".split()
+SMALL = [*QUICK, "trainer.num_threads=1", "trainer.max_epochs=1", "trainer.num_sanity_val_steps=0",
+         "trainer.log_every_n_steps=1", "model.dim=16", "model.depth=1", "model.num_heads=2", "model.mlp_ratio=1.0",
+         "data.vocab_size=60", "data.batch_size=16", "run.test=false", "run.baseline=false"]  # fmt: skip
+
+
+def _texts(path, labels, n=64, seed=0):
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["text", "label"])
+        for i in range(n):
+            out.writerow([" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))), labels[i % len(labels)]])
+    return path
+
+
+def _files(tmp_path, name, labels):
+    folder = tmp_path / name
+    folder.mkdir()
+    train = _texts(folder / "train.csv", labels, seed=1)
+    val = _texts(folder / "val.csv", labels, n=16, seed=2)
+    return [f"data.train={train}", f"data.val={val}"]
+
+
+@pytest.fixture(scope="module")
+def run_a(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("a")
+    return fit(load([TEXT], [*SMALL, *_files(tmp_path, "data", ["a", "b", "c"]), f"run.dir={tmp_path}"]))
+
+
+def test_a_new_label_set_keeps_the_backbone_and_starts_a_new_head(run_a, tmp_path, caplog):
+    overrides = [*SMALL, *_files(tmp_path, "data", ["yes", "no"]), f"run.dir={tmp_path}", f"model.init_from={run_a}"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data, task, cfg = build(load([TEXT], overrides))
+    saved = read_checkpoint(run_a / "checkpoints" / "best.ckpt")["state_dict"]
+    own = task.net.state_dict()
+    assert own["head.weight"].shape[0] == 2 and saved["net.head.weight"].shape[0] == 3
+    for key, value in own.items():
+        if not key.startswith("head."):
+            torch.testing.assert_close(value, saved[f"net.{key}"], rtol=0, atol=0, msg=key)
+    assert task.net.started_from["new"] == ["head.weight", "head.bias"]
+    assert task.net.started_from["dropped"] == ["head.weight", "head.bias"]
+    assert task.net.started_from["loaded"] == len(own) - 2
+    log = caplog.text
+    assert f"{len(own) - 2} tensors loaded; 2 new (head.weight, head.bias); 2 dropped (head.weight, head.bias)" in log
+    assert str(run_a / "tokenizer.json") in log  # the run's tokenizer: ids match its embedding
+    assert cfg.section("data")["tokenizer"] == str(run_a / "tokenizer.json")
+
+
+def test_the_same_number_of_other_labels_starts_a_new_head_too(run_a, tmp_path, caplog):
+    overrides = [*SMALL, *_files(tmp_path, "data", ["x", "y", "z"]), f"model.init_from={run_a}"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, _ = build(load([TEXT], overrides))
+    saved = read_checkpoint(run_a / "checkpoints" / "best.ckpt")["state_dict"]
+    assert not torch.equal(task.net.state_dict()["head.weight"], saved["net.head.weight"])
+    assert task.net.started_from["new"] == ["head.weight", "head.bias"]
+    assert "the label set differs" in caplog.text
+
+
+def test_the_same_labels_load_the_head_and_the_summary_names_the_checkpoint(run_a, tmp_path):
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b", "c"]), f"run.dir={tmp_path}"]
+    run_b = fit(load([TEXT], [*overrides, f"model.init_from={run_a / 'checkpoints' / 'best.ckpt'}"]))
+    summary = json.loads((run_b / "summary.json").read_text())
+    assert summary["init_from"]["source"] == f"attnzoo run {run_a / 'checkpoints' / 'best.ckpt'}"
+    assert summary["init_from"]["new"] == [] and summary["init_from"]["dropped"] == []
+    assert load([run_b / "config.yaml"]).section("model")["init_from"] == str(run_a / "checkpoints" / "best.ckpt")
+
+
+def test_another_architecture_names_the_file_and_the_first_tensor_that_differs(run_a, tmp_path):
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b"]), f"model.init_from={run_a}", "model.dim=32"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    text = str(err.value)
+    assert str(run_a / "checkpoints" / "best.ckpt") in text and "'embed.weight' is [" in text
+    assert "model.dim (16 there, 32 here)" in text
+
+
+def test_another_tokenizer_is_named_beside_the_embedding_that_differs(run_a, tmp_path):
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b"]), f"model.init_from={run_a}", "data.tokenizer=bytes"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    text = str(err.value)
+    assert "'embed.weight' is [" in text and "model.vocab_size (" in text
+    assert "data.tokenizer ('unigram' there, 'bytes' here)" in text  # run A learned its vocabulary from its data
+
+
+def test_a_checkpoint_of_another_model_kind_is_refused(tmp_path):
+    from tests.helpers import VIT
+
+    run = tmp_path / "vit"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(VIT.read_text())
+    torch.save({"state_dict": {"net.head.weight": torch.zeros(2, 2)}}, run / "checkpoints" / "best.ckpt")
+    with pytest.raises(ConfigError, match=r"is a 'vit' model, and this run builds model.kind 'text'"):
+        build(load([TEXT], [*SMALL, f"model.init_from={run}"]))
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04broken zip"])
+def test_a_corrupted_checkpoint_is_named_before_training(tmp_path, content):
+    ckpt = tmp_path / "broken.ckpt"
+    ckpt.write_bytes(content)
+    with pytest.raises(ConfigError, match=rf"model.init_from: '{ckpt}' is not a readable checkpoint"):
+        fit(load([TEXT], [*SMALL, f"model.init_from={ckpt}", f"run.dir={tmp_path / 'runs'}"]))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("summary.json"))
+
+
+def test_a_run_that_saved_no_checkpoint_says_so(tmp_path):
+    (tmp_path / "config.yaml").write_text(TEXT.read_text())
+    with pytest.raises(ConfigError, match=r"run directory '.*' has no checkpoints/best.ckpt"):
+        build(load([TEXT], [*SMALL, f"model.init_from={tmp_path}"]))
+
+
+@pytest.mark.parametrize("name", ["bert-base-uncased", "google/vit-base-patch16-224"])
+def test_a_hub_name_says_to_download_it_first(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=rf"'{name}' is not a file or directory here.*download it first"):
+        build(load([TEXT], [*SMALL, f"model.init_from={name}"]))
+
+
+def test_a_path_that_is_nothing_attnzoo_reads_lists_what_it_expects(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ConfigError, match="no checkpoint attnzoo can read: expected an attnzoo run directory"):
+        build(load([TEXT], [*SMALL, f"model.init_from={tmp_path / 'notes.txt'}"]))
+
+
+def test_python_load_builds_the_runs_network_with_its_weights(run_a):
+    from attnzoo.pretrained import load as load_pretrained
+
+    saved = read_checkpoint(run_a / "checkpoints" / "best.ckpt")["state_dict"]
+    net = load_pretrained(run_a)
+    for key, value in net.state_dict().items():
+        torch.testing.assert_close(value, saved[f"net.{key}"], rtol=0, atol=0, msg=key)
+    other = load_pretrained(run_a, num_classes=5)  # another label count: a new head, the same backbone
+    assert other.head.out_features == 5
+    torch.testing.assert_close(other.embed.weight, saved["net.embed.weight"], rtol=0, atol=0)

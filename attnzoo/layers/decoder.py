@@ -223,6 +223,7 @@ def make_decoder(
     proj_drop: float = 0.0,
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
+    act_layer=nn.GELU,
     what: str = "model.attention",
     context: Mapping[str, Any] | None = None,
 ) -> Decoder:
@@ -235,6 +236,7 @@ def make_decoder(
         cross: give each block a cross-attention sub-layer (False: a decoder-only stack).
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim`.
+        act_layer: the MLP activation's constructor (GPT-2 uses the tanh approximation of GELU).
         what: the config key of `attention`, for error messages.
         context: the model context of the attention layers (`attnzoo.attention.factory.attention_context`).
     """
@@ -252,7 +254,7 @@ def make_decoder(
             dim=dim,
             attn=causal(make_self(dim, num_heads, layer_index=index)),
             cross_attn=None if make_cross is None else make_cross(dim, num_heads, layer_index=index, context_dim=dim),
-            mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
+            mlp=Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop),
             norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,

@@ -8,6 +8,7 @@ The generation protocol (`attnzoo.generation`), with no memory: `new_cache()`,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -19,6 +20,9 @@ from ..layers.decoder import check_decoder_attention, make_decoder
 from .seq2seq import TokenEmbedding, check_tokens
 
 Tensor = torch.Tensor
+
+# `activation` choices: the MLP's nonlinearity ("gelu_tanh" is GPT-2's `gelu_new`)
+ACTIVATIONS = {"gelu": nn.GELU, "gelu_tanh": partial(nn.GELU, approximate="tanh"), "relu": nn.ReLU, "silu": nn.SiLU}
 
 
 class CausalLM(nn.Module):
@@ -33,6 +37,9 @@ class CausalLM(nn.Module):
         attention: the self-attention config (`attnzoo.attention.factory.attention_builder`), made causal.
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
+        norm_eps: epsilon of every LayerNorm.
+        activation: the MLP nonlinearity, a key of `ACTIVATIONS` ("gelu_tanh" is GPT-2's).
+        scale_embeddings: multiply token embeddings by sqrt(C) (as `Seq2Seq`); GPT-2 does not.
     """
 
     @classmethod
@@ -56,12 +63,21 @@ class CausalLM(nn.Module):
         tie_embeddings: bool = True,
         drop_rate: float = 0.1,
         drop_path_rate: float = 0.0,
+        norm_eps: float = 1e-5,
+        activation: str = "gelu",
+        scale_embeddings: bool = True,
     ) -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+        if not norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
         self.pad_id, self.max_len = pad_id, max_len
         self.embed = TokenEmbedding(
             vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
         )
+        if not scale_embeddings:
+            self.embed.scale = 1.0
         self.decoder = make_decoder(
             dim=dim,
             depth=depth,
@@ -71,6 +87,8 @@ class CausalLM(nn.Module):
             cross=False,
             drop_path_rate=drop_path_rate,
             proj_drop=drop_rate,
+            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
+            act_layer=ACTIVATIONS[activation],
             context=attention_context(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)

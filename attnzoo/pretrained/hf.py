@@ -1,0 +1,74 @@
+"""What every Hugging Face family converter reads: the directory's model type, its tokenizer, its weights checked
+against the shapes its config implies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .converted import WEIGHT_FILES
+
+Tensor = torch.Tensor
+
+
+def hf_model_type(path: str | Path) -> str | None:
+    """`model_type` of a Hugging Face model directory's config.json; None for anything else (never raises)."""
+    file = Path(path) / "config.json"
+    try:
+        config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return config.get("model_type") if isinstance(config, dict) else None
+
+
+def tokenizer_file(path: str | Path) -> Path | None:
+    """The directory's `tokenizer.json`, when it has one."""
+    file = Path(path) / "tokenizer.json"
+    return file if file.is_file() else None
+
+
+def weights_name(path: str | Path) -> str:
+    """The weights file `read_weights` reads in a model directory, for messages."""
+    path = Path(path)
+    found = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
+    return str(found[0] if found else path)
+
+
+def config_value(config: Mapping[str, Any], key: str, default: Any) -> Any:
+    """`config[key]` (or `default` when absent or null)."""
+    value = config.get(key)
+    return default if value is None else value
+
+
+def refuse(path: str | Path, key: str, value: Any, why: str) -> ValueError:
+    """The error for a config.json value a converter cannot reproduce exactly."""
+    return ValueError(f"{str(Path(path) / 'config.json')!r}: {key}={value!r} is not supported ({why})")
+
+
+def take(
+    state: dict[str, Tensor], key: str, shape: tuple[int, ...], file: str, prefixes: tuple[str, ...] = ("",)
+) -> Tensor:
+    """Pop `key` (under the first of `prefixes` that holds it) from a checkpoint, checking its shape; ValueError
+    naming the file and the tensor when it is missing or has another shape than config.json implies."""
+    for prefix in prefixes:
+        if prefix + key in state:
+            tensor = state.pop(prefix + key)
+            if tuple(tensor.shape) != tuple(shape):
+                raise ValueError(
+                    f"{file}: tensor {prefix + key!r} has shape {list(tensor.shape)}, but config.json implies "
+                    f"{list(shape)} (a checkpoint of another architecture or size?)"
+                )
+            return tensor
+    raise ValueError(f"{file}: tensor {prefixes[0] + key!r} is missing (a checkpoint of another architecture?)")
+
+
+def check_consumed(state: Mapping[str, Tensor], file: str, ignored: tuple[str, ...] = ()) -> None:
+    """ValueError naming the first tensor of a checkpoint that no attnzoo parameter took (ignoring those whose names
+    end in one of `ignored`: buffers such as GPT-2's causal mask, or heads the attnzoo model has not)."""
+    left = sorted(k for k in state if not k.endswith(ignored))
+    if left:
+        raise ValueError(f"{file}: unexpected tensor {left[0]!r} ({len(left)} in all; another architecture?)")

@@ -248,7 +248,7 @@ def make_decoder(
         raise ValueError(f"depth ({depth}) must be >= 1")
     make_self = attention_builder(causal_attention(attention), what, **(context or {}))
     make_cross = attention_builder(cross_attention, "model.cross_attention", **(context or {})) if cross else None
-    rates = torch.linspace(0, drop_path_rate, depth).tolist()
+    rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # cpu: also under torch.device("meta")
     blocks = [
         DecoderBlock(
             dim=dim,

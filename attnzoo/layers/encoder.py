@@ -95,7 +95,7 @@ def make_encoder(
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
     make_attention = attention_builder(attention, **(context or {}))
-    rates = torch.linspace(0, drop_path_rate, depth).tolist()
+    rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # cpu: also under torch.device("meta")
     blocks = [
         TransformerBlock(
             dim=dim,

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from .converted import Converted, read_hf_config, read_weights
-from .hf import check_consumed, config_value, hf_model_type, refuse, take, tokenizer_file, weights_name
+from .family import check_consumed, check_fits, config_value, hf_model_type, refuse, take, tokenizer_file, weights_name
 
 Tensor = torch.Tensor
 MODEL_KIND = "lm"
@@ -106,4 +106,5 @@ def convert(path: str | Path) -> Converted:
             raise ValueError(f"{file}: tensor 'lm_head.weight' is missing (config.json: tie_word_embeddings false)")
         out["head.weight"] = take({"lm_head.weight": head}, "lm_head.weight", (v, c), file)
     check_consumed(state, file, IGNORED)
+    check_fits(MODEL_KIND, options, out, file)
     return Converted(MODEL_KIND, options, out, tokenizer_file(path), f"gpt2 (Hugging Face) {path}")

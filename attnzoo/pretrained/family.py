@@ -1,5 +1,5 @@
-"""What every Hugging Face family converter reads: the directory's model type, its tokenizer, its weights checked
-against the shapes its config implies."""
+"""What the family converters share: a Hugging Face directory's model type and tokenizer, checkpoint tensors checked
+against the shapes the config implies, and a converted state dict checked against the model it is meant for."""
 
 from __future__ import annotations
 
@@ -72,3 +72,23 @@ def check_consumed(state: Mapping[str, Tensor], file: str, ignored: tuple[str, .
     left = sorted(k for k in state if not k.endswith(ignored))
     if left:
         raise ValueError(f"{file}: unexpected tensor {left[0]!r} ({len(left)} in all; another architecture?)")
+
+
+def check_fits(model_kind: str, options: Mapping[str, Any], state: Mapping[str, Tensor], file: str) -> None:
+    """ValueError naming the file and the first tensor when `state` does not load strictly into
+    `MODELS[model_kind](**options)` (built on the meta device: no memory, no time)."""
+    from ..models import MODELS
+
+    with torch.device("meta"):
+        own = {k: tuple(v.shape) for k, v in MODELS[model_kind](**options).state_dict().items()}
+    missing = sorted(set(own) - set(state))
+    if missing:
+        raise ValueError(f"{file}: no tensor for {missing[0]!r} ({len(missing)} missing; another architecture?)")
+    for key in sorted(state):
+        if key not in own:
+            raise ValueError(f"{file}: unexpected tensor {key!r} (another architecture?)")
+        if tuple(state[key].shape) != own[key]:
+            raise ValueError(
+                f"{file}: tensor {key!r} has shape {list(state[key].shape)}, the model built from the checkpoint's "
+                f"settings expects {list(own[key])}"
+            )

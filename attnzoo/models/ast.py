@@ -12,6 +12,7 @@ Position embeddings are learned for `target_frames` and interpolated along time 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -76,6 +77,9 @@ class AST(nn.Module):
         spec_augment: `SpecAugment` options ({freq_mask, time_mask, num_masks}), or None for none.
         drop_rate: dropout on the embeddings and before the head.
         drop_path_rate: stochastic depth of the last block.
+        norm_eps: epsilon of every LayerNorm (Hugging Face's AST: 1e-12).
+        head_norm: a LayerNorm on the pooled tokens before the head also with `global_pool="token"` (Hugging Face's
+            `ASTForAudioClassification` has one); "avg" always has it.
     """
 
     def __init__(
@@ -104,8 +108,12 @@ class AST(nn.Module):
         spec_augment: dict[str, Any] | None = None,
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
+        norm_eps: float = 1e-5,
+        head_norm: bool = False,
     ) -> None:
         super().__init__()
+        if not norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
         if num_classes < 1:
             raise ValueError(f"num_classes ({num_classes}) must be >= 1")
         if not (0 < fstride <= patch_size and 0 < tstride <= patch_size):
@@ -138,10 +146,11 @@ class AST(nn.Module):
             attention=attention,
             drop_path_rate=drop_path_rate,
             final_norm=global_pool == "token",
+            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
             context=context,
         )
         self.global_pool = global_pool
-        self.fc_norm = nn.LayerNorm(embed_dim) if global_pool == "avg" else nn.Identity()
+        self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if global_pool == "avg" or head_norm else nn.Identity()
         self._grid_now = (self.grid[1], self.grid[0])  # (rows = time, cols = frequency) the encoder is set for
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes)
@@ -196,7 +205,11 @@ class AST(nn.Module):
 
     def forward(self, audio: Tensor) -> Tensor:
         """audio [B, T] waveforms at `sample_rate` -> logits [B, num_classes]."""
-        x = self.encoder(self.tokens(self.features(audio)))  # [B, prefix + P, D]
+        return self.from_features(self.features(audio))
+
+    def from_features(self, feats: Tensor) -> Tensor:
+        """Normalized log-mel features [B, F, N] (`features`) -> logits [B, num_classes]."""
+        x = self.encoder(self.tokens(feats))  # [B, prefix + P, D]
         if self.global_pool == "token":
             pooled = x[:, : self.num_prefix_tokens].mean(1)  # [B, D]: mean of cls and distillation outputs
         else:

@@ -92,3 +92,47 @@ def check_fits(model_kind: str, options: Mapping[str, Any], state: Mapping[str, 
                 f"{file}: tensor {key!r} has shape {list(state[key].shape)}, the model built from the checkpoint's "
                 f"settings expects {list(own[key])}"
             )
+
+
+# attnzoo block parameter -> the layer's Hugging Face names in ViT-style encoders (ViT, AST): as checkpoints on disk
+# have them (under `encoder.layer.N.`), and as transformers 5 names them in memory (under `layers.N.`)
+HF_VIT_LAYER = {
+    "norm1": ("layernorm_before", "layernorm_before"),
+    "q": ("attention.attention.query", "attention.q_proj"),
+    "k": ("attention.attention.key", "attention.k_proj"),
+    "v": ("attention.attention.value", "attention.v_proj"),
+    "attn.proj": ("attention.output.dense", "attention.o_proj"),
+    "norm2": ("layernorm_after", "layernorm_after"),
+    "mlp.fc1": ("intermediate.dense", "mlp.fc1"),
+    "mlp.fc2": ("output.dense", "mlp.fc2"),
+}
+_QKV = ("q", "k", "v")
+
+
+def hf_vit_blocks(
+    state: dict[str, Tensor], *, depth: int, dim: int, inner: int, qkv_bias: bool, file: str, prefixes: tuple[str, ...]
+) -> dict[str, Tensor]:
+    """Pop the encoder layers of a Hugging Face ViT-style checkpoint (ViT, AST) and return them as attnzoo's
+    `encoder.blocks.N.*`, the separate q, k, v projections fused into `attn.qkv` ([q | k | v], heads contiguous)."""
+    c = dim
+    legacy = any("encoder.layer." in k for k in state)
+    shapes = {"norm1": (c,), "q": (c, c), "k": (c, c), "v": (c, c), "attn.proj": (c, c), "norm2": (c,)}
+    shapes |= {"mlp.fc1": (inner, c), "mlp.fc2": (c, inner)}
+    out: dict[str, Tensor] = {}
+    for i in range(depth):
+        names = {
+            k: f"encoder.layer.{i}.{old}" if legacy else f"layers.{i}.{new}" for k, (old, new) in HF_VIT_LAYER.items()
+        }
+        block, qkv = f"encoder.blocks.{i}", {}
+        for name, shape in shapes.items():
+            weight = take(state, f"{names[name]}.weight", shape, file, prefixes)
+            has_bias = qkv_bias or name not in _QKV
+            bias = take(state, f"{names[name]}.bias", shape[:1], file, prefixes) if has_bias else None
+            if name in _QKV:
+                qkv[name] = (weight, bias)
+            else:
+                out[f"{block}.{name}.weight"], out[f"{block}.{name}.bias"] = weight, bias
+        out[f"{block}.attn.qkv.weight"] = torch.cat([qkv[n][0] for n in _QKV])  # [3C, C]
+        if qkv_bias:
+            out[f"{block}.attn.qkv.bias"] = torch.cat([qkv[n][1] for n in _QKV])  # [3C]
+    return out

@@ -21,7 +21,7 @@ import torch
 
 from ..models.vit import timm_to_attnzoo
 from .converted import Converted, read_hf_config, read_weights
-from .family import check_consumed, check_fits, config_value, hf_model_type, refuse, take, weights_name
+from .family import check_consumed, check_fits, config_value, hf_model_type, hf_vit_blocks, refuse, take, weights_name
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -70,19 +70,6 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
 
 # --- Hugging Face ------------------------------------------------------------------------------------------------
 
-# attnzoo block parameter -> Hugging Face names (as checkpoints on disk have them, and as transformers 5 names them
-# in memory), under `encoder.layer.N.` / `layers.N.`
-_HF_BLOCK = {
-    "norm1": ("layernorm_before", "layernorm_before"),
-    "q": ("attention.attention.query", "attention.q_proj"),
-    "k": ("attention.attention.key", "attention.k_proj"),
-    "v": ("attention.attention.value", "attention.v_proj"),
-    "attn.proj": ("attention.output.dense", "attention.o_proj"),
-    "norm2": ("layernorm_after", "layernorm_after"),
-    "mlp.fc1": ("intermediate.dense", "mlp.fc1"),
-    "mlp.fc2": ("output.dense", "mlp.fc2"),
-}
-
 
 def _hf_options(config: dict, path: Path) -> dict[str, Any]:
     act = config_value(config, "hidden_act", "gelu")
@@ -122,7 +109,6 @@ def _convert_hf(path: Path) -> Converted:
     inner, patch, chans = int(c * options["mlp_ratio"]), options["patch_size"], options["in_chans"]
     n_pos = 1 + (options["img_size"] // patch) ** 2
     pre = ("vit.", "")  # ViTForImageClassification nests the model under `vit.`; ViTModel does not
-    legacy = any(".encoder.layer." in k or k.startswith("encoder.layer.") for k in state)
     out = {
         "cls_token": take(state, "embeddings.cls_token", (1, 1, c), file, pre),
         "pos_embed": take(state, "embeddings.position_embeddings", (1, n_pos, c), file, pre),
@@ -131,23 +117,7 @@ def _convert_hf(path: Path) -> Converted:
         ),
         "patch_embed.proj.bias": take(state, "embeddings.patch_embeddings.projection.bias", (c,), file, pre),
     }
-    shapes = {"norm1": (c,), "q": (c, c), "k": (c, c), "v": (c, c), "attn.proj": (c, c), "norm2": (c,)}
-    shapes |= {"mlp.fc1": (inner, c), "mlp.fc2": (c, inner)}
-    for i in range(depth):
-        hf = {k: (f"encoder.layer.{i}.{old}" if legacy else f"layers.{i}.{new}") for k, (old, new) in _HF_BLOCK.items()}
-        block = f"encoder.blocks.{i}"
-        for name, shape in shapes.items():
-            has_bias = bias or name not in ("q", "k", "v")
-            weight = take(state, f"{hf[name]}.weight", shape, file, pre)
-            b = take(state, f"{hf[name]}.bias", shape[:1], file, pre) if has_bias else None
-            if name in ("q", "k", "v"):
-                out[f"{block}.{name}"] = (weight, b)
-                continue
-            out[f"{block}.{name}.weight"], out[f"{block}.{name}.bias"] = weight, b
-        (qw, qb), (kw, kb), (vw, vb) = (out.pop(f"{block}.{n}") for n in ("q", "k", "v"))
-        out[f"{block}.attn.qkv.weight"] = torch.cat([qw, kw, vw])  # [3C, C]: q, k, v, each heads-contiguous
-        if bias:
-            out[f"{block}.attn.qkv.bias"] = torch.cat([qb, kb, vb])
+    out |= hf_vit_blocks(state, depth=depth, dim=c, inner=inner, qkv_bias=bias, file=file, prefixes=pre)
     for p in ("weight", "bias"):
         out[f"encoder.norm.{p}"] = take(state, f"layernorm.{p}", (c,), file, pre)
     head = state.get("classifier.weight")
@@ -159,6 +129,7 @@ def _convert_hf(path: Path) -> Converted:
     if dropped:
         log.info("%s: %s dropped (no attnzoo ViT counterpart: the pooler, the MIM mask token)", file, dropped)
     check_consumed({k: v for k, v in state.items() if k not in dropped}, file)
+    check_fits(MODEL_KIND, options, out, file)
     return Converted(MODEL_KIND, options, out, None, f"vit (Hugging Face) {path}")
 
 

@@ -7,11 +7,13 @@ train-set statistics (buffers, so checkpoints carry them), SpecAugment in traini
 with separate frequency and time strides, cls + distillation tokens whose outputs are averaged for the head.
 Patch tokens are ordered time-major (all frequency patches of time step 0, then of time step 1, ...), so a 1D
 sliding window over tokens is a window over time, and a longer clip only appends rows to the patch grid.
-Position embeddings are learned for `target_frames` and interpolated along time for clips of other lengths.
+Position embeddings are learned for `target_frames` and interpolated along time for clips of other lengths, and
+when loading a checkpoint trained on clips of another length.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 
@@ -25,6 +27,7 @@ from ..attention.patterns import Pattern
 from ..layers.audio_features import LogMel, SpecAugment
 from ..layers.encoder import make_encoder
 
+log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 
@@ -157,6 +160,23 @@ class AST(nn.Module):
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.prefix, std=0.02)
         self.apply(init_weights_vit_timm)
+        self._register_load_state_dict_pre_hook(self._resample_loaded_pos_embed)
+
+    def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        key, (fp, tp), p = prefix + "pos_embed", self.grid, self.num_prefix_tokens
+        old = state_dict.get(key)
+        if (
+            old is None
+            or old.dim() != 3
+            or old.shape == self.pos_embed.shape
+            or old.shape[2] != self.pos_embed.shape[2]
+        ):
+            return
+        if (old.shape[1] - p) % fp:
+            return  # not this many frequency patches: load_state_dict reports the size mismatch
+        old_tp = (old.shape[1] - p) // fp
+        state_dict[key] = resample_abs_pos_embed(old, new_size=[tp, fp], old_size=[old_tp, fp], num_prefix_tokens=p)
+        log.info("%s: resampled from %d to %d time patches (target_frames)", key, old_tp, tp)
 
     def num_patches(self, num_samples: int) -> int:
         """Patch tokens P for a clip of `num_samples` samples."""

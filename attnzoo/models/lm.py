@@ -7,6 +7,7 @@ The generation protocol (`attnzoo.generation`), with no memory: `new_cache()`,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
@@ -19,6 +20,7 @@ from ..attention.factory import attention_context
 from ..layers.decoder import check_decoder_attention, make_decoder
 from .seq2seq import TokenEmbedding, check_tokens
 
+log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 # `activation` choices: the MLP's nonlinearity ("gelu_tanh" is GPT-2's `gelu_new`)
@@ -40,6 +42,9 @@ class CausalLM(nn.Module):
         norm_eps: epsilon of every LayerNorm.
         activation: the MLP nonlinearity, a key of `ACTIVATIONS` ("gelu_tanh" is GPT-2's).
         scale_embeddings: multiply token embeddings by sqrt(C) (as `Seq2Seq`); GPT-2 does not.
+
+    A loaded learned position table longer than `max_len` (a checkpoint trained on longer sequences) keeps its first
+    `max_len` rows, which is exact for sequences up to `max_len`; the log says so.
     """
 
     @classmethod
@@ -92,6 +97,15 @@ class CausalLM(nn.Module):
             context=attention_context(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
+        self._register_load_state_dict_pre_hook(self._fit_loaded_positions)
+
+    def _fit_loaded_positions(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        key = prefix + "embed.pos_embed.table"
+        table, own = state_dict.get(key), getattr(self.embed.pos_embed, "table", None)
+        if table is None or own is None or table.dim() != 3 or table.shape[1] <= own.shape[1]:
+            return  # a shorter table cannot serve max_len: load_state_dict reports the size mismatch
+        state_dict[key] = table[:, : own.shape[1]]
+        log.info("%s: kept the first %d of %d loaded positions (max_len)", key, own.shape[1], table.shape[1])
 
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         """Activation checkpointing of the blocks (`Encoder.set_grad_checkpointing`)."""

@@ -82,3 +82,17 @@ def test_wrong_checkpoints_name_file_and_tensor(tmp_path):
         hf_ast.convert(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "vit"}))
     assert not hf_ast.matches(tmp_path)
+
+
+def test_other_clip_length_resamples_positions_along_time(tmp_path, caplog):
+    from timm.layers import resample_abs_pos_embed
+
+    _ast(tmp_path)
+    c = hf_ast.convert(tmp_path)
+    model = MODELS["ast"](**{**c.options, "target_frames": 104})  # 9 time patches instead of 5
+    with caplog.at_level("INFO", logger="attnzoo"):
+        model.load_state_dict(c.state_dict)
+    assert "from 5 to 9 time patches" in caplog.text
+    want = resample_abs_pos_embed(c.state_dict["pos_embed"], new_size=[9, 2], old_size=[5, 2], num_prefix_tokens=2)
+    torch.testing.assert_close(model.pos_embed, want)
+    assert model.eval()(torch.randn(1, 400 + 103 * 160)).shape == (1, 5)

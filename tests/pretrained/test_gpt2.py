@@ -126,3 +126,25 @@ def test_refuses_what_it_cannot_reproduce(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')
     assert not hf_gpt2.matches(tmp_path)
     assert not hf_gpt2.matches(tmp_path / "nowhere")
+
+
+def test_shorter_max_len_and_attention_that_starts_equal(tmp_path, caplog):
+    """A recipe's shorter max_len keeps the first positions (exact); attention overrides that start as the original
+    (a window longer than the text, as many kv heads as heads, another backend) reproduce its logits."""
+    hf = _gpt2(tmp_path)
+    c = hf_gpt2.convert(tmp_path)
+    tokens = torch.randint(0, VOCAB, (2, 12))
+    with torch.no_grad():
+        want = hf(tokens).logits
+    same = [
+        {},
+        {"pattern": {"kind": "sliding_window", "window": 16}},
+        {"num_kv_heads": 4, "backend": "sdpa"},
+    ]
+    for attention in same:
+        model = MODELS["lm"](**{**c.options, "max_len": 16, "attention": {**c.options["attention"], **attention}})
+        with caplog.at_level("INFO", logger="attnzoo"):
+            model.load_state_dict(c.state_dict)
+        assert "kept the first 16 of 24 loaded positions" in caplog.text
+        with torch.no_grad():
+            torch.testing.assert_close(model.eval()(tokens), want, atol=1e-5, rtol=0)

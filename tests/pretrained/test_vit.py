@@ -153,3 +153,15 @@ def test_timm_names_and_shapes_that_do_not_fit(tmp_path):
         vit_family.convert(file)
     file.write_bytes(b"garbage")
     assert not vit_family.matches(file) and not vit_family.matches(tmp_path / "none.pth")
+
+
+@pytest.mark.parametrize("attention", [{"pattern": {"kind": "sliding_window", "window": 32}}, {"backend": "sdpa"}])
+def test_attention_that_starts_equal_reproduces_hf(tmp_path, attention):
+    hf = _randomize(transformers.ViTForImageClassification(_hf_config(num_labels=5)))
+    hf.save_pretrained(tmp_path)
+    c = vit_family.convert(tmp_path)
+    model = MODELS["vit"](**{**c.options, "attention": {**c.options["attention"], **attention}})
+    model.load_state_dict(c.state_dict)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), hf(x).logits, atol=1e-5, rtol=0)

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from attnzoo.models import MODELS
 from attnzoo.pretrained import hf_ast
 
-transformers = pytest.importorskip("transformers")
 MELS, FRAMES = 32, 64  # patch grid: 2 frequency x 5 time patches (16x16 patches, strides 10)
 
 

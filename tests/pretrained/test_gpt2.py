@@ -2,13 +2,13 @@
 1e-5 in fp32, right padding, greedy generation), and checkpoints that do not fit say which file and tensor."""
 
 import pytest
+import tokenizers
 import torch
+import transformers
 
-transformers = pytest.importorskip("transformers")
-
-from attnzoo.generation import greedy  # noqa: E402
-from attnzoo.models import MODELS  # noqa: E402
-from attnzoo.pretrained import hf_gpt2  # noqa: E402
+from attnzoo.generation import greedy
+from attnzoo.models import MODELS
+from attnzoo.pretrained import hf_gpt2
 
 VOCAB, EOS = 97, 96
 
@@ -93,7 +93,6 @@ def test_greedy_generation_equals_hf_generate(tmp_path):
 
 
 def test_tokenizer_comes_along(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
     _gpt2(tmp_path)
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
     tok.save(str(tmp_path / "tokenizer.json"))

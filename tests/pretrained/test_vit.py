@@ -6,14 +6,13 @@ import json
 import pytest
 import timm
 import torch
+import transformers
 from safetensors.torch import save_file
 from timm.layers import resample_abs_pos_embed
 
 from attnzoo.models import MODELS
 from attnzoo.models.vit import load_timm_state_dict
 from attnzoo.pretrained import vit as vit_family
-
-transformers = pytest.importorskip("transformers")
 
 
 def _randomize(model):

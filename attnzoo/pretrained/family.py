@@ -76,7 +76,7 @@ def check_consumed(state: Mapping[str, Tensor], file: str, ignored: tuple[str, .
 
 def check_fits(model_kind: str, options: Mapping[str, Any], state: Mapping[str, Tensor], file: str) -> None:
     """ValueError naming the file and the first tensor when `state` does not load strictly into
-    `MODELS[model_kind](**options)` (built on the meta device: no memory, no time)."""
+    `MODELS[model_kind](**options)` (built on the meta device: no weights are allocated)."""
     from ..models import MODELS
 
     with torch.device("meta"):

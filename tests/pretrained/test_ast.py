@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.torch import save_file
 
 from attnzoo.models import MODELS
 from attnzoo.pretrained import hf_ast
@@ -36,9 +37,12 @@ def _converted(path):
     return c, model.eval()
 
 
-@pytest.mark.parametrize("qkv_bias", [True, False])
-def test_same_features_give_hf_logits_and_hidden_states(tmp_path, qkv_bias):
+@pytest.mark.parametrize(("qkv_bias", "names"), [(True, "on disk"), (False, "on disk"), (True, "in memory")])
+def test_same_features_give_hf_logits_and_hidden_states(tmp_path, qkv_bias, names):
     hf = _ast(tmp_path, qkv_bias=qkv_bias)
+    if names == "in memory":  # transformers 5's own module names (layers.N.attention.q_proj, ...), not the hub's
+        assert any(".layers.0.attention.q_proj." in k for k in hf.state_dict())
+        save_file(hf.state_dict(), tmp_path / "model.safetensors")
     assert hf_ast.matches(tmp_path)
     c, model = _converted(tmp_path)
     assert c.model_kind == "ast" and c.options["num_classes"] == 5 and c.options["norm_eps"] == 1e-12

@@ -36,10 +36,13 @@ def _hf_config(**kw):
     return transformers.ViTConfig(**{**base, "intermediate_size": 96, **kw}, attn_implementation="eager")
 
 
-@pytest.mark.parametrize("qkv_bias", [True, False])
-def test_hf_image_classification_equals_hf(tmp_path, qkv_bias):
+@pytest.mark.parametrize(("qkv_bias", "names"), [(True, "on disk"), (False, "on disk"), (True, "in memory")])
+def test_hf_image_classification_equals_hf(tmp_path, qkv_bias, names):
     hf = _randomize(transformers.ViTForImageClassification(_hf_config(num_labels=5, qkv_bias=qkv_bias)))
-    hf.save_pretrained(tmp_path)
+    hf.save_pretrained(tmp_path)  # the names hub checkpoints have (encoder.layer.N.attention.attention.query, ...)
+    if names == "in memory":  # transformers 5's own module names (layers.N.attention.q_proj, ...)
+        assert any(".layers.0.attention.q_proj." in k for k in hf.state_dict())
+        save_file(hf.state_dict(), tmp_path / "model.safetensors")
     assert vit_family.matches(tmp_path)
     c = vit_family.convert(tmp_path)
     assert c.model_kind == "vit" and c.options["num_classes"] == 5 and c.options["norm_eps"] == 1e-12

@@ -42,6 +42,8 @@ class CausalLM(nn.Module):
         norm_eps: epsilon of every LayerNorm.
         activation: the MLP nonlinearity, a key of `ACTIVATIONS` ("gelu_tanh" is GPT-2's).
         scale_embeddings: multiply token embeddings by sqrt(C) (as `Seq2Seq`); GPT-2 does not.
+        freeze_pad_embedding: the `pad_id` row of the embedding gets no gradient (`nn.Embedding(padding_idx)`);
+            False when padding reuses a real token (GPT-2 pads with its end-of-text token, whose row must train).
 
     A loaded learned position table longer than `max_len` (a checkpoint trained on longer sequences) keeps its first
     `max_len` rows, which is exact for sequences up to `max_len`; the log says so.
@@ -71,6 +73,7 @@ class CausalLM(nn.Module):
         norm_eps: float = 1e-5,
         activation: str = "gelu",
         scale_embeddings: bool = True,
+        freeze_pad_embedding: bool = True,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
@@ -83,6 +86,8 @@ class CausalLM(nn.Module):
         )
         if not scale_embeddings:
             self.embed.scale = 1.0
+        if not freeze_pad_embedding:
+            self.embed.embed.padding_idx = None  # the row keeps its initialization (zero), and trains
         self.decoder = make_decoder(
             dim=dim,
             depth=depth,

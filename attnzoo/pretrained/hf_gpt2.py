@@ -64,6 +64,7 @@ def options_from_config(config: dict, path: str | Path) -> dict:
         norm_eps=float(config_value(config, "layer_norm_epsilon", 1e-5)),
         activation=ACTIVATIONS[act],
         scale_embeddings=False,
+        freeze_pad_embedding=False,  # GPT-2 pads with a real token (end of text): its embedding row trains
     )
 
 

@@ -65,6 +65,14 @@ def test_right_padding_matches_hf_attention_mask(tmp_path):
     torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=0)
 
 
+def test_the_padding_token_embedding_trains(tmp_path):
+    _gpt2(tmp_path)
+    c, model = _converted(tmp_path)
+    assert c.options["pad_id"] == EOS  # GPT-2 has no padding token: end of text pads, as in HF generate
+    model(torch.tensor([[EOS, 3, EOS]])).sum().backward()
+    assert model.embed.embed.weight.grad[EOS].abs().sum() > 0
+
+
 def test_untied_head(tmp_path):
     hf = _gpt2(tmp_path, tie_word_embeddings=False)
     c, model = _converted(tmp_path)

@@ -223,6 +223,7 @@ def make_decoder(
     proj_drop: float = 0.0,
     final_norm: bool = True,
     norm_layer=nn.LayerNorm,
+    act_layer=nn.GELU,
     what: str = "model.attention",
     layer_shape: Mapping[str, Any] | None = None,
 ) -> Decoder:
@@ -235,6 +236,7 @@ def make_decoder(
         cross: give each block a cross-attention sub-layer (False: a decoder-only stack).
         drop_path_rate: stochastic depth, rising linearly from 0 to this over the blocks.
         norm_layer: normalization constructor called with `dim`.
+        act_layer: the MLP activation's constructor (GPT-2 uses the tanh approximation of GELU).
         what: the config key of `attention`, for error messages.
         layer_shape: what the attention layers know of the tokens (`attnzoo.attention.factory.layer_shape`).
     """
@@ -246,13 +248,13 @@ def make_decoder(
         raise ValueError(f"depth ({depth}) must be >= 1")
     make_self = attention_builder(causal_attention(attention), what, **(layer_shape or {}))
     make_cross = attention_builder(cross_attention, "model.cross_attention", **(layer_shape or {})) if cross else None
-    rates = torch.linspace(0, drop_path_rate, depth).tolist()
+    rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # cpu: also under torch.device("meta")
     blocks = [
         DecoderBlock(
             dim=dim,
             attn=causal(make_self(dim, num_heads, layer_index=index)),
             cross_attn=None if make_cross is None else make_cross(dim, num_heads, layer_index=index, context_dim=dim),
-            mlp=Mlp(dim, int(dim * mlp_ratio), drop=proj_drop),
+            mlp=Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop),
             norm_layer=norm_layer,
             drop_path=rate,
             layer_scale=layer_scale,

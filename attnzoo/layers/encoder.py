@@ -97,7 +97,7 @@ def make_encoder(
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
     make_attention = attention_builder(attention, **(layer_shape or {}))
-    rates = torch.linspace(0, drop_path_rate, depth).tolist()
+    rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # cpu: also under torch.device("meta")
     block = PostNormBlock if post_norm else TransformerBlock
     blocks = [
         block(

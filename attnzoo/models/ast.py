@@ -9,11 +9,14 @@ train-set statistics (buffers, so checkpoints carry them), SpecAugment in traini
 with separate frequency and time strides, cls + distillation tokens whose outputs are averaged for the head.
 Patch tokens are ordered time-major (all frequency patches of time step 0, then of time step 1, ...), so a 1D
 sliding window over tokens is a window over time, and a longer clip only appends rows to the patch grid.
-Position embeddings are learned for `target_frames` and interpolated along time for clips of other lengths.
+Position embeddings are learned for `target_frames` and interpolated along time for clips of other lengths, and
+when loading a checkpoint trained on clips of another length.
 """
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from typing import Any
 
 import torch
@@ -26,6 +29,7 @@ from ..attention.patterns import Pattern
 from ..layers.audio_features import LogMel, SpecAugment
 from ..layers.encoder import make_encoder
 
+log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 
@@ -78,6 +82,9 @@ class AST(nn.Module):
         spec_augment: `SpecAugment` options ({freq_mask, time_mask, num_masks}), or None for none.
         drop_rate: dropout on the embeddings and before the head.
         drop_path_rate: stochastic depth of the last block.
+        norm_eps: epsilon of every LayerNorm (Hugging Face's AST: 1e-12).
+        head_norm: a LayerNorm on the pooled tokens before the head also with `global_pool="token"` (Hugging Face's
+            `ASTForAudioClassification` has one); "avg" always has it.
     """
 
     def __init__(
@@ -106,8 +113,12 @@ class AST(nn.Module):
         spec_augment: dict[str, Any] | None = None,
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
+        norm_eps: float = 1e-5,
+        head_norm: bool = False,
     ) -> None:
         super().__init__()
+        if not norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
         if num_classes < 1:
             raise ValueError(f"num_classes ({num_classes}) must be >= 1")
         if not (0 < fstride <= patch_size and 0 < tstride <= patch_size):
@@ -140,16 +151,34 @@ class AST(nn.Module):
             attention=attention,
             drop_path_rate=drop_path_rate,
             final_norm=global_pool == "token",
+            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
             layer_shape=shape,
         )
         self.global_pool = global_pool
-        self.fc_norm = nn.LayerNorm(embed_dim) if global_pool == "avg" else nn.Identity()
+        self.fc_norm = nn.LayerNorm(embed_dim, eps=norm_eps) if global_pool == "avg" or head_norm else nn.Identity()
         self._grid_now = self.train_grid_size  # (Tp, Fp) the encoder's grid-aware parts are set for
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes)
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.prefix, std=0.02)
         self.apply(init_weights_vit_timm)
+        self._register_load_state_dict_pre_hook(self._resample_loaded_pos_embed)
+
+    def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        key, (tp, fp), p = prefix + "pos_embed", self.train_grid_size, self.num_prefix_tokens
+        old = state_dict.get(key)
+        if (
+            old is None
+            or old.dim() != 3
+            or old.shape == self.pos_embed.shape
+            or old.shape[2] != self.pos_embed.shape[2]
+        ):
+            return
+        if (old.shape[1] - p) % fp:
+            return  # not this many frequency patches: load_state_dict reports the size mismatch
+        old_tp = (old.shape[1] - p) // fp
+        state_dict[key] = resample_abs_pos_embed(old, new_size=[tp, fp], old_size=[old_tp, fp], num_prefix_tokens=p)
+        log.info("%s: resampled from %d to %d time patches (target_frames)", key, old_tp, tp)
 
     def grid_size_for(self, num_samples: int) -> tuple[int, int]:
         """(Tp, Fp): the patch grid of a clip of `num_samples` samples (the tokens after the prefix, time-major)."""
@@ -203,7 +232,11 @@ class AST(nn.Module):
 
     def forward(self, audio: Tensor) -> Tensor:
         """audio [B, T] waveforms at `sample_rate` -> logits [B, num_classes]."""
-        x = self.encoder(self.tokens(self.features(audio)))  # [B, prefix + P, D]
+        return self.from_features(self.features(audio))
+
+    def from_features(self, feats: Tensor) -> Tensor:
+        """Normalized log-mel features [B, F, N] (`features`) -> logits [B, num_classes]."""
+        x = self.encoder(self.tokens(feats))  # [B, prefix + P, D]
         if self.global_pool == "token":
             pooled = x[:, : self.num_prefix_tokens].mean(1)  # [B, D]: mean of cls and distillation outputs
         else:

@@ -7,7 +7,9 @@ The generation protocol (`attnzoo.generation`), with no memory: `new_cache()`,
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,7 +20,11 @@ from ..attention.factory import layer_shape
 from ..layers.decoder import check_decoder_attention, make_decoder
 from .seq2seq import TokenEmbedding, check_tokens
 
+log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
+
+# `activation` choices: the MLP's nonlinearity ("gelu_tanh" is GPT-2's `gelu_new`)
+ACTIVATIONS = {"gelu": nn.GELU, "gelu_tanh": partial(nn.GELU, approximate="tanh"), "relu": nn.ReLU, "silu": nn.SiLU}
 
 
 class CausalLM(nn.Module):
@@ -33,6 +39,14 @@ class CausalLM(nn.Module):
         attention: the self-attention config (`attnzoo.attention.factory.attention_builder`), made causal.
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
+        norm_eps: epsilon of every LayerNorm.
+        activation: the MLP nonlinearity, a key of `ACTIVATIONS` ("gelu_tanh" is GPT-2's).
+        scale_embeddings: multiply token embeddings by sqrt(C) (as `Seq2Seq`); GPT-2 does not.
+        freeze_pad_embedding: the `pad_id` row of the embedding gets no gradient (`nn.Embedding(padding_idx)`);
+            False when padding reuses a real token (GPT-2 pads with its end-of-text token, whose row must train).
+
+    A loaded learned position table longer than `max_len` (a checkpoint trained on longer sequences) keeps its first
+    `max_len` rows, which is exact for sequences up to `max_len`; the log says so.
     """
 
     @classmethod
@@ -56,12 +70,24 @@ class CausalLM(nn.Module):
         tie_embeddings: bool = True,
         drop_rate: float = 0.1,
         drop_path_rate: float = 0.0,
+        norm_eps: float = 1e-5,
+        activation: str = "gelu",
+        scale_embeddings: bool = True,
+        freeze_pad_embedding: bool = True,
     ) -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+        if not norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
         self.pad_id, self.max_len = pad_id, max_len
         self.embed = TokenEmbedding(
             vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
         )
+        if not scale_embeddings:
+            self.embed.scale = 1.0
+        if not freeze_pad_embedding:
+            self.embed.embed.padding_idx = None  # the row keeps its initialization (zero), and trains
         self.decoder = make_decoder(
             dim=dim,
             depth=depth,
@@ -71,9 +97,20 @@ class CausalLM(nn.Module):
             cross=False,
             drop_path_rate=drop_path_rate,
             proj_drop=drop_rate,
+            norm_layer=partial(nn.LayerNorm, eps=norm_eps),
+            act_layer=ACTIVATIONS[activation],
             layer_shape=layer_shape(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
+        self._register_load_state_dict_pre_hook(self._fit_loaded_positions)
+
+    def _fit_loaded_positions(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        key = prefix + "embed.pos_embed.table"
+        table, own = state_dict.get(key), getattr(self.embed.pos_embed, "table", None)
+        if table is None or own is None or table.dim() != 3 or table.shape[1] <= own.shape[1]:
+            return  # a shorter table cannot serve max_len: load_state_dict reports the size mismatch
+        state_dict[key] = table[:, : own.shape[1]]
+        log.info("%s: kept the first %d of %d loaded positions (max_len)", key, own.shape[1], table.shape[1])
 
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         """Activation checkpointing of the blocks (`Encoder.set_grad_checkpointing`)."""

@@ -34,6 +34,10 @@ class ViT(nn.Module):
         global_pool: "token" (class token) or "avg" (mean of patch tokens, with `fc_norm` as in timm).
         pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
         layer_scale: initial LayerScale value, None for none.
+        norm_eps: epsilon of every LayerNorm (timm's ViT: 1e-6; Hugging Face's: 1e-12).
+
+    A loaded `pos_embed` of another patch grid (a checkpoint trained at another image size) is resampled to this
+    model's grid (timm's `resample_abs_pos_embed`), and the log says so.
     """
 
     def __init__(
@@ -56,8 +60,11 @@ class ViT(nn.Module):
         drop_path_rate: float = 0.0,
         layer_scale: float | None = None,
         attention: dict[str, Any] | None = None,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
+        if not norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
         if global_pool not in ("token", "avg"):
             raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
         if global_pool == "token" and not class_token:
@@ -66,7 +73,7 @@ class ViT(nn.Module):
             raise ValueError(f"pos_embed must be 'learned' or 'none', got {pos_embed!r}")
         if img_size % patch_size:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
-        norm_layer = partial(nn.LayerNorm, eps=1e-6)  # timm's ViT norm
+        norm_layer = partial(nn.LayerNorm, eps=norm_eps)
         self.num_classes, self.global_pool = num_classes, global_pool
         self.num_prefix_tokens = 1 if class_token else 0
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
@@ -96,6 +103,7 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
         self.apply(_init_weights)
+        self._register_load_state_dict_pre_hook(self._resample_loaded_pos_embed)
 
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         self.encoder.set_grad_checkpointing(enabled, **kwargs)
@@ -103,6 +111,19 @@ class ViT(nn.Module):
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         return {"pos_embed", "cls_token"}
+
+    def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        key = prefix + "pos_embed"
+        old = state_dict.get(key)
+        if self.pos_embed is None or old is None or old.shape == self.pos_embed.shape or old.dim() != 3:
+            return
+        side = int(round((old.shape[1] - self.num_prefix_tokens) ** 0.5))
+        if side * side != old.shape[1] - self.num_prefix_tokens or old.shape[2] != self.pos_embed.shape[2]:
+            return  # not a square grid of this width: load_state_dict reports the size mismatch
+        state_dict[key] = resample_abs_pos_embed(
+            old, new_size=list(self.grid_size), old_size=[side, side], num_prefix_tokens=self.num_prefix_tokens
+        )
+        log.info("%s: resampled from a %dx%d patch grid to %s", key, side, side, self.grid_size)
 
     def forward_features(self, image: Tensor) -> Tensor:
         """image [B, in_chans, S, S] -> tokens [B, P + N, C]."""

@@ -23,7 +23,7 @@ from .converted import Converted
 log = logging.getLogger("attnzoo")
 
 # family modules of attnzoo.pretrained, asked in this order (attnzoo's own runs first: a run directory is no HF dir)
-FAMILIES = ("run_dir", "hf_bert", "hf_gpt2", "vit")
+FAMILIES = ("run_dir", "hf_bert", "hf_gpt2", "hf_ast", "vit")
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "bert-base-uncased", "google/vit-base-patch16-224"
 
 
@@ -41,8 +41,9 @@ def families() -> dict[str, ModuleType]:
     return found
 
 
-def convert(path: str | Path) -> Converted:
-    """The checkpoint at `path` as attnzoo sees it; ValueError naming `path` and what was expected there."""
+def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
+    """The checkpoint at `path` as attnzoo sees it; ValueError naming `path` and what was expected there.
+    `timm_name` names the timm architecture of a timm ViT file whose tensors do not tell it (its head count)."""
     text = str(path)
     path = Path(path).expanduser()
     if not path.exists():
@@ -54,26 +55,31 @@ def convert(path: str | Path) -> Converted:
             )
         raise ValueError(f"{text!r} does not exist")
     found = families()
-    for module in found.values():
+    for name, module in found.items():
         if module.matches(path):
-            return module.convert(path)
+            if timm_name is None:
+                return module.convert(path)
+            if name != "vit":
+                raise ValueError(f"timm_name={timm_name!r} is for timm ViT files, but {text!r} is read as {name}")
+            return module.convert(path, timm_name=timm_name)
     raise ValueError(
         f"{text!r} is no checkpoint attnzoo can read: expected an attnzoo run directory or .ckpt file, or a Hugging "
         f"Face model directory (config.json + weights) of a supported family ({', '.join(found)})"
     )
 
 
-def load(path: str | Path, **overrides: Any) -> nn.Module:
+def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) -> nn.Module:
     """The attnzoo network of the checkpoint at `path`, with its weights.
 
     Args:
+        timm_name: the timm architecture of a timm ViT file (see `convert`).
         overrides: model options replacing the checkpoint's (`num_classes` for a new head, `attention` parts, ...);
             tensors that no longer fit start new when they are the head, and raise otherwise.
     """
     from ..models import MODELS
     from .transfer import transfer
 
-    converted = convert(path)
+    converted = convert(path, timm_name=timm_name)
     if converted.model_kind not in MODELS:
         raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
     options = {**converted.options, **overrides}

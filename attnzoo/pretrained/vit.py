@@ -1,0 +1,233 @@
+"""ViT checkpoints -> attnzoo's `ViT` (model kind "vit"): Hugging Face `ViTModel` / `ViTForImageClassification`
+directories, and timm ViT checkpoints (a `.safetensors` / `.pth` file, or a timm hub directory whose config.json
+names the `architecture`).
+
+timm keys map with `attnzoo.models.vit.timm_to_attnzoo`. The architecture's hyper-parameters are read from the
+tensors' shapes (width, depth, patch size, image size, MLP ratio, head, pooling); only the number of heads is not in
+the shapes: it comes from the timm name (`vit_{tiny,small,base,large}_patch{P}_{S}`), given or inferred from the
+width. Hugging Face ViT uses LayerNorm eps 1e-12 (timm: 1e-6) and separate q/k/v projections, fused here into `qkv`.
+A `ViTModel`'s pooler (dense + tanh on the class token) has no attnzoo counterpart and is dropped (logged).
+Loading into a model of another image size resamples `pos_embed` (`ViT` does it on load).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..models.vit import timm_to_attnzoo
+from .converted import Converted, read_hf_config, read_weights
+from .family import check_consumed, check_fits, config_value, hf_model_type, hf_vit_blocks, refuse, take, weights_name
+
+log = logging.getLogger("attnzoo")
+Tensor = torch.Tensor
+MODEL_KIND = "vit"
+# timm size name -> (width, heads)
+TIMM_SIZES = {"tiny": (192, 3), "small": (384, 6), "base": (768, 12), "large": (1024, 16)}
+TIMM_NAME = re.compile(r"vit_(tiny|small|base|large)_patch(\d+)_(\d+)")
+FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+
+
+def matches(path: str | Path) -> bool:
+    """A Hugging Face ViT directory, a timm hub directory of a ViT, or a file holding a timm ViT state dict."""
+    path = Path(path)
+    if path.is_dir():
+        return hf_model_type(path) == "vit" or _timm_architecture(path) is not None
+    if not (path.is_file() and path.suffix in FILE_SUFFIXES):
+        return False
+    try:
+        keys = _keys(path)
+    except ValueError:
+        return False
+    return "patch_embed.proj.weight" in keys and "blocks.0.attn.qkv.weight" in keys
+
+
+def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
+    """A ViT checkpoint -> `Converted` for `ViT`.
+
+    Args:
+        path: a Hugging Face ViT directory, a timm hub directory, or a timm checkpoint file.
+        timm_name: the timm architecture of a timm checkpoint (e.g. "vit_small_patch16_224"; a pretrained tag after
+            a dot is ignored); default: the hub directory's `architecture`, else inferred from the width
+            (192 tiny, 384 small, 768 base, 1024 large). Not for Hugging Face directories.
+    """
+    path = Path(path)
+    if path.is_dir() and hf_model_type(path) == "vit":
+        if timm_name is not None:
+            raise ValueError(
+                f"{str(path)!r} is a Hugging Face ViT directory: timm_name ({timm_name!r}) is for timm files"
+            )
+        return _convert_hf(path)
+    if path.is_dir():
+        timm_name = timm_name or _timm_architecture(path)
+    state = _strip_module(dict(read_weights(path)))
+    return _convert_timm(state, timm_name, weights_name(path) if path.is_dir() else str(path), path)
+
+
+# --- Hugging Face ------------------------------------------------------------------------------------------------
+
+
+def _hf_options(config: dict, path: Path) -> dict[str, Any]:
+    act = config_value(config, "hidden_act", "gelu")
+    if act != "gelu":
+        raise refuse(path, "hidden_act", act, "attnzoo's ViT MLP uses GELU ('gelu')")
+    dim, inner = config_value(config, "hidden_size", 768), config_value(config, "intermediate_size", 3072)
+    if int(dim * (inner / dim)) != inner:
+        raise refuse(path, "intermediate_size", inner, f"not reachable as int(hidden_size * mlp_ratio), {dim}")
+    size, patch = config_value(config, "image_size", 224), config_value(config, "patch_size", 16)
+    for key, value in (("image_size", size), ("patch_size", patch)):
+        if not isinstance(value, int):
+            if not (isinstance(value, list | tuple) and len(set(value)) == 1):
+                raise refuse(path, key, value, "attnzoo's ViT takes square images and patches")
+    hidden_drop = config_value(config, "hidden_dropout_prob", 0.0)
+    return dict(
+        img_size=size if isinstance(size, int) else size[0],
+        patch_size=patch if isinstance(patch, int) else patch[0],
+        in_chans=config_value(config, "num_channels", 3),
+        embed_dim=dim,
+        depth=config_value(config, "num_hidden_layers", 12),
+        num_heads=config_value(config, "num_attention_heads", 12),
+        mlp_ratio=inner / dim,
+        pos_drop_rate=hidden_drop,
+        proj_drop_rate=hidden_drop,
+        attention={
+            "qkv_bias": bool(config_value(config, "qkv_bias", True)),
+            "attn_drop": config_value(config, "attention_probs_dropout_prob", 0.0),
+        },
+        norm_eps=float(config_value(config, "layer_norm_eps", 1e-12)),
+    )
+
+
+def _convert_hf(path: Path) -> Converted:
+    options = _hf_options(read_hf_config(path), path)
+    state, file = dict(read_weights(path)), weights_name(path)
+    c, depth, bias = options["embed_dim"], options["depth"], options["attention"]["qkv_bias"]
+    inner, patch, chans = int(c * options["mlp_ratio"]), options["patch_size"], options["in_chans"]
+    n_pos = 1 + (options["img_size"] // patch) ** 2
+    pre = ("vit.", "")  # ViTForImageClassification nests the model under `vit.`; ViTModel does not
+    out = {
+        "cls_token": take(state, "embeddings.cls_token", (1, 1, c), file, pre),
+        "pos_embed": take(state, "embeddings.position_embeddings", (1, n_pos, c), file, pre),
+        "patch_embed.proj.weight": take(
+            state, "embeddings.patch_embeddings.projection.weight", (c, chans, patch, patch), file, pre
+        ),
+        "patch_embed.proj.bias": take(state, "embeddings.patch_embeddings.projection.bias", (c,), file, pre),
+    }
+    out |= hf_vit_blocks(state, depth=depth, dim=c, inner=inner, qkv_bias=bias, file=file, prefixes=pre)
+    for p in ("weight", "bias"):
+        out[f"encoder.norm.{p}"] = take(state, f"layernorm.{p}", (c,), file, pre)
+    head = state.get("classifier.weight")
+    options["num_classes"] = 0 if head is None else int(head.shape[0])
+    if head is not None:
+        out["head.weight"] = take(state, "classifier.weight", (options["num_classes"], c), file)
+        out["head.bias"] = take(state, "classifier.bias", (options["num_classes"],), file)
+    dropped = sorted(k for k in state if "pooler." in k or k.endswith("embeddings.mask_token"))
+    if dropped:
+        log.info("%s: %s dropped (no attnzoo ViT counterpart: the pooler, the MIM mask token)", file, dropped)
+    check_consumed({k: v for k, v in state.items() if k not in dropped}, file)
+    check_fits(MODEL_KIND, options, out, file)
+    return Converted(MODEL_KIND, options, out, None, f"vit (Hugging Face) {path}")
+
+
+# --- timm --------------------------------------------------------------------------------------------------------
+
+
+def _timm_architecture(path: Path) -> str | None:
+    """The `architecture` of a timm hub directory's config.json when it is a ViT (no Hugging Face model_type)."""
+    file = path / "config.json"
+    if not file.is_file() or hf_model_type(path) is not None:
+        return None
+    try:
+        arch = read_hf_config(path).get("architecture")
+    except (ValueError, AttributeError):
+        return None
+    return arch if isinstance(arch, str) and arch.startswith("vit_") else None
+
+
+def _keys(file: Path) -> set[str]:
+    if file.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                return {k.removeprefix("module.") for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        except Exception:  # noqa: BLE001 (a damaged file is simply not a match)
+            return set()
+    return set(_strip_module(dict(read_weights(file))))
+
+
+def _strip_module(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A DataParallel / DDP checkpoint's keys without their `module.` prefix."""
+    if state and all(k.startswith("module.") for k in state):
+        return {k.removeprefix("module."): v for k, v in state.items()}
+    return state
+
+
+def _heads(timm_name: str | None, width: int, patch: int, file: str) -> tuple[int, str]:
+    """(heads, architecture name) from the timm name, or from the width when no name is given."""
+    by_width = {w: (size, h) for size, (w, h) in TIMM_SIZES.items()}
+    if timm_name is None:
+        if width not in by_width:
+            raise ValueError(
+                f"{file}: cannot tell the timm ViT of width {width} (known widths: "
+                f"{ {w: f'vit_{s}' for w, (s, _) in by_width.items()} }); pass its timm_name"
+            )
+        size, heads = by_width[width]
+        return heads, f"vit_{size}_patch{patch} (inferred from the width)"
+    found = TIMM_NAME.match(timm_name)
+    if found is None:
+        raise ValueError(
+            f"timm_name {timm_name!r} is not a supported timm ViT: vit_{{tiny,small,base,large}}_patch{{P}}_{{S}}"
+        )
+    size, name_patch = found.group(1), int(found.group(2))
+    want, heads = TIMM_SIZES[size]
+    if (want, name_patch) != (width, patch):
+        raise ValueError(
+            f"{file} does not hold a {timm_name}: its patch embedding is width {width}, patch {patch} "
+            f"(a {timm_name} has width {want}, patch {name_patch})"
+        )
+    return heads, timm_name
+
+
+def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, path: Path) -> Converted:
+    proj = state.get("patch_embed.proj.weight")
+    if proj is None or proj.dim() != 4 or proj.shape[2] != proj.shape[3] or "blocks.0.mlp.fc1.weight" not in state:
+        raise ValueError(f"{file}: not a timm ViT checkpoint (no square 'patch_embed.proj.weight' / 'blocks.0')")
+    for key, what in (("reg_token", "register tokens"), ("norm_pre.weight", "a pre-norm"), ("attn_pool", "attn pool")):
+        if any(k.startswith(key) for k in state):
+            raise ValueError(f"{file}: tensor {key!r}: timm ViTs with {what} are not supported")
+    width, chans, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])
+    heads, name = _heads(timm_name, width, patch, file)
+    prefix = 1 if "cls_token" in state else 0
+    pos = state.get("pos_embed")
+    if pos is None or pos.dim() != 3:
+        raise ValueError(f"{file}: tensor 'pos_embed' is missing (timm ViTs without learned positions: unsupported)")
+    side = int(round((pos.shape[1] - prefix) ** 0.5))
+    if side * side != pos.shape[1] - prefix:
+        raise ValueError(
+            f"{file}: tensor 'pos_embed' of {pos.shape[1]} rows is not {prefix} prefix + a square grid "
+            "(a ViT without class-token positions?): unsupported"
+        )
+    depth = sum(1 for k in state if re.fullmatch(r"blocks\.\d+\.norm1\.weight", k))
+    head = state.get("head.weight")
+    options: dict[str, Any] = dict(
+        img_size=side * patch,
+        patch_size=patch,
+        in_chans=chans,
+        num_classes=0 if head is None else int(head.shape[0]),
+        embed_dim=width,
+        depth=depth,
+        num_heads=heads,
+        mlp_ratio=state["blocks.0.mlp.fc1.weight"].shape[0] / width,
+        class_token=bool(prefix),
+        global_pool="avg" if "fc_norm.weight" in state else "token",
+        attention={"qkv_bias": "blocks.0.attn.qkv.bias" in state},
+        layer_scale=1e-5 if "blocks.0.ls1.gamma" in state else None,  # the checkpoint's scales replace the value
+    )
+    converted = timm_to_attnzoo(state)
+    check_fits(MODEL_KIND, options, converted, file)
+    return Converted(MODEL_KIND, options, converted, None, f"{name} (timm) {path}")

@@ -1,0 +1,169 @@
+"""ViT checkpoints -> attnzoo ViT: small random Hugging Face ViTs and timm ViTs saved to disk convert exactly (logits
+and hidden states within 1e-5 in fp32); the timm architecture is named or inferred; other image sizes resample."""
+
+import json
+
+import pytest
+import timm
+import torch
+import transformers
+from safetensors.torch import save_file
+from timm.layers import resample_abs_pos_embed
+
+from attnzoo.models import MODELS
+from attnzoo.models.vit import load_timm_state_dict
+from attnzoo.pretrained import vit as vit_family
+
+
+def _randomize(model):
+    """Weights far from their initialization (LayerNorm scales and biases too): every tensor is checked."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            norm_scale = p.dim() == 1 and ("norm" in name) and name.endswith("weight")
+            p.normal_(1.0 if norm_scale else 0.0, 0.3)
+    return model.eval()
+
+
+def _build(c):
+    model = MODELS[c.model_kind](**c.options)
+    model.load_state_dict(c.state_dict)  # strict
+    return model.eval()
+
+
+def _hf_config(**kw):
+    base = dict(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2, num_attention_heads=3)
+    return transformers.ViTConfig(**{**base, "intermediate_size": 96, **kw}, attn_implementation="eager")
+
+
+@pytest.mark.parametrize(("qkv_bias", "names"), [(True, "on disk"), (False, "on disk"), (True, "in memory")])
+def test_hf_image_classification_equals_hf(tmp_path, qkv_bias, names):
+    hf = _randomize(transformers.ViTForImageClassification(_hf_config(num_labels=5, qkv_bias=qkv_bias)))
+    hf.save_pretrained(tmp_path)  # the names hub checkpoints have (encoder.layer.N.attention.attention.query, ...)
+    if names == "in memory":  # transformers 5's own module names (layers.N.attention.q_proj, ...)
+        assert any(".layers.0.attention.q_proj." in k for k in hf.state_dict())
+        save_file(hf.state_dict(), tmp_path / "model.safetensors")
+    assert vit_family.matches(tmp_path)
+    c = vit_family.convert(tmp_path)
+    assert c.model_kind == "vit" and c.options["num_classes"] == 5 and c.options["norm_eps"] == 1e-12
+    model = _build(c)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        want_hidden, want = hf.vit(x).last_hidden_state, hf(x).logits
+        got_hidden, got = model.forward_features(x), model(x)
+    assert want.abs().max() > 1.0
+    torch.testing.assert_close(got_hidden, want_hidden, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_hf_vit_model_hidden_states_and_dropped_pooler(tmp_path, caplog):
+    hf = _randomize(transformers.ViTModel(_hf_config(num_channels=1, layer_norm_eps=1e-6)))
+    hf.save_pretrained(tmp_path)
+    with caplog.at_level("INFO", logger="attnzoo"):
+        c = vit_family.convert(tmp_path)
+    assert "pooler.dense.weight" in caplog.text and c.options["num_classes"] == 0
+    model = _build(c)
+    x = torch.randn(2, 1, 32, 32)
+    with torch.no_grad():
+        out = hf(x)
+        torch.testing.assert_close(model.forward_features(x), out.last_hidden_state, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(x), out.last_hidden_state[:, 0], atol=1e-5, rtol=0)
+
+
+def test_hf_wrong_tensor_names_file_and_tensor(tmp_path):
+    hf = transformers.ViTForImageClassification(_hf_config(num_labels=5))
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "intermediate_size": 64}))
+    with pytest.raises(ValueError, match=r"model.safetensors: tensor 'vit.encoder.layer.0.intermediate.dense.weight'"):
+        vit_family.convert(tmp_path)
+    with pytest.raises(ValueError, match="timm_name"):
+        vit_family.convert(tmp_path, timm_name="vit_tiny_patch16_224")
+
+
+def _timm(name="vit_tiny_patch16_224", **kw):
+    return _randomize(timm.create_model(name, pretrained=False, img_size=32, depth=2, num_classes=10, **kw))
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "pth"])
+@pytest.mark.parametrize("timm_name", [None, "vit_tiny_patch16_224.augreg_in21k"])
+def test_timm_file_equals_timm(tmp_path, fmt, timm_name):
+    theirs = _timm()
+    file = tmp_path / f"vit.{fmt}"
+    if fmt == "safetensors":
+        save_file(theirs.state_dict(), file)
+    else:
+        torch.save({"state_dict": theirs.state_dict(), "epoch": 3}, file)
+    assert vit_family.matches(file)
+    c = vit_family.convert(file, timm_name=timm_name)
+    assert (c.options["img_size"], c.options["num_heads"], c.options["depth"], c.options["num_classes"]) == (
+        32,
+        3,
+        2,
+        10,
+    )
+    model = _build(c)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(x), theirs.forward_features(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(x), theirs(x), atol=1e-5, rtol=0)
+
+
+def test_timm_small_avg_pool_hub_directory(tmp_path):
+    theirs = _timm("vit_small_patch16_224", global_pool="avg", class_token=False)
+    save_file(theirs.state_dict(), tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "vit_small_patch16_224", "num_classes": 10}))
+    assert vit_family.matches(tmp_path)
+    c = vit_family.convert(tmp_path)
+    assert c.options["num_heads"] == 6 and c.options["global_pool"] == "avg" and c.source.startswith("vit_small")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
+
+
+def test_timm_at_another_image_size_resamples_positions(tmp_path):
+    theirs = _timm()
+    file = tmp_path / "vit.pth"
+    torch.save(theirs.state_dict(), file)
+    c = vit_family.convert(file)
+    model = MODELS["vit"](**{**c.options, "img_size": 64})
+    model.load_state_dict(c.state_dict)  # strict: pos_embed resampled on load
+    want = resample_abs_pos_embed(theirs.pos_embed, new_size=[4, 4], old_size=[2, 2], num_prefix_tokens=1)
+    torch.testing.assert_close(model.pos_embed, want)
+    # the fine-tuning loader reads a converted state dict as well: other channels and another head
+    other = MODELS["vit"](**{**c.options, "in_chans": 1, "num_classes": 3})
+    load_timm_state_dict(other, c.state_dict, source=c.source)
+    torch.testing.assert_close(other.encoder.blocks[1].attn.qkv.weight, theirs.blocks[1].attn.qkv.weight)
+
+
+def test_timm_names_and_shapes_that_do_not_fit(tmp_path):
+    theirs = _timm()
+    file = tmp_path / "vit.pth"
+    torch.save(theirs.state_dict(), file)
+    with pytest.raises(ValueError, match=r"does not hold a vit_small_patch16_224: .*width 192"):
+        vit_family.convert(file, timm_name="vit_small_patch16_224")
+    with pytest.raises(ValueError, match="not a supported timm ViT"):
+        vit_family.convert(file, timm_name="resnet50")
+    state = theirs.state_dict()
+    state["blocks.1.mlp.fc2.weight"] = torch.zeros(192, 10)
+    torch.save(state, file)
+    with pytest.raises(ValueError, match=r"vit.pth: tensor 'encoder.blocks.1.mlp.fc2.weight' has shape \[192, 10\]"):
+        vit_family.convert(file)
+    odd = _randomize(timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=1, embed_dim=96))
+    torch.save(odd.state_dict(), file)
+    with pytest.raises(ValueError, match="cannot tell the timm ViT of width 96"):
+        vit_family.convert(file)
+    file.write_bytes(b"garbage")
+    assert not vit_family.matches(file) and not vit_family.matches(tmp_path / "none.pth")
+
+
+@pytest.mark.parametrize("attention", [{"pattern": {"kind": "sliding_window", "window": 32}}, {"backend": "sdpa"}])
+def test_attention_that_starts_equal_reproduces_hf(tmp_path, attention):
+    hf = _randomize(transformers.ViTForImageClassification(_hf_config(num_labels=5)))
+    hf.save_pretrained(tmp_path)
+    c = vit_family.convert(tmp_path)
+    model = MODELS["vit"](**{**c.options, "attention": {**c.options["attention"], **attention}})
+    model.load_state_dict(c.state_dict)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), hf(x).logits, atol=1e-5, rtol=0)

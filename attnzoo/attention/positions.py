@@ -149,8 +149,7 @@ class Learned(nn.Module):
         self.train_grid = self.grid_size = None if grid_size is None else _pair(grid_size, "Learned grid_size")
         n = max_len if grid_size is None else num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
         self.table = nn.Parameter(torch.randn(1, n, dim) * std)  # [1, P + N, C]
-        if grid_size is not None:
-            self._register_load_state_dict_pre_hook(self._resample_loaded)
+        self._register_load_state_dict_pre_hook(self._resample_loaded)
 
     def set_grid_size(self, grid_size: int | tuple[int, int]) -> None:
         if self.train_grid is None:
@@ -186,9 +185,17 @@ class Learned(nn.Module):
         return x + table.to(x.dtype)
 
     def _resample_loaded(self, state_dict, prefix, *args) -> None:
+        """A loaded table of another size: a longer 1D table keeps its first max_len rows (shorter inputs read only
+        those); a grid table is resampled to this grid. A shorter 1D table is left for load_state_dict to refuse."""
         key = prefix + "table"
         table = state_dict.get(key)
         if table is None or table.shape == self.table.shape or table.dim() != 3 or table.shape[-1] != self.dim:
+            return
+        if self.train_grid is None:
+            if table.shape[1] > self.table.shape[1]:
+                state_dict[key] = table[:, : self.table.shape[1]]
+                log.info("%s: kept the first %d of %d loaded positions (max_len)", key, self.table.shape[1],
+                         table.shape[1])  # fmt: skip
             return
         old = self._loaded_grid(table.shape[1] - self.num_prefix_tokens)
         if old is None:

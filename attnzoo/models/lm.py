@@ -102,15 +102,6 @@ class CausalLM(nn.Module):
             layer_shape=layer_shape(max_len=max_len),
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
-        self._register_load_state_dict_pre_hook(self._fit_loaded_positions)
-
-    def _fit_loaded_positions(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
-        key = prefix + "embed.pos_embed.table"
-        table, own = state_dict.get(key), getattr(self.embed.pos_embed, "table", None)
-        if table is None or own is None or table.dim() != 3 or table.shape[1] <= own.shape[1]:
-            return  # a shorter table cannot serve max_len: load_state_dict reports the size mismatch
-        state_dict[key] = table[:, : own.shape[1]]
-        log.info("%s: kept the first %d of %d loaded positions (max_len)", key, own.shape[1], table.shape[1])
 
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         """Activation checkpointing of the blocks (`Encoder.set_grad_checkpointing`)."""

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import torch
 from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
+from timm.models import adapt_input_conv
 from torch import nn
 
 from ..attention.factory import layer_shape
@@ -113,6 +114,14 @@ class ViT(nn.Module):
         return {"pos_embed", "cls_token"}
 
     def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        """Loaded weights of another input: a patch embedding of other channels (RGB for grey images) adapted as timm
+        does (`adapt_input_conv`), a position table of another square grid resampled to this one."""
+        conv = prefix + "patch_embed.proj.weight"
+        weight, own = state_dict.get(conv), self.patch_embed.proj.weight
+        if weight is not None and weight.dim() == 4 and weight.shape[1] != own.shape[1]:
+            if weight.shape[0] == own.shape[0] and weight.shape[2:] == own.shape[2:]:
+                state_dict[conv] = adapt_input_conv(own.shape[1], weight)
+                log.info("%s: adapted from %d to %d input channels", conv, weight.shape[1], own.shape[1])
         key = prefix + "pos_embed"
         old = state_dict.get(key)
         if self.pos_embed is None or old is None or old.shape == self.pos_embed.shape or old.dim() != 3:

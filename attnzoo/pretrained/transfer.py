@@ -35,6 +35,17 @@ class Transfer(NamedTuple):
         return "; ".join(parts)
 
 
+def adapted(net: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of `state` as `net.load_state_dict` sees it: after the load hooks the network's modules register for
+    loaded tensors of another size (a position table resampled to this grid or cut to this max_len, a relative
+    bias table resized), so a checkpoint loads here exactly as it would through load_state_dict."""
+    state = dict(state)
+    for name, module in net.named_modules():
+        for hook in module._load_state_dict_pre_hooks.values():  # no public way to run them without loading
+            hook(state, f"{name}." if name else "", {}, True, [], [], [])
+    return state
+
+
 def transfer(
     net: nn.Module,
     state: Mapping[str, torch.Tensor],
@@ -56,6 +67,7 @@ def transfer(
         missing from `state` or has another shape there (a checkpoint of another architecture or size).
     """
     own = net.state_dict()
+    state = adapted(net, state)
     is_fresh = tuple(fresh)
 
     def fits(key: str) -> bool:

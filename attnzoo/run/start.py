@@ -99,6 +99,10 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
             if key in model:
                 log.info("%s: %r (set in %s) -> %r (model.init_from)", full, model[key], cfg.where(full), value)
             chosen[full] = value
+    img_size, data_img = options.get("img_size"), cfg.section("data").get("img_size")
+    if isinstance(img_size, int) and data_img in (None, "auto"):  # images resized to the size the weights know
+        log.info("data.img_size: %s -> %d (the image size model.init_from's weights were trained at)", data_img, img_size)
+        preset["data.img_size"] = img_size
     max_len = options.get("max_len")
     data_len = cfg.section("data").get("max_len")
     if isinstance(max_len, int) and isinstance(data_len, int) and data_len != max_len:
@@ -131,11 +135,8 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
             keep_fresh = True
             log.info("model.init_from: the label set differs from the run's (%d classes there, %d here): the head "
                      "starts new", len(before), len(now))  # fmt: skip
-    state = start.converted.state_dict
-    if start.own_run is None:
-        state = _cut_positions(state, net.state_dict())
-    try:
-        done = transfer(net, state, source=start.converted.source, keep_fresh=keep_fresh)
+    try:  # a longer position table is cut, a grid of positions resampled (the model's own load hooks)
+        done = transfer(net, start.converted.state_dict, source=start.converted.source, keep_fresh=keep_fresh)
     except ValueError as err:
         hint = _differences(start, cfg)
         raise ConfigError(f"model.init_from: {err}{hint} (set in {cfg.where('model.init_from')})") from None
@@ -148,20 +149,6 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
         "new": done.new,
         "dropped": done.dropped,
     }
-
-
-def _cut_positions(state: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
-    """A learned 1D position table (`*pos_embed.table` [1, N, C]) longer than the model's, cut to its first rows: a
-    run on shorter texts reads only those positions."""
-    state = dict(state)
-    for key, table in state.items():
-        mine = own.get(key)
-        if key.endswith("pos_embed.table") and mine is not None and table.dim() == 3 and mine.dim() == 3:
-            if table.shape[1] > mine.shape[1] and table.shape[2] == mine.shape[2]:
-                log.info("model.init_from: %s cut from %d to the %d positions this run uses", key, table.shape[1],
-                         mine.shape[1])  # fmt: skip
-                state[key] = table[:, : mine.shape[1]]
-    return state
 
 
 def _differences(start: Start, cfg: Config) -> str:

@@ -129,7 +129,7 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
         _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", "data.max_len=10"]))
     table = hf.embeddings.position_embeddings.weight
     torch.testing.assert_close(task.net.pos_embed.table[0], table[:10], rtol=0, atol=0)
-    assert cfg.section("model")["max_len"] == 10 and "cut from 24 to the 10 positions" in caplog.text
+    assert cfg.section("model")["max_len"] == 10 and "kept the first 10 of 24 loaded positions" in caplog.text
     _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))  # recipe: 512
     assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
 

@@ -1,0 +1,107 @@
+"""`model.init_from` with every converter family behind one registry: a Hugging Face ViT, AST or GPT-2 directory
+starts the ViT, AST or LM recipe. The weights land in the network the recipe's data sizes: RGB patch weights are
+adapted to grey images, the images are resized to the size the weights were trained at, and a position grid of
+another clip length is resampled."""
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from timm.models import adapt_input_conv
+
+from attnzoo import pretrained
+from attnzoo.config import load
+from attnzoo.run import build
+from tests.helpers import smoke_overrides
+from tests.helpers.hf import save_encoder
+
+ROOT = Path(__file__).resolve().parents[2]
+PINNED = ["trainer.precision=32-true", "trainer.accelerator=cpu", "run.baseline=false"]
+
+
+def _vit(path: Path) -> Path:
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2,
+                                    num_attention_heads=3, intermediate_size=96, num_labels=4)  # fmt: skip
+    torch.manual_seed(0)
+    transformers.ViTForImageClassification(config).save_pretrained(path)
+    return path
+
+
+def _ast(path: Path) -> Path:
+    config = transformers.ASTConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=96,
+                                    num_mel_bins=32, max_length=64, num_labels=5)  # fmt: skip
+    torch.manual_seed(0)
+    transformers.ASTForAudioClassification(config).save_pretrained(path)
+    return path
+
+
+def _gpt2(path: Path) -> Path:
+    config = transformers.GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(path)
+    return path
+
+
+def _built(recipe: str, source: Path, *extra: str):
+    cfg = load([ROOT / "recipes" / f"{recipe}.yaml"])
+    overrides = [o for o in smoke_overrides(cfg) if not o.startswith(("model.depth", "model.dim"))]
+    return build(load([ROOT / "recipes" / f"{recipe}.yaml"], [*overrides, *PINNED, f"model.init_from={source}",
+                                                                *extra]))  # fmt: skip
+
+
+def test_the_registry_finds_each_family(tmp_path):
+    kinds = {
+        "vit": pretrained.convert(_vit(tmp_path / "vit")).model_kind,
+        "ast": pretrained.convert(_ast(tmp_path / "ast")).model_kind,
+        "gpt2": pretrained.convert(_gpt2(tmp_path / "gpt2")).model_kind,
+    }
+    save_encoder("bert", tmp_path / "bert")
+    kinds["bert"] = pretrained.convert(tmp_path / "bert").model_kind
+    assert kinds == {"vit": "vit", "ast": "ast", "gpt2": "lm", "bert": "text"}
+    with pytest.raises(ValueError, match="timm_name='vit_tiny_patch16_224' is for timm ViT files.*read as hf_bert"):
+        pretrained.convert(tmp_path / "bert", timm_name="vit_tiny_patch16_224")
+
+
+def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):
+    source = _vit(tmp_path / "vit")
+    converted = pretrained.convert(source)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data, task, cfg = _built("vit", source)
+    net = task.net
+    assert cfg.section("data")["img_size"] == 32 and cfg.section("model")["embed_dim"] == 48  # the weights' own
+    assert "data.img_size: None -> 32" in caplog.text and "adapted from 3 to 1 input channels" in caplog.text
+    rgb = converted.state_dict["patch_embed.proj.weight"]
+    torch.testing.assert_close(net.patch_embed.proj.weight, adapt_input_conv(1, rgb))
+    for key in ("pos_embed", "encoder.blocks.1.attn.qkv.weight", "encoder.blocks.1.mlp.fc2.bias"):
+        torch.testing.assert_close(net.state_dict()[key], converted.state_dict[key])
+    assert net.started_from["new"] == ["head.weight", "head.bias"]  # MNIST's 10 classes, not the checkpoint's 4
+    batch = next(iter(data.train_dataloader()))
+    assert batch["image"].shape[1:] == (1, 32, 32)  # the images are resized to what the weights were trained at
+
+
+def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_time(tmp_path, caplog):
+    source = _ast(tmp_path / "ast")
+    converted = pretrained.convert(source)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, _ = _built("ast", source)
+    net = task.net
+    assert "resampled from 5 to" in caplog.text  # the checkpoint's 64 frames, the recipe's longer clips
+    assert net.pos_embed.shape[1] != converted.state_dict["pos_embed"].shape[1]
+    key = "encoder.blocks.0.attn.qkv.weight"
+    torch.testing.assert_close(net.state_dict()[key], converted.state_dict[key])
+
+
+def test_a_gpt2_directory_starts_the_lm_recipe(tmp_path):
+    source = _gpt2(tmp_path / "gpt2")
+    converted = pretrained.convert(source)
+    _, task, cfg = _built("lm", source, "data.vocab_size=300")
+    assert (cfg.section("model")["dim"], cfg.section("model")["depth"]) == (32, 2)
+    state = task.net.state_dict()
+    assert task.net.started_from["new"] == []  # a language model's head is its tied embedding: all loaded
+    for key in ("embed.embed.weight", "decoder.blocks.1.mlp.fc1.weight"):
+        torch.testing.assert_close(state[key], converted.state_dict[key])
+    max_len = cfg.section("model")["max_len"]  # the recipe's context, cut from GPT-2's 64 positions
+    table = converted.state_dict["embed.pos_embed.table"]
+    torch.testing.assert_close(state["embed.pos_embed.table"], table[:, :max_len])

@@ -67,11 +67,14 @@ def test_rank_variables_a_launcher_set_are_accepted(clean_env, env):
     check_rank_variables(num_nodes=2, devices=2)
 
 
-@pytest.mark.parametrize("command", ["fit", "evaluate", "viz", "translate", "generate", "baseline"])
+@pytest.mark.parametrize("command", ["fit", "evaluate", "viz", "translate", "generate", "baseline", "ablate"])
 def test_every_command_says_why_and_exits_2_without_a_traceback(tmp_path, command):
     env = {k: v for k, v in os.environ.items() if k not in (*RANK_VARIABLES, *LAUNCHERS)}
     env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "RANK": "abc"})
     args = ["--config", str(VIT), f"run.dir={tmp_path}"] if command in ("fit", "baseline") else [str(tmp_path)]
+    if command == "ablate":
+        grid = ROOT / "configs" / "ablations" / "attention.yaml"
+        args = ["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "ablation"), "--dry-run"]
     done = subprocess.run([sys.executable, "-m", f"attnzoo.{command}", *args], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"attnzoo {command}: error: the environment variable RANK='abc' is not a rank" in done.stderr

@@ -35,6 +35,7 @@ def clean_env(monkeypatch):
         ({"RANK": "0"}, r"RANK=0, but this process was not started by torchrun"),
         ({"NODE_RANK": "1"}, r"NODE_RANK=1, but trainer.num_nodes is 1 .*unset it"),
         ({"LOCAL_RANK": "1"}, r"LOCAL_RANK=1, but neither torchrun nor Lightning's DDP launcher"),
+        ({"SLURM_PROCID": "1"}, r"SLURM_PROCID=1, but this process is not a task of a SLURM job.*env -u SLURM_PROCID"),
         ({"RANK": "abc"}, r"RANK='abc' is not a rank \(a whole number >= 0\)"),
         ({"NODE_RANK": "-1"}, r"NODE_RANK='-1' is not a rank"),
         ({"WORLD_SIZE": "0"}, r"WORLD_SIZE='0' is not a process count"),

@@ -38,12 +38,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .ablation.grid import load_grid
-from .ablation.runner import AblationInterrupted, Launcher, Runner, ablate, failed_runs, gpu_slots, plan, status
 from .config import ConfigError
-from .run import show_log
+from .fit import check_rank_format
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
+
+if TYPE_CHECKING:
+    from .ablation.runner import Launcher
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run, e.g. trainer.max_epochs=3")
     args = p.parse_intermixed_args(argv)
+    try:
+        check_rank_format()  # before Lightning is imported: it reads the rank variables then
+    except ConfigError as err:
+        print(f"attnzoo ablate: error: {err}", file=sys.stderr)
+        return 2
+    from .ablation.grid import load_grid
+    from .ablation.runner import AblationInterrupted, ablate, failed_runs, plan, status
+    from .run import show_log
+
     show_log()
     allow_imports(args.allow_imports)
     if not args.config:
@@ -138,6 +149,8 @@ def _launcher(args: argparse.Namespace) -> Launcher:
     given = [k for k, v in other.items() if v]
     if given:
         raise ConfigError(f"{given} do not apply to --launcher {args.launcher}")
+    from .ablation.runner import Runner, gpu_slots
+
     if args.launcher == "slurm":
         from .ablation.slurm import SlurmLauncher
 

@@ -4,7 +4,8 @@ Test metrics of a saved checkpoint: rebuilds data, model and task from the run's
 `--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
 them to `<run dir>/evaluate-<checkpoint>.json` (when the run directory cannot be written, the metrics are printed
 and the command says so and exits 1). Data with no test examples is scored on its validation split,
-as `fit` does (the report's `split` says which).
+as `fit` does (the report's `split` says which). Ctrl+C or SIGTERM stops it at once, writes nothing and exits
+128 + the signal's number (130 / 143), as `fit` does during its test.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     import lightning as L
 
     from .run import load_run
+    from .run.signals import StopAtOnce
     from .run.splits import test_split
 
     run = load_run(run_dir, checkpoint, configs, overrides)
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
-    trainer = L.Trainer(**trainer_cfg, devices=1, logger=False)
+    stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)
+    trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, callbacks=[stop])
     if split == "val":
         results = trainer.validate(run.task, datamodule=run.data, verbose=False)
     elif test_split(run.data) == "test":
@@ -63,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
         return 2
     from .run import show_log
+    from .run.signals import Interrupted
 
     show_log()
     allow_imports(args.allow_imports)
@@ -71,6 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:  # during the pass: its metrics would be those of part of the split
+        print(f"attnzoo evaluate: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # before the pass (loading the run, its data)
+        print("attnzoo evaluate: interrupted before the evaluation started; nothing written", file=sys.stderr)
+        return 130
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
     if "not_written" in report:

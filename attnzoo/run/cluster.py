@@ -91,6 +91,13 @@ def check_rank_variables(*, num_nodes: int = 1, devices: object = 1) -> None:
             f" and SLURM gives it rank {ranks['SLURM_PROCID']} (SLURM_PROCID)" if set_by else " (nor by srun)"
         )
         raise ValueError(f"the environment sets RANK={rank}, but {why}; " + STALE_ADVICE.format(name="RANK"))
+    task = ranks["SLURM_PROCID"]
+    if task and set_by is None:  # Lightning's rank-zero-only writers read it all the same: they would write nothing
+        raise ValueError(
+            f"the environment sets SLURM_PROCID={task}, but this process is not a task of a SLURM job Lightning runs "
+            "in (no SLURM_NTASKS, or an interactive job); as rank "
+            f"{task} it would write no metrics; " + STALE_ADVICE.format(name="SLURM_PROCID")
+        )
     node = ranks["NODE_RANK"]
     if node is not None and set_by is None and node >= num_nodes:
         raise ValueError(

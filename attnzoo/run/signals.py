@@ -6,8 +6,9 @@
   without a traceback. In a SLURM job, SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`: the time limit is near) stops the same
   way, and then global rank 0 requeues the job (`scontrol requeue`); started again, it continues the run
   (`attnzoo.run.train`). This replaces Lightning's own requeue (which saves `hpc_ckpt_*.ckpt` from inside the signal
-  handler and trains on). During the test after fitting, a signal stops at once (the weights are a checkpoint
-  already): `Interrupted` with `phase="test"`, and `--resume` runs the test again.
+  handler and trains on).
+- `StopAtOnce`: during the test after fitting (and `attnzoo.evaluate`'s pass), a signal stops at once (the weights
+  are a checkpoint already): `Interrupted` with `phase="test"` (`--resume` runs the test again) or `"evaluate"`.
 - `StoppedAtOnce`: a second Ctrl+C stops at once, without saving the batch in progress.
 """
 
@@ -41,6 +42,8 @@ class Interrupted(Exception):
         name = signal.Signals(signum).name
         if phase == "test":
             what = f"{name} received during the test: stopped before it finished (training had finished at step {step})"
+        elif phase == "evaluate":
+            what = f"{name} received: the evaluation of {checkpoint} stopped before it finished; no metrics written"
         else:
             what = f"{name} received: stopped at step {step}, saved {checkpoint}"
         super().__init__(what + (f"; SLURM job {requeued} requeued" if requeued else ""))
@@ -64,18 +67,85 @@ class StoppedAtOnce(Exception):
         )
 
 
-class GracefulStop(L.Callback):
+class StopAtOnce(L.Callback):
+    """A SIGINT or SIGTERM (or one of `signals`) during a test pass, or with `validation` a validation pass too, stops
+    it at once: `Interrupted` with `phase`. Nothing is saved (the weights are a checkpoint already), and a long beam
+    search does not finish first."""
+
+    def __init__(
+        self,
+        *,
+        checkpoint: str | Path,
+        signals: tuple[int, ...] = SIGNALS,
+        phase: str = "test",
+        validation: bool = False,
+    ) -> None:
+        self.checkpoint = str(checkpoint)
+        self.signals = signals
+        self.phase, self.validation = phase, validation
+        self._previous: dict[int, Any] = {}
+        self._step = 0
+
+    def _stop_now(self, signum: int, frame: Any) -> None:
+        self._restore()  # a second signal while stopping gets the default behaviour
+        raise Interrupted(signum=signum, step=self._step, checkpoint=self.checkpoint, phase=self.phase)
+
+    def _start_pass(self, trainer: L.Trainer) -> None:
+        self._step = trainer.global_step
+        for sig in self.signals:  # after Lightning's own SIGTERM handler (installed when the pass starts)
+            self._previous[sig] = signal.signal(sig, self._stop_now)
+
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    @staticmethod
+    def _self_signal() -> None:
+        name, _, when = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
+        if name and when == "test":
+            os.kill(os.getpid(), signal.Signals[name])
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._start_pass(trainer)
+
+    def on_test_batch_start(
+        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, dataloader_idx: int = 0
+    ) -> None:
+        self._self_signal()
+
+    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._restore()
+
+    def on_validation_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self.validation:
+            self._start_pass(trainer)
+
+    def on_validation_batch_start(
+        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.validation:
+            self._self_signal()
+
+    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self.validation:
+            self._restore()
+
+    def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception: BaseException) -> None:
+        self._restore()
+
+
+class GracefulStop(StopAtOnce):
     """Save `last.ckpt` and stop at the end of the batch during which SIGINT or SIGTERM arrived; with
     `slurm_job`, SIGUSR1 too, and global rank 0 then requeues that job."""
 
     def __init__(self, *, checkpoint: str | Path, slurm_job: str | None = None) -> None:
-        self.checkpoint = str(checkpoint)
+        # the test after fitting stops at once (`StopAtOnce`); `--resume` runs it again
+        signals = (*SIGNALS, signal.SIGUSR1) if slurm_job is not None else SIGNALS
+        super().__init__(checkpoint=checkpoint, signals=signals)
         self.slurm_job = slurm_job
-        self.signals = (*SIGNALS, signal.SIGUSR1) if slurm_job is not None else SIGNALS
         self.signum: int | None = None
         self._stop: Interrupted | None = None
-        self._previous: dict[int, Any] = {}
-        self._step = 0
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.signum is not None and signum == signal.SIGINT:  # a second Ctrl+C: stop now, without saving
@@ -99,28 +169,6 @@ class GracefulStop(L.Callback):
         name, _, step = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
         if name and step != "test" and trainer.global_step == int(step) and self.signum is None:
             os.kill(os.getpid(), signal.Signals[name])
-
-    # the test after fitting: nothing to save (the weights are a checkpoint already), so a signal stops it at once,
-    # even inside a long beam search, and `--resume` runs the test again
-    def _test_handler(self, signum: int, frame: Any) -> None:
-        self._restore()  # a second signal while stopping gets the default behaviour
-        step = self._step
-        raise Interrupted(signum=signum, step=step, checkpoint=self.checkpoint, phase="test")
-
-    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._step = trainer.global_step
-        for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._test_handler)
-
-    def on_test_batch_start(
-        self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int, dataloader_idx: int = 0
-    ) -> None:
-        name, _, when = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
-        if name and when == "test":
-            os.kill(os.getpid(), signal.Signals[name])
-
-    def on_test_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._restore()
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, i: int) -> None:
         # every process must stop at the same batch (a signal may reach only some of them)
@@ -151,13 +199,5 @@ class GracefulStop(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._raise_if_stopped()  # before ModelCheckpoint's (Lightning runs checkpoint callbacks last)
 
-    def _restore(self) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
-        self._previous.clear()
-
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._restore()
-
-    def on_exception(self, trainer: L.Trainer, module: L.LightningModule, exception: BaseException) -> None:
         self._restore()

@@ -101,7 +101,8 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
             chosen[full] = value
     img_size, data_img = options.get("img_size"), cfg.section("data").get("img_size")
     if isinstance(img_size, int) and data_img in (None, "auto"):  # images resized to the size the weights know
-        log.info("data.img_size: %s -> %d (the image size model.init_from's weights were trained at)", data_img, img_size)
+        log.info("data.img_size: %s -> %d (the image size model.init_from's weights were trained at)", data_img,
+                 img_size)  # fmt: skip
         preset["data.img_size"] = img_size
     max_len = options.get("max_len")
     data_len = cfg.section("data").get("max_len")

@@ -35,6 +35,7 @@ def clean_env(monkeypatch):
         ({"RANK": "0"}, r"RANK=0, but this process was not started by torchrun"),
         ({"NODE_RANK": "1"}, r"NODE_RANK=1, but trainer.num_nodes is 1 .*unset it"),
         ({"LOCAL_RANK": "1"}, r"LOCAL_RANK=1, but neither torchrun nor Lightning's DDP launcher"),
+        ({"SLURM_PROCID": "1"}, r"SLURM_PROCID=1, but this process is not a task of a SLURM job.*env -u SLURM_PROCID"),
         ({"RANK": "abc"}, r"RANK='abc' is not a rank \(a whole number >= 0\)"),
         ({"NODE_RANK": "-1"}, r"NODE_RANK='-1' is not a rank"),
         ({"WORLD_SIZE": "0"}, r"WORLD_SIZE='0' is not a process count"),
@@ -67,11 +68,14 @@ def test_rank_variables_a_launcher_set_are_accepted(clean_env, env):
     check_rank_variables(num_nodes=2, devices=2)
 
 
-@pytest.mark.parametrize("command", ["fit", "evaluate", "viz", "translate", "generate", "baseline"])
+@pytest.mark.parametrize("command", ["fit", "evaluate", "viz", "translate", "generate", "baseline", "ablate"])
 def test_every_command_says_why_and_exits_2_without_a_traceback(tmp_path, command):
     env = {k: v for k, v in os.environ.items() if k not in (*RANK_VARIABLES, *LAUNCHERS)}
     env.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "RANK": "abc"})
     args = ["--config", str(VIT), f"run.dir={tmp_path}"] if command in ("fit", "baseline") else [str(tmp_path)]
+    if command == "ablate":
+        grid = ROOT / "configs" / "ablations" / "attention.yaml"
+        args = ["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "ablation"), "--dry-run"]
     done = subprocess.run([sys.executable, "-m", f"attnzoo.{command}", *args], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"attnzoo {command}: error: the environment variable RANK='abc' is not a rank" in done.stderr

@@ -21,6 +21,9 @@ from ..config import COMMAND_LINE, Config, ConfigError
 
 log = logging.getLogger("attnzoo")
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
+# data options that follow a converted model's value where the config leaves them to the data (None or auto): images
+# resized to its image size, audio resampled and binned as its features were
+FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
 
 
 class Start(NamedTuple):
@@ -99,18 +102,21 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
             if key in model:
                 log.info("%s: %r (set in %s) -> %r (model.init_from)", full, model[key], cfg.where(full), value)
             chosen[full] = value
-    img_size, data_img = options.get("img_size"), cfg.section("data").get("img_size")
-    if isinstance(img_size, int) and data_img in (None, "auto"):  # images resized to the size the weights know
-        log.info("data.img_size: %s -> %d (the image size model.init_from's weights were trained at)", data_img,
-                 img_size)  # fmt: skip
-        preset["data.img_size"] = img_size
+    data = cfg.section("data")
+    for key in FOLLOW_WEIGHTS:  # inputs prepared as the weights were trained on, where the data would choose
+        value, mine = options.get(key), data.get(key, "absent")
+        if isinstance(value, int) and mine in (None, "auto") and value != mine:
+            log.info("data.%s: %s -> %d (as model.init_from's weights were trained)", key, mine, value)
+            preset[f"data.{key}"] = value
     max_len = options.get("max_len")
-    data_len = cfg.section("data").get("max_len")
-    if isinstance(max_len, int) and isinstance(data_len, int) and data_len != max_len:
+    for key in ("max_len", "block_size"):  # text classification's longest input, the LM's context
+        data_len = data.get(key)
+        if not (isinstance(max_len, int) and isinstance(data_len, int)) or data_len == max_len:
+            continue
         if data_len > max_len:
-            log.info("data.max_len: %d -> %d (the longest input model.init_from's positions hold)", data_len, max_len)
-            preset["data.max_len"] = max_len
-        else:  # the data's shorter max_len sizes the model; apply_start cuts the checkpoint's position table
+            log.info("data.%s: %d -> %d (the longest input model.init_from's positions hold)", key, data_len, max_len)
+            preset[f"data.{key}"] = max_len
+        else:  # the data's shorter length sizes the model; the model's load hook cuts the checkpoint's table
             chosen.pop("model.max_len", None)
     return chosen
 

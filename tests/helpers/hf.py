@@ -55,3 +55,42 @@ def save_encoder(family: str, path: Path, *, classes: int | None = None, words: 
     model.save_pretrained(path)
     tokenizer(family, list(words), processor=processor).save(str(Path(path) / "tokenizer.json"))
     return model.eval()
+
+
+def save_vit(path: Path, *, image_size: int = 32, classes: int = 4) -> None:
+    """A random `transformers` ViTForImageClassification (RGB, patch 8) saved into `path`."""
+    import transformers
+
+    config = transformers.ViTConfig(image_size=image_size, patch_size=8, num_labels=classes, **SIZES)
+    torch.manual_seed(0)
+    transformers.ViTForImageClassification(config).save_pretrained(path)
+
+
+def save_ast(path: Path, *, mel_bins: int = 128, frames: int = 64, classes: int = 5) -> None:
+    """A random `transformers` ASTForAudioClassification (16 kHz features) saved into `path`."""
+    import transformers
+
+    config = transformers.ASTConfig(num_mel_bins=mel_bins, max_length=frames, num_labels=classes, **SIZES)
+    torch.manual_seed(0)
+    transformers.ASTForAudioClassification(config).save_pretrained(path)
+
+
+def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300) -> None:
+    """A random `transformers` GPT2LMHeadModel saved into `path` with a byte-level BPE tokenizer.json learned from
+    `texts`, as GPT-2's own folders hold one."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet,
+                                                       special_tokens=["<|endoftext|>"]))  # fmt: skip
+    Path(path).mkdir(parents=True, exist_ok=True)
+    tok.save(str(Path(path) / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=eos, eos_token_id=eos)  # fmt: skip
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(config).save_pretrained(path)

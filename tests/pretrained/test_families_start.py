@@ -1,7 +1,7 @@
 """`model.init_from` with every converter family behind one registry: a Hugging Face ViT, AST or GPT-2 directory
 starts the ViT, AST or LM recipe. The weights land in the network the recipe's data sizes: RGB patch weights are
 adapted to grey images, the images are resized to the size the weights were trained at, and a position grid of
-another clip length is resampled."""
+another clip length is resampled; audio is resampled and binned as the weights' features were."""
 
 import logging
 from pathlib import Path
@@ -31,7 +31,7 @@ def _vit(path: Path) -> Path:
 
 def _ast(path: Path) -> Path:
     config = transformers.ASTConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=96,
-                                    num_mel_bins=32, max_length=64, num_labels=5)  # fmt: skip
+                                    num_mel_bins=128, max_length=64, num_labels=5)  # fmt: skip
     torch.manual_seed(0)
     transformers.ASTForAudioClassification(config).save_pretrained(path)
     return path
@@ -87,6 +87,8 @@ def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_t
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         _, task, _ = _built("ast", source)
     net = task.net
+    assert "data.sample_rate: auto -> 16000" in caplog.text and "data.n_mels: auto -> 128" in caplog.text
+    assert (net.logmel.sample_rate, net.logmel.n_mels) == (16000, 128)  # features as the weights were trained on
     assert "resampled from 5 to" in caplog.text  # the checkpoint's 64 frames, the recipe's longer clips
     assert net.pos_embed.shape[1] != converted.state_dict["pos_embed"].shape[1]
     key = "encoder.blocks.0.attn.qkv.weight"

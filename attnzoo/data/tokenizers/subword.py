@@ -66,8 +66,16 @@ class SubwordTokenizer:
         self.name, self.kind = name, kind
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         ids = {role: self._find(names) for role, names in ALIASES.items()}
+        borrowed = [role for role in ("pad", "bos") if ids[role] is None and ids["eos"] is not None]
+        if borrowed:  # GPT-2's convention: one end-of-text token starts, ends and pads (padding is masked by position)
+            log.info("%s: no %s token; its end-of-text token %r stands in", name, " or ".join(borrowed),
+                     self.tok.id_to_token(ids["eos"]))  # fmt: skip
+            ids.update(dict.fromkeys(borrowed, ids["eos"]))
         if ids["pad"] is None:
-            raise ValueError(f"{name}: the tokenizer has no padding token (none of {list(ALIASES['pad'])}); add one")
+            raise ValueError(
+                f"{name}: the tokenizer has no padding token (none of {list(ALIASES['pad'])}) and no end-of-text "
+                f"token to pad with (none of {list(ALIASES['eos'])}); add one"
+            )
         self.pad_id: int = ids["pad"]
         self.unk_id: int | None = ids["unk"]
         self.bos_id: int | None = ids["bos"]
@@ -288,6 +296,8 @@ def encode_user_text(tok: Any, text: str) -> list[int]:
 def decode_generated(tok: Any, ids: Sequence[int]) -> str:
     """Text of generated ids: up to the first eos, bos and padding left out."""
     ids = list(ids)
+    if ids and ids[0] == tok.bos_id:  # a leading bos, also where it is the eos token (GPT-2)
+        ids = ids[1:]
     if tok.eos_id in ids:
         ids = ids[: ids.index(tok.eos_id)]
     return tok.decode(ids)

@@ -42,20 +42,28 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Absolute names of the modules `path` imports (relative imports resolved against `name`)."""
+def _import_nodes(name: str, path: Path):
+    """(module, imported names) of every import in `path`, relative imports resolved against `name`; `import a.b`
+    gives ("a.b", [])."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
+            for alias in node.names:
+                yield alias.name, []
         elif isinstance(node, ast.ImportFrom):
             base = package
             for _ in range(node.level - 1):
                 base = base.rpartition(".")[0]
             module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
-            found.add(module)
-            found |= {f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in MODULES}
+            yield module, [alias.name for alias in node.names]
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Absolute names of the modules `path` imports (relative imports resolved against `name`)."""
+    found = set()
+    for module, names in _import_nodes(name, path):
+        found.add(module)
+        found |= {f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES}
     return found
 
 
@@ -108,18 +116,10 @@ def test_the_top_of_the_package_holds_only_commands_and_config():
 def _module_edges(name: str, path: Path) -> set[str]:
     """The attnzoo modules `name` imports; `from package import module` counts as the module alone (it runs the
     package's `__init__` first, as importing any submodule does, which no cycle needs to count)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = package
-            for _ in range(node.level - 1):
-                base = base.rpartition(".")[0]
-            module = f"{base}.{node.module}" if node.level and node.module else (node.module or base)
-            submodules = {f"{module}.{alias.name}" for alias in node.names} & MODULES.keys()
-            found |= submodules if len(submodules) == len(node.names) else {module, *submodules}
+    for module, names in _import_nodes(name, path):
+        submodules = {f"{module}.{n}" for n in names} & MODULES.keys()
+        found |= submodules if names and len(submodules) == len(names) else {module, *submodules}
     return {m for m in found if m in MODULES and m != name}
 
 

@@ -69,8 +69,8 @@ class TransformerBlock(nn.Module):
         """x [B, L, C]; `key_padding_mask` bool [B, L] (True = pad); `bias` a shared precomputed bias."""
         if self.checkpoint_attention and torch.is_grad_enabled():
             a = checkpoint(self._attend, x, key_padding_mask, bias, use_reentrant=False)
-        else:
-            a = self._attend(x, key_padding_mask, bias)
+        else:  # called here, not through _attend: one frame less between the model and the kernel
+            a = self.attn(self.norm1(x), key_padding_mask=key_padding_mask, **({} if bias is None else {"bias": bias}))
         x = x + self.drop_path1(self.ls1(a))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
@@ -93,7 +93,7 @@ class PostNormBlock(TransformerBlock):
         if self.checkpoint_attention and torch.is_grad_enabled():
             a = checkpoint(self._attend, x, key_padding_mask, bias, use_reentrant=False)
         else:
-            a = self._attend(x, key_padding_mask, bias)
+            a = self.attn(x, key_padding_mask=key_padding_mask, **({} if bias is None else {"bias": bias}))
         x = self.norm1(x + self.drop_path1(self.ls1(a)))
         return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
 

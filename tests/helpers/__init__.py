@@ -18,8 +18,8 @@ QUICK = [
 ]
 # a ViT small enough that a few optimizer steps take well under a second
 TINY = ["model.embed_dim=16", "model.depth=1", "model.num_heads=2", "model.patch_size=7", "model.mlp_ratio=1.0"]
-# a tiny deterministic CPU run: 2 epochs of 4 batches, augmentation on (so random state matters on resume)
-TINY_RUN = [
+# a deterministic CPU trainer of 2 epochs of 4 batches, one thread, no test pass: for any recipe
+TINY_TRAINER = [
     "trainer.enable_progress_bar=false",
     "trainer.enable_model_summary=false",
     "trainer.accelerator=cpu",
@@ -31,15 +31,10 @@ TINY_RUN = [
     "trainer.limit_val_batches=1",
     "trainer.num_sanity_val_steps=0",
     "trainer.log_every_n_steps=1",
-    "model.embed_dim=16",
-    "model.depth=1",
-    "model.num_heads=2",
-    "model.patch_size=7",
-    "model.mlp_ratio=1.0",
-    "data.batch_size=8",
-    "data.augment=true",
     "run.test=false",
 ]
+# a tiny deterministic ViT run on that trainer, augmentation on (so random state matters on resume)
+TINY_RUN = [*TINY_TRAINER, *TINY, "data.batch_size=8", "data.augment=true"]
 
 
 def smoke_overrides(cfg: Config) -> list[str]:

@@ -8,40 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers
 from timm.models import adapt_input_conv
 
 from attnzoo import pretrained
 from attnzoo.config import load
 from attnzoo.run import build
 from tests.helpers import smoke_overrides
-from tests.helpers.hf import save_encoder
+from tests.helpers.hf import SIZES, save_ast, save_encoder, save_gpt2, save_vit
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = ["trainer.precision=32-true", "trainer.accelerator=cpu", "run.baseline=false"]
-
-
-def _vit(path: Path) -> Path:
-    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2,
-                                    num_attention_heads=3, intermediate_size=96, num_labels=4)  # fmt: skip
-    torch.manual_seed(0)
-    transformers.ViTForImageClassification(config).save_pretrained(path)
-    return path
-
-
-def _ast(path: Path) -> Path:
-    config = transformers.ASTConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=96,
-                                    num_mel_bins=128, max_length=64, num_labels=5)  # fmt: skip
-    torch.manual_seed(0)
-    transformers.ASTForAudioClassification(config).save_pretrained(path)
-    return path
-
-
-def _gpt2(path: Path) -> Path:
-    config = transformers.GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=2, n_head=4)
-    torch.manual_seed(0)
-    transformers.GPT2LMHeadModel(config).save_pretrained(path)
-    return path
+TEXTS = ["The for statement is used to iterate over the elements of a sequence."] * 20
 
 
 def _built(recipe: str, source: Path, *extra: str):
@@ -52,25 +29,24 @@ def _built(recipe: str, source: Path, *extra: str):
 
 
 def test_the_registry_finds_each_family(tmp_path):
-    kinds = {
-        "vit": pretrained.convert(_vit(tmp_path / "vit")).model_kind,
-        "ast": pretrained.convert(_ast(tmp_path / "ast")).model_kind,
-        "gpt2": pretrained.convert(_gpt2(tmp_path / "gpt2")).model_kind,
-    }
+    save_vit(tmp_path / "vit")
+    save_ast(tmp_path / "ast")
+    save_gpt2(tmp_path / "gpt2", TEXTS)
     save_encoder("bert", tmp_path / "bert")
-    kinds["bert"] = pretrained.convert(tmp_path / "bert").model_kind
+    kinds = {name: pretrained.convert(tmp_path / name).model_kind for name in ("vit", "ast", "gpt2", "bert")}
     assert kinds == {"vit": "vit", "ast": "ast", "gpt2": "lm", "bert": "text"}
     with pytest.raises(ValueError, match="timm_name='vit_tiny_patch16_224' is for timm ViT files.*read as hf_bert"):
         pretrained.convert(tmp_path / "bert", timm_name="vit_tiny_patch16_224")
 
 
 def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):
-    source = _vit(tmp_path / "vit")
+    source = tmp_path / "vit"
+    save_vit(source)
     converted = pretrained.convert(source)
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         data, task, cfg = _built("vit", source)
     net = task.net
-    assert cfg.section("data")["img_size"] == 32 and cfg.section("model")["embed_dim"] == 48  # the weights' own
+    assert cfg.section("data")["img_size"] == 32 and cfg.section("model")["embed_dim"] == SIZES["hidden_size"]
     assert "data.img_size: None -> 32" in caplog.text and "adapted from 3 to 1 input channels" in caplog.text
     rgb = converted.state_dict["patch_embed.proj.weight"]
     torch.testing.assert_close(net.patch_embed.proj.weight, adapt_input_conv(1, rgb))
@@ -82,7 +58,8 @@ def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):
 
 
 def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_time(tmp_path, caplog):
-    source = _ast(tmp_path / "ast")
+    source = tmp_path / "ast"
+    save_ast(source)
     converted = pretrained.convert(source)
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         _, task, _ = _built("ast", source)
@@ -96,9 +73,11 @@ def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_t
 
 
 def test_a_gpt2_directory_starts_the_lm_recipe(tmp_path):
-    source = _gpt2(tmp_path / "gpt2")
+    source = tmp_path / "gpt2"
+    save_gpt2(source, TEXTS)
     converted = pretrained.convert(source)
-    _, task, cfg = _built("lm", source, "data.vocab_size=300")
+    _, task, cfg = _built("lm", source)
+    assert cfg.section("data")["tokenizer"] == str(source / "tokenizer.json")  # ids as the embedding was trained
     assert (cfg.section("model")["dim"], cfg.section("model")["depth"]) == (32, 2)
     state = task.net.state_dict()
     assert task.net.started_from["new"] == []  # a language model's head is its tied embedding: all loaded

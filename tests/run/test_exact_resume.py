@@ -15,24 +15,10 @@ import torch
 from attnzoo.config import load
 from attnzoo.run import fit
 from attnzoo.run.signals import SELF_SIGNAL_ENV, Interrupted
-from tests.helpers import smoke_overrides
+from tests.helpers import TINY_TRAINER, smoke_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 AT = 5  # the signal arrives during global step 5: in the second epoch, after 1 of its 4 batches
-TINY = [
-    "trainer.enable_progress_bar=false",
-    "trainer.enable_model_summary=false",
-    "trainer.accelerator=cpu",
-    "trainer.devices=1",
-    "trainer.precision=32-true",
-    "trainer.num_threads=1",
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=4",
-    "trainer.limit_val_batches=1",
-    "trainer.num_sanity_val_steps=0",
-    "trainer.log_every_n_steps=1",
-    "run.test=false",
-]
 # per recipe: what keeps it a few seconds; dropout stays on where the recipe has it, so the random state matters
 RECIPES = {
     "text_cls": ["data.batch_size=16", "model.dim=16", "model.drop_rate=0.1"],
@@ -58,7 +44,7 @@ def _losses(run_dir: Path) -> dict[int, float]:
 )
 def test_a_run_resumed_mid_epoch_logs_the_uninterrupted_losses_to_the_bit(recipe, tmp_path, monkeypatch):
     path = ROOT / "recipes" / f"{recipe}.yaml"
-    overrides = [*smoke_overrides(load([path])), *TINY, *RECIPES[recipe]]
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES[recipe]]
     reference = _losses(fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"])))
     assert sorted(reference) == list(range(8))
 
@@ -94,7 +80,7 @@ def test_a_run_killed_after_a_step_checkpoint_resumes_with_the_uninterrupted_los
     """kill -9 in the first epoch: the resume starts from the `run.save_every_n_steps` checkpoint of step 3, one
     batch before the end of that epoch, and relogs steps 3 and 4 as the uninterrupted run logged them."""
     path = ROOT / "recipes" / f"{recipe}.yaml"
-    overrides = [*smoke_overrides(load([path])), *TINY, *RECIPES[recipe], "run.save_every_n_steps=3"]
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES[recipe], "run.save_every_n_steps=3"]
     reference = _losses(fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"])))
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

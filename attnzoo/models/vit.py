@@ -117,8 +117,8 @@ class ViT(nn.Module):
         """Loaded weights of another input: a patch embedding of other channels (RGB for grey images) adapted as timm
         does (`adapt_input_conv`), a position table of another square grid resampled to this one."""
         conv = prefix + "patch_embed.proj.weight"
-        weight, own = state_dict.get(conv), self.patch_embed.proj.weight
-        if weight is not None and weight.dim() == 4 and weight.shape[1] != own.shape[1]:
+        weight, own = state_dict.get(conv), getattr(self.patch_embed.proj, "weight", None)  # None: a conv stem
+        if weight is not None and own is not None and weight.dim() == 4 and weight.shape[1] != own.shape[1]:
             if weight.shape[0] == own.shape[0] and weight.shape[2:] == own.shape[2:]:
                 state_dict[conv] = adapt_input_conv(own.shape[1], weight)
                 log.info("%s: adapted from %d to %d input channels", conv, weight.shape[1], own.shape[1])

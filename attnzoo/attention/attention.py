@@ -17,6 +17,7 @@ from torch import nn
 
 from .backends import AUTO_ORDER, Transform, attend, check_backend_name
 from .cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
+from .patterns import Causal
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -217,8 +218,6 @@ class Attention(nn.Module):
         b, lq, _ = x.shape
         pattern = self.pattern
         if is_causal:
-            from .patterns import Causal
-
             pattern = Causal() if pattern is None else pattern & Causal()
         bias = self.bias if bias is None else bias
         if cache is None:
@@ -284,8 +283,6 @@ class Attention(nn.Module):
         """
         pattern = self.pattern
         if is_causal:
-            from .patterns import Causal
-
             pattern = Causal() if pattern is None else pattern & Causal()
         reason = self.cannot_decode(pattern)
         if reason is not None:
@@ -340,6 +337,8 @@ class Attention(nn.Module):
                 q, k = self.rotary(q, k, positions, positions)
             k, v = cache.update(k, v)  # [B, Hkv, kept + L, D]: keys at positions start + L - Lk ..
             k_start = start + lq - k.shape[2]
+        if pattern is not None and lq == 1 and type(pattern) is Causal:
+            pattern = None  # the one new token reads every key before it: no mask to build (the usual decoding step)
         if pattern is not None:
             pattern = pattern.shifted(start, k_start)
             if lq * k.shape[2] <= _SMALL_MASK and bool(pattern.dense_mask(lq, k.shape[2]).all()):

@@ -53,7 +53,7 @@ class Cache:
         yield from (t for t in (self.k, self.v, *self.state.values()) if t is not None)
 
     def nbytes(self) -> int:
-        """Bytes held by the cached tensors."""
+        """Bytes of the cached keys, values and state (a `KVCache` buffer has room for up to about twice as many)."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def __repr__(self) -> str:
@@ -63,20 +63,75 @@ class Cache:
 class KVCache(Cache):
     """Keys and values of one self-attention layer, growing by each call's tokens.
 
-    Kind-specific per-key state (e.g. DCMHA's key-wise weights) rides along in `key_state`, aligned with the keys.
+    They live in buffers [B, Hkv, capacity, D] written in place: a step copies only its own keys, and the buffers
+    grow by doubling, so appending costs O(1) copies per token on average (not a copy of the whole cache per step).
+    `k` and `v` are views of the filled part. Kind-specific per-key state (e.g. DCMHA's key-wise weights) rides
+    along in `key_state`, aligned with the keys.
     """
+
+    def __init__(self) -> None:
+        self._k: Tensor | None = None  # [B, Hkv, capacity, D]
+        self._v: Tensor | None = None
+        self._start = self._end = 0  # the filled part of the buffers: [_start, _end)
+        super().__init__()
+
+    @property
+    def k(self) -> Tensor | None:
+        return None if self._k is None else self._k[:, :, self._start : self._end]
+
+    @k.setter
+    def k(self, value: Tensor | None) -> None:  # a new set of keys (reorder): buffers exactly as large
+        self._k, self._start, self._end = value, 0, 0 if value is None else value.shape[2]
+
+    @property
+    def v(self) -> Tensor | None:
+        return None if self._v is None else self._v[:, :, self._start : self._end]
+
+    @v.setter
+    def v(self, value: Tensor | None) -> None:
+        self._v = value
+
+    def reorder(self, index: Tensor) -> None:
+        """As `Cache.reorder`, written into the same buffers when the row count stays (beam search)."""
+        if self._k is None or index.shape[0] != self._k.shape[0]:
+            return super().reorder(index)
+        for buf in (self._k, self._v):
+            buf[:, :, self._start : self._end] = buf[:, :, self._start : self._end].index_select(0, index)
+        self.state = {name: t.index_select(0, index) for name, t in self.state.items()}
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this call's keys and values [B, Hkv, L, D]; returns every key and value the call reads."""
-        if self.k is not None and (self.k.shape[:2], self.k.shape[3]) != (k.shape[:2], k.shape[3]):
+        if self._k is not None and (self._k.shape[:2], self._k.shape[3]) != (k.shape[:2], k.shape[3]):
             raise ValueError(
                 f"KV cache holds keys [B, Hkv, T, D] = {list(self.k.shape)}; got new keys {list(k.shape)} "
                 "(a cache belongs to one layer and one batch: make a new one with new_cache())"
             )
-        k_all = k if self.k is None else torch.cat([self.k, k], dim=2)  # [B, Hkv, T + L, D]
-        v_all = v if self.v is None else torch.cat([self.v, v], dim=2)
-        self.k, self.v = self._keep(k_all, dim=2), self._keep(v_all, dim=2)
+        self._reserve(k.shape[2], like=(k, v))
+        end = self._end + k.shape[2]
+        self._k[:, :, self._end : end] = k
+        self._v[:, :, self._end : end] = v
+        k_all, v_all = self._k[:, :, self._start : end], self._v[:, :, self._start : end]  # [B, Hkv, T + L, D]
+        self._end = end
+        self._start = end - self._kept(end - self._start)
         return k_all, v_all
+
+    def _reserve(self, n: int, like: tuple[Tensor, Tensor]) -> None:
+        """Room for n more keys after `_end`: the filled part moves to the front, into larger buffers if needed."""
+        held = self._end - self._start
+        if self._k is not None and self._end + n <= self._k.shape[2]:
+            return
+        capacity = max(2 * (held + n), 16)
+        if self._k is not None and held + n <= self._k.shape[2] // 2:  # large enough: move to the front only
+            capacity = self._k.shape[2]
+        buffers = []
+        for old, new in zip((self._k, self._v), like, strict=True):
+            shape = (*new.shape[:2], capacity, new.shape[3])
+            buf = new.new_empty(shape)
+            if old is not None and held:
+                buf[:, :, :held] = old[:, :, self._start : self._end]
+            buffers.append(buf)
+        self._k, self._v = buffers
+        self._start, self._end = 0, held
 
     def key_state(self, name: str, make: Callable[[], Tensor]) -> Tensor:
         """Per-key state [B, L, ...] of this call's new keys (`make()`), appended to what is kept under `name`
@@ -84,11 +139,13 @@ class KVCache(Cache):
         new = make()
         old = self.state.get(name)
         full = new if old is None else torch.cat([old, new], dim=1)
-        self.state[name] = self._keep(full, dim=1)
+        keep = self._kept(full.shape[1])
+        self.state[name] = full if keep == full.shape[1] else full[:, full.shape[1] - keep :].clone()
         return full
 
-    def _keep(self, x: Tensor, dim: int) -> Tensor:
-        return x
+    def _kept(self, n: int) -> int:
+        """Of n keys, how many the cache keeps for the next call."""
+        return n
 
 
 class SlidingWindowKVCache(KVCache):
@@ -102,11 +159,8 @@ class SlidingWindowKVCache(KVCache):
             raise ValueError(f"SlidingWindowKVCache window must be an int >= 1, got {window!r}")
         self.window = window
 
-    def _keep(self, x: Tensor, dim: int) -> Tensor:
-        keep = self.window - 1
-        if x.shape[dim] <= keep:
-            return x
-        return x.narrow(dim, x.shape[dim] - keep, keep).clone()  # a copy: the rest is freed
+    def _kept(self, n: int) -> int:
+        return min(n, self.window - 1)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(window={self.window}, offset={self.offset}, keys={self.length})"

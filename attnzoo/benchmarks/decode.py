@@ -3,15 +3,19 @@
 Run: python -m attnzoo.bench decode   (a decoder-only model: 4 layers, width 256, 4 heads of 64, vocabulary 1,000;
 greedy decoding of 512 tokens from a 1-token prompt, batch 1, fp32, CPU, 1 thread; --quick: 64 tokens)
 
-Timing rows: MHA through the cache (full, and a causal sliding window of 64), GQA (1 key/value head) and MLA
-(latent attention, decoding in the latent space) through the cache, against MHA recomputing the whole prefix at
-every step; cached and recomputed runs must produce the same tokens (MHA and MLA). Memory rows: bytes held by the
-cache (`DecodingCache.nbytes()`, keys and values of every layer; for MLA its latent and rotary key) after 128,
-256 and 512 tokens, for MHA, GQA with 2 and 1 key/value heads, the sliding window and MLA.
+Timing rows (also: the same GPT-2 weights decoded by Hugging Face `generate` and by attnzoo, batch 1 and 8,
+when `transformers` is installed): MHA through the cache (full, and a causal sliding window of 64), GQA (1
+key/value head) and MLA (latent attention, decoding in the latent space) through the cache, against MHA
+recomputing the whole prefix at every step; cached and recomputed runs must produce the same tokens (MHA and MLA).
+Memory rows: bytes held by the cache (`DecodingCache.nbytes()`, keys and values of every layer; for MLA its latent
+and rotary key) after 128, 256 and 512 tokens, for MHA, GQA with 2 and 1 key/value heads, the sliding window and MLA.
 """
 
 import statistics
+import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -53,6 +57,40 @@ def _cpu_timed(fn, samples: list):
         return out
 
     return timed
+
+
+def hf_steps(tokens: int, batch: int) -> dict[str, Callable[[], Any]] | None:
+    """{name: greedy decoding of `tokens` tokens at `batch`}: Hugging Face GPT-2's `generate` and attnzoo's cached
+    greedy decoding of the same weights (a random GPT2LMHeadModel of the decoder's shape, converted by
+    `attnzoo.pretrained.hf_gpt2`); None without `transformers`."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    from attnzoo.pretrained import load
+
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=tokens + 1, n_embd=DIM, n_layer=DEPTH,
+                                     n_head=HEADS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     bos_token_id=None, eos_token_id=None)  # fmt: skip  # no early end
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    hf.generation_config.pad_token_id = 0
+    with tempfile.TemporaryDirectory() as folder:
+        hf.save_pretrained(folder)
+        ours = load(folder).eval()
+    prompt = torch.ones(batch, 1, dtype=torch.long)
+    mask = torch.ones_like(prompt)
+
+    def theirs():
+        with torch.no_grad():
+            return hf.generate(prompt, attention_mask=mask, max_new_tokens=tokens, do_sample=False, num_beams=1)
+
+    return {
+        f"GPT-2 shape, attnzoo cached greedy, batch {batch}": lambda: greedy(
+            ours, prompt=prompt, max_new_tokens=tokens, use_cache=True
+        ),
+        f"GPT-2 shape, Hugging Face generate, batch {batch}": theirs,
+    }
 
 
 def cache_bytes(attention: dict, tokens: int) -> int:
@@ -101,6 +139,21 @@ def run(args):
         }
         for name in timed
     ]
+    for batch in (1, 8):  # the same GPT-2 weights through attnzoo and through Hugging Face, side by side
+        pair = hf_steps(tokens, batch)
+        if pair is None:
+            break
+        pair_times = time_side_by_side(pair, repeats=2 if args.quick else min(args.repeats, 3), warmup=1)
+        (ours, theirs) = pair
+        for name in pair:
+            rows.append({
+                "measure": "time vs Hugging Face",
+                "variant": name,
+                "tokens": tokens * batch,
+                "seconds": pair_times[name],
+                "tokens/s": tokens * batch / pair_times[name],
+                "speedup vs Hugging Face": pair_times[theirs] / pair_times[name],
+            })  # fmt: skip
     lengths = (16, 32, 64) if args.quick else (128, 256, 512)
     for name, attention in VARIANTS.items():
         for n in lengths:
@@ -124,7 +177,10 @@ def run(args):
             "and recomputed decoding produced the same tokens (MHA, MLA). `bytes/token`: bytes "
             "the KV cache holds (keys and values of every layer) divided by the tokens decoded: constant (O(length) "
             f"memory) for a full cache, falling as 1/length for the window of {WINDOW} keys (O(W) memory). MLA "
-            f"keeps {KV_RANK} + {ROPE_DIM} numbers per token and layer (2 x {DIM} for MHA)."
+            f"keeps {KV_RANK} + {ROPE_DIM} numbers per token and layer (2 x {DIM} for MHA). `time vs Hugging Face`: "
+            "one random GPT-2 of this shape (learned positions, tanh GELU), decoded greedily by `transformers`' "
+            "`generate` and, converted by `attnzoo.pretrained`, by attnzoo's cached `greedy`, at batch 1 and 8 "
+            "(tokens: generated in all rows)."
         ),
     )
     return rows

@@ -216,6 +216,36 @@ def test_sliding_window_cache_memory_stays_bounded():
     assert type(full) is KVCache
 
 
+def test_a_step_writes_into_the_buffers_it_has_and_they_grow_by_doubling():
+    cache, allocations = KVCache(), []
+    for step in range(40):
+        k = torch.full((2, 1, 1, 4), float(step))
+        keys, values = cache.update(k, -k)
+        allocations.append(cache._k.data_ptr())
+        assert keys.shape[2] == step + 1 and torch.equal(keys[0, 0, :, 0], torch.arange(step + 1.0))
+        torch.testing.assert_close(values, -keys)
+    assert len(set(allocations)) <= 3  # 16, 34, 70 slots: 40 steps, 3 buffers (not a copy of the cache per step)
+    window = SlidingWindowKVCache(window=4)
+    for step in range(100):
+        keys, _ = window.update(torch.full((1, 1, 1, 2), float(step)), torch.zeros(1, 1, 1, 2))
+    assert keys[0, 0, :, 0].tolist() == [96.0, 97.0, 98.0, 99.0] and window.k[0, 0, :, 0].tolist() == [97, 98, 99]
+    assert window._k.shape[2] == 16  # O(window): the kept keys move to the front of the same-size buffer
+
+
+def test_reorder_in_place_keeps_decoding_exact():
+    layer = _layer(pattern="causal")
+    x = torch.randn(3, 6, DIM)
+    with torch.no_grad():
+        cache = layer.new_cache()
+        layer(x[:, :4], cache=cache)
+        buffer = cache._k.data_ptr()
+        cache.reorder(torch.tensor([1, 0, 0]))
+        assert cache._k.data_ptr() == buffer  # same rows: written into the same buffer
+        steps = [layer(x[[1, 0, 0], i : i + 1], cache=cache) for i in (4, 5)]
+        ref = layer(x[[1, 0, 0]])[:, 4:]
+    torch.testing.assert_close(torch.cat(steps, dim=1), ref, atol=1e-5, rtol=1e-5)
+
+
 def test_dcmha_keeps_its_key_state_in_a_sliding_window():
     layer = _layer("dcmha", pattern={"kind": "sliding_window", "window": 2, "causal": True})
     x = torch.randn(2, 12, DIM)

@@ -202,8 +202,11 @@ def _timm_shape(name: str, given: str) -> tuple[int, int, int]:
             f"timm_name {given!r} is not a supported timm ViT: expected a timm VisionTransformer architecture "
             "(e.g. vit_tiny_patch16_224, vit_small_patch16_224, vit_medium_patch16_gap_256)"
         )
-    with torch.device("meta"):
-        model = timm.create_model(name, pretrained=False)
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False)
+    except Exception as err:  # noqa: BLE001 (a registered model that cannot be built here is refused, not a crash)
+        raise ValueError(f"timm_name {given!r}: timm could not build it ({type(err).__name__}: {err})") from None
     if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"timm_name {given!r} is not a supported timm ViT: timm builds it as {type(model).__name__}, "

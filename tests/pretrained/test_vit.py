@@ -122,6 +122,22 @@ def test_timm_small_avg_pool_hub_directory(tmp_path):
         torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
 
 
+def test_timm_name_gives_the_head_count_of_a_width_outside_the_classic_sizes(tmp_path):
+    name = "vit_medium_patch16_gap_256"  # width 512, 8 heads; here with a class token
+    theirs = _timm(name, class_token=True, global_pool="token")
+    file = tmp_path / "medium.safetensors"
+    save_file(theirs.state_dict(), file)
+    with pytest.raises(ValueError, match="cannot tell the timm ViT of width 512.*pass its timm_name"):
+        vit_family.convert(file)
+    c = vit_family.convert(file, timm_name=f"{name}.sw_in12k")
+    assert c.options["num_heads"] == 8 and c.source.startswith(f"{name} (timm)")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():  # 8 heads of 64 channels: another head count would give other outputs
+        torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="timm_name 'resnet50' is not a supported timm ViT: timm builds it as ResNet"):
+        vit_family.convert(file, timm_name="resnet50")
+
+
 def test_timm_at_another_image_size_resamples_positions(tmp_path):
     theirs = _timm()
     file = tmp_path / "vit.pth"

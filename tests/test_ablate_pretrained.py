@@ -1,6 +1,7 @@
 """`attnzoo.ablate` over a pretrained start: the shipped grid that converts a pretrained text encoder to a sliding
 window, BigBird and ALiBi plans its runs from a BERT folder (`--dry-run`), and each of its variants builds from that
-folder with every checkpoint tensor loaded (ALiBi in place of positions drops only the position table)."""
+folder with every checkpoint tensor loaded (ALiBi in place of positions drops only the position table); so does each
+variant of the ViT grid from a ViT folder."""
 
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from attnzoo.config import load
 from attnzoo.run import build
 from attnzoo.tasks import TASKS
 from tests.helpers import smoke_overrides
-from tests.helpers.hf import save_encoder
+from tests.helpers.hf import save_encoder, save_vit
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "text_cls.yaml"
@@ -67,3 +68,20 @@ def test_every_variant_starts_from_every_tensor_of_the_checkpoint(bert):
             with torch.no_grad():
                 logits[label] = task.net.eval()(**TASKS[cfg.section("task")["kind"]].net_inputs(batch))
     torch.testing.assert_close(logits["window32"], logits["full"], atol=1e-5, rtol=0)
+
+
+def test_every_variant_of_the_vit_grid_starts_from_a_vit_folder(tmp_path):
+    source = tmp_path / "vit"
+    save_vit(source)
+    recipe = ROOT / "recipes" / "vit.yaml"
+    smoke = [o for o in smoke_overrides(load([recipe])) if not o.startswith("model.depth")]
+    kinds = set()
+    for variant in load_grid(ROOT / "configs" / "ablations" / "pretrained_vit.yaml").variants():
+        if variant.seed != 0:
+            continue
+        _, task, cfg = build(load([recipe], [*smoke, *PINNED, f"model.init_from={source}", *variant.overrides]))
+        started = task.net.started_from
+        heads = ["head.weight", "head.bias"]  # MNIST has 10 classes, the checkpoint 4
+        assert started["new"] == heads and started["dropped"] == heads, (variant.id, started)
+        kinds.add(type(task.net.encoder.blocks[0].attn.pattern).__name__)
+    assert kinds == {"NoneType", "SlidingWindow", "BigBird"}

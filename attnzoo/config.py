@@ -18,6 +18,7 @@ the machine.) A `Config` is read-only: the run's resolved config is a new one (`
 from __future__ import annotations
 
 import inspect
+import logging
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .util.names import suggest
 
+log = logging.getLogger("attnzoo")
 SECTIONS = ("seed", "data", "model", "task", "trainer", "run", "smoke")
 # attnzoo options in the `trainer:` section (not lightning.Trainer arguments)
 TRAINER_EXTRAS: dict[str, Any] = {
@@ -40,6 +42,11 @@ TRAINER_EXTRAS: dict[str, Any] = {
 # attnzoo options in the `model:` section of every model kind (not builder arguments; attnzoo.run.start)
 MODEL_EXTRAS: dict[str, Any] = {
     "init_from": str | None,  # start from these weights: an attnzoo run directory or .ckpt, or a pretrained model
+    "timm_name": str | None,  # the timm architecture of a timm ViT file in init_from (it tells the head count)
+}
+# older model keys read as their replacement: {(model kind, key): (new key, note for the log)}
+RENAMED_MODEL_KEYS = {
+    ("vit", "pretrained"): ("init_from", "and model.timm_name=<timm architecture> when its width is not a classic one"),
 }
 # lightning.Trainer arguments that attnzoo sets itself
 TRAINER_RESERVED = ("logger", "callbacks", "default_root_dir", "plugins", "profiler", "model_registry")
@@ -134,9 +141,34 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as err:
             raise ConfigError(f"override {item!r}: {err}") from err
-    cfg = Config(merged, origins)
+    cfg = Config(*_renamed(merged, origins))
     validate(cfg)
     return cfg
+
+
+def _renamed(tree: DictConfig, origins: dict[str, str]) -> tuple[DictConfig, dict[str, str]]:
+    """`tree` with the older model keys of `RENAMED_MODEL_KEYS` moved to their new names (a deprecation warning each;
+    ConfigError when both are set)."""
+    model = tree.get("model")
+    if not isinstance(model, DictConfig):
+        return tree, origins
+    for (kind, old), (new, note) in RENAMED_MODEL_KEYS.items():
+        if model.get("kind") != kind or old not in model:
+            continue
+        where = origins.get(f"model.{old}", "defaults")
+        if model.get(new) is not None and model.get(old) is not None:
+            raise ConfigError(
+                f"model.{old} (set in {where}) and model.{new} (set in {origins.get(f'model.{new}', 'defaults')}) "
+                f"both name the weights to start from: model.{old} is deprecated, keep model.{new} only"
+            )
+        value = model.get(old)
+        log.warning("model.%s (set in %s) is deprecated: use model.%s=<file> (%s)", old, where, new, note)
+        if value is not None:
+            tree = OmegaConf.merge(tree, {"model": {new: value}})
+            origins = {k: v for k, v in origins.items() if k != f"model.{new}"}
+        tree.model.pop(old)
+        origins = {(f"model.{new}" if k == f"model.{old}" else k): v for k, v in origins.items()}
+    return tree, origins
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -299,6 +331,12 @@ def validate(cfg: Config) -> None:
         options = {k: v for k, v in cfg.section(section).items() if k != "kind" and f"{section}.{k}" not in auto}
         schema = {**_schema(target, drop), **(MODEL_EXTRAS if section == "model" else {})}
         check_options(cfg, section, options, schema, f" for {section}.kind {cfg.section(section)['kind']!r}")
+    timm_name = cfg.section("model").get("timm_name")
+    if timm_name is not None and not cfg.section("model").get("init_from"):
+        raise ConfigError(
+            f"model.timm_name: {timm_name!r} (set in {cfg.where('model.timm_name')}) names the architecture of a timm "
+            "ViT checkpoint, and no model.init_from names one: set model.init_from=<file> too, or drop model.timm_name"
+        )
     check_model_sizes(cfg, MODELS[cfg.section("model")["kind"]])
     _check_parts(cfg, auto)
     _check_kind_values(cfg, auto)

@@ -255,6 +255,7 @@ def test_an_own_data_command_runs_verbatim_and_tests(where, command, tmp_path, m
 def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_path, monkeypatch):
     """The section's commands, in order, on small files: the first writes the run the second starts from, and a
     small random BERT stands at the folder the others name (as `hf download` would leave it); then its Python."""
+    from attnzoo.ablation.grid import load_grid
     from attnzoo.attention.patterns import SlidingWindow
     from tests.helpers.hf import save_ast, save_encoder, save_gpt2, save_vit
 
@@ -263,6 +264,7 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
     assert len(commands) >= 3 and any("--run-dir" in c for c in commands), commands
     monkeypatch.chdir(tmp_path)
     shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")  # the ablation grids
     make_files("text_cls", _overrides(commands[0]))
     folders = {_overrides(c)["model.init_from"] for c in commands if "model.init_from" in _overrides(c)}
     for folder in folders:  # a small random model of the family the name says, where `hf download` leaves it
@@ -286,6 +288,13 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
         proc = subprocess.run([sys.executable, *args[1:], *quick], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         assert proc.returncode == 0, f"README.md: {command}\n{proc.stderr[-3000:]}"
+        if "attnzoo.ablate" in command:  # a dry run: every run of the grid planned, each from the start it names
+            grid = load_grid(args[args.index("--grid") + 1])
+            planned = proc.stdout.splitlines()
+            assert [line.split()[0] for line in planned] == [v.id for v in grid.variants()], proc.stdout
+            start = _overrides(command)["model.init_from"]
+            assert all(f"model.init_from={start}" in line for line in planned), proc.stdout
+            continue
         run_dir = Path(re.search(r"attnzoo: run directory (\S+)", proc.stderr).group(1))
         summary = json.loads((tmp_path / run_dir / "summary.json").read_text())
         assert summary["finished"], summary

@@ -2,8 +2,9 @@
 
 Notation: B batch, C width, N patches (grid gh x gw), P prefix tokens (class token).
 Parameter names follow timm (`patch_embed`, `cls_token`, `pos_embed`, `fc_norm`, `head`) except that the
-blocks and final norm live in `encoder` (`encoder.blocks.N.*`, `encoder.norm.*`); `load_timm_state_dict`
-maps timm's `blocks.N.*` / `norm.*` onto them, so a timm checkpoint on disk fine-tunes with any attnzoo attention.
+blocks and final norm live in `encoder` (`encoder.blocks.N.*`, `encoder.norm.*`); `timm_to_attnzoo` maps timm's
+`blocks.N.*` / `norm.*` onto them, so a timm checkpoint on disk fine-tunes with any attnzoo attention
+(`model.init_from`, `attnzoo.pretrained.vit`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import inspect
 import logging
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -167,71 +167,10 @@ def timm_to_attnzoo(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def load_timm_state_dict(model: ViT, state: dict[str, Tensor], *, source: str = "state dict") -> None:
-    """Load a timm ViT state dict into `model`, adapting what fine-tuning changes.
-
-    A different image size resamples `pos_embed`; a different number of input channels adapts the patch
-    projection (timm's `adapt_input_conv`); a head of a different size is left at its initialization. Each
-    adaptation is logged; any other mismatch raises ValueError naming the keys.
-    """
-    from timm.models._manipulate import adapt_input_conv
-
-    state = timm_to_attnzoo(state)
-    own = model.state_dict()
-    if "pos_embed" in state and model.pos_embed is not None and state["pos_embed"].shape != own["pos_embed"].shape:
-        old = state["pos_embed"]
-        state["pos_embed"] = resample_abs_pos_embed(
-            old, new_size=list(model.grid_size), num_prefix_tokens=model.num_prefix_tokens
-        )
-        log.info("%s: pos_embed resampled %s -> %s", source, tuple(old.shape), tuple(state["pos_embed"].shape))
-    key = "patch_embed.proj.weight"
-    if key in state and state[key].shape[1] != own[key].shape[1]:
-        in_chans = own[key].shape[1]
-        state[key] = adapt_input_conv(in_chans, state[key], base_chans=state[key].shape[1])
-        log.info("%s: patch projection adapted to %d input channels", source, in_chans)
-    for key in ("head.weight", "head.bias"):
-        if key in state and (key not in own or state[key].shape != own[key].shape):
-            log.info("%s: %s %s does not fit this head; keeping a new one", source, key, tuple(state[key].shape))
-            del state[key]
-    missing = sorted(set(own) - set(state) - {"head.weight", "head.bias"})
-    unexpected = sorted(set(state) - set(own))
-    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
-    if missing or unexpected or wrong:
-        raise ValueError(
-            f"{source} does not fit this ViT: missing {missing[:8]}, unexpected {unexpected[:8]}, "
-            f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in wrong[:8]]}"
-        )
-    model.load_state_dict(state, strict=False)
+def vit(**kwargs: Any) -> ViT:
+    """Build a `ViT` (keyword arguments as `ViT`). To start from a timm or Hugging Face checkpoint, configure
+    `model.init_from` (in Python: `attnzoo.pretrained.load(path, **overrides)`)."""
+    return ViT(**kwargs)
 
 
-def read_state_dict(path: str | Path) -> dict[str, Tensor]:
-    """A state dict from a file: a bare state dict, or a dict holding one under "state_dict" or "model"."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ValueError(f"model.pretrained: checkpoint file {str(path)!r} does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 (a damaged or foreign file fails in many ways; each gets this message)
-        first = (str(err).strip().splitlines() or [""])[0][:200]
-        raise ValueError(
-            f"model.pretrained: {str(path)!r} is not a readable PyTorch file ({type(err).__name__}: {first})"
-        ) from None
-    for key in ("state_dict", "model"):
-        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
-            obj = obj[key]
-    if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise ValueError(f"model.pretrained: {str(path)!r} holds no state dict of tensors")
-    return obj
-
-
-def vit(*, pretrained: str | None = None, **kwargs: Any) -> ViT:
-    """Build a `ViT` (keyword arguments as `ViT`); `pretrained` is a timm ViT checkpoint file to start from."""
-    model = ViT(**kwargs)
-    if pretrained:
-        load_timm_state_dict(model, read_state_dict(pretrained), source=str(pretrained))
-    return model
-
-
-# the config validates `model:` keys against this: `pretrained` plus every `ViT` argument
-_own, _vit = inspect.signature(vit, eval_str=True), inspect.signature(ViT, eval_str=True)
-vit.__signature__ = _own.replace(parameters=[_own.parameters["pretrained"], *_vit.parameters.values()])
+vit.__signature__ = inspect.signature(ViT, eval_str=True)  # the config validates `model:` keys against this

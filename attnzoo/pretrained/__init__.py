@@ -18,12 +18,13 @@ from typing import Any
 
 from torch import nn
 
-from .converted import Converted
+from .converted import Converted, read_weights
 
 log = logging.getLogger("attnzoo")
 
 # family modules of attnzoo.pretrained, asked in this order (attnzoo's own runs first: a run directory is no HF dir)
 FAMILIES = ("run_dir", "hf_bert", "hf_gpt2", "hf_ast", "vit")
+WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")  # weights files a family may read on their own
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "bert-base-uncased", "google/vit-base-patch16-224"
 
 
@@ -62,9 +63,12 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
             if name != "vit":
                 raise ValueError(f"timm_name={timm_name!r} is for timm ViT files, but {text!r} is read as {name}")
             return module.convert(path, timm_name=timm_name)
+    if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
+        read_weights(path)  # a damaged or foreign file is named as unreadable, with the reason
     raise ValueError(
         f"{text!r} is no checkpoint attnzoo can read: expected an attnzoo run directory or .ckpt file, or a Hugging "
-        f"Face model directory (config.json + weights) of a supported family ({', '.join(found)})"
+        f"Face model directory (config.json + weights) or timm ViT .safetensors/.pth file of a supported family "
+        f"({', '.join(found)})"
     )
 
 

@@ -83,6 +83,7 @@ def convert(path: str | Path) -> Converted:
     model = dict(run_config(path).get("model") or {})
     kind = str(model.pop("kind", ""))
     model.pop("init_from", None)
+    model.pop("timm_name", None)
     run = run_of(path)
     tokenizer = run / "tokenizer.json" if run is not None and (run / "tokenizer.json").is_file() else None
     return Converted(kind, model, net, tokenizer, f"attnzoo run {ckpt}")

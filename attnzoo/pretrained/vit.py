@@ -4,9 +4,11 @@ names the `architecture`).
 
 timm keys map with `attnzoo.models.vit.timm_to_attnzoo`. The architecture's hyper-parameters are read from the
 tensors' shapes (width, depth, patch size, image size, MLP ratio, head, pooling); only the number of heads is not in
-the shapes: it comes from the timm name (`vit_{tiny,small,base,large}_patch{P}_{S}`), given or inferred from the
-width. Hugging Face ViT uses LayerNorm eps 1e-12 (timm: 1e-6) and separate q/k/v projections, fused here into `qkv`.
-A `ViTModel`'s pooler (dense + tanh on the class token) has no attnzoo counterpart and is dropped (logged).
+the shapes: it comes from the timm name, given (any timm `VisionTransformer`, e.g. `vit_medium_patch16_gap_256`; read
+from timm's registry, built on the meta device: nothing is downloaded or allocated) or inferred from the width of the
+classic sizes (192 tiny, 384 small, 768 base, 1024 large). Hugging Face ViT uses LayerNorm eps 1e-12 (timm: 1e-6)
+and separate q/k/v projections, fused here into `qkv`. A `ViTModel`'s pooler (dense + tanh on the class token) has
+no attnzoo counterpart and is dropped (logged).
 Loading into a model of another image size resamples `pos_embed` (`ViT` does it on load).
 """
 
@@ -26,9 +28,9 @@ from .family import check_consumed, check_fits, config_value, hf_model_type, hf_
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 MODEL_KIND = "vit"
-# timm size name -> (width, heads)
+# timm size name -> (width, heads): the widths a head count is inferred from when no timm name is given
 TIMM_SIZES = {"tiny": (192, 3), "small": (384, 6), "base": (768, 12), "large": (1024, 16)}
-TIMM_NAME = re.compile(r"vit_(tiny|small|base|large)_patch(\d+)_(\d+)")
+TIMM_NAME = re.compile(r"[a-z0-9_]+")  # a timm registry name (a pretrained tag after a dot is ignored)
 FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
 
 
@@ -53,7 +55,8 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
         path: a Hugging Face ViT directory, a timm hub directory, or a timm checkpoint file.
         timm_name: the timm architecture of a timm checkpoint (e.g. "vit_small_patch16_224"; a pretrained tag after
             a dot is ignored); default: the hub directory's `architecture`, else inferred from the width
-            (192 tiny, 384 small, 768 base, 1024 large). Not for Hugging Face directories.
+            (192 tiny, 384 small, 768 base, 1024 large; any other width needs the name). Not for Hugging Face
+            directories.
     """
     path = Path(path)
     if path.is_dir() and hf_model_type(path) == "vit":
@@ -174,23 +177,42 @@ def _heads(timm_name: str | None, width: int, patch: int, file: str) -> tuple[in
         if width not in by_width:
             raise ValueError(
                 f"{file}: cannot tell the timm ViT of width {width} (known widths: "
-                f"{ {w: f'vit_{s}' for w, (s, _) in by_width.items()} }); pass its timm_name"
+                f"{ {w: f'vit_{s}' for w, (s, _) in by_width.items()} }); pass its timm_name (the timm architecture "
+                "it was trained as, e.g. vit_medium_patch16_gap_256 for width 512: it gives the head count)"
             )
         size, heads = by_width[width]
         return heads, f"vit_{size}_patch{patch} (inferred from the width)"
-    found = TIMM_NAME.match(timm_name)
-    if found is None:
+    name = timm_name.split(".", 1)[0]
+    want_width, want_patch, heads = _timm_shape(name, timm_name)
+    if (want_width, want_patch) != (width, patch):
         raise ValueError(
-            f"timm_name {timm_name!r} is not a supported timm ViT: vit_{{tiny,small,base,large}}_patch{{P}}_{{S}}"
+            f"{file} does not hold a {name}: its patch embedding is width {width}, patch {patch} "
+            f"(a {name} has width {want_width}, patch {want_patch})"
         )
-    size, name_patch = found.group(1), int(found.group(2))
-    want, heads = TIMM_SIZES[size]
-    if (want, name_patch) != (width, patch):
+    return heads, name
+
+
+def _timm_shape(name: str, given: str) -> tuple[int, int, int]:
+    """(width, patch size, heads) of the timm ViT architecture `name`, built on the meta device (no weights)."""
+    import timm
+    from timm.models.vision_transformer import VisionTransformer
+
+    if not (TIMM_NAME.fullmatch(name) and timm.is_model(name)):
         raise ValueError(
-            f"{file} does not hold a {timm_name}: its patch embedding is width {width}, patch {patch} "
-            f"(a {timm_name} has width {want}, patch {name_patch})"
+            f"timm_name {given!r} is not a supported timm ViT: expected a timm VisionTransformer architecture "
+            "(e.g. vit_tiny_patch16_224, vit_small_patch16_224, vit_medium_patch16_gap_256)"
         )
-    return heads, timm_name
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False)
+    except Exception as err:  # noqa: BLE001 (a registered model that cannot be built here is refused, not a crash)
+        raise ValueError(f"timm_name {given!r}: timm could not build it ({type(err).__name__}: {err})") from None
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(
+            f"timm_name {given!r} is not a supported timm ViT: timm builds it as {type(model).__name__}, "
+            "not a VisionTransformer"
+        )
+    return int(model.embed_dim), int(model.patch_embed.patch_size[0]), int(model.blocks[0].attn.num_heads)
 
 
 def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, path: Path) -> Converted:

@@ -1,7 +1,8 @@
 """`model.init_from`: a run that starts from pretrained weights instead of random ones.
 
 `read_start` converts the checkpoint before any data is read (`attnzoo.pretrained.convert`): an attnzoo run
-directory (its best checkpoint) or `.ckpt` file, or a pretrained model directory of a supported family. What the
+directory (its best checkpoint) or `.ckpt` file, or a pretrained model directory or timm ViT file of a supported
+family (`model.timm_name` names a timm file's architecture where its tensors do not tell the head count). What the
 weights need from the rest of the config comes back as values `build` applies: the checkpoint's tokenizer as
 `data.tokenizer` (ids must match the embedding), and, for a converted model, the architecture (`model.dim`,
 `model.depth`, ...), which replaces the recipe's values unless the command line set them. An attnzoo run gives no
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import COMMAND_LINE, Config, ConfigError
+from ..config import COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError
 
 log = logging.getLogger("attnzoo")
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
@@ -46,10 +47,17 @@ def read_start(cfg: Config) -> Start | None:
     if not given:
         return None
     where = cfg.where("model.init_from")
+    timm_name = cfg.section("model").get("timm_name")
     try:
-        converted = pretrained.convert(given)
+        converted = pretrained.convert(given, timm_name=timm_name)
     except ValueError as err:
-        raise ConfigError(f"model.init_from: {err} (set in {where})") from None
+        if timm_name is not None and timm_name.split(".", 1)[0] in str(err):  # the name does not fit, or is no ViT's
+            raise ConfigError(
+                f"model.timm_name: {err} (model.timm_name set in {cfg.where('model.timm_name')}, model.init_from in "
+                f"{where})"
+            ) from None
+        hint = "; in a config: model.timm_name=<timm architecture>" if "pass its timm_name" in str(err) else ""
+        raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
     kind = cfg.section("model")["kind"]
     if converted.model_kind and converted.model_kind != kind:
         raise ConfigError(
@@ -166,7 +174,7 @@ def _differences(start: Start, cfg: Config) -> str:
     if start.own_run is None:
         return ""
     before = dict(start.converted.options)
-    now = {k: v for k, v in cfg.section("model").items() if k not in ("kind", "init_from")}
+    now = {k: v for k, v in cfg.section("model").items() if k not in ("kind", *MODEL_EXTRAS)}
     before["data.tokenizer"] = (run_dir.run_config(start.given).get("data") or {}).get("tokenizer")
     now["data.tokenizer"] = cfg.section("data").get("tokenizer")
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and k != "num_classes")

@@ -246,8 +246,8 @@ def test_data_sizes_that_failed_deep_in_a_loader_are_refused_by_name(make, match
 
 
 def test_a_pretrained_file_that_is_not_a_checkpoint_is_named(tmp_path):
-    from attnzoo.models.vit import read_state_dict
+    from attnzoo.pretrained import convert
 
     (tmp_path / "vit.pth").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match=r"model.pretrained: '.*vit.pth' is not a readable PyTorch file"):
-        read_state_dict(tmp_path / "vit.pth")
+    with pytest.raises(ValueError, match=r"'.*vit.pth' is not a readable checkpoint \(UnpicklingError"):
+        convert(tmp_path / "vit.pth")

@@ -10,9 +10,10 @@ import transformers
 from safetensors.torch import save_file
 from timm.layers import resample_abs_pos_embed
 
+from attnzoo import pretrained
 from attnzoo.models import MODELS
-from attnzoo.models.vit import load_timm_state_dict
 from attnzoo.pretrained import vit as vit_family
+from attnzoo.pretrained.transfer import transfer
 
 
 def _randomize(model):
@@ -121,6 +122,22 @@ def test_timm_small_avg_pool_hub_directory(tmp_path):
         torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
 
 
+def test_timm_name_gives_the_head_count_of_a_width_outside_the_classic_sizes(tmp_path):
+    name = "vit_medium_patch16_gap_256"  # width 512, 8 heads; here with a class token
+    theirs = _timm(name, class_token=True, global_pool="token")
+    file = tmp_path / "medium.safetensors"
+    save_file(theirs.state_dict(), file)
+    with pytest.raises(ValueError, match="cannot tell the timm ViT of width 512.*pass its timm_name"):
+        vit_family.convert(file)
+    c = vit_family.convert(file, timm_name=f"{name}.sw_in12k")
+    assert c.options["num_heads"] == 8 and c.source.startswith(f"{name} (timm)")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():  # 8 heads of 64 channels: another head count would give other outputs
+        torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="timm_name 'resnet50' is not a supported timm ViT: timm builds it as ResNet"):
+        vit_family.convert(file, timm_name="resnet50")
+
+
 def test_timm_at_another_image_size_resamples_positions(tmp_path):
     theirs = _timm()
     file = tmp_path / "vit.pth"
@@ -130,9 +147,9 @@ def test_timm_at_another_image_size_resamples_positions(tmp_path):
     model.load_state_dict(c.state_dict)  # strict: pos_embed resampled on load
     want = resample_abs_pos_embed(theirs.pos_embed, new_size=[4, 4], old_size=[2, 2], num_prefix_tokens=1)
     torch.testing.assert_close(model.pos_embed, want)
-    # the fine-tuning loader reads a converted state dict as well: other channels and another head
+    # into a model of other channels and another head: the patch projection is adapted, the head starts new
     other = MODELS["vit"](**{**c.options, "in_chans": 1, "num_classes": 3})
-    load_timm_state_dict(other, c.state_dict, source=c.source)
+    assert transfer(other, c.state_dict, source=c.source).new == ["head.weight", "head.bias"]
     torch.testing.assert_close(other.encoder.blocks[1].attn.qkv.weight, theirs.blocks[1].attn.qkv.weight)
 
 
@@ -167,3 +184,61 @@ def test_attention_that_starts_equal_reproduces_hf(tmp_path, attention):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(x), hf(x).logits, atol=1e-5, rtol=0)
+
+
+# --- a timm file through attnzoo.pretrained.load (what the ViT builder's older `pretrained=` argument did) ---------
+
+
+@pytest.fixture(scope="module")
+def timm_checkpoint(tmp_path_factory):
+    """A randomly initialized timm vit_tiny_patch16_224 saved to a file (no download)."""
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
+    path = tmp_path_factory.mktemp("timm") / "vit_tiny.pth"
+    torch.save(model.state_dict(), path)
+    return model, path
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_timm_checkpoint_gives_timm_logits(timm_checkpoint, backend):
+    theirs, path = timm_checkpoint
+    ours = pretrained.load(path, attention={"backend": backend}).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(image=x), theirs(x), atol=1e-4, rtol=0)
+
+
+def test_fine_tuning_adapts_size_channels_and_head(timm_checkpoint, caplog):
+    theirs, path = timm_checkpoint
+    with caplog.at_level("INFO", logger="attnzoo"):
+        ours = pretrained.load(path, img_size=64, in_chans=1, num_classes=7)
+    assert "pos_embed: resampled from a 14x14 patch grid" in caplog.text
+    assert "adapted from 3 to 1 input channels" in caplog.text and "2 new (head.weight, head.bias)" in caplog.text
+    assert ours.pos_embed.shape == (1, 1 + 16, 192) and ours(torch.randn(2, 1, 64, 64)).shape == (2, 7)
+    torch.testing.assert_close(ours.cls_token, theirs.cls_token)
+    torch.testing.assert_close(ours.encoder.blocks[3].attn.qkv.weight, theirs.blocks[3].attn.qkv.weight)
+    # the class token's position is kept; patch positions are resampled from the 14x14 grid
+    torch.testing.assert_close(ours.pos_embed[:, 0], theirs.pos_embed[:, 0])
+
+
+def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
+    other = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2)
+    path = tmp_path / "other.pth"
+    torch.save(other.state_dict(), path)
+    with pytest.raises(ValueError, match=r"other.pth does not fit this model: it has no tensor 'encoder\.blocks\.2\."):
+        pretrained.load(path, depth=12)
+    with pytest.raises(ValueError, match="does not exist"):
+        pretrained.load(tmp_path / "none.pth")
+
+
+@pytest.mark.parametrize("global_pool", ["token", "avg"])
+def test_timm_parity_for_both_poolings(global_pool, tmp_path):
+    kwargs = dict(img_size=32, patch_size=8, depth=2, global_pool=global_pool)
+    theirs = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=5, **kwargs).eval()
+    path = tmp_path / "small.pth"
+    torch.save(theirs.state_dict(), path)
+    ours = pretrained.load(path).eval()
+    assert ours.global_pool == global_pool
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=0)

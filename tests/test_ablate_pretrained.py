@@ -1,0 +1,87 @@
+"""`attnzoo.ablate` over a pretrained start: the shipped grid that converts a pretrained text encoder to a sliding
+window, BigBird and ALiBi plans its runs from a BERT folder (`--dry-run`), and each of its variants builds from that
+folder with every checkpoint tensor loaded (ALiBi in place of positions drops only the position table); so does each
+variant of the ViT grid from a ViT folder."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnzoo.ablation.grid import load_grid
+from attnzoo.config import load
+from attnzoo.run import build
+from attnzoo.tasks import TASKS
+from tests.helpers import smoke_overrides
+from tests.helpers.hf import save_encoder, save_vit
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = ROOT / "recipes" / "text_cls.yaml"
+GRID = ROOT / "configs" / "ablations" / "pretrained_text.yaml"
+PINNED = ["trainer.precision=32-true", "trainer.accelerator=cpu", "run.baseline=false"]
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory) -> Path:
+    """A small random BERT folder with its tokenizer.json (as `hf download` leaves one)."""
+    path = tmp_path_factory.mktemp("models") / "bert"
+    save_encoder("bert", path)
+    return path
+
+
+def test_the_dry_run_plans_every_variant_from_the_pretrained_folder(bert, tmp_path, capsys):
+    from attnzoo.ablate import main
+
+    out = tmp_path / "out"
+    argv = ["--config", str(RECIPE), f"model.init_from={bert}", "--grid", str(GRID), "--out", str(out), "--dry-run"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    grid = load_grid(GRID)
+    assert [line.split()[0] for line in lines] == [v.id for v in grid.variants()]
+    assert len(lines) == 5 * 2 and all("[missing]" in line and f"model.init_from={bert}" in line for line in lines)
+    assert {v.values["attention"] for v in grid.variants()} == {"full", "window32", "bigbird", "alibi", "alibi_only"}
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_every_variant_starts_from_every_tensor_of_the_checkpoint(bert):
+    smoke = [o for o in smoke_overrides(load([RECIPE])) if o.startswith("data.")]
+    logits = {}
+    for variant in load_grid(GRID).variants():
+        if variant.seed != 0:
+            continue
+        _, task, cfg = build(load([RECIPE], [*smoke, *PINNED, f"model.init_from={bert}", *variant.overrides]))
+        started = task.net.started_from
+        assert started["loaded"] > 0 and started["new"] == ["head.weight", "head.bias"], (variant.id, started)
+        label = variant.values["attention"]
+        attention = cfg.section("model")["attention"]  # the variant's attention over the checkpoint's
+        want = {"window32": "sliding_window", "bigbird": "bigbird"}.get(label)
+        pattern = attention.get("pattern")
+        assert (pattern.get("kind") if isinstance(pattern, dict) else None) == want and attention.get("bias") == (
+            "alibi" if label.startswith("alibi") else None), (variant.id, attention)  # fmt: skip
+        positions = [k for k in started["dropped"] if "pos" in k]
+        assert started["dropped"] == (positions if label == "alibi_only" else []), (variant.id, started["dropped"])
+        assert (len(positions) == 1) == (label == "alibi_only")
+        if label in ("full", "window32"):  # the folder's 24 positions: a window of +-32 tokens sees every key
+            torch.manual_seed(0)
+            task.net.head.reset_parameters()
+            batch = {"tokens": torch.randint(5, 60, (2, 24))}
+            with torch.no_grad():
+                logits[label] = task.net.eval()(**TASKS[cfg.section("task")["kind"]].net_inputs(batch))
+    torch.testing.assert_close(logits["window32"], logits["full"], atol=1e-5, rtol=0)
+
+
+def test_every_variant_of_the_vit_grid_starts_from_a_vit_folder(tmp_path):
+    source = tmp_path / "vit"
+    save_vit(source)
+    recipe = ROOT / "recipes" / "vit.yaml"
+    smoke = [o for o in smoke_overrides(load([recipe])) if not o.startswith("model.depth")]
+    kinds = set()
+    for variant in load_grid(ROOT / "configs" / "ablations" / "pretrained_vit.yaml").variants():
+        if variant.seed != 0:
+            continue
+        _, task, cfg = build(load([recipe], [*smoke, *PINNED, f"model.init_from={source}", *variant.overrides]))
+        started = task.net.started_from
+        heads = ["head.weight", "head.bias"]  # MNIST has 10 classes, the checkpoint 4
+        assert started["new"] == heads and started["dropped"] == heads, (variant.id, started)
+        kinds.add(type(task.net.encoder.blocks[0].attn.pattern).__name__)
+    assert kinds == {"NoneType", "SlidingWindow", "BigBird"}

@@ -101,7 +101,7 @@ def main() -> None:
         "# The text-image recipe on JSONL questions with PNG images",
         "",
         f"Hardware: {result['hardware']}, torch {result['torch']}, Python {result['python']}. "
-        f"Command: `python -m {result['command']}`.",
+        f"Command: `python {result['command']}`.",
         "",
         "| train questions | image size | epochs | test acc | baseline test acc | training (s) | whole run (s) | "
         "baseline (s) |",

@@ -117,7 +117,7 @@ def resolve(
     from ..models import MODELS
     from ..tasks import TASKS
 
-    values = {**chosen, **_proposals(cfg, data), **fixed}
+    values = {**chosen, **_proposals(cfg, data, fixed), **fixed}
     inputs = data.model_inputs()
     tree = OmegaConf.to_container(cfg.tree, resolve=True)
     for key, value in values.items():
@@ -179,17 +179,18 @@ def _auto_precision(cfg: Config) -> dict[str, Any]:
     return {"trainer.precision": value}
 
 
-def _proposals(cfg: Config, data: Any) -> dict[str, Any]:
+def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[str, Any]:  # noqa: B006 (read only)
     """What the data proposes and the config takes: its own `data.*` choices and a value for each key the config
-    sets to `auto` among its `AUTO_KEYS`, each logged. A key it does not declare is a bug in the DataModule."""
-    wanted = set(auto_keys(cfg))
+    sets to `auto` among its `AUTO_KEYS`, each logged; keys in `fixed` (what pretrained weights need) are neither
+    taken nor logged. A key it does not declare is a bug in the DataModule."""
+    wanted = set(auto_keys(cfg)) - set(fixed)
     proposed = data.auto_values()
     undeclared = sorted(k for k in proposed if not k.startswith("data.") and k not in data.AUTO_KEYS)
     if undeclared:
         raise TypeError(f"{type(data).__name__}.auto_values() proposes {undeclared}, which are not in its AUTO_KEYS")
     taken = {}
     for key, (value, why) in proposed.items():
-        if key.startswith("data.") or key in wanted:
+        if (key.startswith("data.") and key not in fixed) or key in wanted:
             log.info("%s: auto -> %s (%s)", key, value, why)
             taken[key] = value
     missing = sorted(wanted - set(proposed))

@@ -44,6 +44,8 @@ FIXED = {
     "normalize_embedding": True,
     "static_position_embeddings": False,
     "add_bias_logits": False,
+    "do_blenderbot_90_layernorm": False,
+    "extra_pos_embeddings": OFFSET,
 }
 
 

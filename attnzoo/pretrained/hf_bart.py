@@ -23,6 +23,7 @@ Notation: C width, V vocabulary, P position rows.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -30,6 +31,7 @@ import torch
 from .converted import Converted, read_hf_config, read_weights
 from .family import check_consumed, check_fits, config_value, hf_model_type, refuse, take, tokenizer_file, weights_name
 
+log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 MODEL_KIND = "seq2seq"
 PARTS = ("weight", "bias")
@@ -157,4 +159,10 @@ def convert(path: str | Path) -> Converted:
         out["head.weight"] = take({"lm_head.weight": head}, "lm_head.weight", (v, c), file)
     check_consumed(state, file)
     check_fits(MODEL_KIND, options, out, file)
-    return Converted(MODEL_KIND, options, out, tokenizer_file(path), f"bart (Hugging Face) {path}")
+    tokenizer = tokenizer_file(path)
+    if tokenizer is None:
+        log.warning(
+            "%s has no tokenizer.json: a run would tokenize with ids the embedding was not trained on (write it where "
+            "the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))", path
+        )  # fmt: skip
+    return Converted(MODEL_KIND, options, out, tokenizer, f"bart (Hugging Face) {path}")

@@ -3,6 +3,7 @@ hidden states and decoder logits within 1e-5 in fp32, with padded sources; greed
 translation recipe starts from it, and checkpoints that do not fit say which file and tensor."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def test_greedy_generation_equals_hf_generate(tmp_path):
     hf = save_bart(tmp_path, TEXTS, std=0.1, tie_word_embeddings=False)  # random tied models repeat their input token
     _, model = _converted(tmp_path)
     src, mask, padding = _source(hf.config.vocab_size)
-    with torch.no_grad():
+    with torch.no_grad():  # </s> made likelier in both: rows end at different steps (one runs to the limit)
+        hf.final_logits_bias[0, EOS] += 1.0
+        model.logits_bias[EOS] += 1.0
         want = hf.generate(input_ids=src, attention_mask=mask, decoder_start_token_id=BOS, max_new_tokens=10,
                            do_sample=False, num_beams=1, no_repeat_ngram_size=0, repetition_penalty=1.0,
                            forced_bos_token_id=None, forced_eos_token_id=None, min_length=0, eos_token_id=EOS,
@@ -68,6 +71,8 @@ def test_greedy_generation_equals_hf_generate(tmp_path):
     got = greedy(model, src=src, src_padding_mask=padding, bos_id=BOS, eos_id=EOS, pad_id=PAD, max_new_tokens=10)
     assert torch.equal(got, want[:, : got.shape[1]]) and (want[:, got.shape[1] :] == PAD).all()
     assert len(set(got.flatten().tolist())) > 3  # real sequences, not one token repeated
+    ended = [(row == EOS).nonzero()[0].item() if (row == EOS).any() else None for row in got]
+    assert None in ended and len(set(ended)) == 3, got  # rows end at different steps, and one never
 
 
 def test_untied_head_and_a_bart_model_without_one(tmp_path):
@@ -97,6 +102,14 @@ def test_the_conversion_brings_the_tokenizer_and_the_registry_finds_it(tmp_path)
     assert (c.options["norm"], c.options["scale_embeddings"], c.options["pad_id"]) == ("post", False, PAD)
     table = c.state_dict["tgt_positions.pos_embed.table"]
     assert table.shape == (1, 80, 32)  # rows 2 .. 82 of BART's table of 82
+
+
+def test_a_folder_without_tokenizer_json_converts_and_says_what_is_missing(tmp_path, caplog):
+    save_bart(tmp_path, TEXTS)
+    (tmp_path / "tokenizer.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        assert hf_bart.convert(tmp_path).tokenizer is None
+    assert "has no tokenizer.json" in caplog.text and "save_pretrained(dir)" in caplog.text
 
 
 def test_wrong_checkpoints_name_file_and_tensor(tmp_path):

@@ -257,7 +257,7 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
     small random BERT stands at the folder the others name (as `hf download` would leave it); then its Python."""
     from attnzoo.ablation.grid import load_grid
     from attnzoo.attention.patterns import SlidingWindow
-    from tests.helpers.hf import save_ast, save_encoder, save_gpt2, save_vit
+    from tests.helpers.hf import save_ast, save_bart, save_encoder, save_gpt2, save_vit
 
     section = _section(PRETRAINED)
     commands = _bash_commands(section)
@@ -278,6 +278,8 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
             save_ast(Path(folder))
         elif "gpt2" in folder:
             save_gpt2(Path(folder), ["The for statement is used to iterate over the elements of a sequence."] * 20)
+        elif "bart" in folder:
+            save_bart(Path(folder), ["The meeting is on Monday, 3 March.", "Das Treffen ist am Montag, 3. März."] * 10)
         else:
             raise AssertionError(f"README.md names {folder}, of a family this test does not make")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

@@ -4,7 +4,7 @@ the decoder."""
 from timm.layers import Mlp, SwiGLU
 
 from .block import CrossAttentionBlock, PostNormBlock, TransformerBlock
-from .decoder import Decoder, DecoderBlock, make_decoder
+from .decoder import Decoder, DecoderBlock, PostNormDecoderBlock, make_decoder
 from .encoder import Encoder
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Encoder",
     "Mlp",
     "PostNormBlock",
+    "PostNormDecoderBlock",
     "SwiGLU",
     "TransformerBlock",
     "make_decoder",

@@ -119,6 +119,50 @@ class DecoderBlock(nn.Module):
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
 
+class PostNormDecoderBlock(DecoderBlock):
+    """Post-norm decoder block (the original Transformer, BART): norm1(x + attn(x)), then
+    norm_cross(x + cross_attn(x, memory)), then norm2(x + mlp(x)).
+
+    Same arguments and parameter names as `DecoderBlock`; only where the norms sit differs.
+    """
+
+    def _self_attend(self, x: Tensor, bias: Any | None, cache: BlockCache | None) -> Tensor:
+        kwargs = {}
+        if bias is not None:
+            kwargs["bias"] = bias
+        if cache is not None:
+            kwargs["cache"] = cache.self_attn
+        return self.attn(x, **kwargs)
+
+    def _cross_attend(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, cache: BlockCache | None) -> Tensor:
+        kwargs = {"key_padding_mask": mask}
+        if cache is not None:
+            kwargs["cache"] = cache.cross_attn
+        return self.cross_attn(x, memory, **kwargs)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        bias: Any | None = None,
+        cache: BlockCache | None = None,
+    ) -> Tensor:
+        """As `DecoderBlock.forward`."""
+        recompute = self.checkpoint_attention and cache is None and torch.is_grad_enabled()
+
+        def run(fn: Callable[..., Tensor], *args: Any) -> Tensor:
+            return checkpoint(fn, *args, use_reentrant=False) if recompute else fn(*args)
+
+        x = self.norm1(x + self.drop_path1(self.ls1(run(self._self_attend, x, bias, cache))))
+        if self.cross_attn is not None:
+            if memory is None and (cache is None or cache.cross_attn.k is None):
+                raise ValueError("this DecoderBlock has cross-attention: pass memory (the encoder output)")
+            a = run(self._cross_attend, x, memory, memory_padding_mask, cache)
+            x = self.norm_cross(x + self.drop_path_cross(self.ls_cross(a)))
+        return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
+
+
 class Decoder(Encoder):
     """Runs `DecoderBlock`s in order; `norm` at the end. Activation checkpointing as `Encoder`
     (`set_grad_checkpointing`), for calls without a cache.
@@ -226,8 +270,10 @@ def make_decoder(
     act_layer=nn.GELU,
     what: str = "model.attention",
     layer_shape: Mapping[str, Any] | None = None,
+    post_norm: bool = False,
 ) -> Decoder:
-    """A pre-norm `Decoder` of `depth` `DecoderBlock`s with attention from attention configs.
+    """A pre-norm `Decoder` of `depth` `DecoderBlock`s with attention from attention configs (post-norm
+    `PostNormDecoderBlock`s with `post_norm`, as BART; those have no final norm: `final_norm` is ignored).
 
     Args:
         attention: the self-attention config (`attnzoo.attention.factory.attention_builder`); its pattern is made
@@ -249,8 +295,9 @@ def make_decoder(
     make_self = attention_builder(causal_attention(attention), what, **(layer_shape or {}))
     make_cross = attention_builder(cross_attention, "model.cross_attention", **(layer_shape or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # cpu: also under torch.device("meta")
+    block = PostNormDecoderBlock if post_norm else DecoderBlock
     blocks = [
-        DecoderBlock(
+        block(
             dim=dim,
             attn=causal(make_self(dim, num_heads, layer_index=index)),
             cross_attn=None if make_cross is None else make_cross(dim, num_heads, layer_index=index, context_dim=dim),
@@ -261,4 +308,4 @@ def make_decoder(
         )
         for index, rate in enumerate(rates)
     ]
-    return Decoder(blocks, norm=norm_layer(dim) if final_norm else None)
+    return Decoder(blocks, norm=norm_layer(dim) if final_norm and not post_norm else None)

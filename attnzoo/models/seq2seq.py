@@ -5,13 +5,18 @@ The generation protocol (`attnzoo.generation`): `encode(src, src_padding_mask)`,
 `decode_step(tokens, memory, memory_padding_mask, cache)`.
 Rotary embeddings and relative biases are attention parts: set them in the attention configs
 (`attention: {rotary: rope}` or `{bias: t5}`, usually with `position: none`).
+
+The options `norm`, `scale_embeddings`, `embed_norm`, `decoder_positions` and `logits_bias` describe BART-style
+models (post-norm blocks, unscaled embeddings with a LayerNorm over them, a position table per stack, a fixed bias on
+the logits), so converted checkpoints (`attnzoo.pretrained.hf_bart`) run on attnzoo's attention; their defaults
+build the pre-norm model.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -27,19 +32,35 @@ from ..layers.encoder import make_encoder
 Tensor = torch.Tensor
 
 
+def _positioned(x: Tensor, pos_embed: nn.Module | None, norm: nn.Module | None, offset: int) -> Tensor:
+    """x [B, L, C] plus absolute positions from `offset`, then the embedding norm (either may be None)."""
+    if pos_embed is not None:
+        x = pos_embed(x, offset=offset)
+    return x if norm is None else norm(x)
+
+
 class TokenEmbedding(nn.Module):
-    """Token embedding scaled by sqrt(C), plus absolute positions from `offset`, then dropout; `logits` reads the
-    same table when tied (Press & Wolf, 2017).
+    """Token embedding scaled by sqrt(C), plus absolute positions from `offset`, an optional LayerNorm, then dropout;
+    `logits` reads the same table when tied (Press & Wolf, 2017).
 
     Args:
         vocab_size, dim, pad_id: V, C and the padding token (its row starts at zero).
         position: a `POSITIONS` spec ("sinusoidal", "learned", "none", or a mapping with options).
         max_len: positions a learned table holds.
         drop_rate: dropout after the sum.
+        embed_norm: a LayerNorm over the sum, before dropout (BART's `layernorm_embedding`).
     """
 
     def __init__(
-        self, *, vocab_size: int, dim: int, pad_id: int, position: str | dict[str, Any], max_len: int, drop_rate: float
+        self,
+        *,
+        vocab_size: int,
+        dim: int,
+        pad_id: int,
+        position: str | dict[str, Any],
+        max_len: int,
+        drop_rate: float,
+        embed_norm: bool = False,
     ) -> None:
         super().__init__()
         if not 0 <= pad_id < vocab_size:
@@ -51,17 +72,33 @@ class TokenEmbedding(nn.Module):
             self.embed.weight[pad_id].zero_()
         self.pos_embed = build(position, POSITIONS, "model.position", dim=dim, max_len=max_len)  # None for "none"
         self.drop = nn.Dropout(drop_rate)
+        self.norm = nn.LayerNorm(dim) if embed_norm else None  # created only when asked: the default init stays
 
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
-        """tokens [B, L] at positions offset .. offset + L - 1 -> [B, L, C]."""
+    def forward(self, tokens: Tensor, offset: int = 0, positions: Positions | None = None) -> Tensor:
+        """tokens [B, L] at positions offset .. offset + L - 1 -> [B, L, C]; `positions` replaces this module's
+        positions and norm (a decoder with its own, `Seq2Seq(decoder_positions=True)`)."""
         x = self.embed(tokens) * self.scale
-        if self.pos_embed is not None:
-            x = self.pos_embed(x, offset=offset)
-        return self.drop(x)
+        if positions is not None:
+            return self.drop(positions(x, offset))
+        return self.drop(_positioned(x, self.pos_embed, self.norm, offset))
 
     def logits(self, x: Tensor) -> Tensor:
         """[B, L, C] -> [B, L, V] through the embedding table."""
         return F.linear(x, self.embed.weight)
+
+
+class Positions(nn.Module):
+    """Absolute positions and an optional LayerNorm over the sum, as `TokenEmbedding` adds them: the decoder's own
+    where they are not the encoder's (BART learns a position table and an embedding norm per stack)."""
+
+    def __init__(self, *, dim: int, position: str | dict[str, Any], max_len: int, embed_norm: bool = False) -> None:
+        super().__init__()
+        self.pos_embed = build(position, POSITIONS, "model.position", dim=dim, max_len=max_len)  # None for "none"
+        self.norm = nn.LayerNorm(dim) if embed_norm else None
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x [B, L, C] at positions offset .. offset + L - 1 -> [B, L, C]."""
+        return _positioned(x, self.pos_embed, self.norm, offset)
 
 
 def check_tokens(tokens: Tensor, what: str, max_len: int, offset: int = 0) -> None:
@@ -72,7 +109,7 @@ def check_tokens(tokens: Tensor, what: str, max_len: int, offset: int = 0) -> No
 
 
 class Seq2Seq(nn.Module):
-    """Pre-norm transformer encoder-decoder (Vaswani et al., 2017) with a shared source/target vocabulary.
+    """Transformer encoder-decoder (Vaswani et al., 2017; pre-norm by default) with a shared source/target vocabulary.
 
     Args:
         vocab_size, pad_id: from the tokenizer.
@@ -86,6 +123,13 @@ class Seq2Seq(nn.Module):
         cross_attention: the cross-attention config (default: multi-head attention).
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
+        norm: "pre" (x + f(norm(x)), and a final norm per stack) or "post" (norm(x + f(x)), no final norm: BART).
+        scale_embeddings: multiply token embeddings by sqrt(C); BART does not.
+        embed_norm: a LayerNorm over embeddings plus positions, before dropout (BART's `layernorm_embedding`).
+        decoder_positions: the decoder has its own position table (and embedding norm), as BART; default: it reads
+            the encoder's.
+        logits_bias: a fixed bias [V] added to the logits, loaded from a checkpoint (BART's `final_logits_bias`, a
+            buffer there too: it does not train).
     """
 
     @classmethod
@@ -113,16 +157,32 @@ class Seq2Seq(nn.Module):
         tie_embeddings: bool = True,
         drop_rate: float = 0.1,
         drop_path_rate: float = 0.0,
+        norm: Literal["pre", "post"] = "pre",
+        scale_embeddings: bool = True,
+        embed_norm: bool = False,
+        decoder_positions: bool = False,
+        logits_bias: bool = False,
     ) -> None:
         super().__init__()
+        if norm not in ("pre", "post"):
+            raise ValueError(f"model.norm: unknown {norm!r}; valid: ['pre', 'post']")
         self.pad_id, self.max_len = pad_id, max_len
         self.embed = TokenEmbedding(
-            vocab_size=vocab_size, dim=dim, pad_id=pad_id, position=position, max_len=max_len, drop_rate=drop_rate
+            vocab_size=vocab_size,
+            dim=dim,
+            pad_id=pad_id,
+            position=position,
+            max_len=max_len,
+            drop_rate=drop_rate,
+            embed_norm=embed_norm,
         )
+        if not scale_embeddings:
+            self.embed.scale = 1.0
         common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio, drop_path_rate=drop_path_rate)
         shape = layer_shape(max_len=max_len)  # seq_len (linformer's longest key sequence) from max_len
+        post = norm == "post"
         self.encoder = make_encoder(
-            depth=encoder_depth, attention=attention, proj_drop=drop_rate, layer_shape=shape, **common
+            depth=encoder_depth, attention=attention, proj_drop=drop_rate, layer_shape=shape, post_norm=post, **common
         )
         self.decoder = make_decoder(
             depth=decoder_depth,
@@ -131,9 +191,15 @@ class Seq2Seq(nn.Module):
             proj_drop=drop_rate,
             what="model.attention" if decoder_attention is None else "model.decoder_attention",
             layer_shape=shape,
+            post_norm=post,
             **common,
         )
         self.head = None if tie_embeddings else nn.Linear(dim, vocab_size, bias=False)
+        # BART's parts, created only when asked for (the default model's parameters and their init stay as they were)
+        self.tgt_positions = (
+            Positions(dim=dim, position=position, max_len=max_len, embed_norm=embed_norm) if decoder_positions else None
+        )
+        self.register_buffer("logits_bias", torch.zeros(vocab_size) if logits_bias else None)  # None: not in the state
 
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
         """Activation checkpointing of both stacks (`Encoder.set_grad_checkpointing`)."""
@@ -162,8 +228,10 @@ class Seq2Seq(nn.Module):
         next L tokens (their positions continue at `cache.offset`)."""
         offset = 0 if cache is None else cache.offset
         check_tokens(tokens, "target tokens", self.max_len, offset)
-        x = self.decoder(self.embed(tokens, offset), memory, memory_padding_mask, cache=cache)  # [B, L, C]
-        return self.embed.logits(x) if self.head is None else self.head(x)
+        x = self.embed(tokens, offset, self.tgt_positions)
+        x = self.decoder(x, memory, memory_padding_mask, cache=cache)  # [B, L, C]
+        logits = self.embed.logits(x) if self.head is None else self.head(x)  # [B, L, V]
+        return logits if self.logits_bias is None else logits + self.logits_bias
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         """Teacher forcing: src [B, S], decoder input tgt_in [B, T] (BOS, then the target but its last token)

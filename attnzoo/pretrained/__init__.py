@@ -23,7 +23,7 @@ from .converted import Converted, read_weights
 log = logging.getLogger("attnzoo")
 
 # family modules of attnzoo.pretrained, asked in this order (attnzoo's own runs first: a run directory is no HF dir)
-FAMILIES = ("run_dir", "hf_bert", "hf_gpt2", "hf_ast", "vit")
+FAMILIES = ("run_dir", "hf_bert", "hf_gpt2", "hf_bart", "hf_ast", "vit")
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")  # weights files a family may read on their own
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "bert-base-uncased", "google/vit-base-patch16-224"
 

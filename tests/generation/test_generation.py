@@ -94,6 +94,24 @@ def test_seq2seq_cached_greedy_equals_recomputation(position, pattern, kv, preci
     assert len(set(cached.flatten().tolist())) > 1  # not a constant: the comparison has something to compare
 
 
+def test_post_norm_seq2seq_with_decoder_positions_decodes_over_the_cache():
+    """BART's layout (`attnzoo.pretrained.hf_bart`): post-norm blocks, a position table and embedding norm per
+    stack, a logits bias."""
+    bart = dict(norm="post", scale_embeddings=False, embed_norm=True, decoder_positions=True, logits_bias=True)
+    model = seq2seq("learned", None, **bart)
+    src, pad = sources()
+    with torch.no_grad():
+        model.logits_bias.normal_(0.0, 0.1)
+        kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=12)
+        cached = greedy(model, **kw)
+        assert torch.equal(cached, greedy(model, **kw, use_cache=False))
+        tokens = torch.randint(3, VOCAB, (3, 14), generator=torch.Generator().manual_seed(3))
+        memory = model.encode(src, pad)
+        full = model.decode_step(tokens, memory, pad)
+        torch.testing.assert_close(stepwise_logits(model, tokens, memory, pad), full, atol=1e-5, rtol=1e-5)
+    assert len(set(cached.flatten().tolist())) > 1
+
+
 @pytest.mark.parametrize("position, pattern, kv, precision", [c for c in CASES if c.values[2] == 2])
 def test_lm_cached_greedy_equals_recomputation(position, pattern, kv, precision):
     pos, attention = _config(position, pattern, kv)

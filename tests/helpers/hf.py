@@ -94,3 +94,42 @@ def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300) -> None:
                                      bos_token_id=eos, eos_token_id=eos)  # fmt: skip
     torch.manual_seed(0)
     transformers.GPT2LMHeadModel(config).save_pretrained(path)
+
+
+BART_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0..4, as BART's own tokenizer has them
+
+
+def save_bart(
+    path: Path, texts: list[str], *, vocab_size: int = 300, max_positions: int = 80, std: float = 0.3, **config
+):
+    """A random `transformers` BartForConditionalGeneration (eval mode) saved into `path` with a byte-level BPE
+    tokenizer.json learned from `texts`, as BART's own folders hold one. Every tensor is drawn with `std` around its
+    usual value, so that a misplaced one shows (LayerNorm scales around 1, a nonzero final_logits_bias); `config`
+    overrides BartConfig."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet,
+                                                       special_tokens=BART_SPECIALS))  # fmt: skip
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    Path(path).mkdir(parents=True, exist_ok=True)
+    tok.save(str(Path(path) / "tokenizer.json"))
+    sizes = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                 encoder_ffn_dim=64, decoder_ffn_dim=64)  # fmt: skip
+    ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+    cfg = transformers.BartConfig(vocab_size=tok.get_vocab_size(), max_position_embeddings=max_positions,
+                                  **{**sizes, **ids, **config})  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if "norm" in name and name.endswith("weight") else 0.0, std)
+        model.final_logits_bias.normal_(0.0, std)
+        for stack in (model.model.encoder, model.model.decoder):  # untied (transformers 5 unties these too): the same
+            stack.embed_tokens.weight.copy_(model.model.shared.weight)
+    model.save_pretrained(path)
+    return model

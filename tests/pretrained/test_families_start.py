@@ -1,7 +1,7 @@
-"""`model.init_from` with every converter family behind one registry: a Hugging Face ViT, AST or GPT-2 directory
-starts the ViT, AST or LM recipe. The weights land in the network the recipe's data sizes: RGB patch weights are
-adapted to grey images, the images are resized to the size the weights were trained at, and a position grid of
-another clip length is resampled; audio is resampled and binned as the weights' features were."""
+"""`model.init_from` with every converter family behind one registry: a Hugging Face ViT, AST, GPT-2 or BART
+directory starts the ViT, AST, LM or translation recipe. The weights land in the network the recipe's data sizes: RGB
+patch weights are adapted to grey images, the images are resized to the size the weights were trained at, and a
+position grid of another clip length is resampled; audio is resampled and binned as the weights' features were."""
 
 import logging
 from pathlib import Path
@@ -14,7 +14,7 @@ from attnzoo import pretrained
 from attnzoo.config import load
 from attnzoo.run import build
 from tests.helpers import smoke_overrides
-from tests.helpers.hf import SIZES, save_ast, save_encoder, save_gpt2, save_vit
+from tests.helpers.hf import SIZES, save_ast, save_bart, save_encoder, save_gpt2, save_vit
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = ["trainer.precision=32-true", "trainer.accelerator=cpu", "run.baseline=false"]
@@ -23,7 +23,8 @@ TEXTS = ["The for statement is used to iterate over the elements of a sequence."
 
 def _built(recipe: str, source: Path, *extra: str):
     cfg = load([ROOT / "recipes" / f"{recipe}.yaml"])
-    overrides = [o for o in smoke_overrides(cfg) if not o.startswith(("model.depth", "model.dim"))]
+    sizes = ("model.depth", "model.dim", "model.encoder_depth", "model.decoder_depth")  # the checkpoint's
+    overrides = [o for o in smoke_overrides(cfg) if not o.startswith(sizes)]
     return build(load([ROOT / "recipes" / f"{recipe}.yaml"], [*overrides, *PINNED, f"model.init_from={source}",
                                                                 *extra]))  # fmt: skip
 
@@ -33,8 +34,10 @@ def test_the_registry_finds_each_family(tmp_path):
     save_ast(tmp_path / "ast")
     save_gpt2(tmp_path / "gpt2", TEXTS)
     save_encoder("bert", tmp_path / "bert")
-    kinds = {name: pretrained.convert(tmp_path / name).model_kind for name in ("vit", "ast", "gpt2", "bert")}
-    assert kinds == {"vit": "vit", "ast": "ast", "gpt2": "lm", "bert": "text"}
+    save_bart(tmp_path / "bart", TEXTS)
+    names = ("vit", "ast", "gpt2", "bert", "bart")
+    kinds = {name: pretrained.convert(tmp_path / name).model_kind for name in names}
+    assert kinds == {"vit": "vit", "ast": "ast", "gpt2": "lm", "bert": "text", "bart": "seq2seq"}
     with pytest.raises(ValueError, match="timm_name='vit_tiny_patch16_224' is for timm ViT files.*read as hf_bert"):
         pretrained.convert(tmp_path / "bert", timm_name="vit_tiny_patch16_224")
 
@@ -86,3 +89,22 @@ def test_a_gpt2_directory_starts_the_lm_recipe(tmp_path):
     max_len = cfg.section("model")["max_len"]  # the recipe's context, cut from GPT-2's 64 positions
     table = converted.state_dict["embed.pos_embed.table"]
     torch.testing.assert_close(state["embed.pos_embed.table"], table[:, :max_len])
+
+
+def test_a_bart_directory_starts_the_translation_recipe(tmp_path):
+    source = tmp_path / "bart"
+    save_bart(source, TEXTS)
+    converted = pretrained.convert(source)
+    _, task, cfg = _built("translation", source)
+    model = cfg.section("model")
+    assert cfg.section("data")["tokenizer"] == str(source / "tokenizer.json")  # ids as the embedding was trained
+    assert (model["dim"], model["encoder_depth"], model["decoder_depth"], model["norm"]) == (32, 2, 2, "post")
+    state = task.net.state_dict()
+    assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
+    loaded = ("embed.embed.weight", "logits_bias", "decoder.blocks.1.cross_attn.kv.weight", "tgt_positions.norm.bias")
+    for key in loaded:
+        torch.testing.assert_close(state[key], converted.state_dict[key])
+    max_len = task.net.max_len  # the recipe's data.max_len, shorter than BART's 80 positions: each table is cut
+    assert max_len < 80
+    for key in ("embed.pos_embed.table", "tgt_positions.pos_embed.table"):
+        torch.testing.assert_close(state[key], converted.state_dict[key][:, :max_len])

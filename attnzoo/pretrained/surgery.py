@@ -46,7 +46,7 @@ def check_projections(net: nn.Module, state: Mapping[str, torch.Tensor], source:
         theirs = [k[len(prefix) :] for k in state if k.startswith(prefix) and k[len(prefix) :].startswith(PROJECTIONS)]
         absent = [k for k in mine if prefix + k not in state]
         if absent and theirs:
-            mine, theirs = (", ".join(dict.fromkeys(k.split(".")[0] for k in names)) for names in (mine, theirs))
+            mine, theirs = (", ".join(sorted({k.split(".")[0] for k in names})) for names in (mine, theirs))
             raise ValueError(
                 f"{source} cannot start attention kind {kind_name(layer)!r}: its layer {prefix.rstrip('.')!r} "
                 f"projects with {mine}, and the checkpoint's with {theirs} (it has no "
@@ -90,17 +90,23 @@ def changes(
             shared[other] += 1
     lines = []
     for (before, after), n in regrouped.items():
-        how = "mean-pooled" if before > after else "repeated"
-        lines.append(f"k/v heads {how} {before} -> {after} ({_layers(n)})")
+        how = (
+            f"mean-pooled {before} -> {after} in {_layers(n)} (groups of {before // after} averaged; it changes the "
+            "function)"
+            if before > after
+            else f"repeated {before} -> {after} in {_layers(n)} (each for its group of queries; the same function)"
+        )
+        lines.append(f"k/v heads {how}")
     for (kind, own), n in kinds.items():
         cls = next(type(m) for _, m in attention_layers(net) if kind_name(m) == kind)
         what = f"{', '.join(own)} start{'s' if len(own) == 1 else ''} fresh" if own else "nothing new"
-        keeps = "starts equal to the checkpoint's attention" if cls.starts_as_mha else "changes the function"
+        same = cls.starts_as_mha and source_kind == "mha"  # a kind's parts of its own are dropped: never the same
+        keeps = "starts equal to the checkpoint's attention" if same else "changes the function"
         how = f" ({cls.mha_start})" if cls.mha_start else ""
-        lines.append(f"kind {kind!r} in place of {source_kind!r} ({_layers(n)}): {what}{how}; it {keeps}")
+        lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
     for names, n in shared.items():
         lines.append(
-            f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh ({_layers(n)}); it changes the function"
+            f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh in {_layers(n)}; it changes the function"
         )
     return lines
 

@@ -75,7 +75,8 @@ class Attention(nn.Module):
     # a kind whose weights are not a softmax of its scores names its `Transform` here
     transform_class: type[Transform] | None = None
     # how the kind's own parts start when its projections come from a multi-head checkpoint (for the log), and
-    # whether the layer then computes what the checkpoint's attention did
+    # whether the layer then computes what the checkpoint's attention did (a kind sets both; unset, the log says the
+    # kind may change the function)
     mha_start: str = ""
     starts_as_mha: bool = True
 

@@ -56,9 +56,23 @@ def check_projections(net: nn.Module, state: Mapping[str, torch.Tensor], source:
             )
 
 
+def _kind_class(layer: Attention) -> type:
+    """The layer's kind: its class, less the `Configured...` wrappers of `attention_layer` and `configure`."""
+    return next(c for c in type(layer).__mro__ if not c.__name__.startswith("Configured"))
+
+
 def kind_name(layer: Attention) -> str:
     """The config name of the layer's kind ("mha" for `Attention`, the class name for a user's own)."""
-    return getattr(type(layer), "kind", "mha" if type(layer) is Attention else type(layer).__name__)
+    cls = _kind_class(layer)
+    return "mha" if cls is Attention else getattr(cls, "kind", None) or cls.__name__
+
+
+def _starts_as_mha(cls: type) -> bool | None:
+    """Whether the kind says it starts equal to a multi-head checkpoint's attention; None when it does not say (a
+    user's own kind that leaves `starts_as_mha` to `Attention`)."""
+    if cls is Attention or any("starts_as_mha" in vars(c) for c in cls.__mro__ if c is not Attention):
+        return cls.starts_as_mha
+    return None
 
 
 def changes(
@@ -98,10 +112,14 @@ def changes(
         )
         lines.append(f"k/v heads {how}")
     for (kind, own), n in kinds.items():
-        cls = next(type(m) for _, m in attention_layers(net) if kind_name(m) == kind)
+        cls = next(_kind_class(m) for _, m in attention_layers(net) if kind_name(m) == kind)
         what = f"{', '.join(own)} start{'s' if len(own) == 1 else ''} fresh" if own else "nothing new"
-        same = cls.starts_as_mha and source_kind == "mha"  # a kind's parts of its own are dropped: never the same
-        keeps = "starts equal to the checkpoint's attention" if same else "changes the function"
+        same = _starts_as_mha(cls) if source_kind == "mha" else False  # another kind's own parts are dropped
+        keeps = {
+            True: "starts equal to the checkpoint's attention",
+            False: "changes the function",
+            None: "may change the function (its class does not set starts_as_mha)",
+        }[same]
         how = f" ({cls.mha_start})" if cls.mha_start else ""
         lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
     for names, n in shared.items():

@@ -9,10 +9,13 @@ import logging
 
 import pytest
 import torch
+from torch import nn
 
 from attnzoo import pretrained
-from attnzoo.attention import ATTENTION_KINDS
+from attnzoo.attention import ATTENTION_KINDS, Attention
+from attnzoo.attention.factory import attention_layer
 from attnzoo.config import ConfigError, load
+from attnzoo.pretrained import surgery
 from attnzoo.pretrained.transfer import transfer
 from attnzoo.run import build, fit
 from attnzoo.tasks import TASKS
@@ -216,3 +219,18 @@ def test_a_run_of_another_kind_is_named_as_the_source(folders):
     mha = transfer(pretrained.load(folder, num_classes=3), gated, source="run", source_kind="gated")
     assert mha.attention == ["kind 'mha' in place of 'gated' in 2 layers: nothing new; it changes the function"]
     assert mha.dropped == [f"encoder.blocks.{i}.attn.gate.{p}" for i in range(DEPTH) for p in ("weight", "bias")]
+
+
+class Scaled(Attention):
+    """A user's own kind that says nothing about starting from a multi-head checkpoint."""
+
+
+def test_a_users_own_kind_is_named_and_not_claimed_to_start_equal():
+    net = nn.ModuleDict({"attn": Scaled(32, 4)})
+    state = {f"attn.{k}": v for k, v in Attention(32, 4).state_dict().items()}
+    assert surgery.changes(net, state, []) == [
+        "kind 'Scaled' in place of 'mha' in 1 layer: nothing new; it may change the function (its class does not set "
+        "starts_as_mha)"
+    ]
+    assert surgery.kind_name(Attention.configure(qkv_bias=True)(32, 4)) == "mha"  # timm's attn_layer wrappers
+    assert surgery.kind_name(attention_layer({"kind": "gated"})(32, 4)) == "gated"

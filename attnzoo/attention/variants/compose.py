@@ -202,6 +202,7 @@ class ComposedAttention(Attention):
 
     kind = "composed"  # the config name, for messages
     mha_start = "as the identity composition"
+    starts_as_mha = True
     pre: HeadComposition  # on scores, before the softmax
     post: HeadComposition  # on weights, after it
 

@@ -36,6 +36,7 @@ class GatedAttention(Attention):
 
     kind = "gated"
     mha_start = "weights and biases at 0: a gate of 0.5 for every input, and proj.weight doubled"
+    starts_as_mha = True
 
     def __init__(self, dim: int, num_heads: int = 8, *, gate: str = "elementwise", **kwargs: Any) -> None:
         if gate not in GATES:

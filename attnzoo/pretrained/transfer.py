@@ -31,7 +31,7 @@ class Transfer(NamedTuple):
     attention: list[str] = []
 
     def describe(self) -> str:
-        """One line for the log: counts and the names of new and dropped tensors."""
+        """One line for the log: counts, the names of new and dropped tensors, and what an attention override did."""
 
         def names(keys: list[str]) -> str:
             return ", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
@@ -46,7 +46,8 @@ class Transfer(NamedTuple):
 def adapted(net: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A copy of `state` as `net.load_state_dict` sees it: after the load hooks the network's modules register for
     loaded tensors of another size (a position table resampled to this grid or cut to this max_len, a relative
-    bias table resized), so a checkpoint loads here exactly as it would through load_state_dict."""
+    bias table resized, key/value heads regrouped) or missing (a gate at identity), so a checkpoint loads here exactly
+    as it would through load_state_dict."""
     state = dict(state)
     for name, module in net.named_modules():
         for hook in module._load_state_dict_pre_hooks.values():  # no public way to run them without loading

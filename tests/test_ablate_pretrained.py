@@ -1,7 +1,8 @@
 """`attnzoo.ablate` over a pretrained start: the shipped grid that converts a pretrained text encoder to a sliding
 window, BigBird and ALiBi plans its runs from a BERT folder (`--dry-run`), and each of its variants builds from that
 folder with every checkpoint tensor loaded (ALiBi in place of positions drops only the position table); so does each
-variant of the ViT grid from a ViT folder."""
+variant of the ViT grid from a ViT folder, and each variant of the grid that converts the encoder to grouped-query
+attention loads the checkpoint with its key/value heads mean-pooled."""
 
 from pathlib import Path
 
@@ -85,3 +86,32 @@ def test_every_variant_of_the_vit_grid_starts_from_a_vit_folder(tmp_path):
         assert started["new"] == heads and started["dropped"] == heads, (variant.id, started)
         kinds.add(type(task.net.encoder.blocks[0].attn.pattern).__name__)
     assert kinds == {"NoneType", "SlidingWindow", "BigBird"}
+
+
+def test_every_variant_of_the_gqa_grid_pools_the_checkpoints_kv_heads(bert, tmp_path, capsys):
+    from attnzoo.ablate import main
+
+    grid_path = ROOT / "configs" / "ablations" / "pretrained_gqa.yaml"
+    argv = ["--config", str(RECIPE), f"model.init_from={bert}", "--grid", str(grid_path), "--out", str(tmp_path),
+            "--dry-run"]  # fmt: skip
+    assert main(argv) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4 * 2
+    smoke = [o for o in smoke_overrides(load([RECIPE])) if o.startswith("data.")]
+    heads = {"all": 4, "kv4": 4, "kv2": 2, "mqa": 1}  # the folder's 4 heads
+    logits = {}
+    for variant in load_grid(grid_path).variants():
+        if variant.seed != 0:
+            continue
+        _, task, cfg = build(load([RECIPE], [*smoke, *PINNED, f"model.init_from={bert}", *variant.overrides]))
+        started, label = task.net.started_from, variant.values["num_kv_heads"]
+        assert started["new"] == ["head.weight", "head.bias"] and started["dropped"] == [], (variant.id, started)
+        kv = heads[label]
+        assert {b.attn.num_kv_heads for b in task.net.encoder.blocks} == {kv}
+        pooled = f"k/v heads mean-pooled 4 -> {kv} in 2 layers (groups of {4 // kv} averaged; it changes the function)"
+        assert started["attention"] == ([] if kv == 4 else [pooled]), (variant.id, started["attention"])
+        torch.manual_seed(0)
+        task.net.head.reset_parameters()
+        with torch.no_grad():
+            logits[label] = task.net.eval()(tokens=torch.randint(5, 60, (2, 24)))
+    torch.testing.assert_close(logits["kv4"], logits["all"], rtol=0, atol=0)  # the checkpoint's own heads
+    assert (logits["mqa"] - logits["all"]).abs().max() > 1e-4

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import kv_heads
 from .backends import AUTO_ORDER, Transform, attend, check_backend_name
 from .cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
 from .patterns import Causal
@@ -65,10 +66,19 @@ class Attention(nn.Module):
     - how weights come from scores (sinks, sigmoid): set `transform_class` to a `backends.Transform` subclass,
       built from the layer on each call (`transform_class(layer)`); the backend table runs it;
     - what attention reads or returns (gated, differential, mla, linformer): override `attend_heads`.
+
+    Loading another layer's tensors (a load_state_dict pre-hook, which `attnzoo.pretrained.transfer` runs too)
+    regroups their key/value heads to `num_kv_heads` (`kv_heads`), and gives a kind's own tensors that a multi-head
+    checkpoint lacks their starting values (`start_from_mha`).
     """
 
     # a kind whose weights are not a softmax of its scores names its `Transform` here
     transform_class: type[Transform] | None = None
+    # how the kind's own parts start when its projections come from a multi-head checkpoint (for the log), and
+    # whether the layer then computes what the checkpoint's attention did (a kind sets both; unset, the log says the
+    # kind may change the function)
+    mha_start: str = ""
+    starts_as_mha: bool = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -140,6 +150,19 @@ class Attention(nn.Module):
         self.k_norm = norm_layer(self.head_dim, **dd) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
+        self._register_load_state_dict_pre_hook(self._adapt_loaded)
+
+    def _adapt_loaded(self, state: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        """Load hook: another layer's key/value heads regrouped to this one's; a multi-head checkpoint's layer (its
+        `proj` present) completed with the kind's own starting tensors."""
+        kv_heads.adapt_loaded(self, state, prefix)
+        if prefix + "proj.weight" in state:
+            self.start_from_mha(state, prefix)
+
+    def start_from_mha(self, state: dict[str, Tensor], prefix: str) -> None:
+        """Add to `state` (a load hook's state dict; keys `prefix` + the layer's names) the kind's own tensors that
+        it lacks, at the values `mha_start` describes, adapting the checkpoint's where that keeps the function (see
+        `GatedAttention`). Kinds with no such values leave theirs as built (they start fresh); `Attention` has none."""
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:

@@ -81,7 +81,7 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
             tensors that no longer fit start new when they are the head, and raise otherwise.
     """
     from ..models import MODELS
-    from .transfer import transfer
+    from .transfer import source_kind, transfer
 
     converted = convert(path, timm_name=timm_name)
     if converted.model_kind not in MODELS:
@@ -90,7 +90,7 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     if isinstance(converted.options.get("attention"), dict) and isinstance(overrides.get("attention"), dict):
         options["attention"] = {**converted.options["attention"], **overrides["attention"]}
     net = MODELS[converted.model_kind](**options)
-    done = transfer(net, converted.state_dict, source=converted.source)
+    done = transfer(net, converted.state_dict, source=converted.source, source_kind=source_kind(converted.options))
     log.info("loaded %s: %s", converted.source, done.describe())
     return net
 

@@ -1,7 +1,10 @@
 """Loading a converted state dict into a freshly built network, tensor by tensor, and saying what happened.
 
 A fine-tuning recipe keeps its own head when the checkpoint's does not fit (another label set); every other tensor
-of the network must come from the checkpoint with the same shape, or the checkpoint is of another architecture.
+of the network must come from the checkpoint with the same shape, or the checkpoint is of another architecture,
+except the parts of an overridden attention that the checkpoint lacks (`surgery`): a kind's own tensors, a bias
+table, qk-norm. The network's load hooks run first (`adapted`): key/value heads regrouped to fewer or more, a kind's
+own tensors set to start from the checkpoint's attention, positions resampled.
 """
 
 from __future__ import annotations
@@ -12,19 +15,23 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from . import surgery
+
 HEAD_PREFIXES = ("head.",)  # the task's output layer in every attnzoo model: the recipe's own when it differs
 
 
 class Transfer(NamedTuple):
-    """What `transfer` did: parameter names loaded from the checkpoint, new (the network's own initialisation)
-    and dropped (in the checkpoint, not used)."""
+    """What `transfer` did: parameter names loaded from the checkpoint, new (the network's own initialisation, or
+    a load hook's), dropped (in the checkpoint, not used), and what an attention override carried over and started
+    fresh (`surgery.changes`)."""
 
     loaded: list[str]
     new: list[str]
     dropped: list[str]
+    attention: list[str] = []
 
     def describe(self) -> str:
-        """One line for the log: counts and the names of new and dropped tensors."""
+        """One line for the log: counts, the names of new and dropped tensors, and what an attention override did."""
 
         def names(keys: list[str]) -> str:
             return ", ".join(keys[:8]) + (f", ... ({len(keys)} in all)" if len(keys) > 8 else "")
@@ -32,18 +39,26 @@ class Transfer(NamedTuple):
         parts = [f"{len(self.loaded)} tensors loaded"]
         parts.append(f"{len(self.new)} new ({names(self.new)})" if self.new else "none new")
         parts.append(f"{len(self.dropped)} dropped ({names(self.dropped)})" if self.dropped else "none dropped")
+        parts.extend(f"attention: {line}" for line in self.attention)
         return "; ".join(parts)
 
 
 def adapted(net: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A copy of `state` as `net.load_state_dict` sees it: after the load hooks the network's modules register for
     loaded tensors of another size (a position table resampled to this grid or cut to this max_len, a relative
-    bias table resized), so a checkpoint loads here exactly as it would through load_state_dict."""
+    bias table resized, key/value heads regrouped) or missing (a gate at identity), so a checkpoint loads here exactly
+    as it would through load_state_dict."""
     state = dict(state)
     for name, module in net.named_modules():
         for hook in module._load_state_dict_pre_hooks.values():  # no public way to run them without loading
             hook(state, f"{name}." if name else "", {}, True, [], [], [])
     return state
+
+
+def source_kind(options: Mapping[str, object]) -> str:
+    """The attention kind of a converted checkpoint's model options ("mha" unless its run configured another)."""
+    attention = options.get("attention")
+    return str(attention.get("kind") or "mha") if isinstance(attention, Mapping) else "mha"
 
 
 def transfer(
@@ -53,6 +68,7 @@ def transfer(
     source: str,
     fresh: Sequence[str] = HEAD_PREFIXES,
     keep_fresh: bool = False,
+    source_kind: str = "mha",
 ) -> Transfer:
     """Copy the tensors of `state` into `net` where names and shapes match.
 
@@ -61,14 +77,18 @@ def transfer(
         fresh: name prefixes of tensors that may start new (the head): missing from `state`, or of another shape.
         keep_fresh: also keep the network's own `fresh` tensors when the checkpoint's fit (another label set of the
             same size).
+        source_kind: the attention kind the checkpoint was trained with (for the log of what an override changed).
 
     Raises:
         ValueError naming `source` and the first tensor that does not fit, when a tensor outside `fresh` is
         missing from `state` or has another shape there (a checkpoint of another architecture or size).
     """
     own = net.state_dict()
-    state = adapted(net, state)
+    original, state = state, adapted(net, state)
     is_fresh = tuple(fresh)
+    surgical = surgery.may_start_fresh(net)
+
+    surgery.check_projections(net, state, source)
 
     def fits(key: str) -> bool:
         return key in state and tuple(state[key].shape) == tuple(own[key].shape)
@@ -81,7 +101,7 @@ def transfer(
             f"{list(own[k].shape)} here ({len(wrong)} tensors differ in shape; a checkpoint of another architecture "
             "or size)"
         )
-    absent = [k for k in own if k not in state and not k.startswith(is_fresh)]
+    absent = [k for k in own if k not in state and not k.startswith(is_fresh) and k not in surgical]
     if absent:
         raise ValueError(
             f"{source} does not fit this model: it has no tensor {absent[0]!r} ({len(absent)} of this model's "
@@ -91,7 +111,8 @@ def transfer(
     with torch.no_grad():
         for key in take:
             own[key].copy_(state[key].to(own[key].dtype))  # state_dict tensors share the parameters' storage
-    taken = set(take)
+    taken = {k for k in take if k in original}  # the rest a load hook made (a gate starting at identity)
     new = [k for k in own if k not in taken]
-    dropped = [k for k in state if k not in taken]
-    return Transfer(take, new, dropped)
+    dropped = [k for k in original if k not in taken]
+    notes = surgery.changes(net, original, new, source_kind=source_kind)
+    return Transfer([k for k in take if k in taken], new, dropped, notes)

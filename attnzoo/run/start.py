@@ -7,8 +7,9 @@ weights need from the rest of the config comes back as values `build` applies: t
 `data.tokenizer` (ids must match the embedding), and, for a converted model, the architecture (`model.dim`,
 `model.depth`, ...), which replaces the recipe's values unless the command line set them. An attnzoo run gives no
 options: the recipe's model must be the run's (a wrong architecture stops with the first tensor that differs).
-`apply_start` then copies the tensors into the built network and logs which were loaded, new and dropped; the
-recipe's head starts new when the label set differs. `record` is what the run summary says about it.
+`apply_start` then copies the tensors into the built network and logs which were loaded, new and dropped, and what
+an attention override carried over and started fresh (`attnzoo.pretrained.surgery`); the recipe's head starts new
+when the label set differs. `record` is what the run summary says about it.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, A
 def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any]:
     """Copy the checkpoint's tensors into `net`; log and return what was done (the run summary's `init_from`)."""
     from ..pretrained import run_dir
-    from ..pretrained.transfer import transfer
+    from ..pretrained.transfer import source_kind, transfer
 
     keep_fresh = False
     if start.own_run is not None:
@@ -151,7 +152,13 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
             log.info("model.init_from: the label set differs from the run's (%d classes there, %d here): the head "
                      "starts new", len(before), len(now))  # fmt: skip
     try:  # a longer position table is cut, a grid of positions resampled (the model's own load hooks)
-        done = transfer(net, start.converted.state_dict, source=start.converted.source, keep_fresh=keep_fresh)
+        done = transfer(
+            net,
+            start.converted.state_dict,
+            source=start.converted.source,
+            keep_fresh=keep_fresh,
+            source_kind=source_kind(start.converted.options),
+        )
     except ValueError as err:
         hint = _differences(start, cfg)
         raise ConfigError(f"model.init_from: {err}{hint} (set in {cfg.where('model.init_from')})") from None
@@ -163,6 +170,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
         "loaded": len(done.loaded),
         "new": done.new,
         "dropped": done.dropped,
+        "attention": done.attention,
     }
 
 

@@ -13,6 +13,7 @@ Notation: B batch, H heads, R rank, Lq queries, Lk keys, c queries in a chunk, C
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -200,6 +201,8 @@ class ComposedAttention(Attention):
     """
 
     kind = "composed"  # the config name, for messages
+    mha_start = "as the identity composition"
+    starts_as_mha = True
     pre: HeadComposition  # on scores, before the softmax
     post: HeadComposition  # on weights, after it
 
@@ -227,6 +230,16 @@ class ComposedAttention(Attention):
         """Identity compositions: the layer then equals `Attention` with the same projections."""
         self.pre.reset_identity()
         self.post.reset_identity()
+
+    def start_from_mha(self, state: dict[str, Tensor], prefix: str) -> None:
+        """The compositions a multi-head checkpoint lacks, as the identity (whatever init a model gave them since)."""
+        for name in ("pre", "post"):
+            own = getattr(self, name)
+            missing = [k for k in own.state_dict() if f"{prefix}{name}.{k}" not in state]
+            if missing:
+                identity = copy.deepcopy(own)
+                identity.reset_identity()
+                state.update({f"{prefix}{name}.{k}": identity.state_dict()[k] for k in missing})
 
     def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
         x = call.x

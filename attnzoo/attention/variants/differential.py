@@ -51,6 +51,8 @@ class DifferentialAttention(Attention):
     """
 
     kind = "differential"
+    mha_start = "lambda vectors random, head_norm at 1: two half-width maps instead of one"
+    starts_as_mha = False
 
     def __init__(
         self, dim: int, num_heads: int = 8, *, lambda_init: float | None = None, layer_index: int = 0, **kwargs: Any

@@ -35,6 +35,8 @@ class GatedAttention(Attention):
     """
 
     kind = "gated"
+    mha_start = "weights and biases at 0: a gate of 0.5 for every input, and proj.weight doubled"
+    starts_as_mha = True
 
     def __init__(self, dim: int, num_heads: int = 8, *, gate: str = "elementwise", **kwargs: Any) -> None:
         if gate not in GATES:
@@ -43,6 +45,16 @@ class GatedAttention(Attention):
         self.gate_kind = gate
         dd = {"device": kwargs.get("device"), "dtype": kwargs.get("dtype")}
         self.gate = nn.Linear(dim, dim if gate == "elementwise" else num_heads, **dd)
+
+    def start_from_mha(self, state: dict[str, Tensor], prefix: str) -> None:
+        """A multi-head checkpoint's layer, gated at identity: sigmoid(0) = 0.5 halves each head's output and the
+        doubled output projection restores it (both exact in binary floating point), so the layer computes what the
+        checkpoint's did and every gate weight gets gradients from the start."""
+        if prefix + "gate.weight" in state:
+            return
+        state[prefix + "gate.weight"] = torch.zeros_like(self.gate.weight)
+        state[prefix + "gate.bias"] = torch.zeros_like(self.gate.bias)
+        state[prefix + "proj.weight"] = state[prefix + "proj.weight"] * 2
 
     def gates(self, x: Tensor) -> Tensor:
         """The gate of x [B, Lq, C]: [B, H, Lq, D] (elementwise) or [B, H, Lq, 1] (headwise)."""

@@ -41,6 +41,8 @@ class LinformerAttention(Attention):
     """
 
     kind = "linformer"
+    mha_start = "random projections along the sequence"
+    starts_as_mha = False
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any], parts: Collection[str] = ()) -> None:

@@ -105,6 +105,9 @@ class MultiHeadLatentAttention(Attention):
         rope_dim = options.get("rope_dim")
         return (dim // num_heads) // 2 if rope_dim is None else rope_dim
 
+    def _adapt_loaded(self, state: dict[str, Tensor], prefix: str, *args: Any) -> None:
+        """Load hook: nothing to regroup (one latent serves every head) and no multi-head tensors to start from."""
+
     # ------------------------------------------------------------------------------------------------------------
     # projections
 

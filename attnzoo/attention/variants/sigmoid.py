@@ -68,6 +68,8 @@ class SigmoidAttention(Attention):
     """
 
     kind = "sigmoid"
+    mha_start = "elementwise sigmoids instead of the softmax"
+    starts_as_mha = False
     transform_class = SigmoidWeights
 
     def __init__(

@@ -77,6 +77,8 @@ class SinkAttention(Attention):
     """
 
     kind = "sinks"
+    mha_start = "sink logits at 0: a softmax plus one"
+    starts_as_mha = False
     transform_class = SinkWeights
 
     def __init__(self, dim: int, num_heads: int = 8, **kwargs: Any) -> None:

@@ -1,0 +1,133 @@
+"""Attention surgery on a loaded checkpoint: what of an overridden attention (kind, num_kv_heads, bias, qk-norm) came
+from the checkpoint and what starts fresh, for `transfer` and the log.
+
+Each attention layer's projections (`qkv` or `q` + `kv`, and `proj`) must come from the checkpoint; its key/value
+heads may be regrouped on load (`attnzoo.attention.kv_heads`). Everything else the layer holds (a kind's own tensors,
+a bias table, qk-norm) may be missing there and then starts as the kind's load hook (`Attention.start_from_mha`) or
+its constructor left it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from ..attention.attention import Attention
+from ..attention.kv_heads import loaded_kv_heads
+
+PROJECTIONS = ("qkv.", "q.", "kv.", "proj.")  # an attention layer's names that every checkpoint of it holds
+KIND_OF = ("q_norm.", "k_norm.", "bias.", "rotary.", "pattern.")  # parts any kind takes: the rest is the kind's own
+
+
+def attention_layers(net: nn.Module) -> list[tuple[str, Attention]]:
+    """(state dict prefix, layer) of every attnzoo attention layer of `net`."""
+    return [(f"{name}." if name else "", m) for name, m in net.named_modules() if isinstance(m, Attention)]
+
+
+def may_start_fresh(net: nn.Module) -> set[str]:
+    """The state dict keys of `net`'s attention layers that a checkpoint may lack (all but the projections)."""
+    own = net.state_dict()
+    return {
+        key
+        for prefix, _ in attention_layers(net)
+        for key in own
+        if key.startswith(prefix) and not key[len(prefix) :].startswith(PROJECTIONS)
+    }
+
+
+def check_projections(net: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
+    """ValueError naming the kind when an attention layer's projections are missing from `state` (after load hooks)
+    that holds another kind's projections in their place (a multi-head checkpoint and kind 'mla')."""
+    for prefix, layer in attention_layers(net):
+        mine = [k for k in layer.state_dict() if k.startswith(PROJECTIONS)]
+        theirs = [k[len(prefix) :] for k in state if k.startswith(prefix) and k[len(prefix) :].startswith(PROJECTIONS)]
+        absent = [k for k in mine if prefix + k not in state]
+        if absent and theirs:
+            mine, theirs = (", ".join(sorted({k.split(".")[0] for k in names})) for names in (mine, theirs))
+            raise ValueError(
+                f"{source} cannot start attention kind {kind_name(layer)!r}: its layer {prefix.rstrip('.')!r} "
+                f"projects with {mine}, and the checkpoint's with {theirs} (it has no "
+                f"{absent[0]!r}). Start this kind from random weights or from a run of the same kind, or choose a kind "
+                "that keeps the checkpoint's projections (mha, with num_kv_heads for grouped-query heads; gated, "
+                "talking_heads, ...)"
+            )
+
+
+def _kind_class(layer: Attention) -> type:
+    """The layer's kind: its class, less the `Configured...` wrappers of `attention_layer` and `configure`."""
+    return next(c for c in type(layer).__mro__ if not c.__name__.startswith("Configured"))
+
+
+def kind_name(layer: Attention) -> str:
+    """The config name of the layer's kind ("mha" for `Attention`, the class name for a user's own)."""
+    cls = _kind_class(layer)
+    return "mha" if cls is Attention else getattr(cls, "kind", None) or cls.__name__
+
+
+def _starts_as_mha(cls: type) -> bool | None:
+    """Whether the kind says it starts equal to a multi-head checkpoint's attention; None when it does not say (a
+    user's own kind that leaves `starts_as_mha` to `Attention`)."""
+    if cls is Attention or any("starts_as_mha" in vars(c) for c in cls.__mro__ if c is not Attention):
+        return cls.starts_as_mha
+    return None
+
+
+def changes(
+    net: nn.Module, state: Mapping[str, torch.Tensor], new: list[str], *, source_kind: str = "mha"
+) -> list[str]:
+    """What loading `state` (the checkpoint's tensors, before load hooks) into `net` carried over and what started
+    fresh in its attention layers, one line per kind of change with its layer count; empty when nothing changed.
+
+    Args:
+        new: keys of `net` that did not come from `state` (`Transfer.new`).
+        source_kind: the attention kind the checkpoint was trained with.
+    """
+    regrouped: Counter[tuple[int, int]] = Counter()
+    kinds: Counter[tuple[str, tuple[str, ...]]] = Counter()
+    shared: Counter[tuple[str, ...]] = Counter()
+    fresh = set(new)
+    for prefix, layer in attention_layers(net):
+        name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
+        heads = loaded_kv_heads(layer, state[name]) if name in state else None
+        if heads is not None and heads != layer.num_kv_heads:
+            regrouped[heads, layer.num_kv_heads] += 1
+        started = [k[len(prefix) :] for k in layer.state_dict(prefix=prefix) if k in fresh]
+        own = tuple(dict.fromkeys(k.split(".")[0] for k in started if not k.startswith(KIND_OF)))  # gate, pre, ...
+        kind = kind_name(layer)
+        if own or kind != source_kind:
+            kinds[kind, own] += 1
+        other = tuple(k for k in started if k.startswith(KIND_OF))
+        if other:
+            shared[other] += 1
+    lines = []
+    for (before, after), n in regrouped.items():
+        how = (
+            f"mean-pooled {before} -> {after} in {_layers(n)} (groups of {before // after} averaged; it changes the "
+            "function)"
+            if before > after
+            else f"repeated {before} -> {after} in {_layers(n)} (each for its group of queries; the same function)"
+        )
+        lines.append(f"k/v heads {how}")
+    for (kind, own), n in kinds.items():
+        cls = next(_kind_class(m) for _, m in attention_layers(net) if kind_name(m) == kind)
+        what = f"{', '.join(own)} start{'s' if len(own) == 1 else ''} fresh" if own else "nothing new"
+        same = _starts_as_mha(cls) if source_kind == "mha" else False  # another kind's own parts are dropped
+        keeps = {
+            True: "starts equal to the checkpoint's attention",
+            False: "changes the function",
+            None: "may change the function (its class does not set starts_as_mha)",
+        }[same]
+        how = f" ({cls.mha_start})" if cls.mha_start else ""
+        lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
+    for names, n in shared.items():
+        lines.append(
+            f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh in {_layers(n)}; it changes the function"
+        )
+    return lines
+
+
+def _layers(n: int) -> str:
+    return f"{n} layer{'s' if n != 1 else ''}"

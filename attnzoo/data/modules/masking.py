@@ -128,10 +128,11 @@ class MaskingCollate:
         if self.fixed_seed is None:
             batch["tokens"], batch["labels"] = mask_tokens(tokens, maskable, **common)
             return batch
-        rows = []
-        for row in range(len(tokens)):  # each text's own generator: its mask is the same in any batch
+        inputs, labels = tokens.clone(), torch.full_like(tokens, IGNORE_INDEX)
+        lengths = (~batch["padding_mask"]).sum(1).tolist()
+        for row, n in enumerate(lengths):  # each text's own generator, over its own tokens: the same mask in any batch
             generator = torch.Generator().manual_seed(self.fixed_seed * 1_000_003 + int(index[row]))
-            rows.append(mask_tokens(tokens[row : row + 1], maskable[row : row + 1], generator=generator, **common))
-        batch["tokens"] = torch.cat([inputs for inputs, _ in rows])
-        batch["labels"] = torch.cat([labels for _, labels in rows])
+            text = slice(row, row + 1), slice(0, n)
+            inputs[text], labels[text] = mask_tokens(tokens[text], maskable[text], generator=generator, **common)
+        batch["tokens"], batch["labels"] = inputs, labels
         return batch

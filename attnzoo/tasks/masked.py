@@ -48,6 +48,11 @@ class MaskedLMTask(_SequenceTask):
     def forward(self, tokens: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return self.net(tokens, padding_mask)
 
+    @staticmethod
+    def net_inputs(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The keyword arguments of `net` in a batch (every position predicted)."""
+        return {"tokens": batch["tokens"], "padding_mask": batch["padding_mask"]}
+
     def _predict(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """(logits [N, V], labels [N]) of the picked positions."""
         select = batch["labels"] != IGNORE_INDEX  # [B, L]

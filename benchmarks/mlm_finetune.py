@@ -109,9 +109,10 @@ def markdown(result: dict) -> str:
             if r.get("returncode"):
                 lines.append(f"| {name} | {step} | failed: {r.get('error')} | | | | | | |")
                 continue
-            metric = r["test"].get("test/acc")
-            shown = f"{metric:.4f}" if metric is not None else f"ppl {r['test']['test/ppl']:.1f}"
-            ratio = f"{metric / tfidf:.3f}" if metric is not None and tfidf else "-"
+            if step == "pretrain":  # masked-token numbers, not classification: no ratio to the baseline
+                shown, ratio = f"masked tokens: acc {r['test']['test/acc']:.3f}, ppl {r['test']['test/ppl']:.0f}", "-"
+            else:
+                shown, ratio = f"{r['test']['test/acc']:.4f}", f"{r['test']['test/acc'] / tfidf:.3f}" if tfidf else "-"
             lines.append(
                 f"| {name} | {step} | {shown} | {ratio} | {r['epochs']} ({r['stopped']}) | {r['global_step']} | "
                 f"{r['wall_seconds']:.0f} | {r['cpu_seconds']:.0f} | {r['load_average'][0]:.1f} / "

@@ -108,8 +108,9 @@ PRETRAINED = "## Start from a pretrained model"
 
 def own_data_commands() -> list[tuple[str, str]]:
     """(where, command) of every command in README.md's bash blocks and the recipe headers that reads the user's
-    own data (data.train=, data.root=, data.dataset=, data.source=, data.csv=). The commands of PRETRAINED need the
-    runs and folders they start from, and run in order in their own test."""
+    own data (data.train=, data.root=, data.dataset=, data.source=, data.csv=). The commands of PRETRAINED, and those
+    that start from a run (model.init_from=), need the runs and folders they start from, and run in order in their
+    own tests."""
     found = []
     for block in re.findall(r"```bash\n(.*?)```", README.read_text().replace(_section(PRETRAINED), ""), re.DOTALL):
         lines = [re.sub(r"\s+#.*$", "", line) for line in block.splitlines()]
@@ -117,7 +118,7 @@ def own_data_commands() -> list[tuple[str, str]]:
     for recipe in sorted((ROOT / "recipes").glob("*.yaml")):
         header = [line for line in recipe.read_text().splitlines() if line.startswith("#")]
         found += [(f"recipes/{recipe.name}", c) for c in _commands(header, prefix="#")]
-    return [(where, c) for where, c in found if OWN_DATA.search(c)]
+    return [(where, c) for where, c in found if OWN_DATA.search(c) and "model.init_from=" not in c]
 
 
 def _overrides(command: str) -> dict[str, str]:
@@ -172,6 +173,13 @@ def make_files(recipe: str, opts: dict[str, str]) -> None:
         lines = [f"The {w} of line {i} is stored in a file named part{i % 13}.txt." for i in range(300)
                  for w in ("value", "name")]  # fmt: skip
         Path(opts["data.train"]).write_text("\n".join(lines) + "\n")
+    elif recipe == "mlm":  # unlabeled text: lines of a .txt file, or the text column of a table (labels unread)
+        path = Path(opts["data.train"])
+        if path.suffix == ".txt":
+            path.write_text("\n".join(f"the {w} and the {v} of line {i}" for i in range(120)
+                                      for w, v in (("goal", "team"), ("bread", "soup"))) + "\n")  # fmt: skip
+        else:
+            _table(path, opts.get("data.text_column", "text"), "label", 120, offset=0)
     elif recipe == "text_cls":
         columns = opts.get("data.text_column", "text"), opts.get("data.label_column", "label")
         for i, split in enumerate(sizes):
@@ -221,7 +229,7 @@ COMMANDS = own_data_commands()
 
 def test_every_recipe_documents_an_own_data_command():
     recipes = {_overrides(c).get("--config", re.search(r"recipes/(\w+)\.yaml", c).group(1)) for _, c in COMMANDS}
-    assert recipes >= {"translation", "lm", "text_cls", "vit", "ast", "text_image"}, recipes
+    assert recipes >= {"translation", "lm", "mlm", "text_cls", "vit", "ast", "text_image"}, recipes
 
 
 @pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[f"{w}:{c[:60]}" for w, c in COMMANDS])
@@ -241,7 +249,7 @@ def test_an_own_data_command_runs_verbatim_and_tests(where, command, tmp_path, m
     if not fits:  # attnzoo.baseline: prints its metrics
         assert re.search(r"^test/acc\s+[01]\.\d+$", proc.stdout, re.MULTILINE), proc.stdout
         return
-    (summary_path,) = (tmp_path / "runs").glob("*/*/summary.json")
+    summary_path = tmp_path / re.search(r"attnzoo: run directory (\S+)", proc.stderr).group(1) / "summary.json"
     summary = json.loads(summary_path.read_text())
     assert summary["finished"] and any(k.startswith("test/") for k in summary["test"]), summary
     assert "auto" not in (summary_path.parent / "config.yaml").read_text().replace("backend: auto", "")
@@ -250,6 +258,35 @@ def test_an_own_data_command_runs_verbatim_and_tests(where, command, tmp_path, m
 
 
 # ---------------------------------------------------------------------------------------------- pretrained starts
+
+
+def test_the_mlm_recipe_header_runs_verbatim_in_order(tmp_path, monkeypatch):
+    """recipes/mlm.yaml's header, in order: pretraining on the embedded text and on files writes the runs that the
+    text classifier's commands then start from (few batches each)."""
+    header = [line for line in (ROOT / "recipes" / "mlm.yaml").read_text().splitlines() if line.startswith("#")]
+    commands = _commands(header, prefix="#")
+    starts = [c for c in commands if "model.init_from=" in c]
+    assert len(starts) >= 2 and any("recipes/mlm.yaml" in c and not OWN_DATA.search(c) for c in commands), commands
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    quick = [*QUICK, "trainer.limit_train_batches=5", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]
+    for command in commands:
+        args, opts = shlex.split(command), _overrides(command)
+        recipe = re.search(r"recipes/(\w+)\.yaml", command).group(1)
+        if "data.train" in opts and not Path(opts["data.train"]).exists():
+            make_files(recipe, opts)
+        proc = subprocess.run([sys.executable, *args[1:], *quick], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, f"recipes/mlm.yaml: {command}\n{proc.stderr[-3000:]}"
+        run_dir = tmp_path / re.search(r"attnzoo: run directory (\S+)", proc.stderr).group(1)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["finished"] and any(k.startswith("test/") for k in summary["test"]), summary
+        if "model.init_from" in opts:  # the encoder loaded, the classifier's head new, the MLM head dropped
+            start = summary["init_from"]
+            assert start["path"] == opts["model.init_from"] and start["loaded"] > 0, start
+            assert start["new"] == ["head.weight", "head.bias"] and start["dropped"], start
+            assert all(k.startswith("mlm_head.") for k in start["dropped"]), start
 
 
 def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ builder needs, e.g. {"num_classes": 10, "in_chans": 1, "img_size": 28}). Batches
 from .modules.audio import AudioDataModule
 from .modules.image import ImageDataModule
 from .modules.lm import LMDataModule
+from .modules.mlm import MLMDataModule
 from .modules.text import TextDataModule
 from .modules.text_image import TextImageDataModule
 from .modules.translation import TranslationDataModule
@@ -21,6 +22,7 @@ DATAMODULES = {
     "text_image": TextImageDataModule,
     "translation": TranslationDataModule,
     "lm": LMDataModule,
+    "mlm": MLMDataModule,
 }
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "AudioDataModule",
     "ImageDataModule",
     "LMDataModule",
+    "MLMDataModule",
     "TextDataModule",
     "TextImageDataModule",
     "TranslationDataModule",

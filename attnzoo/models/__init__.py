@@ -10,6 +10,7 @@ from torch import nn
 
 from .ast import AST
 from .lm import CausalLM
+from .mlm import MaskedLM
 from .seq2seq import Seq2Seq
 from .text import TextClassifier
 from .text_image import TextImageNet
@@ -22,6 +23,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "text_image": TextImageNet,
     "seq2seq": Seq2Seq,
     "lm": CausalLM,
+    "mlm": MaskedLM,
 }
 
-__all__ = ["AST", "MODELS", "CausalLM", "Seq2Seq", "TextClassifier", "TextImageNet", "ViT", "vit"]
+__all__ = ["AST", "MODELS", "CausalLM", "MaskedLM", "Seq2Seq", "TextClassifier", "TextImageNet", "ViT", "vit"]

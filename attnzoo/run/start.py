@@ -26,6 +26,8 @@ FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data giv
 # data options that follow a converted model's value where the config leaves them to the data (None or auto): images
 # resized to its image size, audio resampled and binned as its features were
 FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
+# a pretraining model kind -> the model kind its encoder starts (the tensors share their names; the head starts new)
+ENCODER_OF = {"mlm": "text"}
 
 
 class Start(NamedTuple):
@@ -60,7 +62,7 @@ def read_start(cfg: Config) -> Start | None:
         hint = "; in a config: model.timm_name=<timm architecture>" if "pass its timm_name" in str(err) else ""
         raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
     kind = cfg.section("model")["kind"]
-    if converted.model_kind and converted.model_kind != kind:
+    if converted.model_kind and kind not in (converted.model_kind, ENCODER_OF.get(converted.model_kind)):
         raise ConfigError(
             f"model.init_from: {converted.source} is a {converted.model_kind!r} model, and this run builds model.kind "
             f"{kind!r} (set in {where}); start from a checkpoint of a {kind!r} model"

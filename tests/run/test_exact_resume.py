@@ -24,6 +24,8 @@ RECIPES = {
     "text_cls": ["data.batch_size=16", "model.dim=16", "model.drop_rate=0.1"],
     "translation": ["data.batch_size=16", "data.num_train=128"],
     "lm": ["data.batch_size=4", "data.block_size=16", "task.sample_tokens=1"],
+    # masks drawn anew every batch: the resumed run must draw the uninterrupted run's
+    "mlm": ["data.batch_size=8", "model.dim=16"],
     # audio: mixup and time shifts on, so the augmentation's random state matters too
     "ast": ["data.batch_size=4", "data.mixup_alpha=0.4", "data.time_shift_ms=50", "model.embed_dim=16"],
     "text_image": ["data.batch_size=16", "data.num_train=64", "data.num_val=16"],

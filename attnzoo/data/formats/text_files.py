@@ -1,4 +1,4 @@
-"""Reading labelled text from CSV, TSV and JSONL files, and the label vocabulary.
+"""Reading labelled text (or only its texts) from CSV, TSV and JSONL files, and the label vocabulary.
 
 CSV has a header row and standard quoting. TSV has a header row and no quoting (GLUE's SST-2 `train.tsv`
 reads as it is). JSONL has one object per line. Every error names the file, the row and the column.
@@ -91,6 +91,28 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
     if not texts:
         raise ValueError(f"{path}: no examples")
     return texts, labels
+
+
+def read_texts(path: str | Path, *, text_column: str) -> list[str]:
+    """The texts of one CSV, TSV or JSONL file's `text_column`, other columns (a label, if any) left unread.
+
+    Raises:
+        ValueError: unknown format, a missing column (listing the columns found), an empty text.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no such text file: {str(path)!r}")
+    texts = []
+    for n, record, columns in _rows(path):
+        if text_column not in record:
+            raise _column_error(path, "text", text_column, columns, where="" if not texts else f" line {n}")
+        text = record[text_column]
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{path} line {n}: empty text in column {text_column!r}")
+        texts.append(text)
+    if not texts:
+        raise ValueError(f"{path}: no examples")
+    return texts
 
 
 def label_vocabulary(labels: Sequence[str]) -> list[str]:

@@ -236,3 +236,12 @@ def text_image_run(*, embedded: bool, num_train: int, batch_size: int) -> Chosen
 
 
 EMBEDDED_SCENE_EPOCHS = 20
+
+
+def mlm_model(*, num_train: int, batch_size: int) -> Chosen:
+    """The epoch budget of masked-language-model pretraining (early stopping on val perplexity is the usual stop)."""
+    epochs, why = epoch_budget(num_train, batch_size, steps=MLM_STEPS, low=5, high=200)
+    return {"trainer.max_epochs": (epochs, why.replace("training examples", "training texts"))}
+
+
+MLM_STEPS = 4000  # optimizer steps of MLM pretraining: minutes of one CPU core for the text recipe's model

@@ -1,0 +1,92 @@
+"""A text classifier started from attnzoo's own masked-language-model run (recipes/mlm.yaml): the encoder and the
+tokenizer come from the MLM run, the classifier head starts new, and the log names what was loaded, new and dropped."""
+
+import csv
+import json
+import logging
+import random
+
+import pytest
+import torch
+
+from attnzoo.config import ConfigError, load
+from attnzoo.run import build, fit
+from attnzoo.run.checkpoint_io import read_checkpoint
+from tests.helpers import QUICK, ROOT
+
+TEXT = ROOT / "recipes" / "text_cls.yaml"
+MLM = ROOT / "recipes" / "mlm.yaml"
+WORDS = "red green blue cat dog fish one two three four sun moon star tree leaf rock".split()
+# the encoder options both runs share (a classifier must be built as the MLM run's encoder was)
+ENCODER = ["model.dim=16", "model.depth=1", "model.num_heads=2", "model.mlp_ratio=1.0"]
+COMMON = [*QUICK, "trainer.num_threads=1", "trainer.max_epochs=1", "trainer.num_sanity_val_steps=0",
+          "trainer.log_every_n_steps=1", "data.batch_size=16", *ENCODER]  # fmt: skip
+
+
+def _texts(path, n, seed):
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["text", "label"])
+        for i in range(n):
+            out.writerow([" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))), "ab"[i % 2]])
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return _texts(folder / "train.csv", 96, seed=1), _texts(folder / "val.csv", 16, seed=2)
+
+
+@pytest.fixture(scope="module")
+def mlm_run(files, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    train, _ = files  # the classifier's own train split, its labels not read
+    return fit(load([MLM], [*COMMON, "data.vocab_size=60", f"data.train={train}", f"run.dir={runs}"]))
+
+
+def test_the_classifier_loads_the_encoder_and_tokenizer_and_starts_a_new_head(mlm_run, files, tmp_path, caplog):
+    train, val = files
+    overrides = [*COMMON, f"data.train={train}", f"data.val={val}", f"run.dir={tmp_path}", "run.baseline=false",
+                 f"model.init_from={mlm_run}"]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        run = fit(load([TEXT], overrides))
+    saved = read_checkpoint(mlm_run / "checkpoints" / "best.ckpt")["state_dict"]
+    mlm_head = sorted(k.removeprefix("net.") for k in saved if k.startswith("net.mlm_head."))
+    assert mlm_head and "mlm_head.weight" not in mlm_head  # tied: the head reads the embedding table
+    summary = json.loads((run / "summary.json").read_text())
+    started = summary["init_from"]
+    assert started["path"] == str(mlm_run) and started["new"] == ["head.weight", "head.bias"]
+    assert sorted(started["dropped"]) == mlm_head
+    encoder = [k for k in saved if k.startswith("net.") and not k.startswith("net.mlm_head.")]
+    assert started["loaded"] == len(encoder) > 0
+    assert f"{len(encoder)} tensors loaded; 2 new (head.weight, head.bias); {len(mlm_head)} dropped (" in caplog.text
+    config = load([run / "config.yaml"])
+    assert config.section("data")["tokenizer"] == str(mlm_run / "tokenizer.json")  # the ids the embedding learned
+    assert (run / "tokenizer.json").read_text() == (mlm_run / "tokenizer.json").read_text()
+
+
+def test_the_loaded_encoder_is_the_mlm_runs_to_the_bit(mlm_run, files):
+    train, val = files
+    overrides = [*COMMON, f"data.train={train}", f"data.val={val}", "run.baseline=false", f"model.init_from={mlm_run}"]
+    _, task, _ = build(load([TEXT], overrides))
+    saved = read_checkpoint(mlm_run / "checkpoints" / "best.ckpt")["state_dict"]
+    own = task.net.state_dict()
+    for key, value in own.items():
+        if not key.startswith("head."):
+            torch.testing.assert_close(value, saved[f"net.{key}"], rtol=0, atol=0, msg=key)
+    assert not any(k.startswith("mlm_head.") for k in own)
+
+
+def test_a_classifier_of_another_width_names_the_mlm_runs_config(mlm_run, files):
+    train, val = files
+    overrides = [*COMMON, f"data.train={train}", f"data.val={val}", f"model.init_from={mlm_run}", "model.dim=32"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    assert "'embed.weight' is [" in str(err.value) and "model.dim (16 there, 32 here)" in str(err.value)
+
+
+def test_an_mlm_run_starts_no_other_model_kind(mlm_run):
+    with pytest.raises(ConfigError, match=r"is a 'mlm' model, and this run builds model.kind 'lm'"):
+        build(load([ROOT / "recipes" / "lm.yaml"], [*QUICK, f"model.init_from={mlm_run}"]))

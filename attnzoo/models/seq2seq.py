@@ -54,10 +54,12 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """tokens [B, L] at positions offset .. offset + L - 1 -> [B, L, C]."""
-        x = self.embed(tokens) * self.scale
+        x = self.embed(tokens)
+        if self.scale != 1.0:  # GPT-2 does not scale
+            x = x * self.scale
         if self.pos_embed is not None:
             x = self.pos_embed(x, offset=offset)
-        return self.drop(x)
+        return self.drop(x) if self.training else x  # dropout is the identity in eval
 
     def logits(self, x: Tensor) -> Tensor:
         """[B, L, C] -> [B, L, V] through the embedding table."""

@@ -214,10 +214,17 @@ class DecodingCache:
             if block.cross_attn is not None:
                 yield block.cross_attn
 
-    def reorder(self, index: Tensor) -> None:
-        """Rows become rows[index] in every layer (beam search)."""
-        for layer in self.layers():
-            layer.reorder(index)
+    def reorder(self, index: Tensor, *, cross: bool = True) -> None:
+        """Rows become rows[index] in every layer (beam search).
+
+        Args:
+            cross: reorder the cross-attention caches too. False leaves them as they are, which is exact when `index`
+                only moves rows among rows that read the same source (the beams of one input, in beam search).
+        """
+        for block in self.blocks:
+            block.self_attn.reorder(index)
+            if cross and block.cross_attn is not None:
+                block.cross_attn.reorder(index)
 
     def nbytes(self) -> int:
         """Bytes held by every cached tensor (keys, values and kind-specific state)."""

@@ -12,6 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from ..attention.cache import DecodingCache
+
 Tensor = torch.Tensor
 
 
@@ -72,8 +74,11 @@ class Steps:
         return logits[:, -1].float()
 
     def reorder(self, index: Tensor) -> None:
-        """Rows become rows[index] (beam search). Memory is left alone: beams never leave their input's rows."""
-        if self.cache is not None:
+        """Rows become rows[index] (beam search). Memory, and the cross-attention caches made from it, are left alone:
+        beams never leave their input's rows, which all read the same source."""
+        if isinstance(self.cache, DecodingCache):
+            self.cache.reorder(index, cross=False)
+        elif self.cache is not None:
             self.cache.reorder(index)
         elif self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)

@@ -267,6 +267,20 @@ def test_cache_reorder_selects_rows():
     torch.testing.assert_close(step, ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("cross", [True, False])
+def test_decoding_cache_reorder_leaves_cross_attention_alone_when_asked(cross):
+    from attnzoo.attention.cache import BlockCache, DecodingCache
+
+    self_attn, cross_attn = KVCache(), CrossKVCache()
+    rows = torch.arange(3.0)[:, None, None, None].expand(3, 1, 2, 4)  # row i holds i everywhere
+    self_attn.update(rows, rows)
+    cross_attn.keys(lambda: (rows.clone(), rows.clone()))
+    cache = DecodingCache([BlockCache(self_attn=self_attn, cross_attn=cross_attn)])
+    cache.reorder(torch.tensor([2, 2, 0]), cross=cross)
+    assert self_attn.k[:, 0, 0, 0].tolist() == [2, 2, 0]
+    assert cross_attn.k[:, 0, 0, 0].tolist() == ([2, 2, 0] if cross else [0, 1, 2])
+
+
 def test_cache_misuse_is_a_clear_error():
     layer = _layer(pattern="causal")
     x = torch.randn(2, 3, DIM)

@@ -65,6 +65,8 @@ class KVCache(Cache):
 
     They live in buffers [B, Hkv, capacity, D] written in place: a step copies only its own keys, and the buffers
     grow by doubling, so appending costs O(1) copies per token on average (not a copy of the whole cache per step).
+    Their capacity is odd: with a power of two, the [T, D] blocks of the B * Hkv rows start a power of two apart and
+    share cache sets, and CPU sdpa reads them ~1.4x slower (measured at batch 1 and 8, D = 64).
     `k` and `v` are views of the filled part. Kind-specific per-key state (e.g. DCMHA's key-wise weights) rides
     along in `key_state`, aligned with the keys.
     """
@@ -120,7 +122,7 @@ class KVCache(Cache):
         held = self._end - self._start
         if self._k is not None and self._end + n <= self._k.shape[2]:
             return
-        capacity = max(2 * (held + n), 16)
+        capacity = max(2 * (held + n), 16) + 1  # odd: see the class docstring
         if self._k is not None and held + n <= self._k.shape[2] // 2:  # large enough: move to the front only
             capacity = self._k.shape[2]
         buffers = []

@@ -224,12 +224,13 @@ def test_a_step_writes_into_the_buffers_it_has_and_they_grow_by_doubling():
         allocations.append(cache._k.data_ptr())
         assert keys.shape[2] == step + 1 and torch.equal(keys[0, 0, :, 0], torch.arange(step + 1.0))
         torch.testing.assert_close(values, -keys)
-    assert len(set(allocations)) <= 3  # 16, 34, 70 slots: 40 steps, 3 buffers (not a copy of the cache per step)
+    assert len(set(allocations)) <= 3  # 17, 35, 71 slots: 40 steps, 3 buffers (not a copy of the cache per step)
+    assert cache._k.shape[2] % 2  # an odd capacity (power-of-two strides make CPU sdpa slower)
     window = SlidingWindowKVCache(window=4)
     for step in range(100):
         keys, _ = window.update(torch.full((1, 1, 1, 2), float(step)), torch.zeros(1, 1, 1, 2))
     assert keys[0, 0, :, 0].tolist() == [96.0, 97.0, 98.0, 99.0] and window.k[0, 0, :, 0].tolist() == [97, 98, 99]
-    assert window._k.shape[2] == 16  # O(window): the kept keys move to the front of the same-size buffer
+    assert window._k.shape[2] == 17  # O(window): the kept keys move to the front of the same-size buffer
 
 
 def test_reorder_in_place_keeps_decoding_exact():

@@ -91,8 +91,8 @@ def input_major_weights(model: nn.Module) -> Iterator[None]:
 
     `F.linear` multiplies by the weight's transpose, which is then contiguous [in, out] (the layout of GPT-2's
     Conv1D): on CPU, a product of a few rows (a decoding step, or a tied output head reading the embedding table)
-    reads it about 1.3-1.6x faster there (measured with MKL, one thread). Copies are
-    exact and the parameters stay the same objects; weights off the CPU are left alone.
+    reads it 1.3-1.6x faster (measured with MKL, one thread, the GPT-2-shaped weights of `python -m attnzoo.bench
+    decode`). The copies are exact and the parameters stay the same objects; weights off the CPU are left alone.
     """
     weights = {id(m.weight): m.weight for m in model.modules() if isinstance(m, nn.Linear | nn.Embedding)}
     moved = [

@@ -270,8 +270,9 @@ class Attention(nn.Module):
         out, weights = self.attend_heads(q, k, v, call)  # [B, H, Lq, D], [B, H, Lq, Lk] or None
         if capturing:
             _capture[-1].append(weights.detach())
-        out = out.transpose(1, 2).reshape(b, lq, -1)  # [B, H, Lq, D] -> [B, Lq, C]
-        out = self.proj_drop(self.proj(out))
+        out = self.proj(out.transpose(1, 2).reshape(b, lq, -1))  # [B, H, Lq, D] -> [B, Lq, C]
+        if self.training:  # dropout is the identity in eval: no call (a decoding step is made of small calls)
+            out = self.proj_drop(out)
         return (out, weights) if return_weights else out
 
     # ------------------------------------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ class Attention(nn.Module):
         `call.x` and `call.context` are the layer's inputs, `call.cache` its cache when decoding (for kinds with
         per-key state of their own). Sets `backend_used`, what ran.
         """
-        out, weights, self.backend_used = attend(
+        out, weights, used = attend(
             q,
             k,
             v,
@@ -390,6 +391,8 @@ class Attention(nn.Module):
             return_weights=call.return_weights,
             transform=None if self.transform_class is None else self.transform_class(self),
         )
+        if used != self.backend_used:  # set on change only: a module's __setattr__ is slow, and decoding steps short
+            self.backend_used = used
         return out, weights
 
     def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -404,8 +407,7 @@ class Attention(nn.Module):
             raise ValueError("this Attention was built for self-attention; build it with context_dim to pass context")
         qkv = self.qkv(x)  # [B, Lq, (H + 2 Hkv) D]
         if hkv == h:
-            q, k, v = qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4)  # 3 x [B, H, Lq, D]
-            return q, k, v
+            return qkv.view(b, lq, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x [B, H, Lq, D]
         q, k, v = qkv.split([h * d, hkv * d, hkv * d], dim=-1)
         q = q.view(b, lq, h, d).transpose(1, 2)  # [B, H, Lq, D]
         k = k.view(b, lq, hkv, d).transpose(1, 2)  # [B, Hkv, Lq, D]

@@ -65,6 +65,8 @@ class KVCache(Cache):
 
     They live in buffers [B, Hkv, capacity, D] written in place: a step copies only its own keys, and the buffers
     grow by doubling, so appending costs O(1) copies per token on average (not a copy of the whole cache per step).
+    Their capacity is odd: with a power of two, the [T, D] blocks of the B * Hkv rows start a power of two apart and
+    share cache sets, and CPU sdpa reads them ~1.4x slower (measured at batch 1 and 8, D = 64).
     `k` and `v` are views of the filled part. Kind-specific per-key state (e.g. DCMHA's key-wise weights) rides
     along in `key_state`, aligned with the keys.
     """
@@ -120,7 +122,7 @@ class KVCache(Cache):
         held = self._end - self._start
         if self._k is not None and self._end + n <= self._k.shape[2]:
             return
-        capacity = max(2 * (held + n), 16)
+        capacity = max(2 * (held + n), 16) + 1  # odd: see the class docstring
         if self._k is not None and held + n <= self._k.shape[2] // 2:  # large enough: move to the front only
             capacity = self._k.shape[2]
         buffers = []
@@ -214,10 +216,17 @@ class DecodingCache:
             if block.cross_attn is not None:
                 yield block.cross_attn
 
-    def reorder(self, index: Tensor) -> None:
-        """Rows become rows[index] in every layer (beam search)."""
-        for layer in self.layers():
-            layer.reorder(index)
+    def reorder(self, index: Tensor, *, cross: bool = True) -> None:
+        """Rows become rows[index] in every layer (beam search).
+
+        Args:
+            cross: reorder the cross-attention caches too. False leaves them as they are, which is exact when `index`
+                only moves rows among rows that read the same source (the beams of one input, in beam search).
+        """
+        for block in self.blocks:
+            block.self_attn.reorder(index)
+            if cross and block.cross_attn is not None:
+                block.cross_attn.reorder(index)
 
     def nbytes(self) -> int:
         """Bytes held by every cached tensor (keys, values and kind-specific state)."""

@@ -9,6 +9,7 @@ CPU inference and CUDA training.
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -22,6 +23,7 @@ Tensor = torch.Tensor
 BLOCK = 128  # FlexAttention's default tile
 
 
+@functools.cache  # asked on every call `auto` decides (an import statement each time otherwise)
 def _flex_module():
     try:
         from torch.nn.attention import flex_attention

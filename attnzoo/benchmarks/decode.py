@@ -4,7 +4,8 @@ Run: python -m attnzoo.bench decode   (a decoder-only model: 4 layers, width 256
 greedy decoding of 512 tokens from a 1-token prompt, batch 1, fp32, CPU, 1 thread; --quick: 64 tokens)
 
 Timing rows (also: the same GPT-2 weights decoded by Hugging Face `generate` and by attnzoo, batch 1 and 8,
-when `transformers` is installed): MHA through the cache (full, and a causal sliding window of 64), GQA (1
+when `transformers` is installed, which must produce the same tokens; and beam search, beam 4, on the translation
+recipe's model shape): MHA through the cache (full, and a causal sliding window of 64), GQA (1
 key/value head) and MLA (latent attention, decoding in the latent space) through the cache, against MHA
 recomputing the whole prefix at every step; cached and recomputed runs must produce the same tokens (MHA and MLA).
 Memory rows: bytes held by the cache (`DecodingCache.nbytes()`, keys and values of every layer; for MLA its latent
@@ -20,8 +21,8 @@ from typing import Any
 import torch
 
 from attnzoo.benchmarks.harness import time_side_by_side, write_results
-from attnzoo.generation import greedy
-from attnzoo.models import CausalLM
+from attnzoo.generation import beam_search, greedy
+from attnzoo.models import CausalLM, Seq2Seq
 
 DIM, DEPTH, HEADS, VOCAB, WINDOW = 256, 4, 4, 1000, 64
 KV_RANK, ROPE_DIM = 128, 32
@@ -41,6 +42,21 @@ def model(attention: dict, max_len: int) -> CausalLM:
         vocab_size=VOCAB, dim=DIM, depth=DEPTH, num_heads=HEADS, max_len=max_len, attention=attention, drop_rate=0
     )
     return net.eval()
+
+
+# beam search on the translation recipe's model (recipes/translation.yaml: width 128, 2 + 2 layers, 4 heads, MLP ratio
+# 2, vocabulary 2,000, tied embeddings), random weights: a batch of 24-token sources, beam 4
+TRANSLATION = {"vocab_size": 2000, "dim": 128, "encoder_depth": 2, "decoder_depth": 2, "num_heads": 4, "mlp_ratio": 2.0}
+BEAM, BEAM_SOURCES, BEAM_SOURCE_LEN = 4, 16, 24
+
+
+def beam_step(tokens: int) -> Callable[[], Any]:
+    """Beam search (beam 4) of up to `tokens` tokens for 16 sources through a random model of the translation
+    recipe's shape. EOS is token 2: a random model rarely ends a hypothesis early, so the work is nearly fixed."""
+    torch.manual_seed(0)
+    net = Seq2Seq(**TRANSLATION, max_len=tokens + 1, drop_rate=0).eval()
+    src = torch.randint(3, TRANSLATION["vocab_size"], (BEAM_SOURCES, BEAM_SOURCE_LEN))
+    return lambda: beam_search(net, src=src, bos_id=1, eos_id=2, max_new_tokens=tokens, beam_size=BEAM).tokens
 
 
 def make_step(spec):
@@ -83,12 +99,16 @@ def hf_steps(tokens: int, batch: int) -> dict[str, Callable[[], Any]] | None:
 
     def theirs():
         with torch.no_grad():
-            return hf.generate(prompt, attention_mask=mask, max_new_tokens=tokens, do_sample=False, num_beams=1)
+            out = hf.generate(prompt, attention_mask=mask, max_new_tokens=tokens, do_sample=False, num_beams=1)
+        return out[:, prompt.shape[1] :]  # the generated tokens
 
+    def mine():
+        return greedy(ours, prompt=prompt, max_new_tokens=tokens, use_cache=True)
+
+    if not torch.equal(mine(), theirs()):
+        raise RuntimeError(f"attnzoo and Hugging Face decoded different tokens from the same GPT-2 (batch {batch})")
     return {
-        f"GPT-2 shape, attnzoo cached greedy, batch {batch}": lambda: greedy(
-            ours, prompt=prompt, max_new_tokens=tokens, use_cache=True
-        ),
+        f"GPT-2 shape, attnzoo cached greedy, batch {batch}": mine,
         f"GPT-2 shape, Hugging Face generate, batch {batch}": theirs,
     }
 
@@ -143,7 +163,10 @@ def run(args):
         pair = hf_steps(tokens, batch)
         if pair is None:
             break
+        pair_cpu = {name: [] for name in pair}
+        pair = {name: _cpu_timed(fn, pair_cpu[name]) for name, fn in pair.items()}
         pair_times = time_side_by_side(pair, repeats=2 if args.quick else min(args.repeats, 3), warmup=1)
+        pair_cpu = {name: statistics.median(samples[1:]) for name, samples in pair_cpu.items()}  # warm-up left out
         (ours, theirs) = pair
         for name in pair:
             rows.append({
@@ -153,7 +176,22 @@ def run(args):
                 "seconds": pair_times[name],
                 "tokens/s": tokens * batch / pair_times[name],
                 "speedup vs Hugging Face": pair_times[theirs] / pair_times[name],
+                "CPU s": pair_cpu[name],
+                "CPU speedup vs Hugging Face": pair_cpu[theirs] / pair_cpu[name],
             })  # fmt: skip
+    beam_tokens = 8 if args.quick else 48
+    beam_cpu: list[float] = []
+    beam = {f"translation shape, beam {BEAM}, {BEAM_SOURCES} sources": _cpu_timed(beam_step(beam_tokens), beam_cpu)}
+    beam_times = time_side_by_side(beam, repeats=2 if args.quick else min(args.repeats, 3), warmup=1)
+    for name, seconds in beam_times.items():
+        rows.append({
+            "measure": "beam search",
+            "variant": name,
+            "tokens": beam_tokens * BEAM_SOURCES,
+            "seconds": seconds,
+            "tokens/s": beam_tokens * BEAM_SOURCES / seconds,
+            "CPU s": statistics.median(beam_cpu[1:]),  # the warm-up call left out
+        })  # fmt: skip
     lengths = (16, 32, 64) if args.quick else (128, 256, 512)
     for name, attention in VARIANTS.items():
         for n in lengths:
@@ -180,7 +218,10 @@ def run(args):
             f"keeps {KV_RANK} + {ROPE_DIM} numbers per token and layer (2 x {DIM} for MHA). `time vs Hugging Face`: "
             "one random GPT-2 of this shape (learned positions, tanh GELU), decoded greedily by `transformers`' "
             "`generate` and, converted by `attnzoo.pretrained`, by attnzoo's cached `greedy`, at batch 1 and 8 "
-            "(tokens: generated in all rows)."
+            "(tokens: generated in all rows; the two produced the same tokens). `beam search`: "
+            f"`beam_search` (beam {BEAM}) of {BEAM_SOURCES} random {BEAM_SOURCE_LEN}-token sources through a random "
+            "model of the translation recipe's shape (recipes/translation.yaml: width 128, 2 + 2 layers, 4 heads, "
+            "vocabulary 2,000), up to the tokens shown (per source x sources)."
         ),
     )
     return rows

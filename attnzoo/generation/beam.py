@@ -91,46 +91,49 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     done = [False] * b
     first_row = (torch.arange(b, device=device) * k)[:, None]  # [B, 1]: input i's beams are rows i K .. i K + K - 1
-    for step in range(max_new_tokens):
-        log_probs = steps(tokens).log_softmax(dim=-1)  # [N, V]
-        vocab = log_probs.shape[-1]
-        candidates = (scores[:, :, None] + log_probs.view(b, k, vocab)).view(b, k * vocab)  # [B, K V]
-        top, index = candidates.topk(min(2 * k, k * vocab), dim=1)  # [B, 2K], best first
-        beam, token = index // vocab, index % vocab
-        length = step + 1
-        ends = (token == eos_id) & top.isfinite()
-        ends[:, k:] = False  # only the K best may end (fairseq): the others rank below K that go on
-        top_list, beam_list = top.tolist(), beam.tolist()  # one device sync per step, not one per hypothesis
-        for i, j in ends.nonzero().tolist():
-            if not done[i]:
-                hyp = _hypothesis(generated[i * k + beam_list[i][j]], eos_id, top_list[i][j], length, length_penalty)
-                _keep(finished[i], hyp, k)
-        # the K best candidates that do not end continue
-        live = ~(token == eos_id)
-        rank = live.long().cumsum(dim=1) - 1
-        chosen = live & (rank < k)  # exactly K per input (at most K of the 2K end)
-        pick = chosen.nonzero()[:, 1].view(b, k)  # [B, K] candidate indices, best first
-        scores = top.gather(1, pick)
-        rows = (first_row + beam.gather(1, pick)).view(-1)  # [N]: the beam each new beam continues
-        new_token = token.gather(1, pick).view(-1)  # [N]
-        generated = torch.cat([generated.index_select(0, rows), new_token[:, None]], dim=1)
-        steps.reorder(rows)
-        tokens = new_token[:, None]
-        live_scores = scores.tolist()
-        for i in range(b):
-            if done[i]:
-                continue
-            if step == max_new_tokens - 1:  # live hypotheses end at the length limit
-                for j, score in enumerate(live_scores[i]):
-                    if math.isfinite(score):
-                        _keep(finished[i], _hypothesis(generated[i * k + j], None, score, length, length_penalty), k)
-                done[i] = True
-            else:
-                bound = _best_reachable(live_scores[i][0], length, max_new_tokens, length_penalty)
-                full = len(finished[i]) >= k
-                done[i] = full and (early_stopping or bound <= finished[i][-1].score)
-        if all(done):
-            break
+    with steps:  # over a cache, with input-major weights (`Steps`)
+        for step in range(max_new_tokens):
+            log_probs = steps(tokens).log_softmax(dim=-1)  # [N, V]
+            vocab = log_probs.shape[-1]
+            candidates = (scores[:, :, None] + log_probs.view(b, k, vocab)).view(b, k * vocab)  # [B, K V]
+            top, index = candidates.topk(min(2 * k, k * vocab), dim=1)  # [B, 2K], best first
+            beam, token = index // vocab, index % vocab
+            length = step + 1
+            ends = (token == eos_id) & top.isfinite()
+            ends[:, k:] = False  # only the K best may end (fairseq): the others rank below K that go on
+            top_list, beam_list = top.tolist(), beam.tolist()  # one device sync per step, not one per hypothesis
+            for i, j in ends.nonzero().tolist():
+                if not done[i]:
+                    row = generated[i * k + beam_list[i][j]]
+                    hyp = _hypothesis(row, eos_id, top_list[i][j], length, length_penalty)
+                    _keep(finished[i], hyp, k)
+            # the K best candidates that do not end continue
+            live = ~(token == eos_id)
+            rank = live.long().cumsum(dim=1) - 1
+            chosen = live & (rank < k)  # exactly K per input (at most K of the 2K end)
+            pick = chosen.nonzero()[:, 1].view(b, k)  # [B, K] candidate indices, best first
+            scores = top.gather(1, pick)
+            rows = (first_row + beam.gather(1, pick)).view(-1)  # [N]: the beam each new beam continues
+            new_token = token.gather(1, pick).view(-1)  # [N]
+            generated = torch.cat([generated.index_select(0, rows), new_token[:, None]], dim=1)
+            steps.reorder(rows)
+            tokens = new_token[:, None]
+            live_scores = scores.tolist()
+            for i in range(b):
+                if done[i]:
+                    continue
+                if step == max_new_tokens - 1:  # live hypotheses end at the length limit
+                    for j, score in enumerate(live_scores[i]):
+                        if math.isfinite(score):
+                            hyp = _hypothesis(generated[i * k + j], None, score, length, length_penalty)
+                            _keep(finished[i], hyp, k)
+                    done[i] = True
+                else:
+                    bound = _best_reachable(live_scores[i][0], length, max_new_tokens, length_penalty)
+                    full = len(finished[i]) >= k
+                    done[i] = full and (early_stopping or bound <= finished[i][-1].score)
+            if all(done):
+                break
     return _output(finished, pad_id, device)
 
 

@@ -124,16 +124,16 @@ def _generate(
         bos_id=bos_id,
         max_new_tokens=max_new_tokens,
     )
-    steps = Steps(model, memory, memory_padding_mask, use_cache=use_cache)
     ended = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []
-    for _ in range(max_new_tokens):
-        token = choose(steps(tokens))  # [B]
-        token = token.masked_fill(ended, pad_id)
-        out.append(token)
-        if eos_id is not None:
-            ended = ended | (token == eos_id)
-            if bool(ended.all()):
+    with Steps(model, memory, memory_padding_mask, use_cache=use_cache) as steps:
+        for _ in range(max_new_tokens):
+            token = choose(steps(tokens))  # [B]
+            if eos_id is not None:  # without one, no row ends
+                token = token.masked_fill(ended, pad_id)
+                ended = ended | (token == eos_id)
+            out.append(token)
+            if eos_id is not None and bool(ended.all()):
                 break
-        tokens = token[:, None]  # [B, 1]
+            tokens = token[:, None]  # [B, 1]
     return torch.stack(out, dim=1)  # [B, T]

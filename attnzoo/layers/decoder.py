@@ -33,7 +33,7 @@ class DecoderBlock(nn.Module):
             (`Pattern.causal_only`; `make_decoder` builds one from any config).
         cross_attn: attention built for cross-attention (`Attention(..., context_dim=Cm)`), or None for a
             decoder-only stack (a causal language model).
-        mlp: a module [B, L, C] -> [B, L, C] (e.g. timm's `Mlp`).
+        mlp: a module [B, L, C] -> [B, L, C] (e.g. `attnzoo.layers.Mlp`, timm's).
         norm_layer: normalization constructor, called with `dim`.
         drop_path: stochastic depth rate of every residual branch.
         layer_scale: initial value of per-channel residual scales (CaiT), None for none.
@@ -106,17 +106,22 @@ class DecoderBlock(nn.Module):
         """x [B, L, C] (with a cache: the next L tokens); memory [B, S, Cm] and its padding mask bool [B, S]
         (True = pad) for cross-attention; `bias` a shared bias module; `cache` from `new_cache()`."""
         recompute = self.checkpoint_attention and cache is None and torch.is_grad_enabled()
-
-        def run(fn: Callable[..., Tensor], *args: Any) -> Tensor:
-            return checkpoint(fn, *args, use_reentrant=False) if recompute else fn(*args)
-
-        x = x + self.drop_path1(self.ls1(run(self._self_attend, x, bias, cache)))
+        x = self._residual(x, self.ls1(self._run(recompute, self._self_attend, x, bias, cache)), self.drop_path1)
         if self.cross_attn is not None:
             if memory is None and (cache is None or cache.cross_attn.k is None):
                 raise ValueError("this DecoderBlock has cross-attention: pass memory (the encoder output)")
-            a = run(self._cross_attend, x, memory, memory_padding_mask, cache)
-            x = x + self.drop_path_cross(self.ls_cross(a))
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+            a = self._run(recompute, self._cross_attend, x, memory, memory_padding_mask, cache)
+            x = self._residual(x, self.ls_cross(a), self.drop_path_cross)
+        return self._residual(x, self.ls2(self.mlp(self.norm2(x))), self.drop_path2)
+
+    @staticmethod
+    def _run(recompute: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
+        return checkpoint(fn, *args, use_reentrant=False) if recompute else fn(*args)
+
+    def _residual(self, x: Tensor, branch: Tensor, drop_path: nn.Module) -> Tensor:
+        """x + drop_path(branch); drop path is the identity outside training, where the call is skipped (a decoding
+        step is made of many such small calls)."""
+        return x + (drop_path(branch) if self.training else branch)
 
 
 class PostNormDecoderBlock(DecoderBlock):
@@ -286,9 +291,8 @@ def make_decoder(
         what: the config key of `attention`, for error messages.
         layer_shape: what the attention layers know of the tokens (`attnzoo.attention.factory.layer_shape`).
     """
-    from timm.layers import Mlp
-
     from ..attention.factory import attention_builder
+    from .mlp import Mlp
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")

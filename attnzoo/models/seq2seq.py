@@ -77,10 +77,11 @@ class TokenEmbedding(nn.Module):
     def forward(self, tokens: Tensor, offset: int = 0, positions: Positions | None = None) -> Tensor:
         """tokens [B, L] at positions offset .. offset + L - 1 -> [B, L, C]; `positions` replaces this module's
         positions and norm (a decoder with its own, `Seq2Seq(decoder_positions=True)`)."""
-        x = self.embed(tokens) * self.scale
-        if positions is not None:
-            return self.drop(positions(x, offset))
-        return self.drop(_positioned(x, self.pos_embed, self.norm, offset))
+        x = self.embed(tokens)
+        if self.scale != 1.0:  # BART without scale_embeddings and GPT-2 do not scale
+            x = x * self.scale
+        x = positions(x, offset) if positions is not None else _positioned(x, self.pos_embed, self.norm, offset)
+        return self.drop(x) if self.training else x  # dropout is the identity in eval
 
     def logits(self, x: Tensor) -> Tensor:
         """[B, L, C] -> [B, L, V] through the embedding table."""

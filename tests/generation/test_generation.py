@@ -300,3 +300,28 @@ def test_generation_errors_are_clear():
         greedy(lm(), src=src, bos_id=BOS, max_new_tokens=3)
     with pytest.raises(ValueError, match="exceed the model's max_len"):
         greedy(lm(), prompt=src, max_new_tokens=40)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_cached_decoding_reads_input_major_weights_and_puts_them_back(mode):
+    model = seq2seq("sinusoidal", {"num_kv_heads": 2})
+    params = dict(model.named_parameters())
+    before = {name: p.detach().clone() for name, p in params.items()}
+    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    layouts = []  # per decoder call: every linear weight input-major (the transpose of a contiguous [in, out])
+    hook = model.decoder.register_forward_pre_hook(
+        lambda *_: layouts.append(all(w.t().is_contiguous() and not w.is_contiguous() for w in linears))
+    )
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=5)
+    with mode():
+        cached, recomputed = greedy(model, **kw), greedy(model, **kw, use_cache=False)
+    hook.remove()
+    assert layouts == [True] * 5 + [False] * 5  # the reference recomputation reads the weights as they are
+    assert torch.equal(cached, recomputed)
+    assert dict(model.named_parameters()) == params  # the same parameter objects, row-major again, same values
+    for name, p in params.items():
+        assert p.is_contiguous() and not p.is_inference() and torch.equal(p, before[name]), name
+    model.train()
+    model(src, cached.clone(), pad).sum().backward()  # still trains (no inference tensor left in a parameter)
+    assert all(p.grad is not None for p in linears)

@@ -20,6 +20,10 @@ CASES = {
         dict(vocab_size=50, num_classes=3, max_len=12, dim=32, depth=1, num_heads=4),
         lambda: (torch.randint(1, 50, (2, 12)),),  # the longest text
     ),
+    "mlm": (  # the text encoder with a token head
+        dict(vocab_size=50, max_len=12, dim=32, depth=1, num_heads=4),
+        lambda: (torch.randint(1, 50, (2, 12)),),
+    ),
     "text_image": (
         dict(num_classes=3, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_len=24),
         lambda: (torch.randn(2, 3, 16, 16), torch.randint(1, 257, (2, 24))),

@@ -1,5 +1,5 @@
-"""Pretrain your own start: MLM pretraining on a stand-in's unlabeled train text, then the text classifier fine-tuned
-from it (`model.init_from`), beside the same classifier from scratch and the TF-IDF + logistic regression baseline.
+"""Pretrain your own start: MLM pretraining on unlabeled in-domain text, then the text classifier fine-tuned from it
+(`model.init_from`), beside the same classifier from scratch and the TF-IDF + logistic regression baseline.
 
     python benchmarks/mlm_finetune.py --standins /tmp/standins                  # docstrings (built if missing)
     python benchmarks/mlm_finetune.py --standins /tmp/standins --only fortunes  # needs apt install fortunes
@@ -8,7 +8,10 @@ The stand-ins are the text classification ones of benchmarks/recipes.py (benchma
 this machine, never the recipes' embedded sets). Three runs, one after another, each `python -m attnzoo.fit` in
 its own process with the recipes as they are (one thread each):
 
-1. `recipes/mlm.yaml data.train={root}/train.csv`: the train split's texts; its labels are not read.
+1. `recipes/mlm.yaml data.train={root}/corpus.txt`: domain-adaptive pretraining on `{root}/corpus.txt`
+   (benchmarks/standins/text.py corpus, built if missing): every docstring paragraph of the standard library
+   (`--packages`: and of the installed packages), without any text of the val and test splits, plus the train
+   split's texts (their labels are not read). `--corpus train` pretrains on the train split's texts alone.
 2. `recipes/text_cls.yaml` on train/val/test with `model.init_from=<run 1>` (encoder and tokenizer loaded).
 3. the same from scratch, which also fits the recipe's TF-IDF + logistic regression baseline on the same splits.
 
@@ -36,17 +39,26 @@ from recipes import RUNS, build_standin  # noqa: E402 (the stand-ins of benchmar
 TEXT_STANDINS = [name for name, spec in RUNS.items() if spec[0] == "text"]
 SPLITS = ["data.train={root}/train.csv", "data.val={root}/val.csv", "data.test={root}/test.csv"]
 STEPS = {
-    "pretrain": ("recipes/mlm.yaml", ["data.train={root}/train.csv", "--run-dir", "{runs}/{name}-mlm"]),
+    "pretrain": ("recipes/mlm.yaml", ["data.train={root}/{corpus}", "--run-dir", "{runs}/{name}-mlm"]),
     "finetune": ("recipes/text_cls.yaml", [*SPLITS, "model.init_from={runs}/{name}-mlm", "--run-dir",
                                            "{runs}/{name}-finetune", "run.baseline=false"]),
     "scratch": ("recipes/text_cls.yaml", [*SPLITS, "--run-dir", "{runs}/{name}-scratch"]),
 }  # fmt: skip
+CORPUS = {
+    "docstrings": "The text is {root}/corpus.txt (`python benchmarks/standins/text.py corpus {root}`): every docstring "
+    "paragraph of the standard library read with `ast`, without any paragraph equal (lowercased) to a text of the "
+    "val or test split (no leakage into the evaluated texts), plus the train split's texts without their labels; "
+    "the MLM run holds 5% of it out for val and 5% for test. The tokenizer learned on it is the classifier's "
+    "(`model.init_from` loads the run's tokenizer).",
+    "docstrings+packages": "As docstrings, with the installed packages' docstrings too (`--packages`).",
+    "train": "The text is the train split's texts alone (their labels are not read).",
+}
 GOAL = {"ratio": 1.0, "pretrain_seconds": 600, "finetune_seconds": 300}
 
 
-def run_step(step: str, name: str, root: Path, runs: Path) -> dict:
+def run_step(step: str, name: str, root: Path, runs: Path, corpus: str) -> dict:
     recipe, args = STEPS[step]
-    args = [a.format(root=root, runs=runs, name=name) for a in args]
+    args = [a.format(root=root, runs=runs, name=name, corpus=corpus) for a in args]
     command = [sys.executable, "-m", "attnzoo.fit", "--config", recipe, *args, "trainer.enable_progress_bar=false"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before, start = os.getloadavg()[0], time.perf_counter()
@@ -56,7 +68,7 @@ def run_step(step: str, name: str, root: Path, runs: Path) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {
         "step": step,
-        "command": " ".join(["python -m attnzoo.fit --config", recipe, *STEPS[step][1]]),
+        "command": " ".join(["python -m attnzoo.fit --config", recipe, *STEPS[step][1]]).replace("{corpus}", corpus),
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -82,9 +94,16 @@ def run_step(step: str, name: str, root: Path, runs: Path) -> dict:
         baseline={k: v for k, v in summary["baseline"].items() if k.startswith(("test/", "val/"))}
         if summary.get("baseline")
         else None,
+        data={k: v for k, v in json.loads((run_dir / "mlm.json").read_text()).items() if k in ("texts", "tokens")}
+        if step == "pretrain"
+        else None,
         chosen=[line.strip() for line in proc.stderr.splitlines() if ": auto -> " in line or "attnzoo: data: " in line],
     )
     return record
+
+
+def _counts(counts: dict) -> str:
+    return " / ".join(f"{counts[k]:,}" for k in ("train", "val", "test"))
 
 
 def markdown(result: dict) -> str:
@@ -98,6 +117,14 @@ def markdown(result: dict) -> str:
         "time; load is the machine's 1-minute load average before / after (2 cores: above 2, runs shared a core). "
         f"Goal: fine-tuned test accuracy >= {GOAL['ratio']:.1f}x the baseline's, pretraining <= "
         f"{GOAL['pretrain_seconds'] // 60} min, fine-tuning <= {GOAL['finetune_seconds'] // 60} min.",
+        "",
+        *[
+            f"{name}: pretraining text {_counts(steps['pretrain']['data']['texts'])} texts, "
+            f"{_counts(steps['pretrain']['data']['tokens'])} tokens (train / val / test of the MLM run). "
+            f"{CORPUS[result['corpus']]}"
+            for name, steps in result["standins"].items()
+            if steps.get("pretrain", {}).get("data")
+        ],
         "",
         "| stand-in | run | test/acc | / TF-IDF | epochs (stop) | steps | wall s | CPU s | load |",
         "|---|---|---:|---:|---|---:|---:|---:|---|",
@@ -132,6 +159,13 @@ def main() -> None:
     p.add_argument("--runs", type=Path, default=None, help="run directories (default: <standins>/mlm_runs)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--only", nargs="*", default=["docstrings"], choices=TEXT_STANDINS)
+    p.add_argument(
+        "--corpus",
+        choices=["docstrings", "train"],
+        default="docstrings",
+        help="pretraining text: the docstring corpus (corpus.txt) or the train split's texts alone",
+    )
+    p.add_argument("--packages", action="store_true", help="the corpus also reads the installed packages (minutes)")
     args = p.parse_args()
     runs = (args.runs or args.standins / "mlm_runs").resolve()
     import torch
@@ -140,17 +174,24 @@ def main() -> None:
     from attnzoo.benchmarks.harness import hardware
 
     info = {**hardware(), "torch": torch.__version__, "python": platform.python_version(), "threads_per_run": 1}
-    result: dict = {"hardware": info, "goal": GOAL, "standins": {}}
+    which = "train" if args.corpus == "train" else "docstrings+packages" if args.packages else "docstrings"
+    result: dict = {"hardware": info, "goal": GOAL, "corpus": which, "standins": {}}
     for name in args.only:
         root = (args.standins / name).resolve()
         build_standin(RUNS[name][2], root)
+        corpus = {"docstrings": "corpus.txt", "train": "train.csv"}[args.corpus]
+        if corpus == "corpus.txt" and not (root / corpus).exists():
+            start = time.perf_counter()
+            build = [sys.executable, str(ROOT / "benchmarks/standins/text.py"), "corpus", str(root)]
+            subprocess.run(build + ["--packages"] * args.packages, check=True)
+            result.setdefault("corpus_seconds", {})[name] = round(time.perf_counter() - start, 1)
         for step in STEPS:
             if (runs / f"{name}-{step if step != 'pretrain' else 'mlm'}").exists():
                 sys.exit(f"{runs}: runs of an earlier benchmark are there; give --runs a new folder")
         result["standins"][name] = {}
         for step in STEPS:
             print(f"{name}: {step}", file=sys.stderr, flush=True)
-            record = run_step(step, name, root, runs)
+            record = run_step(step, name, root, runs, corpus)
             result["standins"][name][step] = record
             print(json.dumps(record), file=sys.stderr, flush=True)
             args.out.mkdir(parents=True, exist_ok=True)

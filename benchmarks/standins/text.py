@@ -4,6 +4,7 @@
     python benchmarks/standins/text.py fortunes OUT     # Debian's fortune files by category (apt install fortunes)
     python benchmarks/standins/text.py wordnet OUT      # WordNet noun definitions by lexicographer file
                                                         #   (apt install wordnet-base)
+    python benchmarks/standins/text.py corpus OUT       # OUT/corpus.txt: unlabeled docstrings for pretraining
 
 - docstrings: the first paragraph of every documented class, function and method of the 10 standard-library
   packages with the most of them (tkinter, idlelib, asyncio, email, distutils, logging, xml, turtle,
@@ -15,17 +16,24 @@
   plant, substance), 400 each: 4,000 short English definitions in 10 classes.
 
 Each class is split 70% / 15% / 15% (train / val / test) at random from `--seed`.
+
+Unlabeled in-domain text for pretraining (`corpus`): every paragraph of every docstring (module, class, function) of
+the standard library (`--packages`: and of the installed packages), read from the source files with `ast` (nothing
+is imported), whitespace collapsed, without any paragraph equal (lowercased) to a text of OUT/val.csv or
+OUT/test.csv; OUT/corpus.txt holds those paragraphs and OUT/train.csv's texts (without labels), one a line.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import importlib
 import inspect
 import pkgutil
 import re
 import sys
+import sysconfig
 import warnings
 from pathlib import Path
 
@@ -98,6 +106,34 @@ def wordnet() -> dict[str, list[str]]:
     return {name: _sample(sorted(items), 400) for name, items in found.items()}
 
 
+def docstring_corpus(exclude: set[str], *, packages: bool = False, min_chars: int = 30) -> list[str]:
+    """Paragraphs (> min_chars characters) of the docstrings of the standard library (and with `packages` the
+    installed packages: ~300k paragraphs, minutes to read), sorted and unique, none of them in `exclude` (compared
+    lowercased, whitespace collapsed)."""
+    roots = [Path(sysconfig.get_paths()["stdlib"])]
+    if packages:
+        roots.append(Path(sysconfig.get_paths()["purelib"]))
+    banned = {t.lower() for t in exclude}
+    found: set[str] = set()
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            if root == roots[0] and "site-packages" in path.relative_to(root).parts:
+                continue  # the interpreter's own packages, not the standard library
+            try:
+                tree = ast.parse(path.read_bytes())
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                doc = ast.get_docstring(node, clean=True)
+                for paragraph in (doc or "").split("\n\n"):
+                    text = " ".join(paragraph.split())
+                    if len(text) > min_chars and text.lower() not in banned:
+                        found.add(text)
+    return sorted(found)
+
+
 def _sample(items: list[str], n: int) -> list[str]:
     rng = np.random.default_rng(1234)
     return [items[i] for i in sorted(rng.choice(len(items), size=min(n, len(items)), replace=False))]
@@ -122,15 +158,32 @@ def write_splits(out: Path, classes: dict[str, list[str]], seed: int) -> dict[st
     return {split: len(items) for split, items in rows.items()}
 
 
+def write_corpus(out: Path, *, packages: bool) -> int:
+    """OUT/corpus.txt, one text a line: the docstring corpus without OUT/val.csv's and OUT/test.csv's texts, plus
+    OUT/train.csv's texts (unlabeled). The number of texts."""
+    splits = {}
+    for split in ("train", "val", "test"):
+        with open(out / f"{split}.csv", newline="", encoding="utf-8") as f:
+            splits[split] = [row["text"] for row in csv.DictReader(f)]
+    held_out = set(splits["val"]) | set(splits["test"])
+    texts = sorted(set(docstring_corpus(held_out, packages=packages)) | set(splits["train"]))
+    (out / "corpus.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    return len(texts)
+
+
 SOURCES = {"docstrings": docstrings, "fortunes": fortunes, "wordnet": wordnet}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", choices=sorted(SOURCES))
+    p.add_argument("source", choices=[*sorted(SOURCES), "corpus"], help="corpus: OUT/corpus.txt for OUT's splits")
     p.add_argument("out", type=Path)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--packages", action="store_true", help="corpus: the installed packages' docstrings too")
     args = p.parse_args()
+    if args.source == "corpus":
+        print("corpus", write_corpus(args.out, packages=args.packages), "texts")
+        return
     classes = SOURCES[args.source]()
     counts = write_splits(args.out, classes, args.seed)
     (args.out / "source.txt").write_text(

@@ -39,6 +39,8 @@ class DecoderBlock(nn.Module):
         layer_scale: initial value of per-channel residual scales (CaiT), None for none.
     """
 
+    post_norm = False  # PostNormDecoderBlock: norms after the residual sums (`_in`, `_out`)
+
     def __init__(
         self,
         *,
@@ -87,13 +89,13 @@ class DecoderBlock(nn.Module):
             kwargs["bias"] = bias
         if cache is not None:
             kwargs["cache"] = cache.self_attn
-        return self.attn(self.norm1(x), **kwargs)
+        return self.attn(self._in(self.norm1, x), **kwargs)
 
     def _cross_attend(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, cache: BlockCache | None) -> Tensor:
         kwargs = {"key_padding_mask": mask}
         if cache is not None:
             kwargs["cache"] = cache.cross_attn
-        return self.cross_attn(self.norm_cross(x), memory, **kwargs)
+        return self.cross_attn(self._in(self.norm_cross, x), memory, **kwargs)
 
     def forward(
         self,
@@ -106,13 +108,22 @@ class DecoderBlock(nn.Module):
         """x [B, L, C] (with a cache: the next L tokens); memory [B, S, Cm] and its padding mask bool [B, S]
         (True = pad) for cross-attention; `bias` a shared bias module; `cache` from `new_cache()`."""
         recompute = self.checkpoint_attention and cache is None and torch.is_grad_enabled()
-        x = self._residual(x, self.ls1(self._run(recompute, self._self_attend, x, bias, cache)), self.drop_path1)
+        a = self._run(recompute, self._self_attend, x, bias, cache)
+        x = self._out(self.norm1, self._residual(x, self.ls1(a), self.drop_path1))
         if self.cross_attn is not None:
             if memory is None and (cache is None or cache.cross_attn.k is None):
                 raise ValueError("this DecoderBlock has cross-attention: pass memory (the encoder output)")
             a = self._run(recompute, self._cross_attend, x, memory, memory_padding_mask, cache)
-            x = self._residual(x, self.ls_cross(a), self.drop_path_cross)
-        return self._residual(x, self.ls2(self.mlp(self.norm2(x))), self.drop_path2)
+            x = self._out(self.norm_cross, self._residual(x, self.ls_cross(a), self.drop_path_cross))
+        return self._out(self.norm2, self._residual(x, self.ls2(self.mlp(self._in(self.norm2, x))), self.drop_path2))
+
+    def _in(self, norm: nn.Module, x: Tensor) -> Tensor:
+        """A branch's input: normed before the branch (pre-norm), or as it is (post-norm)."""
+        return x if self.post_norm else norm(x)
+
+    def _out(self, norm: nn.Module, x: Tensor) -> Tensor:
+        """A residual sum: as it is (pre-norm), or normed after it (post-norm)."""
+        return norm(x) if self.post_norm else x
 
     @staticmethod
     def _run(recompute: bool, fn: Callable[..., Tensor], *args: Any) -> Tensor:
@@ -131,41 +142,7 @@ class PostNormDecoderBlock(DecoderBlock):
     Same arguments and parameter names as `DecoderBlock`; only where the norms sit differs.
     """
 
-    def _self_attend(self, x: Tensor, bias: Any | None, cache: BlockCache | None) -> Tensor:
-        kwargs = {}
-        if bias is not None:
-            kwargs["bias"] = bias
-        if cache is not None:
-            kwargs["cache"] = cache.self_attn
-        return self.attn(x, **kwargs)
-
-    def _cross_attend(self, x: Tensor, memory: Tensor | None, mask: Tensor | None, cache: BlockCache | None) -> Tensor:
-        kwargs = {"key_padding_mask": mask}
-        if cache is not None:
-            kwargs["cache"] = cache.cross_attn
-        return self.cross_attn(x, memory, **kwargs)
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None = None,
-        memory_padding_mask: Tensor | None = None,
-        bias: Any | None = None,
-        cache: BlockCache | None = None,
-    ) -> Tensor:
-        """As `DecoderBlock.forward`."""
-        recompute = self.checkpoint_attention and cache is None and torch.is_grad_enabled()
-
-        def run(fn: Callable[..., Tensor], *args: Any) -> Tensor:
-            return checkpoint(fn, *args, use_reentrant=False) if recompute else fn(*args)
-
-        x = self.norm1(x + self.drop_path1(self.ls1(run(self._self_attend, x, bias, cache))))
-        if self.cross_attn is not None:
-            if memory is None and (cache is None or cache.cross_attn.k is None):
-                raise ValueError("this DecoderBlock has cross-attention: pass memory (the encoder output)")
-            a = run(self._cross_attend, x, memory, memory_padding_mask, cache)
-            x = self.norm_cross(x + self.drop_path_cross(self.ls_cross(a)))
-        return self.norm2(x + self.drop_path2(self.ls2(self.mlp(x))))
+    post_norm = True
 
 
 class Decoder(Encoder):

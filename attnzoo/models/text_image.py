@@ -24,7 +24,8 @@ Tensor = torch.Tensor
 
 IMAGE_POSITIONS = ("learned", "none")
 POOLING = ("mean", "first")
-FUSIONS = ("text", "both")
+FUSIONS = ("text", "both", "film")
+CROSS_FUSIONS = ("text", "both")  # the fusions with cross-attention blocks (and maps)
 IMAGE_STEMS = ("patch", "conv")
 
 
@@ -40,6 +41,39 @@ def conv_stem(in_chans: int, dim: int, patch_size: int) -> nn.Sequential:
     for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True):
         layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
     return nn.Sequential(*layers, nn.Conv2d(widths[-1], dim, 1))
+
+
+class FiLMStem(nn.Module):
+    """A convolutional stem whose layers the question steers: log2(patch_size) x (3x3 conv with stride 2,
+    BatchNorm, FiLM, ReLU), then a 1x1 conv to `dim`: [B, in_chans, S, S] + condition [B, cond_dim] ->
+    [B, dim, S / patch_size, S / patch_size]. FiLM (Perez et al. 2018, "FiLM: Visual Reasoning with a General
+    Conditioning Layer") scales and shifts every channel by linear maps of the condition, starting at the identity
+    (scale 1, shift 0), so the image features are computed for the question asked.
+    """
+
+    def __init__(self, in_chans: int, dim: int, patch_size: int, cond_dim: int) -> None:
+        super().__init__()
+        steps = patch_size.bit_length() - 1
+        if patch_size < 2 or 2**steps != patch_size:
+            raise ValueError(f"fusion 'film' needs a power-of-2 patch_size >= 2, got {patch_size}")
+        widths = [min(dim, 16 * 2**i) for i in range(steps)]  # e.g. dim 64, patch 16: 16, 32, 64, 64
+        self.convs = nn.ModuleList(
+            nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False)
+            for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True)
+        )
+        self.norms = nn.ModuleList(nn.BatchNorm2d(c) for c in widths)
+        self.films = nn.ModuleList(nn.Linear(cond_dim, 2 * c) for c in widths)
+        for film in self.films:  # identity at the start
+            nn.init.zeros_(film.weight)
+            nn.init.zeros_(film.bias)
+        self.proj = nn.Conv2d(widths[-1], dim, 1)
+
+    def forward(self, image: Tensor, cond: Tensor) -> Tensor:
+        x = image
+        for conv, norm, film in zip(self.convs, self.norms, self.films, strict=True):
+            scale, shift = film(cond)[:, :, None, None].chunk(2, dim=1)  # [B, C, 1, 1] each
+            x = torch.relu(norm(conv(x)) * (1 + scale) + shift)
+        return self.proj(x)
 
 
 class TextImageNet(nn.Module):
@@ -124,27 +158,37 @@ class TextImageNet(nn.Module):
                 raise ValueError(f"{name} ({value}) must be >= 1")
         if not 0 <= pad_id < vocab_size:
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
+        if fusion == "film" and gated:
+            raise ValueError("gated (tanh gates on cross-attention) needs fusion 'text' or 'both'; 'film' has none")
+        if image_depth < (0 if fusion == "film" else 1):
+            least = "0 with fusion 'film'" if fusion == "film" else "1 (0 only with fusion 'film')"
+            raise ValueError(f"image_depth ({image_depth}) must be >= {least}")
         self.img_size, self.max_len, self.pooling, self.fusion = img_size, max_len, pooling, fusion
 
-        # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
-        self.image_encoder = ViT(
-            img_size=img_size,
-            patch_size=patch_size,
-            in_chans=in_chans,
-            num_classes=0,
-            embed_dim=image_dim,
-            depth=image_depth,
-            num_heads=num_heads,
-            mlp_ratio=mlp_ratio,
-            class_token=False,
-            global_pool="avg",
-            pos_embed=image_pos,
-            drop_path_rate=drop_path_rate,
-            attention=attention if image_attention is None else image_attention,
-        )
-        self.grid_size = self.image_encoder.grid_size
-        if image_stem == "conv":
-            self.image_encoder.patch_embed.proj = conv_stem(in_chans, image_dim, patch_size)
+        if fusion == "film":  # the question steers the stem: no ViT patch embedding, no cross-attention
+            self._build_film(img_size, patch_size, in_chans, image_dim, image_depth, text_dim, num_heads, mlp_ratio,
+                             image_pos, attention if image_attention is None else image_attention, drop_path_rate,
+                             head_drop, num_classes)
+        else:
+            # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
+            self.image_encoder = ViT(
+                img_size=img_size,
+                patch_size=patch_size,
+                in_chans=in_chans,
+                num_classes=0,
+                embed_dim=image_dim,
+                depth=image_depth,
+                num_heads=num_heads,
+                mlp_ratio=mlp_ratio,
+                class_token=False,
+                global_pool="avg",
+                pos_embed=image_pos,
+                drop_path_rate=drop_path_rate,
+                attention=attention if image_attention is None else image_attention,
+            )
+            self.grid_size = self.image_encoder.grid_size
+            if image_stem == "conv":
+                self.image_encoder.patch_embed.proj = conv_stem(in_chans, image_dim, patch_size)
 
         self.token_embed = nn.Embedding(vocab_size, text_dim, padding_idx=pad_id)
         text_shape = layer_shape(max_len=max_len)  # of every text self-attention
@@ -160,6 +204,13 @@ class TextImageNet(nn.Module):
             layer_shape=text_shape,
         )
 
+        if fusion != "film":
+            self._build_cross(num_classes, image_dim, image_depth, text_dim, text_depth, fusion_depth, num_heads,
+                              mlp_ratio, gated, attention, image_attention, cross_attention, text_shape, head_drop)
+
+    def _build_cross(self, num_classes, image_dim, image_depth, text_dim, text_depth, fusion_depth, num_heads,
+                     mlp_ratio, gated, attention, image_attention, cross_attention, text_shape, head_drop) -> None:
+        """The cross-attention fusion layers (`fusion` "text" or "both") and the linear head."""
         make_cross = attention_builder(cross_attention, what="model.cross_attention")
         make_self = attention_builder(attention, **text_shape)
         hidden = int(text_dim * mlp_ratio)
@@ -182,7 +233,7 @@ class TextImageNet(nn.Module):
             for i in range(fusion_depth)
         )
         head_dim = text_dim
-        if fusion == "both":  # patches read the text, then each other: [B, N, Ci]
+        if self.fusion == "both":  # patches read the text, then each other: [B, N, Ci]
             image_shape = layer_shape(grid_size=self.grid_size)
             make_image_self = attention_builder(
                 attention if image_attention is None else image_attention, **image_shape
@@ -213,15 +264,59 @@ class TextImageNet(nn.Module):
         self.head_drop = nn.Dropout(head_drop)
         self.head = nn.Linear(head_dim, num_classes)
 
+
+    def _build_film(self, img_size, patch_size, in_chans, image_dim, image_depth, text_dim, num_heads, mlp_ratio,
+                    image_pos, image_attention, drop_path_rate, head_drop, num_classes) -> None:
+        """`fusion` "film": a `FiLMStem` steered by the pooled question makes one token per cell of the patch grid,
+        `image_depth` self-attention blocks let the cells see each other ("left of"), and a relation MLP reads
+        each cell beside the question; the sum over cells (a count where each cell says whether it is one of the
+        things asked about) goes to an MLP head."""
+        if img_size % patch_size:
+            raise ValueError(f"img_size ({img_size}) must be divisible by patch_size ({patch_size})")
+        side = img_size // patch_size
+        self.grid_size = (side, side)
+        self.film_stem = FiLMStem(in_chans, image_dim, patch_size, cond_dim=text_dim)
+        self.cell_pos = nn.Parameter(torch.zeros(1, side * side, image_dim)) if image_pos == "learned" else None
+        self.cell_encoder = None
+        if image_depth > 0:
+            self.cell_encoder = make_encoder(
+                dim=image_dim,
+                depth=image_depth,
+                num_heads=num_heads,
+                mlp_ratio=mlp_ratio,
+                attention=image_attention,
+                drop_path_rate=drop_path_rate,
+                final_norm=False,
+                layer_shape=layer_shape(grid_size=self.grid_size),
+            )
+        self.image_norm = nn.LayerNorm(image_dim)
+        width = image_dim + text_dim
+        self.relation = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU())
+        self.norm = nn.LayerNorm(width)
+        self.head_drop = nn.Dropout(head_drop)
+        self.head = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, num_classes))
+
     def set_grad_checkpointing(self, enabled: bool = True, **kwargs: Any) -> None:
-        """Checkpoint the image and text encoders (`Encoder.set_grad_checkpointing`); fusion blocks are not."""
-        self.image_encoder.set_grad_checkpointing(enabled, **kwargs)
+        """Checkpoint the image (or cell) and text encoders (`Encoder.set_grad_checkpointing`); fusion blocks are
+        not."""
+        image = self.cell_encoder if self.fusion == "film" else self.image_encoder
+        if image is not None:
+            image.set_grad_checkpointing(enabled, **kwargs)
         self.text_encoder.set_grad_checkpointing(enabled, **kwargs)
 
-    def encode_image(self, image: Tensor) -> Tensor:
-        """[B, C, H, W] -> patch tokens [B, N, Ci]."""
+    def encode_image(self, image: Tensor, question: Tensor | None = None) -> Tensor:
+        """[B, C, H, W] -> patch tokens [B, N, Ci]; fusion "film" needs the pooled `question` [B, Ct]."""
         if tuple(image.shape[-2:]) != (self.img_size, self.img_size):
             raise ValueError(f"image of size {tuple(image.shape[-2:])}; this model was built for {self.img_size}")
+        if self.fusion == "film":
+            if question is None:
+                raise ValueError("fusion 'film' computes the image tokens for a question: pass the pooled question")
+            cells = self.film_stem(image, question).flatten(2).transpose(1, 2)  # [B, N, Ci]
+            if self.cell_pos is not None:
+                cells = cells + self.cell_pos
+            if self.cell_encoder is not None:
+                cells = self.cell_encoder(cells)
+            return self.image_norm(cells)
         vit = self.image_encoder
         return vit.fc_norm(vit.forward_features(image))  # [B, N, Ci]; with avg pooling the ViT norms with fc_norm
 
@@ -251,6 +346,9 @@ class TextImageNet(nn.Module):
         if padding_mask is not None and padding_mask.shape != tokens.shape:
             shapes = f"{tuple(padding_mask.shape)} vs {tuple(tokens.shape)}"
             raise ValueError(f"padding_mask must have the shape of tokens: {shapes}")
+        if self.fusion == "film":
+            logits = self._film(image, tokens, padding_mask)
+            return (logits, []) if return_cross_attention else logits  # no cross-attention: no maps
         patches = self.encode_image(image)  # [B, N, Ci]
         x = self.encode_text(tokens, padding_mask)  # [B, L, Ct]
         maps = []
@@ -270,6 +368,13 @@ class TextImageNet(nn.Module):
             pooled = torch.cat([pooled, self.image_norm(patches).mean(dim=1)], dim=-1)  # [B, Ct + Ci]
         logits = self.head(self.head_drop(pooled))
         return (logits, maps) if return_cross_attention else logits
+
+    def _film(self, image: Tensor, tokens: Tensor, padding_mask: Tensor | None) -> Tensor:
+        question = mean_pool(self.encode_text(tokens, padding_mask), padding_mask)  # [B, Ct], padding left out
+        cells = self.encode_image(image, question)  # [B, N, Ci]
+        pairs = torch.cat([cells, question[:, None].expand(-1, cells.shape[1], -1)], dim=-1)  # [B, N, Ci + Ct]
+        counted = self.relation(pairs).sum(dim=1)  # [B, Ci + Ct]: what the cells say about the question, summed
+        return self.head(self.head_drop(self.norm(counted)))
 
     def _pool(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
         return x[:, 0] if self.pooling == "first" else mean_pool(x, padding_mask)  # [B, Ct]

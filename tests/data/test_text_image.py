@@ -261,3 +261,19 @@ def test_auto_values_follow_the_data(tmp_path):
     large = defaults.text_image_run(embedded=False, num_train=50000, batch_size=64)
     assert small["trainer.max_epochs"][0] > large["trainer.max_epochs"][0] >= 10
     assert small["run.early_stopping.patience"][0] >= large["run.early_stopping.patience"][0] >= 5
+
+
+def test_learned_tokenizer_keeps_question_words_whole_and_is_saved_with_the_run(tmp_path):
+    dm = TextImageDataModule(num_train=64, num_val=32, batch_size=16, tokenizer="bpe")
+    assert dm.tokenizer is None  # learned in setup, from the train split only
+    inputs = dm.model_inputs()  # sets up
+    tok = dm.tokenizer
+    assert inputs["vocab_size"] == tok.vocab_size < 300 and inputs["pad_id"] == tok.pad_id
+    ids = tok.encode("how many circles are there?")
+    assert len(ids) <= 6  # "how", "many", "circles", "are", "there", "?": a word is one token
+    (saved,) = dm.save_artifacts(tmp_path)
+    assert saved == tmp_path / "tokenizer.json"
+    again = _dm(tokenizer=str(saved))  # what a command loading the run does
+    again.setup()
+    assert again.datasets["val"].tokens == dm.datasets["val"].tokens
+    assert _dm().save_artifacts(tmp_path / "bytes") == []  # nothing learned, nothing to keep

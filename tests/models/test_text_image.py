@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnzoo.models.text_image import FUSIONS, IMAGE_POSITIONS, POOLING, TextImageNet
+from attnzoo.models.text_image import CROSS_FUSIONS, FUSIONS, IMAGE_POSITIONS, POOLING, TextImageNet
 
 SMALL = dict(num_classes=5, img_size=16, patch_size=4, image_dim=32, text_dim=32, num_heads=4, max_len=24)
 
@@ -19,7 +19,7 @@ def _inputs(b=3, lengths=(7, 4, 9)):
     return image, tokens.masked_fill(pad, 0), pad
 
 
-@pytest.mark.parametrize("fusion", FUSIONS)
+@pytest.mark.parametrize("fusion", CROSS_FUSIONS)
 @pytest.mark.parametrize("pooling", POOLING)
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
@@ -44,7 +44,7 @@ def test_extra_padding_leaves_real_tokens_unchanged(fusion, pooling, gated, back
     torch.testing.assert_close(alone, logits[1:2], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("fusion", FUSIONS)
+@pytest.mark.parametrize("fusion", CROSS_FUSIONS)
 @pytest.mark.parametrize("image_pos", IMAGE_POSITIONS)
 def test_forward_backward_and_maps(image_pos, fusion):
     net = _net(image_pos=image_pos, fusion_depth=3, fusion=fusion).train()
@@ -85,7 +85,10 @@ def test_bf16_autocast_is_finite_with_padding(fusion):
         (dict(img_size=18), r"img_size \(18\) must be divisible by patch_size \(4\)"),
         (dict(image_pos="rope"), r"image_pos 'rope' is not one of"),
         (dict(pooling="max"), r"pooling 'max' is not one of"),
-        (dict(fusion="image"), r"fusion 'image' is not one of \('text', 'both'\)"),
+        (dict(fusion="image"), r"fusion 'image' is not one of \('text', 'both', 'film'\)"),
+        (dict(fusion="film", gated=True), r"gated .* needs fusion 'text' or 'both'; 'film' has none"),
+        (dict(fusion="both", image_depth=0), r"image_depth \(0\) must be >= 1 \(0 only with fusion 'film'\)"),
+        (dict(fusion="film", patch_size=3, img_size=18), r"fusion 'film' needs a power-of-2 patch_size >= 2, got 3"),
         (dict(fusion_depth=0), r"fusion_depth \(0\) must be >= 1"),
         (dict(cross_attention={"bakend": "eager"}), r"model.cross_attention: unknown option 'bakend'"),
     ],
@@ -164,3 +167,58 @@ def test_patches_read_the_question_with_fusion_both():
     net(image, other, pad.roll(1, dims=0))
     assert not torch.allclose(seen["patches"], first, atol=1e-4)
     assert net.head.in_features == SMALL["text_dim"] + SMALL["image_dim"]
+
+
+# -- fusion "film": the question steers the convolutional stem, a relation MLP reads each cell --------------------
+
+
+@pytest.mark.parametrize("image_depth", [0, 1])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_film_padding_changes_no_logit(image_depth, backend):
+    attn = {"backend": backend}
+    net = _net(fusion="film", image_depth=image_depth, attention=attn)
+    image, tokens, pad = _inputs()
+    more = torch.cat([tokens, torch.randint(1, 257, (3, 8))], dim=1)  # garbage ids under the mask
+    more_pad = torch.cat([pad, torch.ones(3, 8, dtype=torch.bool)], dim=1)
+    logits, maps = net(image, tokens, pad, return_cross_attention=True)
+    assert maps == []  # no cross-attention to draw
+    torch.testing.assert_close(net(image, more, more_pad), logits, atol=1e-5, rtol=1e-5)
+    alone = net(image[1:2], tokens[1:2, :4], None)  # one example without any padding
+    torch.testing.assert_close(alone, logits[1:2], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("image_pos", IMAGE_POSITIONS)
+def test_film_forward_backward_reach_every_parameter(image_pos):
+    net = _net(fusion="film", image_depth=1, image_pos=image_pos).train()
+    for film in net.film_stem.films:  # leave the identity start, so the question's gradient path is not zero
+        torch.nn.init.normal_(film.weight, std=0.1)
+    image, tokens, pad = _inputs()
+    logits = net(image, tokens, pad)
+    assert logits.shape == (3, 5) and torch.isfinite(logits).all()
+    logits.square().sum().backward()
+    missing = [n for n, p in net.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.any())]
+    assert not missing, missing
+    assert (net.cell_pos is None) == (image_pos == "none")
+
+
+def test_film_cells_are_computed_for_the_question():
+    """The stem's FiLM starts at the identity (the cells do not depend on the question); once it has learned
+    anything, another question gives other cells, while the image alone still decides the identity start."""
+    net = _net(fusion="film")
+    image, tokens, pad = _inputs()
+    seen = {}
+    net.image_norm.register_forward_hook(lambda m, i, o: seen.__setitem__("cells", o.detach()))
+    other = tokens.roll(1, dims=0), pad.roll(1, dims=0)  # each image gets another example's question
+    net(image, tokens, pad)
+    first = seen["cells"]
+    net(image, *other)
+    torch.testing.assert_close(seen["cells"], first)  # identity start
+    for film in net.film_stem.films:
+        torch.nn.init.normal_(film.weight, std=0.1)
+    net(image, tokens, pad)
+    first = seen["cells"]
+    net(image, tokens.masked_fill(pad, 7), pad)  # other ids under the mask change nothing
+    torch.testing.assert_close(seen["cells"], first, atol=1e-5, rtol=1e-5)
+    net(image, *other)
+    assert not torch.allclose(seen["cells"], first, atol=1e-4)
+    assert seen["cells"].shape == (3, 16, SMALL["image_dim"])  # a 4x4 grid of cells

@@ -27,6 +27,8 @@ from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
 from ..formats.image_io import ImageFileError, load_rgb
 from ..formats.text_files import read_utf8
 from ..tokenizers.factory import make_tokenizer
+from ..tokenizers.subword import KINDS as SUBWORD_KINDS
+from ..tokenizers.subword import save_run_tokenizer
 from . import defaults
 from .base import DataModule
 from .batching import EpochShuffle, run_seed
@@ -119,8 +121,11 @@ class TextImageDataModule(DataModule):
         train, val, test: JSONL files; all None for generated scenes. `train` needs `val`.
         classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
         image_size: images are resized to this square size.
-        tokenizer: "bytes" (UTF-8 bytes) or a `tokenizers` JSON file
+        tokenizer: "bytes" (UTF-8 bytes), a subword kind learned from the train split's texts ("bpe", "wordpiece",
+            "unigram"; saved with a run as `tokenizer.json`) or a `tokenizers` JSON file
             (`attnzoo.data.tokenizers.factory.make_tokenizer`).
+        vocab_size: most tokens of a learned subword vocabulary (a question set's words mostly fit whole).
+        lowercase: lowercase texts before a learned subword tokenizer learns or applies its vocabulary.
         max_len: texts are cut to this many tokens (how many were cut is logged).
         on_bad_image: "error" stops at a missing or unreadable image naming it; "skip" leaves the pair out
             and logs how many were skipped.
@@ -143,6 +148,8 @@ class TextImageDataModule(DataModule):
         classes: list[str] | None = None,
         image_size: int = 48,
         tokenizer: str = "bytes",
+        vocab_size: int = 2000,
+        lowercase: bool = False,
         max_len: int = 64,
         on_bad_image: str = "error",
         blank_image: bool = False,
@@ -168,7 +175,9 @@ class TextImageDataModule(DataModule):
             if value < 1:
                 raise ValueError(f"data.{name} ({value}) must be >= 1")
         self.task, self.files = task, {"train": train, "val": val, "test": test}
-        self.tokenizer = make_tokenizer(tokenizer)
+        self.tokenizer_spec, self.vocab_size, self.lowercase = tokenizer, vocab_size, lowercase
+        # a learned kind is learned in setup, from the train split's texts
+        self.tokenizer = None if tokenizer in SUBWORD_KINDS else make_tokenizer(tokenizer)
         self.classes, self.image_size, self.max_len = classes, image_size, max_len
         self.on_bad_image, self.blank_image, self.augment = on_bad_image, blank_image, augment
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
@@ -184,6 +193,7 @@ class TextImageDataModule(DataModule):
 
     def model_inputs(self) -> dict[str, Any]:
         """What the model builder needs to know about this data."""
+        self.setup()  # a learned tokenizer's vocabulary size is known once the train split is read
         return {
             "num_classes": self.num_classes,
             "img_size": self.image_size,
@@ -280,6 +290,11 @@ class TextImageDataModule(DataModule):
         return self.class_names.index(str(label))
 
     def _dataset(self, split: str, images: np.ndarray | list[Path], texts: list[str], labels: list[int]) -> PairDataset:
+        if self.tokenizer is None:  # a learned kind: the train split comes first
+            self.tokenizer = make_tokenizer(
+                self.tokenizer_spec, texts=texts, vocab_size=self.vocab_size, lowercase=self.lowercase
+            )
+            log.info("data.tokenizer: %s learned from the %d training texts", self.tokenizer_spec, len(texts))
         ids = [self.tokenizer.encode(t) for t in texts]
         long = sum(len(x) > self.max_len for x in ids)
         if long:
@@ -287,6 +302,14 @@ class TextImageDataModule(DataModule):
         ids = [x[: self.max_len] for x in ids]
         shift = max(1, self.image_size // 16) if self.augment and split == "train" else 0
         return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image, shift=shift)
+
+    def save_artifacts(self, run_dir: str | Path) -> list[Path]:
+        """A tokenizer learned from the train split, as `run_dir/tokenizer.json` (what every command that loads the
+        run reads: the weights need exactly these ids)."""
+        self.setup()
+        if self.tokenizer_spec not in SUBWORD_KINDS:
+            return []
+        return save_run_tokenizer(self.tokenizer, Path(run_dir))[0]
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
         """The split's texts and pixels ([N, S * S * 3], as the model sees them) and class indices, for a classical

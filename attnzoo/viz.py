@@ -190,6 +190,8 @@ def visualize(
     written.append(out / "maps.pt")
     if hasattr(net, "cross_blocks"):
         written += cross_attention_maps(data, net, split=split, count=count, out=out / "cross_attention")
+    elif getattr(net, "fusion", None) == "film":
+        log.info("viz: no cross-attention maps: model.fusion is 'film' (the question steers the image stem instead)")
     return written
 
 
@@ -246,7 +248,7 @@ def cross_attention_maps(data: Any, net: torch.nn.Module, *, split: str, count: 
         raise ConfigError(f"--count: {count}; expected at least 1")
     batch = next(iter(data.val_dataloader() if split == "val" else data.test_dataloader()))
     texts = data.datasets[split].texts[: len(batch["label"])]
-    return text_image_maps(net, batch, texts, out, class_names=data.class_names, count=count)
+    return text_image_maps(net, batch, texts, out, class_names=data.class_names, count=count, tokenizer=data.tokenizer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -56,9 +56,11 @@ def test_rollout_rejects_bad_input(maps, kwargs, message):
 
 
 def _saved_run(path: Path, recipe: Path, overrides: list[str]) -> Path:
-    """A run directory as `attnzoo fit` writes it (config.yaml, checkpoints/best.ckpt), without training."""
+    """A run directory as `attnzoo fit` writes it (config.yaml, the data's artifacts such as a learned
+    tokenizer.json, checkpoints/best.ckpt), without training."""
     cfg = load([recipe], overrides)
-    _, task, cfg = build(cfg)
+    data, task, cfg = build(cfg)
+    data.save_artifacts(path)
     (path / "config.yaml").write_text(cfg.to_yaml())
     (path / "checkpoints").mkdir()
     torch.save({"state_dict": task.state_dict()}, path / "checkpoints" / "best.ckpt")
@@ -174,7 +176,7 @@ def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):
 
 
 def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys):
-    small = ["data.num_train=32", "data.num_val=8", "model.image_depth=1", "model.fusion_depth=1"]
+    small = ["data.num_train=32", "data.num_val=8", "model.image_depth=1", "model.fusion_depth=1", "model.fusion=both"]
     (tmp_path / "ti").mkdir()
     run = _saved_run(tmp_path / "ti", ROOT / "recipes" / "text_image.yaml", [*small, "model.text_depth=1"])
     assert main([str(run), "--out", str(tmp_path / "out"), "--count", "2"]) == 0
@@ -184,3 +186,5 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
     assert all((tmp_path / "out" / "cross_attention" / n).stat().st_size > 0 for n in names[2:])
     assert main([str(run), "--count", "0"]) == 2
     assert "--count: 0" in capsys.readouterr().err
+    saved = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)
+    assert saved["maps"]  # the text encoder's self-attention (learned bpe tokens), beside the cross-attention

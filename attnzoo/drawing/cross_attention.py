@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +26,19 @@ def word_spans(text: str, length: int) -> list[tuple[str, int, int]]:
         end = start + len(word.encode("utf-8"))
         if word and end <= length:
             spans.append((word, start, end))
+        start = end + 1
+    return spans
+
+
+def offset_spans(text: str, offsets: Sequence[tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """`word_spans` for a subword tokenizer: (word, first token, end token) for each space-separated word, from the
+    tokens' character offsets into `text` (a `tokenizers` encoding's `offsets`)."""
+    spans, start = [], 0
+    for word in text.split(" "):
+        end = start + len(word)
+        inside = [i for i, (a, b) in enumerate(offsets) if a < end and b > start]  # tokens overlapping the word
+        if word and inside:
+            spans.append((word, inside[0], inside[-1] + 1))
         start = end + 1
     return spans
 
@@ -46,6 +60,8 @@ def draw_cross_attention(
     path: str | Path,
     title: str | None = None,
     max_words: int = 12,
+    spans: Sequence[tuple[str, int, int]] | None = None,
+    length: int | None = None,
 ) -> Path:
     """Draw one example's text-to-image attention: a row per layer; columns for all tokens, then each word.
 
@@ -57,11 +73,14 @@ def draw_cross_attention(
         path: the PNG to write.
         title: a line above the figure (e.g. the answer and the prediction).
         max_words: word columns drawn at most (the first words of the text).
+        spans, length: for a subword tokenizer, (word, first token, end token) of each word (`offset_spans`) and
+            the number of tokens; None: token i is the text's i-th UTF-8 byte.
     """
     if not maps:
         raise ValueError("maps is empty: pass one [H, L, N] tensor per cross-attention layer")
     gh, gw = grid_size
-    length = len(text.encode("utf-8"))
+    if length is None:
+        length = len(text.encode("utf-8"))
     for i, m in enumerate(maps):
         if m.dim() != 3 or m.shape[-1] != gh * gw or m.shape[1] < length:
             raise ValueError(
@@ -72,7 +91,8 @@ def draw_cross_attention(
     layers = [m.detach().float().cpu().mean(0)[:length] for m in maps]  # [L, N] each, heads averaged
 
     # the sentence reads left to right: a column per word (after the image and all tokens), a row per layer
-    cols = [("all tokens", 0, length), *word_spans(text, length)[:max_words]]
+    words = word_spans(text, length) if spans is None else [w for w in spans if w[2] <= length]
+    cols = [("all tokens", 0, length), *words[:max_words]]
     plt = _pyplot()
     fig, axes = plt.subplots(
         len(layers),
@@ -108,11 +128,13 @@ def text_image_maps(
     *,
     class_names: Sequence[str] | None = None,
     count: int = 4,
+    tokenizer: Any = None,
 ) -> list[Path]:
     """Run a text-image net on a batch and draw the cross-attention maps of its first `count` examples.
 
     The net is called as `net(image, tokens, padding_mask, return_cross_attention=True)` (see
-    `attnzoo.models.text_image.TextImageNet`); `texts` are the batch's texts in order.
+    `attnzoo.models.text_image.TextImageNet`); `texts` are the batch's texts in order, tokenized by `tokenizer`
+    (None or bytes: one token per UTF-8 byte; a subword tokenizer: words found by its offsets).
     """
     was_training = net.training
     net.eval()
@@ -124,6 +146,12 @@ def text_image_maps(
         title = f"predicted: {names[int(logits[i].argmax())]}"
         if "label" in batch:
             title += f"   answer: {names[int(batch['label'][i])]}"
+        spans = length = None
+        inner = getattr(tokenizer, "tok", None)  # the `tokenizers.Tokenizer` of a subword tokenizer
+        if inner is not None:
+            encoding = inner.encode(texts[i], add_special_tokens=False)
+            spans = offset_spans(texts[i], encoding.offsets)
+            length = int((~batch["padding_mask"][i]).sum())
         paths.append(
             draw_cross_attention(
                 batch["image"][i],
@@ -132,6 +160,8 @@ def text_image_maps(
                 grid_size=net.grid_size,
                 path=Path(out_dir) / f"cross_attention_{i:03d}.png",
                 title=title,
+                spans=spans,
+                length=length,
             )
         )
     return paths

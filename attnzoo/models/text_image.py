@@ -1,4 +1,5 @@
-"""Text-image fusion: a ViT-style image encoder, a text encoder, then cross-attention in which text attends to patches.
+"""Text-image fusion: a ViT-style image encoder, a text encoder, then cross-attention in which text attends to patches
+(`fusion` "text"/"both"), or a question-steered convolutional stem read cell by cell (`fusion` "film").
 
 Notation: B batch, L text tokens, N image patches, Ct text width, Ci image width, H heads.
 """
@@ -104,7 +105,10 @@ class TextImageNet(nn.Module):
             layer the patches also attend to the text (text padding is their key padding mask) and then to each
             other, and the head reads the pooled text beside the mean of the patches. Patches that know the
             question can each say whether they answer it, and a mean over them counts, which softmax attention
-            from a text token (weights summing to 1) does poorly.
+            from a text token (weights summing to 1) does poorly. "film": no cross-attention; the mean of the
+            text tokens steers a `FiLMStem` (one token per patch-grid cell, then `image_depth` self-attention
+            blocks among the cells, 0 allowed), a relation MLP reads each cell beside the question and an MLP head
+            reads the sum over cells (`image_stem`, `fusion_depth`, `cross_attention` and `pooling` unused).
         attention: self-attention config of both encoders and the fusion blocks (`attnzoo.attention.factory`).
         image_attention: self-attention config of the image encoder alone, instead of `attention` (e.g. a
             `relative_2d` bias or `rope_2d`, which need the patch grid the text side does not have).
@@ -166,9 +170,21 @@ class TextImageNet(nn.Module):
         self.img_size, self.max_len, self.pooling, self.fusion = img_size, max_len, pooling, fusion
 
         if fusion == "film":  # the question steers the stem: no ViT patch embedding, no cross-attention
-            self._build_film(img_size, patch_size, in_chans, image_dim, image_depth, text_dim, num_heads, mlp_ratio,
-                             image_pos, attention if image_attention is None else image_attention, drop_path_rate,
-                             head_drop, num_classes)
+            self._build_film(
+                img_size,
+                patch_size,
+                in_chans,
+                image_dim,
+                image_depth,
+                text_dim,
+                num_heads,
+                mlp_ratio,
+                image_pos,
+                attention if image_attention is None else image_attention,
+                drop_path_rate,
+                head_drop,
+                num_classes,
+            )
         else:
             # the image encoder is attnzoo's ViT without class token or head: it returns patch tokens [B, N, Ci]
             self.image_encoder = ViT(
@@ -205,11 +221,40 @@ class TextImageNet(nn.Module):
         )
 
         if fusion != "film":
-            self._build_cross(num_classes, image_dim, image_depth, text_dim, text_depth, fusion_depth, num_heads,
-                              mlp_ratio, gated, attention, image_attention, cross_attention, text_shape, head_drop)
+            self._build_cross(
+                num_classes,
+                image_dim,
+                image_depth,
+                text_dim,
+                text_depth,
+                fusion_depth,
+                num_heads,
+                mlp_ratio,
+                gated,
+                attention,
+                image_attention,
+                cross_attention,
+                text_shape,
+                head_drop,
+            )
 
-    def _build_cross(self, num_classes, image_dim, image_depth, text_dim, text_depth, fusion_depth, num_heads,
-                     mlp_ratio, gated, attention, image_attention, cross_attention, text_shape, head_drop) -> None:
+    def _build_cross(
+        self,
+        num_classes,
+        image_dim,
+        image_depth,
+        text_dim,
+        text_depth,
+        fusion_depth,
+        num_heads,
+        mlp_ratio,
+        gated,
+        attention,
+        image_attention,
+        cross_attention,
+        text_shape,
+        head_drop,
+    ) -> None:
         """The cross-attention fusion layers (`fusion` "text" or "both") and the linear head."""
         make_cross = attention_builder(cross_attention, what="model.cross_attention")
         make_self = attention_builder(attention, **text_shape)
@@ -264,9 +309,22 @@ class TextImageNet(nn.Module):
         self.head_drop = nn.Dropout(head_drop)
         self.head = nn.Linear(head_dim, num_classes)
 
-
-    def _build_film(self, img_size, patch_size, in_chans, image_dim, image_depth, text_dim, num_heads, mlp_ratio,
-                    image_pos, image_attention, drop_path_rate, head_drop, num_classes) -> None:
+    def _build_film(
+        self,
+        img_size,
+        patch_size,
+        in_chans,
+        image_dim,
+        image_depth,
+        text_dim,
+        num_heads,
+        mlp_ratio,
+        image_pos,
+        image_attention,
+        drop_path_rate,
+        head_drop,
+        num_classes,
+    ) -> None:
         """`fusion` "film": a `FiLMStem` steered by the pooled question makes one token per cell of the patch grid,
         `image_depth` self-attention blocks let the cells see each other ("left of"), and a relation MLP reads
         each cell beside the question; the sum over cells (a count where each cell says whether it is one of the

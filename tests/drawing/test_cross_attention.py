@@ -39,3 +39,13 @@ def test_draw_rejects_maps_of_the_wrong_shape(tmp_path):
         draw_cross_attention(image, "hello", [torch.rand(2, 5, 9)], grid_size=(4, 4), path=tmp_path / "x.png")
     with pytest.raises(ValueError, match="maps is empty"):
         draw_cross_attention(image, "hello", [], grid_size=(4, 4), path=tmp_path / "x.png")
+
+
+def test_offset_spans_find_the_tokens_of_each_word():
+    from attnzoo.drawing.cross_attention import offset_spans
+
+    text = "how many circles are there?"
+    offsets = [(0, 3), (4, 8), (9, 15), (15, 16), (17, 20), (21, 26), (26, 27)]  # "circle" + "s", "there" + "?"
+    assert offset_spans(text, offsets) == [
+        ("how", 0, 1), ("many", 1, 2), ("circles", 2, 4), ("are", 4, 5), ("there?", 5, 7)
+    ]  # fmt: skip

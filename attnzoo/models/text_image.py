@@ -220,94 +220,59 @@ class TextImageNet(nn.Module):
             layer_shape=text_shape,
         )
 
-        if fusion != "film":
-            self._build_cross(
-                num_classes,
-                image_dim,
-                image_depth,
-                text_dim,
-                text_depth,
-                fusion_depth,
-                num_heads,
-                mlp_ratio,
-                gated,
-                attention,
-                image_attention,
-                cross_attention,
-                text_shape,
-                head_drop,
-            )
-
-    def _build_cross(
-        self,
-        num_classes,
-        image_dim,
-        image_depth,
-        text_dim,
-        text_depth,
-        fusion_depth,
-        num_heads,
-        mlp_ratio,
-        gated,
-        attention,
-        image_attention,
-        cross_attention,
-        text_shape,
-        head_drop,
-    ) -> None:
-        """The cross-attention fusion layers (`fusion` "text" or "both") and the linear head."""
-        make_cross = attention_builder(cross_attention, what="model.cross_attention")
-        make_self = attention_builder(attention, **text_shape)
-        hidden = int(text_dim * mlp_ratio)
-        self.cross_blocks = nn.ModuleList(
-            CrossAttentionBlock(
-                dim=text_dim,
-                cross_attn=make_cross(text_dim, num_heads, layer_index=i, context_dim=image_dim),
-                mlp=Mlp(text_dim, hidden),
-                gated=gated,
-            )
-            for i in range(fusion_depth)
-        )
-        # the fusion self-attention layers continue the text encoder's stack: layer indices text_depth, ...
-        self.text_blocks = nn.ModuleList(
-            TransformerBlock(
-                dim=text_dim,
-                attn=make_self(text_dim, num_heads, layer_index=text_depth + i),
-                mlp=Mlp(text_dim, hidden),
-            )
-            for i in range(fusion_depth)
-        )
-        head_dim = text_dim
-        if self.fusion == "both":  # patches read the text, then each other: [B, N, Ci]
-            image_shape = layer_shape(grid_size=self.grid_size)
-            make_image_self = attention_builder(
-                attention if image_attention is None else image_attention, **image_shape
-            )
-            image_hidden = int(image_dim * mlp_ratio)
-            self.image_cross_blocks = nn.ModuleList(
+        if fusion != "film":  # the cross-attention fusion layers and a linear head
+            make_cross = attention_builder(cross_attention, what="model.cross_attention")
+            make_self = attention_builder(attention, **text_shape)
+            hidden = int(text_dim * mlp_ratio)
+            self.cross_blocks = nn.ModuleList(
                 CrossAttentionBlock(
-                    dim=image_dim,
-                    # the image-side cross-attention layers continue the text side's: indices fusion_depth, ...
-                    cross_attn=make_cross(image_dim, num_heads, layer_index=fusion_depth + i, context_dim=text_dim),
-                    mlp=Mlp(image_dim, image_hidden),
+                    dim=text_dim,
+                    cross_attn=make_cross(text_dim, num_heads, layer_index=i, context_dim=image_dim),
+                    mlp=Mlp(text_dim, hidden),
                     gated=gated,
                 )
                 for i in range(fusion_depth)
             )
-            # the patches' fusion self-attention continues the image encoder's stack: indices image_depth, ...
-            self.image_blocks = nn.ModuleList(
+            # the fusion self-attention layers continue the text encoder's stack: layer indices text_depth, ...
+            self.text_blocks = nn.ModuleList(
                 TransformerBlock(
-                    dim=image_dim,
-                    attn=make_image_self(image_dim, num_heads, layer_index=image_depth + i),
-                    mlp=Mlp(image_dim, image_hidden),
+                    dim=text_dim,
+                    attn=make_self(text_dim, num_heads, layer_index=text_depth + i),
+                    mlp=Mlp(text_dim, hidden),
                 )
                 for i in range(fusion_depth)
             )
-            self.image_norm = nn.LayerNorm(image_dim)
-            head_dim += image_dim
-        self.norm = nn.LayerNorm(text_dim)
-        self.head_drop = nn.Dropout(head_drop)
-        self.head = nn.Linear(head_dim, num_classes)
+            head_dim = text_dim
+            if self.fusion == "both":  # patches read the text, then each other: [B, N, Ci]
+                image_shape = layer_shape(grid_size=self.grid_size)
+                make_image_self = attention_builder(
+                    attention if image_attention is None else image_attention, **image_shape
+                )
+                image_hidden = int(image_dim * mlp_ratio)
+                self.image_cross_blocks = nn.ModuleList(
+                    CrossAttentionBlock(
+                        dim=image_dim,
+                        # the image-side cross-attention layers continue the text side's: indices fusion_depth, ...
+                        cross_attn=make_cross(image_dim, num_heads, layer_index=fusion_depth + i, context_dim=text_dim),
+                        mlp=Mlp(image_dim, image_hidden),
+                        gated=gated,
+                    )
+                    for i in range(fusion_depth)
+                )
+                # the patches' fusion self-attention continues the image encoder's stack: indices image_depth, ...
+                self.image_blocks = nn.ModuleList(
+                    TransformerBlock(
+                        dim=image_dim,
+                        attn=make_image_self(image_dim, num_heads, layer_index=image_depth + i),
+                        mlp=Mlp(image_dim, image_hidden),
+                    )
+                    for i in range(fusion_depth)
+                )
+                self.image_norm = nn.LayerNorm(image_dim)
+                head_dim += image_dim
+            self.norm = nn.LayerNorm(text_dim)
+            self.head_drop = nn.Dropout(head_drop)
+            self.head = nn.Linear(head_dim, num_classes)
 
     def _build_film(
         self,

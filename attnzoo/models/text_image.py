@@ -19,7 +19,7 @@ from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
 from ..layers.pooling import mean_pool
-from .vit import ViT
+from .vit import ViT, conv_stem
 
 Tensor = torch.Tensor
 
@@ -28,20 +28,6 @@ POOLING = ("mean", "first")
 FUSIONS = ("text", "both", "film")
 CROSS_FUSIONS = ("text", "both")  # the fusions with cross-attention blocks (and maps)
 IMAGE_STEMS = ("patch", "conv")
-
-
-def conv_stem(in_chans: int, dim: int, patch_size: int) -> nn.Sequential:
-    """log2(patch_size) x (3x3 conv with stride 2, BatchNorm, ReLU), widths doubling up to `dim`, then a 1x1 conv
-    to `dim`: [B, in_chans, S, S] -> [B, dim, S / patch_size, S / patch_size], the grid of a patchify convolution
-    (Xiao et al. 2021, "Early convolutions help transformers see better")."""
-    steps = patch_size.bit_length() - 1
-    if patch_size < 2 or 2**steps != patch_size:
-        raise ValueError(f"image_stem 'conv' needs a power-of-2 patch_size >= 2, got {patch_size}")
-    widths = [max(8, dim // 2 ** (steps - 1 - i)) for i in range(steps)]  # e.g. dim 64, patch 8: 16, 32, 64
-    layers: list[nn.Module] = []
-    for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True):
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Conv2d(widths[-1], dim, 1))
 
 
 class FiLMStem(nn.Module):

@@ -26,6 +26,23 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 
+STEMS = ("patch", "conv")
+
+
+def conv_stem(in_chans: int, dim: int, patch_size: int) -> nn.Sequential:
+    """log2(patch_size) x (3x3 conv with stride 2, BatchNorm, ReLU), widths doubling up to `dim`, then a 1x1 conv
+    to `dim`: [B, in_chans, S, S] -> [B, dim, S / patch_size, S / patch_size], the grid of a patchify convolution
+    (Xiao et al. 2021, "Early convolutions help transformers see better")."""
+    steps = patch_size.bit_length() - 1
+    if patch_size < 2 or 2**steps != patch_size:
+        raise ValueError(f"image_stem 'conv' needs a power-of-2 patch_size >= 2, got {patch_size}")
+    widths = [max(8, dim // 2 ** (steps - 1 - i)) for i in range(steps)]  # e.g. dim 64, patch 8: 16, 32, 64
+    layers: list[nn.Module] = []
+    for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True):
+        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Conv2d(widths[-1], dim, 1))
+
+
 class ViT(nn.Module):
     """Vision transformer classifier: patches -> [class token] + position -> Encoder -> pool -> head.
 
@@ -36,6 +53,9 @@ class ViT(nn.Module):
         pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
         layer_scale: initial LayerScale value, None for none.
         norm_eps: epsilon of every LayerNorm (timm's ViT: 1e-6; Hugging Face's: 1e-12).
+        stem: "patch" (one linear map of each patch, timm's `patch_embed.proj`) or "conv" (`conv_stem`: strided
+            3x3 convolutions to the same grid; a power-of-2 `patch_size`), which learns shapes in larger images
+            from few examples much sooner (Xiao et al. 2021).
 
     A loaded `pos_embed` of another patch grid (a checkpoint trained at another image size) is resampled to this
     model's grid (timm's `resample_abs_pos_embed`), and the log says so.
@@ -62,8 +82,11 @@ class ViT(nn.Module):
         layer_scale: float | None = None,
         attention: dict[str, Any] | None = None,
         norm_eps: float = 1e-6,
+        stem: Literal["patch", "conv"] = "patch",
     ) -> None:
         super().__init__()
+        if stem not in STEMS:
+            raise ValueError(f"stem {stem!r} is not one of {STEMS}")
         if not norm_eps > 0:
             raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
         if global_pool not in ("token", "avg"):
@@ -79,6 +102,8 @@ class ViT(nn.Module):
         self.num_prefix_tokens = 1 if class_token else 0
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim)
         self.grid_size = tuple(self.patch_embed.grid_size)
+        if stem == "conv":  # the same patch grid from strided 3x3 convolutions
+            self.patch_embed.proj = conv_stem(in_chans, embed_dim, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim)) if class_token else None
         shape = layer_shape(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens)
         n_pos = shape["seq_len"]  # tokens per image

@@ -90,6 +90,7 @@ def _hf_options(config: dict, path: Path) -> dict[str, Any]:
     return dict(
         img_size=size if isinstance(size, int) else size[0],
         patch_size=patch if isinstance(patch, int) else patch[0],
+        stem="patch",  # a checkpoint's linear patch embedding
         in_chans=config_value(config, "num_channels", 3),
         embed_dim=dim,
         depth=config_value(config, "num_hidden_layers", 12),
@@ -239,6 +240,7 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
     options: dict[str, Any] = dict(
         img_size=side * patch,
         patch_size=patch,
+        stem="patch",  # a checkpoint's linear patch embedding
         in_chans=chans,
         num_classes=0 if head is None else int(head.shape[0]),
         embed_dim=width,

@@ -104,3 +104,33 @@ def test_proj_drop_rate_reaches_the_attention_projection_as_in_timm():
     # the attention config still wins over the model default
     assert ViT(img_size=16, patch_size=8, embed_dim=16, depth=1, num_heads=2, proj_drop_rate=0.25,
                attention={"proj_drop": 0.0}).encoder.blocks[0].attn.proj_drop.p == 0.0  # fmt: skip
+
+
+def test_conv_stem_keeps_the_patch_grid_and_trains():
+    from attnzoo.models.vit import ViT
+
+    net = ViT(img_size=32, patch_size=8, in_chans=3, num_classes=4, embed_dim=32, depth=1, num_heads=2, stem="conv")
+    assert net.grid_size == (4, 4)
+    out = net(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 4) and torch.isfinite(out).all()
+    out.square().sum().backward()
+    stem = net.patch_embed.proj
+    assert isinstance(stem, torch.nn.Sequential) and all(p.grad is not None for p in stem.parameters())
+    with pytest.raises(ValueError, match=r"stem 'convs' is not one of \('patch', 'conv'\)"):
+        ViT(img_size=32, patch_size=8, stem="convs")
+    with pytest.raises(ValueError, match=r"needs a power-of-2 patch_size >= 2, got 6"):
+        ViT(img_size=36, patch_size=6, stem="conv")
+
+
+def test_auto_stem_is_conv_only_for_larger_images_with_a_power_of_2_patch():
+    from attnzoo.data.modules import defaults
+
+    def chosen(img_size):
+        return defaults.image_model(embedded=False, img_size=img_size, num_train=3000, batch_size=64)
+
+    assert chosen(64)["model.stem"][0] == "conv" and chosen(64)["model.patch_size"][0] == 8
+    assert chosen(128)["model.stem"][0] == "conv"
+    assert chosen(28)["model.stem"][0] == "patch"  # small images: the linear patch embedding
+    assert chosen(48)["model.stem"] == ("patch", "patch 6 is not a power of 2 (>= 4), which strided convolutions need")
+    embedded = defaults.image_model(embedded=True, img_size=28, num_train=1000, batch_size=64)
+    assert embedded["model.stem"][0] == "patch"

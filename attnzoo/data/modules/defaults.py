@@ -13,7 +13,7 @@ from typing import Any
 
 Chosen = dict[str, tuple[Any, str]]
 
-IMAGE_KEYS = ("model.patch_size", "model.drop_path_rate", "task.objective.label_smoothing", "trainer.max_epochs")
+IMAGE_KEYS = ("model.patch_size", "model.stem", "model.drop_path_rate", "task.objective.label_smoothing", "trainer.max_epochs")
 TEXT_KEYS = ("model.pooling", "model.drop_rate", "trainer.max_epochs")
 AUDIO_KEYS = ("model.feature_norm", "model.fstride", "model.tstride", "model.spec_augment", "model.drop_path_rate",
               "task.optimizer.lr", "trainer.max_epochs")  # fmt: skip
@@ -55,6 +55,17 @@ MAX_TOKENS = 64  # patch tokens a ViT of the recipe's size learns from within mi
 def patch_size(img_size: int, max_tokens: int = MAX_TOKENS) -> int:
     """The smallest divisor of `img_size` whose patch grid has at most `max_tokens` tokens."""
     return min(p for p in range(1, img_size + 1) if img_size % p == 0 and (img_size // p) ** 2 <= max_tokens)
+
+
+def image_stem(img_size: int, patch: int) -> tuple[str, str]:
+    """A convolutional stem for images larger than `TINY_IMAGE` whose patch is a power of 2 (>= 4): a linear map
+    of an 8x8 patch learned the 64 px stand-ins' symbols and shapes far later than strided 3x3 convolutions did
+    (benchmarks/results/images64.md); small images keep the linear patch embedding they learn well from."""
+    if img_size <= TINY_IMAGE:
+        return "patch", f"{img_size}x{img_size} images: a linear map of each patch"
+    if patch < 4 or patch & (patch - 1):
+        return "patch", f"patch {patch} is not a power of 2 (>= 4), which strided convolutions need"
+    return "conv", f"{img_size}x{img_size} images: strided 3x3 convolutions down to the {patch}-pixel patch grid"
 
 
 def image_data(*, embedded: bool, img_size: int, drawing: bool = False, mixed_polarity: bool = False) -> Chosen:
@@ -103,7 +114,7 @@ def image_model(*, embedded: bool, img_size: int, num_train: int, batch_size: in
     """Patch size for a token budget, regularization and epoch budget of a ViT."""
     if embedded:
         why = "the embedded MNIST subset: the recipe's measured settings"
-        return {"model.patch_size": (7, why), "model.drop_path_rate": (0.0, why),
+        return {"model.patch_size": (7, why), "model.stem": ("patch", why), "model.drop_path_rate": (0.0, why),
                 "task.objective.label_smoothing": (0.0, why), "trainer.max_epochs": (10, why)}  # fmt: skip
     p = patch_size(img_size)
     grid = img_size // p
@@ -113,6 +124,7 @@ def image_model(*, embedded: bool, img_size: int, num_train: int, batch_size: in
             p,
             f"{img_size}x{img_size} images: a {grid}x{grid} patch grid ({grid * grid} tokens; at most {MAX_TOKENS})",
         ),
+        "model.stem": image_stem(img_size, p),
         "model.drop_path_rate": (0.1, regular),
         "task.objective.label_smoothing": (0.1, regular),
         # larger images: ~1,200 steps of 64 tokens, about 4 minutes of one CPU core for the recipe's model

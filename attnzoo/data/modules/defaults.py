@@ -13,7 +13,13 @@ from typing import Any
 
 Chosen = dict[str, tuple[Any, str]]
 
-IMAGE_KEYS = ("model.patch_size", "model.stem", "model.drop_path_rate", "task.objective.label_smoothing", "trainer.max_epochs")
+IMAGE_KEYS = (
+    "model.patch_size",
+    "model.stem",
+    "model.drop_path_rate",
+    "task.objective.label_smoothing",
+    "trainer.max_epochs",
+)
 TEXT_KEYS = ("model.pooling", "model.drop_rate", "trainer.max_epochs")
 AUDIO_KEYS = ("model.feature_norm", "model.fstride", "model.tstride", "model.spec_augment", "model.drop_path_rate",
               "task.optimizer.lr", "trainer.max_epochs")  # fmt: skip

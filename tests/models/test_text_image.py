@@ -222,3 +222,22 @@ def test_film_cells_are_computed_for_the_question():
     net(image, *other)
     assert not torch.allclose(seen["cells"], first, atol=1e-4)
     assert seen["cells"].shape == (3, 16, SMALL["image_dim"])  # a 4x4 grid of cells
+
+
+def test_the_recipe_header_cross_attention_commands_build_that_design():
+    from pathlib import Path
+
+    from attnzoo.config import load
+    from attnzoo.run import build
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "text_image.yaml"
+    commands = [line for line in recipe.read_text().splitlines() if line.startswith("#   python")]
+    lines = [line for line in commands if "fusion=both" in line]
+    assert len(lines) == 2
+    for line in lines:
+        overrides = line.split("text_image.yaml", 1)[1].split("#")[0].split()  # the command's own overrides
+        net = build(load([recipe], [*overrides, "data.num_train=32", "data.num_val=8"]))[1].net
+        assert net.fusion == "both" and len(net.image_encoder.encoder.blocks) == 2 and len(net.cross_blocks) == 2
+        assert hasattr(net.cross_blocks[0], "attn_gate") == ("model.gated=true" in overrides)
+    default = build(load([recipe], ["data.num_train=32", "data.num_val=8"]))[1].net
+    assert default.fusion == "film" and default.cell_encoder is None and not hasattr(default, "cross_blocks")

@@ -35,7 +35,7 @@ def conv_stem(in_chans: int, dim: int, patch_size: int) -> nn.Sequential:
     (Xiao et al. 2021, "Early convolutions help transformers see better")."""
     steps = patch_size.bit_length() - 1
     if patch_size < 2 or 2**steps != patch_size:
-        raise ValueError(f"image_stem 'conv' needs a power-of-2 patch_size >= 2, got {patch_size}")
+        raise ValueError(f"a conv stem needs a power-of-2 patch_size >= 2 (model.patch_size), got {patch_size}")
     widths = [max(8, dim // 2 ** (steps - 1 - i)) for i in range(steps)]  # e.g. dim 64, patch 8: 16, 32, 64
     layers: list[nn.Module] = []
     for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True):

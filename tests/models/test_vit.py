@@ -118,7 +118,7 @@ def test_conv_stem_keeps_the_patch_grid_and_trains():
     assert isinstance(stem, torch.nn.Sequential) and all(p.grad is not None for p in stem.parameters())
     with pytest.raises(ValueError, match=r"stem 'convs' is not one of \('patch', 'conv'\)"):
         ViT(img_size=32, patch_size=8, stem="convs")
-    with pytest.raises(ValueError, match=r"needs a power-of-2 patch_size >= 2, got 6"):
+    with pytest.raises(ValueError, match=r"a conv stem needs a power-of-2 patch_size >= 2 \(model.patch_size\), got 6"):
         ViT(img_size=36, patch_size=6, stem="conv")
 
 

@@ -262,27 +262,25 @@ class TextImageNet(nn.Module):
 
     def _build_film(
         self,
-        img_size,
-        patch_size,
-        in_chans,
-        image_dim,
-        image_depth,
-        text_dim,
-        num_heads,
-        mlp_ratio,
-        image_pos,
-        image_attention,
-        drop_path_rate,
-        head_drop,
-        num_classes,
+        img_size: int,
+        patch_size: int,
+        in_chans: int,
+        image_dim: int,
+        image_depth: int,
+        text_dim: int,
+        num_heads: int,
+        mlp_ratio: float,
+        image_pos: str,
+        image_attention: dict[str, Any] | None,
+        drop_path_rate: float,
+        head_drop: float,
+        num_classes: int,
     ) -> None:
         """`fusion` "film": a `FiLMStem` steered by the pooled question makes one token per cell of the patch grid,
         `image_depth` self-attention blocks let the cells see each other ("left of"), and a relation MLP reads
         each cell beside the question; the sum over cells (a count where each cell says whether it is one of the
         things asked about) goes to an MLP head."""
-        if img_size % patch_size:
-            raise ValueError(f"img_size ({img_size}) must be divisible by patch_size ({patch_size})")
-        side = img_size // patch_size
+        side = img_size // patch_size  # divisible: checked in __init__
         self.grid_size = (side, side)
         self.film_stem = FiLMStem(in_chans, image_dim, patch_size, cond_dim=text_dim)
         self.cell_pos = nn.Parameter(torch.zeros(1, side * side, image_dim)) if image_pos == "learned" else None

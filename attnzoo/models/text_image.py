@@ -154,6 +154,7 @@ class TextImageNet(nn.Module):
             least = "0 with fusion 'film'" if fusion == "film" else "1 (0 only with fusion 'film')"
             raise ValueError(f"image_depth ({image_depth}) must be >= {least}")
         self.img_size, self.max_len, self.pooling, self.fusion = img_size, max_len, pooling, fusion
+        image_attn = attention if image_attention is None else image_attention  # every image-side self-attention
 
         if fusion == "film":  # the question steers the stem: no ViT patch embedding, no cross-attention
             self._build_film(
@@ -166,7 +167,7 @@ class TextImageNet(nn.Module):
                 num_heads,
                 mlp_ratio,
                 image_pos,
-                attention if image_attention is None else image_attention,
+                image_attn,
                 drop_path_rate,
                 head_drop,
                 num_classes,
@@ -186,7 +187,7 @@ class TextImageNet(nn.Module):
                 global_pool="avg",
                 pos_embed=image_pos,
                 drop_path_rate=drop_path_rate,
-                attention=attention if image_attention is None else image_attention,
+                attention=image_attn,
             )
             self.grid_size = self.image_encoder.grid_size
             if image_stem == "conv":
@@ -231,9 +232,7 @@ class TextImageNet(nn.Module):
             head_dim = text_dim
             if self.fusion == "both":  # patches read the text, then each other: [B, N, Ci]
                 image_shape = layer_shape(grid_size=self.grid_size)
-                make_image_self = attention_builder(
-                    attention if image_attention is None else image_attention, **image_shape
-                )
+                make_image_self = attention_builder(image_attn, **image_shape)
                 image_hidden = int(image_dim * mlp_ratio)
                 self.image_cross_blocks = nn.ModuleList(
                     CrossAttentionBlock(

@@ -4,9 +4,11 @@
 directory (its best checkpoint) or `.ckpt` file, or a pretrained model directory or timm ViT file of a supported
 family (`model.timm_name` names a timm file's architecture where its tensors do not tell the head count). What the
 weights need from the rest of the config comes back as values `build` applies: the checkpoint's tokenizer as
-`data.tokenizer` (ids must match the embedding), and, for a converted model, the architecture (`model.dim`,
-`model.depth`, ...), which replaces the recipe's values unless the command line set them. An attnzoo run gives no
-options: the recipe's model must be the run's (a wrong architecture stops with the first tensor that differs).
+`data.tokenizer` (ids must match the embedding), and the architecture (`model.dim`, `model.depth`, `model.position`,
+`model.attention`, ...), which replaces the recipe's values unless the command line set them. For an attnzoo run that
+is its config.yaml's model section less its training choices (`TRAINING_CHOICES`: dropout, pooling, the attention
+backend) and less the keys the new model kind does not take (an MLM run's `tie_embeddings` for a classifier); a
+command-line value that does not fit the weights stops with the first tensor that differs.
 `apply_start` then copies the tensors into the built network and logs which were loaded, new and dropped, and what
 an attention override carried over and started fresh (`attnzoo.pretrained.surgery`); the recipe's head starts new
 when the label set differs. `record` is what the run summary says about it.
@@ -28,6 +30,9 @@ FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data giv
 FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
 # a pretraining model kind -> the model kind its encoder starts (the tensors share their names; the head starts new)
 ENCODER_OF = {"mlm": "text"}
+# an attnzoo run's model options that are training choices, not its weights' architecture: the new recipe's stay
+TRAINING_CHOICES = ("pooling", "global_pool", "pooler", "spec_augment", "head_norm", "freeze_pad_embedding")
+ATTENTION_CHOICES = ("backend",)  # the same for the keys of its attention section
 
 
 class Start(NamedTuple):
@@ -69,8 +74,22 @@ def read_start(cfg: Config) -> Start | None:
         )
     own_run = run_dir.run_of(given) if run_dir.matches(given) else None
     preset = _tokenizer(cfg, converted)
-    options = {} if run_dir.matches(given) else _options(cfg, converted.options, preset)
+    architecture = _architecture(converted.options, kind) if run_dir.matches(given) else converted.options
+    options = _options(cfg, architecture, preset)
     return Start(str(given), converted, own_run, preset, options)
+
+
+def _architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """An attnzoo run's model options that its weights depend on and `kind`'s builder takes (`TRAINING_CHOICES`,
+    dropout rates and the attention backend stay the new recipe's)."""
+    from ..config import parameters
+    from ..models import MODELS
+
+    takes = parameters(MODELS[kind])
+    kept = {k: v for k, v in options.items() if k in takes and k not in TRAINING_CHOICES and "drop" not in k}
+    if isinstance(kept.get("attention"), Mapping):
+        kept["attention"] = {k: v for k, v in kept["attention"].items() if k not in ATTENTION_CHOICES}
+    return kept
 
 
 def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
@@ -105,7 +124,7 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
         full = f"model.{key}"
         if key == "attention" and isinstance(value, dict):
             mine = dict(model.get("attention") or {})
-            typed = {k for k in mine if cfg.where(f"{full}.{k}").startswith(COMMAND_LINE)}
+            typed = {k for k in mine if _typed(cfg, f"{full}.{k}")}
             value = {**mine, **{k: v for k, v in value.items() if k not in typed}}
         elif key in model and cfg.where(full).startswith(COMMAND_LINE):
             continue
@@ -130,6 +149,12 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
         else:  # the data's shorter length sizes the model; the model's load hook cuts the checkpoint's table
             chosen.pop("model.max_len", None)
     return chosen
+
+
+def _typed(cfg: Config, key: str) -> bool:
+    """Whether the command line set `key` or a key inside it (`model.attention.pattern.window` sets the pattern)."""
+    inside = [w for k, w in cfg.origins.items() if k == key or k.startswith(f"{key}.")]
+    return any(w.startswith(COMMAND_LINE) for w in inside) or cfg.where(key).startswith(COMMAND_LINE)
 
 
 def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, Any]:

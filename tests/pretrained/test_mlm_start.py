@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnzoo.config import ConfigError, load
+from attnzoo.models import MaskedLM
 from attnzoo.run import build, fit
 from attnzoo.run.checkpoint_io import read_checkpoint
 from tests.helpers import QUICK, ROOT
@@ -90,3 +91,45 @@ def test_a_classifier_of_another_width_names_the_mlm_runs_config(mlm_run, files)
 def test_an_mlm_run_starts_no_other_model_kind(mlm_run):
     with pytest.raises(ConfigError, match=r"is a 'mlm' model, and this run builds model.kind 'lm'"):
         build(load([ROOT / "recipes" / "lm.yaml"], [*QUICK, f"model.init_from={mlm_run}"]))
+
+
+@pytest.fixture(scope="module")
+def rope_run(files, tmp_path_factory):
+    """An MLM run of another architecture than the text recipe's: rotary positions, no position table, no dropout."""
+    runs = tmp_path_factory.mktemp("rope_runs")
+    train, _ = files
+    arch = ["model.position=none", "model.attention.rotary=rope", "model.drop_rate=0.0", "data.mask_rate=0.3"]
+    return fit(load([MLM], [*COMMON, *arch, "data.vocab_size=60", f"data.train={train}", f"run.dir={runs}"]))
+
+
+def test_the_classifier_takes_the_runs_architecture_and_keeps_its_own_training_choices(rope_run, files, caplog):
+    train, val = files
+    common = [o for o in COMMON if o not in ENCODER]  # the recipe's model section, as a user leaves it
+    overrides = [*common, f"data.train={train}", f"data.val={val}", "run.baseline=false", f"model.init_from={rope_run}"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = build(load([TEXT], overrides))
+    model = cfg.section("model")
+    assert (model["dim"], model["depth"], model["num_heads"], model["mlp_ratio"]) == (16, 1, 2, 1.0)
+    assert model["position"] == "none" and model["attention"]["rotary"] == "rope"  # no tensor tells these two
+    assert model["drop_rate"] == 0.2 and model["pooling"] == "mean"  # the text recipe's choices for files
+    assert "model.dim: 64 (set in" in caplog.text and "-> 16 (model.init_from)" in caplog.text
+    saved = read_checkpoint(rope_run / "checkpoints" / "best.ckpt")["state_dict"]
+    vocab = saved["net.embed.weight"].shape[0]
+    mlm = MaskedLM(vocab_size=vocab, dim=16, depth=1, num_heads=2, mlp_ratio=1.0, position="none",
+                   attention={"rotary": "rope"})  # fmt: skip
+    mlm.load_state_dict({k.removeprefix("net."): v for k, v in saved.items() if k.startswith("net.")})
+    tokens = torch.randint(4, vocab, (2, 9))
+    padding = torch.zeros(2, 9, dtype=torch.bool)
+    padding[1, 6:] = True
+    task.net.eval(), mlm.eval()
+    with torch.no_grad():  # the encoder computes what it computed in the MLM run: rotary positions, none added
+        torch.testing.assert_close(task.net.features(tokens, padding), mlm.features(tokens, padding))
+
+
+def test_a_command_line_architecture_key_wins_over_the_runs(rope_run, files):
+    train, val = files
+    common = [o for o in COMMON if o not in ENCODER]
+    overrides = [*common, f"data.train={train}", f"data.val={val}", f"model.init_from={rope_run}",
+                 "model.position=sinusoidal"]  # fmt: skip
+    _, _, cfg = build(load([TEXT], overrides))
+    assert cfg.section("model")["position"] == "sinusoidal" and cfg.section("model")["dim"] == 16

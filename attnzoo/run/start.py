@@ -123,9 +123,7 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
             continue
         full = f"model.{key}"
         if key == "attention" and isinstance(value, dict):
-            mine = dict(model.get("attention") or {})
-            typed = {k for k in mine if _typed(cfg, f"{full}.{k}")}
-            value = {**mine, **{k: v for k, v in value.items() if k not in typed}}
+            value = _attention(cfg, full, dict(model.get("attention") or {}), value)
         elif key in model and cfg.where(full).startswith(COMMAND_LINE):
             continue
         if model.get(key) != value:
@@ -152,9 +150,14 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
 
 
 def _typed(cfg: Config, key: str) -> bool:
-    """Whether the command line set `key` or a key inside it (`model.attention.pattern.window` sets the pattern)."""
-    inside = [w for k, w in cfg.origins.items() if k == key or k.startswith(f"{key}.")]
-    return any(w.startswith(COMMAND_LINE) for w in inside) or cfg.where(key).startswith(COMMAND_LINE)
+    """Whether the command line set `key` or a key inside it (`model.attention.pattern.window=8` sets the pattern)."""
+    return cfg.where(key).startswith(COMMAND_LINE)
+
+
+def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attention section a start builds: the checkpoint's (`theirs`) over the recipe's (`mine`), and what the
+    command line set over both (a whole entry: `model.attention.pattern.window=8` alone is no pattern)."""
+    return {**mine, **theirs, **{k: v for k, v in mine.items() if _typed(cfg, f"{full}.{k}")}}
 
 
 def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -133,3 +133,19 @@ def test_a_command_line_architecture_key_wins_over_the_runs(rope_run, files):
                  "model.position=sinusoidal"]  # fmt: skip
     _, _, cfg = build(load([TEXT], overrides))
     assert cfg.section("model")["position"] == "sinusoidal" and cfg.section("model")["dim"] == 16
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ([], {"kind": "sliding_window", "window": 4}),  # the run's pattern
+        (["model.attention.pattern={kind: causal}"], {"kind": "causal"}),  # the command line's
+    ],
+)
+def test_the_runs_attention_entries_give_way_to_the_command_line_only(typed, expected):
+    from attnzoo.run.start import _attention
+
+    cfg = load([TEXT], typed)
+    theirs = {"kind": "mha", "rotary": "rope", "pattern": {"kind": "sliding_window", "window": 4}}
+    merged = _attention(cfg, "model.attention", cfg.section("model")["attention"], theirs)
+    assert merged["pattern"] == expected and merged["rotary"] == "rope" and merged["backend"] == "auto"

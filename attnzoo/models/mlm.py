@@ -46,8 +46,8 @@ class MaskedLM(TextClassifier):
     Args:
         vocab_size, pad_id, max_len: from the tokenizer and data (`MLMDataModule.model_inputs()`).
         dim, depth, num_heads, mlp_ratio, position, attention, drop_rate, drop_path_rate, layer_scale, norm,
-            norm_eps: the encoder, as `TextClassifier` takes them; a classifier starting from this model's run must
-            give the same values (the text recipe's model section is this recipe's).
+            norm_eps: the encoder, as `TextClassifier` takes them; a classifier starting from this model's run is
+            built with the run's values (`attnzoo.run.start`), its own dropout aside.
         tie_embeddings: the head's output weights are the token embedding table (BERT); else a table of its own.
     """
 

@@ -6,9 +6,11 @@ family (`model.timm_name` names a timm file's architecture where its tensors do 
 weights need from the rest of the config comes back as values `build` applies: the checkpoint's tokenizer as
 `data.tokenizer` (ids must match the embedding), and the architecture (`model.dim`, `model.depth`, `model.position`,
 `model.attention`, ...), which replaces the recipe's values unless the command line set them. For an attnzoo run that
-is its config.yaml's model section less its training choices (`TRAINING_CHOICES`: dropout, pooling, the attention
-backend) and less the keys the new model kind does not take (an MLM run's `tie_embeddings` for a classifier); a
-command-line value that does not fit the weights stops with the first tensor that differs.
+is its config.yaml's model section less its training choices (dropout rates, `TRAINING_CHOICES`, the attention
+backends), less the sizes the new data gives (`DATA_SIZED`: the image size, the audio features; a learned position
+table cuts `data.max_len` to its length), and less the keys the new model kind does not take (an MLM run's
+`tie_embeddings` for a classifier); a command-line value that does not fit the weights stops with the first tensor
+that differs.
 `apply_start` then copies the tensors into the built network and logs which were loaded, new and dropped, and what
 an attention override carried over and started fresh (`attnzoo.pretrained.surgery`); the recipe's head starts new
 when the label set differs. `record` is what the run summary says about it.
@@ -31,8 +33,13 @@ FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
 # a pretraining model kind -> the model kind its encoder starts (the tensors share their names; the head starts new)
 ENCODER_OF = {"mlm": "text"}
 # an attnzoo run's model options that are training choices, not its weights' architecture: the new recipe's stay
-TRAINING_CHOICES = ("pooling", "global_pool", "pooler", "spec_augment", "head_norm", "freeze_pad_embedding")
-ATTENTION_CHOICES = ("backend",)  # the same for the keys of its attention section
+# (and dropout rates); pooling options that make tensors of their own (`pooler`, `global_pool`, `head_norm`) follow
+TRAINING_CHOICES = ("spec_augment", "freeze_pad_embedding")
+ATTENTION_CHOICES = ("backend",)  # the same for the keys of its attention sections (`attention`, `cross_attention`)
+# the run's sizes of the data (images, audio features, texts): an own run's weights adapt to the new data's, as a run
+# from scratch would size them (a position grid is resampled on load); but a learned table of positions holds only as
+# many as the run's `max_len`, to which the new data's is cut
+DATA_SIZED = ("max_len", "img_size", "sample_rate", "n_mels")
 
 
 class Start(NamedTuple):
@@ -81,14 +88,18 @@ def read_start(cfg: Config) -> Start | None:
 
 def _architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """An attnzoo run's model options that its weights depend on and `kind`'s builder takes (`TRAINING_CHOICES`,
-    dropout rates and the attention backend stay the new recipe's)."""
+    dropout rates, the attention backends and the data's sizes stay the new run's)."""
     from ..config import parameters
     from ..models import MODELS
 
     takes = parameters(MODELS[kind])
-    kept = {k: v for k, v in options.items() if k in takes and k not in TRAINING_CHOICES and "drop" not in k}
-    if isinstance(kept.get("attention"), Mapping):
-        kept["attention"] = {k: v for k, v in kept["attention"].items() if k not in ATTENTION_CHOICES}
+    position = options.get("position")
+    learned = (position.get("kind") if isinstance(position, Mapping) else position) == "learned"
+    skip = (*TRAINING_CHOICES, *(k for k in DATA_SIZED if not (learned and k == "max_len")))
+    kept = {k: v for k, v in options.items() if k in takes and k not in skip and "drop" not in k}
+    for key, value in kept.items():
+        if key.endswith("attention") and isinstance(value, Mapping):
+            kept[key] = {k: v for k, v in value.items() if k not in ATTENTION_CHOICES}
     return kept
 
 
@@ -122,8 +133,8 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
         if key in FROM_DATA:
             continue
         full = f"model.{key}"
-        if key == "attention" and isinstance(value, dict):
-            value = _attention(cfg, full, dict(model.get("attention") or {}), value)
+        if key.endswith("attention") and isinstance(value, dict):
+            value = _attention(cfg, full, dict(model.get(key) or {}), value)
         elif key in model and cfg.where(full).startswith(COMMAND_LINE):
             continue
         if model.get(key) != value:
@@ -149,15 +160,13 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
     return chosen
 
 
-def _typed(cfg: Config, key: str) -> bool:
-    """Whether the command line set `key` or a key inside it (`model.attention.pattern.window=8` sets the pattern)."""
-    return cfg.where(key).startswith(COMMAND_LINE)
-
-
 def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
-    """The attention section a start builds: the checkpoint's (`theirs`) over the recipe's (`mine`), and what the
-    command line set over both (a whole entry: `model.attention.pattern.window=8` alone is no pattern)."""
-    return {**mine, **theirs, **{k: v for k, v in mine.items() if _typed(cfg, f"{full}.{k}")}}
+    """An attention section (`full`: `model.attention`, `model.cross_attention`, ...) of a start: the checkpoint's
+    (`theirs`), with the recipe's backend and, over both, every entry the command line set (a whole entry:
+    `model.attention.pattern.window=8` alone is no pattern). The recipe's other entries give way."""
+    kept = {k: v for k, v in mine.items() if k in ATTENTION_CHOICES and k not in theirs}
+    typed = {k: v for k, v in mine.items() if cfg.where(f"{full}.{k}").startswith(COMMAND_LINE)}
+    return {**theirs, **kept, **typed}
 
 
 def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,10 +220,13 @@ def _differences(start: Start, cfg: Config) -> str:
 
     if start.own_run is None:
         return ""
-    before = dict(start.converted.options)
-    now = {k: v for k, v in cfg.section("model").items() if k not in ("kind", *MODEL_EXTRAS)}
+    kind = cfg.section("model")["kind"]
+    before = _architecture(start.converted.options, kind)  # what the run fixes, as `read_start` takes it
+    now = _architecture({k: v for k, v in cfg.section("model").items() if k not in ("kind", *MODEL_EXTRAS)}, kind)
     before["data.tokenizer"] = (run_dir.run_config(start.given).get("data") or {}).get("tokenizer")
     now["data.tokenizer"] = cfg.section("data").get("tokenizer")
+    if start.converted.tokenizer is not None and now["data.tokenizer"] == str(start.converted.tokenizer):
+        now["data.tokenizer"] = before["data.tokenizer"]  # the run's own tokenizer.json: the same ids
     keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and k != "num_classes")
     if not keys:
         return ""

@@ -150,3 +150,19 @@ def test_python_load_builds_the_runs_network_with_its_weights(run_a):
     other = load_pretrained(run_a, num_classes=5)  # another label count: a new head, the same backbone
     assert other.head.out_features == 5
     torch.testing.assert_close(other.embed.weight, saved["net.embed.weight"], rtol=0, atol=0)
+
+
+def test_a_run_of_the_same_kind_gives_its_architecture_and_the_data_keeps_its_sizes(tmp_path, caplog):
+    sizes = ["model.dim=16", "model.depth=1", "model.num_heads=2", "model.mlp_ratio=1.0"]
+    rest = [o for o in SMALL if o not in sizes]
+    files = _files(tmp_path, "data", ["a", "b", "c"])
+    arch = ["model.pooling=cls", "model.norm=post", "model.position=learned", "data.max_len=32"]
+    run = fit(load([TEXT], [*SMALL, *files, *arch, f"run.dir={tmp_path}"]))
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = build(load([TEXT], [*rest, *files, f"model.init_from={run}"]))
+    model = cfg.section("model")
+    assert (model["dim"], model["depth"], model["num_heads"], model["mlp_ratio"]) == (16, 1, 2, 1.0)
+    assert (model["pooling"], model["norm"], model["position"]) == ("cls", "post", "learned")  # a cls token, BERT-like
+    assert cfg.section("data")["max_len"] == 32  # the run's learned table holds 32 positions: longer texts are cut
+    assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
+    assert "model.pooling: 'auto' (set in" in caplog.text and "-> 'cls' (model.init_from)" in caplog.text

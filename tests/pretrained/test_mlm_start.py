@@ -18,7 +18,7 @@ from tests.helpers import QUICK, ROOT
 TEXT = ROOT / "recipes" / "text_cls.yaml"
 MLM = ROOT / "recipes" / "mlm.yaml"
 WORDS = "red green blue cat dog fish one two three four sun moon star tree leaf rock".split()
-# the encoder options both runs share (a classifier must be built as the MLM run's encoder was)
+# the encoder options of the MLM run (a classifier started from it takes them from the run's config.yaml)
 ENCODER = ["model.dim=16", "model.depth=1", "model.num_heads=2", "model.mlp_ratio=1.0"]
 COMMON = [*QUICK, "trainer.num_threads=1", "trainer.max_epochs=1", "trainer.num_sanity_val_steps=0",
           "trainer.log_every_n_steps=1", "data.batch_size=16", *ENCODER]  # fmt: skip
@@ -98,7 +98,8 @@ def rope_run(files, tmp_path_factory):
     """An MLM run of another architecture than the text recipe's: rotary positions, no position table, no dropout."""
     runs = tmp_path_factory.mktemp("rope_runs")
     train, _ = files
-    arch = ["model.position=none", "model.attention.rotary=rope", "model.drop_rate=0.0", "data.mask_rate=0.3"]
+    arch = ["model.position=none", "model.attention.rotary=rope", "model.drop_rate=0.0", "data.mask_rate=0.3",
+            "data.max_len=64"]  # fmt: skip
     return fit(load([MLM], [*COMMON, *arch, "data.vocab_size=60", f"data.train={train}", f"run.dir={runs}"]))
 
 
@@ -112,6 +113,7 @@ def test_the_classifier_takes_the_runs_architecture_and_keeps_its_own_training_c
     assert (model["dim"], model["depth"], model["num_heads"], model["mlp_ratio"]) == (16, 1, 2, 1.0)
     assert model["position"] == "none" and model["attention"]["rotary"] == "rope"  # no tensor tells these two
     assert model["drop_rate"] == 0.2 and model["pooling"] == "mean"  # the text recipe's choices for files
+    assert cfg.section("data")["max_len"] == 512  # rotary positions hold any length: the run's 64 cuts nothing
     assert "model.dim: 64 (set in" in caplog.text and "-> 16 (model.init_from)" in caplog.text
     saved = read_checkpoint(rope_run / "checkpoints" / "best.ckpt")["state_dict"]
     vocab = saved["net.embed.weight"].shape[0]

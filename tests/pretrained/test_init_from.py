@@ -166,3 +166,18 @@ def test_a_run_of_the_same_kind_gives_its_architecture_and_the_data_keeps_its_si
     assert cfg.section("data")["max_len"] == 32  # the run's learned table holds 32 positions: longer texts are cut
     assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
     assert "model.pooling: 'auto' (set in" in caplog.text and "-> 'cls' (model.init_from)" in caplog.text
+
+
+def test_a_vit_run_gives_its_patches_and_pooling_and_the_next_run_loads_every_tensor(tmp_path, caplog):
+    vit = ROOT / "recipes" / "vit.yaml"
+    steps = [*QUICK, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+             "trainer.num_sanity_val_steps=0", "run.test=false", "run.baseline=false"]  # fmt: skip
+    arch = ["model.embed_dim=16", "model.depth=1", "model.num_heads=2", "model.global_pool=avg", "model.patch_size=4"]
+    run = fit(load([vit], [*steps, *arch, f"run.dir={tmp_path}"]))
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = build(load([vit], [*steps, f"model.init_from={run}"]))
+    model = cfg.section("model")
+    assert (model["embed_dim"], model["depth"], model["num_heads"]) == (16, 1, 2)
+    assert (model["global_pool"], model["patch_size"]) == ("avg", 4)  # avg pooling: a norm of its own (fc_norm)
+    assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
+    assert "model.global_pool: 'token' (set in" in caplog.text

@@ -19,7 +19,7 @@ from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
 from ..layers.pooling import mean_pool
-from .vit import ViT, conv_stem
+from .vit import STEMS, ViT, conv_stem
 
 Tensor = torch.Tensor
 
@@ -27,7 +27,6 @@ IMAGE_POSITIONS = ("learned", "none")
 POOLING = ("mean", "first")
 FUSIONS = ("text", "both", "film")
 CROSS_FUSIONS = ("text", "both")  # the fusions with cross-attention blocks (and maps)
-IMAGE_STEMS = ("patch", "conv")
 
 
 class FiLMStem(nn.Module):
@@ -139,8 +138,8 @@ class TextImageNet(nn.Module):
             raise ValueError(f"image_pos {image_pos!r} is not one of {IMAGE_POSITIONS}")
         if pooling not in POOLING:
             raise ValueError(f"pooling {pooling!r} is not one of {POOLING}")
-        if image_stem not in IMAGE_STEMS:
-            raise ValueError(f"image_stem {image_stem!r} is not one of {IMAGE_STEMS}")
+        if image_stem not in STEMS:  # the ViT's stems
+            raise ValueError(f"image_stem {image_stem!r} is not one of {STEMS}")
         if fusion not in FUSIONS:
             raise ValueError(f"fusion {fusion!r} is not one of {FUSIONS}")
         for name, value in {"fusion_depth": fusion_depth, "max_len": max_len, "num_classes": num_classes}.items():

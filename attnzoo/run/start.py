@@ -79,9 +79,10 @@ def read_start(cfg: Config) -> Start | None:
             f"model.init_from: {converted.source} is a {converted.model_kind!r} model, and this run builds model.kind "
             f"{kind!r} (set in {where}); start from a checkpoint of a {kind!r} model"
         )
-    own_run = run_dir.run_of(given) if run_dir.matches(given) else None
+    attnzoo_run = run_dir.matches(given)
+    own_run = run_dir.run_of(given) if attnzoo_run else None
     preset = _tokenizer(cfg, converted)
-    architecture = _architecture(converted.options, kind) if run_dir.matches(given) else converted.options
+    architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     options = _options(cfg, architecture, preset)
     return Start(str(given), converted, own_run, preset, options)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import kv_heads
@@ -378,6 +379,12 @@ class Attention(nn.Module):
         `call.x` and `call.context` are the layer's inputs, `call.cache` its cache when decoding (for kinds with
         per-key state of their own). Sets `backend_used`, what ran.
         """
+        plain = None  # a plain decoding step: what the choice of its backend depends on
+        if call.cache is not None and self._plain_step(call):
+            plain = (call.backend, q.device.type, q.dtype, q.shape[-1])
+            if call.cache.plain_backend == (plain, "sdpa"):  # chosen by `attend` at the cache's first such step
+                gqa = q.shape[1] != k.shape[1]
+                return F.scaled_dot_product_attention(q, k, v, scale=self.scale, enable_gqa=gqa), None
         out, weights, used = attend(
             q,
             k,
@@ -393,7 +400,26 @@ class Attention(nn.Module):
         )
         if used != self.backend_used:  # set on change only: a module's __setattr__ is slow, and decoding steps short
             self.backend_used = used
+        if plain is not None:
+            call.cache.plain_backend = (plain, used)
         return out, weights
+
+    def _plain_step(self, call: Call) -> bool:
+        """Whether a decoding call is plain: no mask, bias, padding, weights or dropout, nothing to train, and softmax
+        weights. Which backend runs such a call depends on the backend asked for, the device, dtype and head size,
+        not on how many keys the cache holds; so the cache's first plain step in a situation chooses it through
+        `attend` (logged as usual), and when that is torch's sdpa kernel, later ones call it directly: the same kernel
+        with the same arguments, without the per-call dispatch (some 60 microseconds a layer on a CPU, a good share
+        of a small model's decoding step)."""
+        return (
+            call.pattern is None
+            and call.bias is None
+            and call.key_padding_mask is None
+            and not call.return_weights
+            and self.transform_class is None
+            and not self.training
+            and not torch.is_grad_enabled()
+        )
 
     def _project(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         b, lq, _ = x.shape

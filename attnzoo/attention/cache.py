@@ -32,6 +32,7 @@ class Cache:
         self.v: Tensor | None = None
         self.state: dict[str, Tensor] = {}  # name -> [B, T, ...], aligned with the keys
         self.offset = 0  # queries seen: the position of the next one
+        self.plain_backend: tuple[tuple, str] | None = None  # (situation, backend): `Attention._plain_step`
 
     @property
     def length(self) -> int:

@@ -6,6 +6,7 @@ import itertools
 import pytest
 import torch
 
+import attnzoo.attention.attention as attention_module
 from attnzoo.attention import ATTENTION_KINDS, BACKENDS, PATTERNS, Attention, Causal, SlidingWindow
 from attnzoo.attention.backends import Request
 from attnzoo.attention.biases import BIASES, ALiBi, T5RelativeBias
@@ -353,3 +354,44 @@ def test_every_backend_decodes_as_eager(backend, bias, monkeypatch):
         got, _ = _incremental(layer, x)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert layer.backend_used == backend
+
+
+@pytest.mark.parametrize("kv", [HEADS, 2], ids=["mha", "gqa"])
+def test_plain_decoding_steps_call_sdpa_directly_and_compute_what_attend_computes(kv, monkeypatch):
+    """One-token causal steps are plain (no mask, bias, padding or weights): the first goes through `attend`, which
+    chooses sdpa on the CPU, and the others call torch's kernel directly, with the same outputs to the bit."""
+    layer = _layer(rotary="rope", kv=kv)
+    x = torch.randn(2, 10, DIM)
+    calls = []
+    real = attention_module.attend
+    monkeypatch.setattr(attention_module, "attend", lambda *a, **kw: calls.append(kw["backend"]) or real(*a, **kw))
+    with torch.no_grad():
+        got, cache = _incremental(layer, x, chunks=(1,))
+    assert cache.plain_backend == (("auto", "cpu", torch.float32, DIM // HEADS), "sdpa")
+    assert calls == ["auto"] and layer.backend_used == "sdpa"
+    calls.clear()
+    monkeypatch.setattr(Attention, "_plain_step", lambda self, call: False)  # attend every step
+    with torch.no_grad():
+        want, _ = _incremental(layer, x, chunks=(1,))
+    assert len(calls) == 10 and torch.equal(got, want)
+
+
+def test_a_step_that_is_not_plain_or_another_backend_goes_through_attend(monkeypatch):
+    calls = []
+    real = attention_module.attend
+    monkeypatch.setattr(attention_module, "attend", lambda *a, **kw: calls.append(kw["backend"]) or real(*a, **kw))
+    layer = _layer()
+    layer.backend = "eager"  # asked for: every step runs it
+    x = torch.randn(2, 6, DIM)
+    with torch.no_grad():
+        _, cache = _incremental(layer, x, chunks=(1,))
+    assert calls == ["eager"] * 6 and cache.plain_backend[1] == "eager" and layer.backend_used == "eager"
+    calls.clear()
+    layer.backend = "auto"
+    with torch.no_grad():
+        _, cache = _incremental(layer, x, chunks=(3, 1))  # 3, 1 and 2 tokens: the 1 is the first plain step
+        assert calls == ["auto"] * 3 and cache.plain_backend[1] == "sdpa"
+        calls.clear()
+        with torch.enable_grad():  # a step with gradients on is not plain: attend chooses for it
+            layer(x[:, :1], cache=cache)
+    assert calls == ["auto"]

@@ -159,13 +159,15 @@ def run(args):
         }
         for name in timed
     ]
-    for batch in (1, 8):  # the same GPT-2 weights through attnzoo and through Hugging Face, side by side
+    # the same GPT-2 weights through attnzoo and through Hugging Face, side by side: --repeats interleaved pairs (at
+    # batch 8 both are bound by memory bandwidth, which they share with whatever else runs on the machine)
+    for batch in (1, 8):
         pair = hf_steps(tokens, batch)
         if pair is None:
             break
         pair_cpu = {name: [] for name in pair}
         pair = {name: _cpu_timed(fn, pair_cpu[name]) for name, fn in pair.items()}
-        pair_times = time_side_by_side(pair, repeats=2 if args.quick else min(args.repeats, 3), warmup=1)
+        pair_times = time_side_by_side(pair, repeats=2 if args.quick else args.repeats, warmup=1)
         pair_cpu = {name: statistics.median(samples[1:]) for name, samples in pair_cpu.items()}  # warm-up left out
         (ours, theirs) = pair
         for name in pair:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .backends import Request, register_backend, trains
+from .band import band_attention, band_reason
 from .patterns import Pattern, num_blocks, unpadded
 
 Tensor = torch.Tensor
@@ -128,6 +129,8 @@ class Blocked:
             least estimated work is used (shorter sequences use one block of their length).
         max_density: `auto` passes this backend over when the pattern reads more than this fraction of
             key blocks (dense sdpa is faster there); an explicit `backend="blocked"` always runs.
+        band: run plain sliding windows on CPU on the "band" path (keys read in place); False gathers their
+            blocks as for every other pattern (what the benchmark compares it with).
     """
 
     name = "blocked"
@@ -136,11 +139,14 @@ class Blocked:
     # of block 128 at equal work), so work(b) ~ pairs read * (1 + OVERHEAD / b)
     OVERHEAD = 40
 
-    def __init__(self, *, block_sizes: tuple[int, ...] = (64, 128, 256), max_density: float = 0.5) -> None:
+    def __init__(
+        self, *, block_sizes: tuple[int, ...] = (64, 128, 256), max_density: float = 0.5, band: bool = True
+    ) -> None:
         if not block_sizes or min(block_sizes) < 1:
             raise ValueError(f"block_sizes must be positive integers, got {block_sizes}")
         self.block_sizes = tuple(block_sizes)
         self.max_density = max_density
+        self.band = band
         self._plans: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
         self._sizes: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
 
@@ -162,6 +168,7 @@ class Blocked:
     PATHS = {
         "bias_grad": "training a learned bias: an explicit softmax over each group of blocks instead of SDPA, "
         "whose CPU kernels do not train a mask",
+        "band": "a plain sliding window on CPU: the keys of each query block read in place (band.py), not gathered",
     }
 
     def supports(self, req: Request) -> str | None:
@@ -170,8 +177,13 @@ class Blocked:
         return None
 
     def path(self, req: Request) -> str | None:
-        """ "bias_grad" when the call trains its bias (see `PATHS`), else None (SDPA per group of blocks)."""
-        return "bias_grad" if trains(req.bias) and req.needs_grad else None
+        """ "bias_grad" when the call trains its bias, "band" for a plain sliding window on CPU (see `PATHS`), else
+        None (SDPA per group of blocks)."""
+        if trains(req.bias) and req.needs_grad:
+            return "bias_grad"
+        plain = req.bias is None and not (req.has_padding or req.dropout_p or req.transform or req.return_weights)
+        band = self.band and band_reason(req.device_type, req.pattern, plain, req.lq, req.lk, req.dtype) is None
+        return "band" if band else None
 
     def avoid_in_auto(self, req: Request) -> str | None:
         if req.pattern is None:
@@ -201,6 +213,9 @@ class Blocked:
         b, h, lq, d = q.shape
         hkv, lk = k.shape[1], k.shape[2]
         bq, bk = self.blocks(pattern, lq, lk)
+        plain = bias is None and key_padding_mask is None and not dropout_p and transform is None
+        if self.band and band_reason(q.device.type, pattern, plain, lq, lk, q.dtype) is None:
+            return band_attention(q, k, v, pattern=pattern, block=bq, scale=scale), None
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
         keep = None if key_padding_mask is None else unpadded(key_padding_mask)  # [B, Lk]
         bound = pattern.bind(lq, lk)

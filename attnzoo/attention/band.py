@@ -1,0 +1,188 @@
+"""The blocked backend's path for a sliding window on CPU, "blocked[band]": each query block reads its keys in place.
+
+A window's query block i reads the m key blocks i - r .. i - r + m - 1 (r = ceil(window / b); m = 2r + 1, or r + 1
+when causal), one contiguous run of keys. So the keys of every query block are one overlapping strided view of the
+(padded) key tensor, [nQb, H, m * b, D] with a stride of one block between query blocks: no gathered copies of k
+and v, and one SDPA call (torch's CPU flash kernel) for all interior blocks, which share one band mask. The few
+blocks at either end, whose runs reach past the sequence, take a call of their own with a mask per block.
+
+The backward runs the kernel's own backward on the same views; it returns the key gradients per query block,
+[nQb, H, m * b, D], which are folded back onto the keys (m shifted adds). The kernel's forward and backward ops
+are called directly (`torch.ops.aten._scaled_dot_product_flash_attention_for_cpu[_backward]`): the public SDPA
+makes its strided inputs contiguous and has no way to hand back gradients of a view that overlaps itself.
+
+Notation as in backends.py, plus b the block size, nQb = ceil(L / b) query blocks, r and m as above, and
+Lp = (nQb + m - 1) * b the padded key length (r * b zeros in front, the rest after).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .patterns import SlidingWindow
+
+Tensor = torch.Tensor
+
+_FWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def band_reason(device_type: str, pattern, plain: bool, lq: int, lk: int, dtype) -> str | None:
+    """None when the band path runs the call, else why not; `plain`: no bias, key padding, dropout, returned
+    weights or kind's weights."""
+    if _FWD is None or _BWD is None:
+        return "this torch has no CPU flash attention ops"
+    if device_type != "cpu" or type(pattern) is not SlidingWindow or not plain:
+        return "not a plain sliding window on CPU"
+    if lq != lk:
+        return "queries and keys differ in length"
+    if dtype not in DTYPES:
+        return f"dtype {dtype}"
+    return None
+
+
+@dataclass(frozen=True)
+class Band:
+    """The geometry of one (window, length, block) call."""
+
+    window: int
+    causal: bool
+    length: int
+    block: int
+
+    @property
+    def before(self) -> int:  # r: key blocks read before the query's own
+        return -(-self.window // self.block)
+
+    @property
+    def width(self) -> int:  # m: key blocks read per query block
+        return self.before + 1 + (0 if self.causal else self.before)
+
+    @property
+    def q_blocks(self) -> int:
+        return -(-self.length // self.block)
+
+    @property
+    def padded(self) -> int:  # Lp
+        return (self.q_blocks + self.width - 1) * self.block
+
+    def runs(self) -> list[tuple[int, int, bool]]:
+        """(first, stop, interior) runs of query blocks; interior blocks read only real keys (one shared mask)."""
+        lo = min(self.before, self.q_blocks)
+        hi = max(lo, min(self.q_blocks, self.length // self.block - self.width + self.before + 1))
+        runs = [(0, lo, False), (lo, hi, True), (hi, self.q_blocks, False)]
+        return [run for run in runs if run[1] > run[0]]
+
+
+@functools.lru_cache(maxsize=64)
+def _mask(band: Band, first: int, stop: int, interior: bool, dtype: torch.dtype) -> Tensor:
+    """The additive mask of query blocks first..stop-1 over their key runs: [1, 1, b, m * b] for interior blocks,
+    else [stop - first, 1, b, m * b]. Rows with no allowed key (padding queries past the end) allow every key, so the
+    kernel stays finite; their outputs are dropped and their gradients are zero."""
+    b, r, m = band.block, band.before, band.width
+    blocks = torch.arange(first, first + 1 if interior else stop)
+    q_pos = blocks[:, None] * b + torch.arange(b)  # [n, b]
+    k_pos = (blocks[:, None] - r) * b + torch.arange(m * b)  # [n, m * b]
+    pattern = SlidingWindow(window=band.window, causal=band.causal)
+    allowed = pattern.mask_mod(None, None, q_pos[:, :, None], k_pos[:, None, :])  # [n, b, m * b]
+    allowed = allowed & (k_pos >= 0)[:, None, :] & (k_pos < band.length)[:, None, :]
+    allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+    add = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))
+    return add[:, None]  # [n, 1, b, m * b]
+
+
+def _views(band: Band, qp: Tensor, kp: Tensor, vp: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
+    """One batch element's query blocks first..stop-1 [n, H, b, D] and their key and value runs [n, H, m * b, D],
+    views of qp [nQb * b, H, D] and kp, vp [Lp, H, D]."""
+    b, m = band.block, band.width
+    n, h, d = stop - first, qp.shape[1], qp.shape[2]
+    q = qp[first * b : stop * b].view(n, b, h, d).transpose(1, 2)
+    strides = (b * h * d, d, h * d, 1)
+    k = kp[first * b :].as_strided((n, h, m * b, d), strides)  # query block i's run starts at kp[i * b]
+    v = vp[first * b :].as_strided((n, h, m * b, d), strides)
+    return q, k, v
+
+
+def _padded(band: Band, k: Tensor, heads: int) -> Tensor:
+    """k [B, Hkv, L, D] -> [B, Lp, H, D]: positions first, zeros around, key/value heads repeated for GQA."""
+    bsz, hkv, length, d = k.shape
+    out = k.new_zeros(bsz, band.padded, heads, d)
+    start = band.before * band.block
+    out[:, start : start + length].view(bsz, length, hkv, heads // hkv, d).copy_(k.transpose(1, 2)[:, :, :, None])
+    return out
+
+
+def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float):
+    """out [B, H, L, D] and what the backward needs."""
+    bsz, h, length, d = q.shape
+    b = band.block
+    qp = q.new_zeros(bsz, band.q_blocks * b, h, d)  # [B, nQb * b, H, D]
+    qp[:, :length] = q.transpose(1, 2)
+    kp, vp = _padded(band, k, h), _padded(band, v, h)  # [B, Lp, H, D]
+    out = torch.empty_like(qp)
+    saved = []
+    for i in range(bsz):
+        for first, stop, interior in band.runs():
+            mask = _mask(band, first, stop, interior, q.dtype)
+            qv, kv, vv = _views(band, qp[i], kp[i], vp[i], first, stop)
+            o, lse = _FWD(qv, kv, vv, 0.0, False, attn_mask=mask, scale=scale)  # [n, H, b, D], [n, H, b]
+            out[i, first * b : stop * b].view(stop - first, b, h, d).copy_(o.transpose(1, 2))
+            saved.append((o, lse))
+    return out[:, :length].transpose(1, 2), (qp, kp, vp, saved)
+
+
+def _backward(band: Band, grad: Tensor, saved, scale: float, kv_heads: int):
+    qp, kp, vp, outs = saved
+    bsz, _, h, d = qp.shape
+    length, b, m = band.length, band.block, band.width
+    go = grad.new_zeros(qp.shape)  # [B, nQb * b, H, D]: contiguous, as the kernel reads it
+    go[:, :length] = grad.transpose(1, 2)
+    dq, dk, dv = torch.empty_like(qp), torch.zeros_like(kp), torch.zeros_like(vp)
+    outs = iter(outs)
+    for i in range(bsz):
+        dk_blocks, dv_blocks = dk[i].view(-1, b, h, d), dv[i].view(-1, b, h, d)  # [Lp / b, b, H, D]
+        for first, stop, interior in band.runs():
+            n = stop - first
+            mask = _mask(band, first, stop, interior, qp.dtype)
+            qv, kv, vv = _views(band, qp[i], kp[i], vp[i], first, stop)
+            gov = go[i, first * b : stop * b].view(n, b, h, d).transpose(1, 2)
+            o, lse = next(outs)
+            gq, gk, gv = _BWD(gov, qv, kv, vv, o, lse, 0.0, False, attn_mask=mask, scale=scale)
+            dq[i, first * b : stop * b].view(n, b, h, d).copy_(gq.transpose(1, 2))
+            gk = gk.transpose(1, 2).reshape(n, m, b, h, d)  # [n, m, b, H, D]: slot j holds key blocks first + j ..
+            gv = gv.transpose(1, 2).reshape(n, m, b, h, d)
+            for j in range(m):
+                dk_blocks[first + j : stop + j] += gk[:, j]
+                dv_blocks[first + j : stop + j] += gv[:, j]
+    start = band.before * b
+    dk, dv = (x[:, start : start + length] for x in (dk, dv))  # [B, L, H, D]
+    if kv_heads != h:
+        dk, dv = (x.reshape(bsz, length, kv_heads, h // kv_heads, d).sum(3) for x in (dk, dv))
+    return dq[:, :length].transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+
+
+class _BandAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, band, scale):
+        out, saved = _forward(band, q, k, v, scale)
+        ctx.band, ctx.scale, ctx.kv_heads, ctx.saved = band, scale, k.shape[1], saved
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        dq, dk, dv = _backward(ctx.band, grad, ctx.saved, ctx.scale, ctx.kv_heads)
+        ctx.saved = None
+        return dq, dk, dv, None, None
+
+
+def band_attention(q: Tensor, k: Tensor, v: Tensor, *, pattern: SlidingWindow, block: int, scale: float) -> Tensor:
+    """Sliding-window attention of q [B, H, L, D] over k, v [B, Hkv, L, D] in blocks of `block`: [B, H, L, D]."""
+    band = Band(pattern.window, pattern.causal, q.shape[2], block)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _BandAttention.apply(q, k, v, band, scale)
+    return _forward(band, q, k, v, scale)[0]

@@ -1,0 +1,120 @@
+"""`blocked[band]` (attention/band.py): a plain sliding window on CPU, keys read in place, against the eager oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnzoo.attention import DilatedSlidingWindow, GlobalTokens, SlidingWindow, attend
+from attnzoo.attention.band import Band
+from attnzoo.attention.blocked import Blocked
+
+D = 16
+
+# (length, window, causal, batch, heads, kv heads, block sizes): lengths that are and are not whole blocks, windows
+# under, at and over a block and over the length, MHA and GQA; small blocks give many interior blocks cheaply
+CASES = [
+    (1000, 100, False, 2, 4, 4, None),
+    (1000, 100, True, 2, 4, 2, None),
+    (1537, 77, False, 1, 2, 1, None),
+    (300, 5, False, 2, 2, 2, None),
+    (64, 200, False, 2, 2, 2, None),
+    (513, 128, True, 1, 2, 2, None),
+    (129, 0, False, 1, 1, 1, None),
+    (7, 3, True, 2, 2, 2, None),
+    (200, 16, False, 2, 2, 2, (16,)),
+    (203, 16, True, 2, 4, 2, (16,)),
+    (190, 23, False, 3, 2, 2, (8,)),
+]
+
+
+def qkv(batch, heads, kv_heads, length, dtype=torch.float32):
+    g = torch.Generator().manual_seed(length)
+    q = torch.randn(batch, heads, length, D, generator=g, dtype=dtype)
+    k, v = (torch.randn(batch, kv_heads, length, D, generator=g, dtype=dtype) for _ in range(2))
+    return [x.requires_grad_() for x in (q, k, v)]
+
+
+def run(backend, q, k, v, pattern):
+    if isinstance(backend, Blocked):
+        out, _ = backend(
+            q, k, v, pattern=pattern, bias=None, key_padding_mask=None, dropout_p=0.0, scale=D**-0.5,
+            return_weights=False,
+        )  # fmt: skip
+        return out
+    out, _, used = attend(q, k, v, pattern=pattern, backend=backend)
+    assert used == {"blocked": "blocked[band]"}.get(backend, backend)
+    return out
+
+
+@pytest.mark.parametrize("length, window, causal, batch, heads, kv_heads, sizes", CASES)
+def test_band_equals_eager_forward_and_backward(length, window, causal, batch, heads, kv_heads, sizes):
+    q, k, v = qkv(batch, heads, kv_heads, length)
+    pattern = SlidingWindow(window=window, causal=causal)
+    ref = run("eager", q, k, v, pattern)
+    out = run("blocked" if sizes is None else Blocked(block_sizes=sizes), q, k, v, pattern)
+    grad = torch.randn_like(ref)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    wants = torch.autograd.grad(ref, (q, k, v), grad)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), grad), wants, strict=True):
+        torch.testing.assert_close(got, want, atol=5e-5, rtol=1e-3)
+
+
+def test_band_covers_every_query_block_once_and_interior_blocks_read_only_real_keys():
+    for length, window, causal, block in [
+        (1000, 100, False, 64),
+        (203, 16, True, 16),
+        (7, 3, True, 7),
+        (64, 200, 0, 64),
+    ]:
+        band = Band(window, bool(causal), length, block)
+        runs = band.runs()
+        assert [r[0] for r in runs[1:]] == [r[1] for r in runs[:-1]] and runs[0][0] == 0
+        assert runs[-1][1] == band.q_blocks
+        for first, stop, interior in runs:
+            if interior:  # key blocks first - r .. stop - 1 - r + m - 1 all lie inside the sequence
+                assert first - band.before >= 0 and (stop - band.before + band.width - 1) * block <= length
+
+
+def test_band_in_bfloat16_is_as_close_to_eager_as_the_gathered_blocks():
+    q, k, v = qkv(2, 2, 2, 700, torch.bfloat16)
+    pattern = SlidingWindow(window=90)
+    ref = run("eager", q, k, v, pattern).float()
+    band = run("blocked", q, k, v, pattern).float()
+    gathered = run(Blocked(band=False), q, k, v, pattern).float()
+    assert (band - ref).abs().max() <= 2 * (gathered - ref).abs().max() + 1e-2
+
+
+def test_band_without_grad_and_with_a_broadcast_gradient_equals_the_gathered_blocks():
+    q, k, v = qkv(2, 4, 2, 517, torch.float32)
+    pattern = SlidingWindow(window=60, causal=True)
+    with torch.no_grad():
+        assert torch.equal(run("blocked", q, k, v, pattern), run("blocked", q, k, v, pattern))
+        torch.testing.assert_close(run("blocked", q, k, v, pattern), run(Blocked(band=False), q, k, v, pattern))
+    run("blocked", q, k, v, pattern).sum().backward()  # an expanded (stride-0) output gradient
+    band = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    run(Blocked(band=False), q, k, v, pattern).sum().backward()
+    for got, want in zip(band, (q.grad, k.grad, v.grad), strict=True):
+        torch.testing.assert_close(got, want, atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "pattern, kw, length",
+    [
+        (SlidingWindow(window=30), {"key_padding_mask": torch.zeros(2, 200, dtype=torch.bool)}, 200),
+        (SlidingWindow(window=30), {"bias": torch.zeros(1, 2, 200, 200)}, 200),
+        (SlidingWindow(window=30), {"dropout_p": 0.1}, 200),
+        (DilatedSlidingWindow(window=10, dilation=2), {}, 200),
+        (SlidingWindow(window=30) | GlobalTokens(tokens=[0]), {}, 200),
+    ],
+)
+def test_calls_the_band_does_not_run_take_the_gathered_blocks(pattern, kw, length):
+    q, k, v = qkv(2, 2, 2, length)
+    assert attend(q, k, v, pattern=pattern, backend="blocked", **kw)[2] == "blocked"
+
+
+def test_queries_and_keys_of_different_lengths_take_the_gathered_blocks():
+    q, k, v = qkv(1, 2, 2, 300)
+    assert attend(q[:, :, :200], k, v, pattern=SlidingWindow(window=30), backend="blocked")[2] == "blocked"

@@ -31,7 +31,14 @@ _BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_back
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-def band_reason(device_type: str, pattern, plain: bool, lq: int, lk: int, dtype) -> str | None:
+# below this much work per batch element and head (query blocks x keys each reads x D, multiply-adds), the band
+# path's per-element calls cost more than gathering the blocks saves (fitted on CPU, fp32, fwd+bwd, one thread)
+MIN_WORK = 2_500_000
+
+
+def band_reason(
+    device_type: str, pattern, plain: bool, lq: int, lk: int, dtype, block: int, head_dim: int
+) -> str | None:
     """None when the band path runs the call, else why not; `plain`: no bias, key padding, dropout, returned
     weights or kind's weights."""
     if _FWD is None or _BWD is None:
@@ -42,6 +49,9 @@ def band_reason(device_type: str, pattern, plain: bool, lq: int, lk: int, dtype)
         return "queries and keys differ in length"
     if dtype not in DTYPES:
         return f"dtype {dtype}"
+    band = Band(pattern.window, pattern.causal, lq, block)
+    if band.q_blocks < 2 * band.width or band.q_blocks * block * band.width * block * head_dim < MIN_WORK:
+        return "too short for reading keys in place to pay: gathering the blocks is faster"
     return None
 
 

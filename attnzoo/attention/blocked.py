@@ -182,8 +182,11 @@ class Blocked:
         if trains(req.bias) and req.needs_grad:
             return "bias_grad"
         plain = req.bias is None and not (req.has_padding or req.dropout_p or req.transform or req.return_weights)
-        band = self.band and band_reason(req.device_type, req.pattern, plain, req.lq, req.lk, req.dtype) is None
-        return "band" if band else None
+        if not self.band or req.pattern is None:
+            return None
+        bq = self.blocks(req.pattern, req.lq, req.lk)[0]
+        reason = band_reason(req.device_type, req.pattern, plain, req.lq, req.lk, req.dtype, bq, req.head_dim)
+        return "band" if reason is None else None
 
     def avoid_in_auto(self, req: Request) -> str | None:
         if req.pattern is None:
@@ -214,7 +217,7 @@ class Blocked:
         hkv, lk = k.shape[1], k.shape[2]
         bq, bk = self.blocks(pattern, lq, lk)
         plain = bias is None and key_padding_mask is None and not dropout_p and transform is None
-        if self.band and band_reason(q.device.type, pattern, plain, lq, lk, q.dtype) is None:
+        if self.band and band_reason(q.device.type, pattern, plain, lq, lk, q.dtype, bq, d) is None:
             return band_attention(q, k, v, pattern=pattern, block=bq, scale=scale), None
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
         keep = None if key_padding_mask is None else unpadded(key_padding_mask)  # [B, Lk]

@@ -6,25 +6,25 @@ import pytest
 import torch
 
 from attnzoo.attention import DilatedSlidingWindow, GlobalTokens, SlidingWindow, attend
-from attnzoo.attention.band import Band
+from attnzoo.attention.band import Band, band_attention
 from attnzoo.attention.blocked import Blocked
 
 D = 16
 
-# (length, window, causal, batch, heads, kv heads, block sizes): lengths that are and are not whole blocks, windows
-# under, at and over a block and over the length, MHA and GQA; small blocks give many interior blocks cheaply
+# (length, window, causal, batch, heads, kv heads, block): lengths that are and are not whole blocks, windows under,
+# at and over a block and over the length, MHA and GQA; small blocks give many interior blocks cheaply
 CASES = [
-    (1000, 100, False, 2, 4, 4, None),
-    (1000, 100, True, 2, 4, 2, None),
-    (1537, 77, False, 1, 2, 1, None),
-    (300, 5, False, 2, 2, 2, None),
-    (64, 200, False, 2, 2, 2, None),
-    (513, 128, True, 1, 2, 2, None),
-    (129, 0, False, 1, 1, 1, None),
-    (7, 3, True, 2, 2, 2, None),
-    (200, 16, False, 2, 2, 2, (16,)),
-    (203, 16, True, 2, 4, 2, (16,)),
-    (190, 23, False, 3, 2, 2, (8,)),
+    (1000, 100, False, 2, 4, 4, 128),
+    (1000, 100, True, 2, 4, 2, 64),
+    (1537, 77, False, 1, 2, 1, 128),
+    (300, 5, False, 2, 2, 2, 64),
+    (64, 200, False, 2, 2, 2, 64),
+    (513, 128, True, 1, 2, 2, 128),
+    (129, 0, False, 1, 1, 1, 64),
+    (7, 3, True, 2, 2, 2, 7),
+    (200, 16, False, 2, 2, 2, 16),
+    (203, 16, True, 2, 4, 2, 16),
+    (190, 23, False, 3, 2, 2, 8),
 ]
 
 
@@ -47,12 +47,12 @@ def run(backend, q, k, v, pattern):
     return out
 
 
-@pytest.mark.parametrize("length, window, causal, batch, heads, kv_heads, sizes", CASES)
-def test_band_equals_eager_forward_and_backward(length, window, causal, batch, heads, kv_heads, sizes):
+@pytest.mark.parametrize("length, window, causal, batch, heads, kv_heads, block", CASES)
+def test_band_equals_eager_forward_and_backward(length, window, causal, batch, heads, kv_heads, block):
     q, k, v = qkv(batch, heads, kv_heads, length)
     pattern = SlidingWindow(window=window, causal=causal)
     ref = run("eager", q, k, v, pattern)
-    out = run("blocked" if sizes is None else Blocked(block_sizes=sizes), q, k, v, pattern)
+    out = band_attention(q, k, v, pattern=pattern, block=block, scale=D**-0.5)
     grad = torch.randn_like(ref)
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
     wants = torch.autograd.grad(ref, (q, k, v), grad)
@@ -77,7 +77,7 @@ def test_band_covers_every_query_block_once_and_interior_blocks_read_only_real_k
 
 
 def test_band_in_bfloat16_is_as_close_to_eager_as_the_gathered_blocks():
-    q, k, v = qkv(2, 2, 2, 700, torch.bfloat16)
+    q, k, v = qkv(2, 2, 2, 2000, torch.bfloat16)
     pattern = SlidingWindow(window=90)
     ref = run("eager", q, k, v, pattern).float()
     band = run("blocked", q, k, v, pattern).float()
@@ -86,7 +86,7 @@ def test_band_in_bfloat16_is_as_close_to_eager_as_the_gathered_blocks():
 
 
 def test_band_without_grad_and_with_a_broadcast_gradient_equals_the_gathered_blocks():
-    q, k, v = qkv(2, 4, 2, 517, torch.float32)
+    q, k, v = qkv(2, 4, 2, 2000, torch.float32)
     pattern = SlidingWindow(window=60, causal=True)
     with torch.no_grad():
         assert torch.equal(run("blocked", q, k, v, pattern), run("blocked", q, k, v, pattern))
@@ -103,11 +103,13 @@ def test_band_without_grad_and_with_a_broadcast_gradient_equals_the_gathered_blo
 @pytest.mark.parametrize(
     "pattern, kw, length",
     [
-        (SlidingWindow(window=30), {"key_padding_mask": torch.zeros(2, 200, dtype=torch.bool)}, 200),
-        (SlidingWindow(window=30), {"bias": torch.zeros(1, 2, 200, 200)}, 200),
-        (SlidingWindow(window=30), {"dropout_p": 0.1}, 200),
-        (DilatedSlidingWindow(window=10, dilation=2), {}, 200),
-        (SlidingWindow(window=30) | GlobalTokens(tokens=[0]), {}, 200),
+        (SlidingWindow(window=30), {"key_padding_mask": torch.zeros(2, 2000, dtype=torch.bool)}, 2000),
+        (SlidingWindow(window=30), {"bias": torch.zeros(1, 2, 2000, 2000)}, 2000),
+        (SlidingWindow(window=30), {"dropout_p": 0.1}, 2000),
+        (DilatedSlidingWindow(window=10, dilation=2), {}, 2000),
+        (SlidingWindow(window=30) | GlobalTokens(tokens=[0]), {}, 2000),
+        (SlidingWindow(window=30), {}, 300),  # too short to pay: few blocks, little work per batch element and head
+        (SlidingWindow(window=300), {}, 1000),
     ],
 )
 def test_calls_the_band_does_not_run_take_the_gathered_blocks(pattern, kw, length):
@@ -116,5 +118,20 @@ def test_calls_the_band_does_not_run_take_the_gathered_blocks(pattern, kw, lengt
 
 
 def test_queries_and_keys_of_different_lengths_take_the_gathered_blocks():
-    q, k, v = qkv(1, 2, 2, 300)
-    assert attend(q[:, :, :200], k, v, pattern=SlidingWindow(window=30), backend="blocked")[2] == "blocked"
+    q, k, v = qkv(1, 2, 2, 3000)
+    assert attend(q[:, :, :2000], k, v, pattern=SlidingWindow(window=30), backend="blocked")[2] == "blocked"
+
+
+def test_a_long_plain_window_reports_the_band_path_and_the_switch_turns_it_off(monkeypatch):
+    from attnzoo.attention import blocked
+
+    q, k, v = qkv(1, 2, 2, 2000)
+    pattern = SlidingWindow(window=100)
+    assert attend(q, k, v, pattern=pattern, backend="blocked")[2] == "blocked[band]"
+    assert attend(q, k, v, pattern=pattern)[2] == "blocked[band]"  # auto
+    ran = []
+    monkeypatch.setattr(blocked, "band_attention", lambda *a, **kw: ran.append(1) or band_attention(*a, **kw))
+    run(Blocked(band=False), q, k, v, pattern)
+    assert not ran
+    run(Blocked(), q, k, v, pattern)
+    assert ran

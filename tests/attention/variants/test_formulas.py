@@ -335,7 +335,7 @@ def test_what_each_kind_refuses_at_call_time():
         ("sigmoid", {}, True, False, "eager[sigmoid]"),
         ("sigmoid", {"pattern": {"kind": "sliding_window", "window": 16}}, True, False, "blocked[sigmoid]"),
         ("gated", {}, True, False, "sdpa"),
-        ("differential", {"pattern": {"kind": "sliding_window", "window": 16}}, True, False, "blocked[band]"),
+        ("differential", {"pattern": {"kind": "sliding_window", "window": 16}}, True, False, "blocked"),
         ("mla", {}, True, False, "sdpa"),
     ],
 )

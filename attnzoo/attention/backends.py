@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from .patterns import unpadded
+from .patterns import right_padded, unpadded
 
 log = logging.getLogger("attnzoo")
 
@@ -53,6 +53,7 @@ class Request:
     dtype: torch.dtype | None = None  # of q (under autocast: what the projections produced)
     head_dim: int = 0
     transform: Transform | None = None  # a kind's weights when they are not a softmax (sinks, sigmoid)
+    right_padding: bool = False  # the key padding pads only the end of rows (looked at on CPU, with a pattern)
 
     def describe(self) -> str:
         pattern = type(self.pattern).__name__ if self.pattern is not None else "full"
@@ -333,6 +334,10 @@ def request(
         pattern=pattern,
         bias=bias,
         has_padding=key_padding_mask is not None,
+        right_padding=key_padding_mask is not None
+        and pattern is not None
+        and q.device.type == "cpu"
+        and right_padded(key_padding_mask) is not None,
         lq=q.shape[-2],
         lk=k.shape[-2],
         dropout_p=dropout_p,

@@ -17,6 +17,7 @@ Lp = (nQb + m - 1) * b the padded key length (r * b zeros in front, the rest aft
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -39,8 +40,8 @@ MIN_WORK = 2_500_000
 def band_reason(
     device_type: str, pattern, plain: bool, lq: int, lk: int, dtype, block: int, head_dim: int
 ) -> str | None:
-    """None when the band path runs the call, else why not; `plain`: no bias, key padding, dropout, returned
-    weights or kind's weights."""
+    """None when the band path runs the call, else why not; `plain`: no bias, dropout, returned weights or kind's
+    weights, and no key padding other than at the end of rows (`right_padded`)."""
     if _FWD is None or _BWD is None:
         return "this torch has no CPU flash attention ops"
     if device_type != "cpu" or type(pattern) is not SlidingWindow or not plain:
@@ -57,12 +58,14 @@ def band_reason(
 
 @dataclass(frozen=True)
 class Band:
-    """The geometry of one (window, length, block) call."""
+    """The geometry of one batch element: `length` queries and keys, of which the first `keys` are real (the rest
+    right padding)."""
 
     window: int
     causal: bool
     length: int
     block: int
+    keys: int | None = None  # None: all `length`
 
     @property
     def before(self) -> int:  # r: key blocks read before the query's own
@@ -80,29 +83,39 @@ class Band:
     def padded(self) -> int:  # Lp
         return (self.q_blocks + self.width - 1) * self.block
 
+    @property
+    def real(self) -> int:  # real keys
+        return self.length if self.keys is None else self.keys
+
     def runs(self) -> list[tuple[int, int, bool]]:
-        """(first, stop, interior) runs of query blocks; interior blocks read only real keys (one shared mask)."""
-        lo = min(self.before, self.q_blocks)
-        hi = max(lo, min(self.q_blocks, self.length // self.block - self.width + self.before + 1))
-        runs = [(0, lo, False), (lo, hi, True), (hi, self.q_blocks, False)]
+        """(first, stop, interior) runs of the query blocks that read some real key; interior blocks read only real
+        keys (one shared mask). Blocks after the last run read none (right padding): their output is zero."""
+        b, live = self.block, self.q_blocks
+        if self.real < self.length:  # query p reads a real key iff p - window < real (causal or not)
+            live = min(live, -(-(self.real + self.window) // b))
+        lo = min(self.before, live)
+        hi = max(lo, min(live, self.real // b - self.width + self.before + 1))
+        runs = [(0, lo, False), (lo, hi, True), (hi, live, False)]
         return [run for run in runs if run[1] > run[0]]
 
 
-@functools.lru_cache(maxsize=64)
-def _mask(band: Band, first: int, stop: int, interior: bool, dtype: torch.dtype) -> Tensor:
-    """The additive mask of query blocks first..stop-1 over their key runs: [1, 1, b, m * b] for interior blocks,
-    else [stop - first, 1, b, m * b]. Rows with no allowed key (padding queries past the end) allow every key, so the
-    kernel stays finite; their outputs are dropped and their gradients are zero."""
+@functools.lru_cache(maxsize=32)
+def _mask(band: Band, first: int, stop: int, interior: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    """The additive mask of query blocks first..stop-1 over their key runs, [1, 1, b, m * b] for interior blocks,
+    else [stop - first, 1, b, m * b]; and the rows that read some key, [n, 1, b, 1], or None when all do. Rows that
+    read none (queries past the end of the blocks, or more than a window past the real keys) allow every key, so the
+    kernel stays finite; their outputs and output gradients are zeroed (`_dead`)."""
     b, r, m = band.block, band.before, band.width
     blocks = torch.arange(first, first + 1 if interior else stop)
     q_pos = blocks[:, None] * b + torch.arange(b)  # [n, b]
     k_pos = (blocks[:, None] - r) * b + torch.arange(m * b)  # [n, m * b]
     pattern = SlidingWindow(window=band.window, causal=band.causal)
     allowed = pattern.mask_mod(None, None, q_pos[:, :, None], k_pos[:, None, :])  # [n, b, m * b]
-    allowed = allowed & (k_pos >= 0)[:, None, :] & (k_pos < band.length)[:, None, :]
-    allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+    allowed = allowed & (k_pos >= 0)[:, None, :] & (k_pos < band.real)[:, None, :]
+    alive = allowed.any(dim=-1, keepdim=True)  # [n, b, 1]
+    allowed = allowed | ~alive
     add = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))
-    return add[:, None]  # [n, 1, b, m * b]
+    return add[:, None], None if bool(alive.all()) else alive[:, None].to(dtype)  # [n, 1, b, m * b], [n, 1, b, 1]
 
 
 def _views(band: Band, qp: Tensor, kp: Tensor, vp: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -126,40 +139,52 @@ def _padded(band: Band, k: Tensor, heads: int) -> Tensor:
     return out
 
 
-def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float):
+def _elements(band: Band, keys: list[int] | None, bsz: int) -> list[Band]:
+    """The geometry of each batch element: `keys[i]` real keys (right padding after them), or all."""
+    if keys is None:
+        return [band] * bsz
+    return [band if n == band.length else dataclasses.replace(band, keys=n) for n in keys]
+
+
+def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float, keys: list[int] | None):
     """out [B, H, L, D] and what the backward needs."""
     bsz, h, length, d = q.shape
-    b = band.block
+    b, elements = band.block, _elements(band, keys, bsz)
     qp = q.new_zeros(bsz, band.q_blocks * b, h, d)  # [B, nQb * b, H, D]
     qp[:, :length] = q.transpose(1, 2)
     kp, vp = _padded(band, k, h), _padded(band, v, h)  # [B, Lp, H, D]
-    out = torch.empty_like(qp)
+    out = torch.empty_like(qp) if keys is None else torch.zeros_like(qp)  # blocks that read no real key stay zero
     saved = []
-    for i in range(bsz):
-        for first, stop, interior in band.runs():
-            mask = _mask(band, first, stop, interior, q.dtype)
+    for i, element in enumerate(elements):
+        for first, stop, interior in element.runs():
+            mask, alive = _mask(element, first, stop, interior, q.dtype)
             qv, kv, vv = _views(band, qp[i], kp[i], vp[i], first, stop)
             o, lse = _FWD(qv, kv, vv, 0.0, False, attn_mask=mask, scale=scale)  # [n, H, b, D], [n, H, b]
+            if alive is not None:
+                o = o * alive
             out[i, first * b : stop * b].view(stop - first, b, h, d).copy_(o.transpose(1, 2))
             saved.append((o, lse))
-    return out[:, :length].transpose(1, 2), (qp, kp, vp, saved)
+    return out[:, :length].transpose(1, 2), (qp, kp, vp, saved, elements)
 
 
 def _backward(band: Band, grad: Tensor, saved, scale: float, kv_heads: int):
-    qp, kp, vp, outs = saved
+    qp, kp, vp, outs, elements = saved
     bsz, _, h, d = qp.shape
     length, b, m = band.length, band.block, band.width
     go = grad.new_zeros(qp.shape)  # [B, nQb * b, H, D]: contiguous, as the kernel reads it
     go[:, :length] = grad.transpose(1, 2)
-    dq, dk, dv = torch.empty_like(qp), torch.zeros_like(kp), torch.zeros_like(vp)
+    dq = torch.empty_like(qp) if all(e.keys is None for e in elements) else torch.zeros_like(qp)
+    dk, dv = torch.zeros_like(kp), torch.zeros_like(vp)
     outs = iter(outs)
-    for i in range(bsz):
+    for i, element in enumerate(elements):
         dk_blocks, dv_blocks = dk[i].view(-1, b, h, d), dv[i].view(-1, b, h, d)  # [Lp / b, b, H, D]
-        for first, stop, interior in band.runs():
+        for first, stop, interior in element.runs():
             n = stop - first
-            mask = _mask(band, first, stop, interior, qp.dtype)
+            mask, alive = _mask(element, first, stop, interior, qp.dtype)
             qv, kv, vv = _views(band, qp[i], kp[i], vp[i], first, stop)
             gov = go[i, first * b : stop * b].view(n, b, h, d).transpose(1, 2)
+            if alive is not None:
+                gov = gov * alive
             o, lse = next(outs)
             gq, gk, gv = _BWD(gov, qv, kv, vv, o, lse, 0.0, False, attn_mask=mask, scale=scale)
             dq[i, first * b : stop * b].view(n, b, h, d).copy_(gq.transpose(1, 2))
@@ -177,8 +202,8 @@ def _backward(band: Band, grad: Tensor, saved, scale: float, kv_heads: int):
 
 class _BandAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, band, scale):
-        out, saved = _forward(band, q, k, v, scale)
+    def forward(ctx, q, k, v, band, scale, keys):
+        out, saved = _forward(band, q, k, v, scale, keys)
         ctx.band, ctx.scale, ctx.kv_heads, ctx.saved = band, scale, k.shape[1], saved
         return out
 
@@ -187,12 +212,15 @@ class _BandAttention(torch.autograd.Function):
     def backward(ctx, grad):
         dq, dk, dv = _backward(ctx.band, grad, ctx.saved, ctx.scale, ctx.kv_heads)
         ctx.saved = None
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
-def band_attention(q: Tensor, k: Tensor, v: Tensor, *, pattern: SlidingWindow, block: int, scale: float) -> Tensor:
-    """Sliding-window attention of q [B, H, L, D] over k, v [B, Hkv, L, D] in blocks of `block`: [B, H, L, D]."""
+def band_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, pattern: SlidingWindow, block: int, scale: float, keys: list[int] | None = None
+) -> Tensor:
+    """Sliding-window attention of q [B, H, L, D] over k, v [B, Hkv, L, D] in blocks of `block`: [B, H, L, D].
+    `keys`: the number of real keys of each row (right padding after them; `right_padded`), or None for all."""
     band = Band(pattern.window, pattern.causal, q.shape[2], block)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _BandAttention.apply(q, k, v, band, scale)
-    return _forward(band, q, k, v, scale)[0]
+        return _BandAttention.apply(q, k, v, band, scale, keys)
+    return _forward(band, q, k, v, scale, keys)[0]

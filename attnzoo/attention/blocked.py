@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from .backends import Request, register_backend, trains
 from .band import band_attention, band_reason
-from .patterns import Pattern, num_blocks, unpadded
+from .patterns import Pattern, num_blocks, right_padded, unpadded
 
 Tensor = torch.Tensor
 
@@ -168,7 +168,8 @@ class Blocked:
     PATHS = {
         "bias_grad": "training a learned bias: an explicit softmax over each group of blocks instead of SDPA, "
         "whose CPU kernels do not train a mask",
-        "band": "a plain sliding window on CPU: the keys of each query block read in place (band.py), not gathered",
+        "band": "a sliding window on CPU with no bias or dropout, key padding only at the end of rows: the keys of "
+        "each query block read in place (band.py), not gathered",
     }
 
     def supports(self, req: Request) -> str | None:
@@ -181,7 +182,8 @@ class Blocked:
         None (SDPA per group of blocks)."""
         if trains(req.bias) and req.needs_grad:
             return "bias_grad"
-        plain = req.bias is None and not (req.has_padding or req.dropout_p or req.transform or req.return_weights)
+        plain = req.bias is None and not (req.dropout_p or req.transform or req.return_weights)
+        plain = plain and (req.right_padding or not req.has_padding)
         if not self.band or req.pattern is None:
             return None
         bq = self.blocks(req.pattern, req.lq, req.lk)[0]
@@ -216,9 +218,11 @@ class Blocked:
         b, h, lq, d = q.shape
         hkv, lk = k.shape[1], k.shape[2]
         bq, bk = self.blocks(pattern, lq, lk)
-        plain = bias is None and key_padding_mask is None and not dropout_p and transform is None
+        plain = bias is None and not dropout_p and transform is None
         if self.band and band_reason(q.device.type, pattern, plain, lq, lk, q.dtype, bq, d) is None:
-            return band_attention(q, k, v, pattern=pattern, block=bq, scale=scale), None
+            keys = None if key_padding_mask is None else right_padded(key_padding_mask)
+            if key_padding_mask is None or keys is not None:
+                return band_attention(q, k, v, pattern=pattern, block=bq, scale=scale, keys=keys), None
         nqb, nkb = num_blocks(lq, bq), num_blocks(lk, bk)
         keep = None if key_padding_mask is None else unpadded(key_padding_mask)  # [B, Lk]
         bound = pattern.bind(lq, lk)

@@ -329,6 +329,14 @@ def unpadded(padding_mask: Tensor) -> Tensor:
     return ~padding_mask
 
 
+def right_padded(padding_mask: Tensor) -> list[int] | None:
+    """The real tokens of each row when `padding_mask` [B, L] (True = padding) pads only the end of rows, else None."""
+    keep = unpadded(padding_mask)
+    lengths = keep.sum(dim=1)
+    positions = torch.arange(keep.shape[1], device=keep.device)
+    return lengths.tolist() if torch.equal(keep, positions[None, :] < lengths[:, None]) else None
+
+
 class KeyPadding(Pattern):
     """Per-batch key padding as a pattern: `padding_mask` bool [B, Lk], True marks padding (never read).
 

@@ -8,6 +8,7 @@ import torch
 from attnzoo.attention import DilatedSlidingWindow, GlobalTokens, SlidingWindow, attend
 from attnzoo.attention.band import Band, band_attention
 from attnzoo.attention.blocked import Blocked
+from attnzoo.attention.patterns import right_padded
 
 D = 16
 
@@ -49,15 +50,41 @@ def run(backend, q, k, v, pattern):
 
 @pytest.mark.parametrize("length, window, causal, batch, heads, kv_heads, block", CASES)
 def test_band_equals_eager_forward_and_backward(length, window, causal, batch, heads, kv_heads, block):
-    q, k, v = qkv(batch, heads, kv_heads, length)
-    pattern = SlidingWindow(window=window, causal=causal)
-    ref = run("eager", q, k, v, pattern)
-    out = band_attention(q, k, v, pattern=pattern, block=block, scale=D**-0.5)
+    check(SlidingWindow(window=window, causal=causal), block, *qkv(batch, heads, kv_heads, length))
+
+
+# (length, window, causal, real keys of each row, block): right padding, down to rows with one real key and none,
+# and rows whose last blocks read no real key at all
+PADDED = [
+    (1000, 100, False, [1000, 700, 37, 0], 64),
+    (1000, 100, True, [999, 640, 1, 0], 128),
+    (203, 16, True, [203, 150, 20], 16),
+    (203, 16, False, [100, 203, 3], 16),
+    (190, 23, False, [190, 189, 60], 8),
+]
+
+
+@pytest.mark.parametrize("length, window, causal, keys, block", PADDED)
+def test_band_with_right_padding_equals_eager_forward_and_backward(length, window, causal, keys, block):
+    pad = torch.arange(length)[None, :] >= torch.tensor(keys)[:, None]
+    check(SlidingWindow(window=window, causal=causal), block, *qkv(len(keys), 4, 2, length), pad=pad)
+
+
+def check(pattern, block, q, k, v, pad=None):
+    ref, _, _ = attend(q, k, v, pattern=pattern, key_padding_mask=pad, backend="eager")
+    keys = None if pad is None else right_padded(pad)
+    out = band_attention(q, k, v, pattern=pattern, block=block, scale=D**-0.5, keys=keys)
     grad = torch.randn_like(ref)
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
     wants = torch.autograd.grad(ref, (q, k, v), grad)
     for got, want in zip(torch.autograd.grad(out, (q, k, v), grad), wants, strict=True):
         torch.testing.assert_close(got, want, atol=5e-5, rtol=1e-3)
+
+
+def test_right_padded_finds_the_real_keys_only_when_padding_is_at_the_end():
+    pad = torch.tensor([[False, False, True], [False, False, False], [True, True, True]])
+    assert right_padded(pad) == [2, 3, 0]
+    assert right_padded(pad.flip(1)) is None and right_padded(torch.tensor([[False, True, False]])) is None
 
 
 def test_band_covers_every_query_block_once_and_interior_blocks_read_only_real_keys():
@@ -103,7 +130,7 @@ def test_band_without_grad_and_with_a_broadcast_gradient_equals_the_gathered_blo
 @pytest.mark.parametrize(
     "pattern, kw, length",
     [
-        (SlidingWindow(window=30), {"key_padding_mask": torch.zeros(2, 2000, dtype=torch.bool)}, 2000),
+        (SlidingWindow(window=30), {"key_padding_mask": torch.arange(2000) < torch.tensor([[0], [5]])}, 2000),  # left
         (SlidingWindow(window=30), {"bias": torch.zeros(1, 2, 2000, 2000)}, 2000),
         (SlidingWindow(window=30), {"dropout_p": 0.1}, 2000),
         (DilatedSlidingWindow(window=10, dilation=2), {}, 2000),
@@ -129,6 +156,8 @@ def test_a_long_plain_window_reports_the_band_path_and_the_switch_turns_it_off(m
     pattern = SlidingWindow(window=100)
     assert attend(q, k, v, pattern=pattern, backend="blocked")[2] == "blocked[band]"
     assert attend(q, k, v, pattern=pattern)[2] == "blocked[band]"  # auto
+    right = torch.arange(2000)[None, :] >= 1500
+    assert attend(q, k, v, pattern=pattern, key_padding_mask=right, backend="blocked")[2] == "blocked[band]"
     ran = []
     monkeypatch.setattr(blocked, "band_attention", lambda *a, **kw: ran.append(1) or band_attention(*a, **kw))
     run(Blocked(band=False), q, k, v, pattern)

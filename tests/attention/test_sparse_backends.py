@@ -76,7 +76,9 @@ def via(backend: str):
     def fn(q, k, v, pattern, bias, pad):
         out, _, used = attend(q, k, v, pattern=pattern, bias=bias, key_padding_mask=pad, backend=backend)
         learned = bias is not None and any(p.requires_grad for p in bias.parameters()) and torch.is_grad_enabled()
-        assert used == (f"{backend}[bias_grad]" if backend == "blocked" and learned else backend)
+        band = bias is None and type(pattern) is SlidingWindow  # a plain window, right-padded: keys read in place
+        path = "[bias_grad]" if learned else "[band]" if band else ""
+        assert used == (f"{backend}{path}" if backend == "blocked" else backend)
         return out
 
     return fn

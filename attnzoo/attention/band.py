@@ -3,13 +3,16 @@
 A window's query block i reads the m key blocks i - r .. i - r + m - 1 (r = ceil(window / b); m = 2r + 1, or r + 1
 when causal), one contiguous run of keys. So the keys of every query block are one overlapping strided view of the
 (padded) key tensor, [nQb, H, m * b, D] with a stride of one block between query blocks: no gathered copies of k
-and v, and one SDPA call (torch's CPU flash kernel) for all interior blocks, which share one band mask. The few
-blocks at either end, whose runs reach past the sequence, take a call of their own with a mask per block.
+and v. Per batch element, one call of torch's CPU flash kernel covers all interior blocks, which share one band
+mask; the few blocks at either end, whose runs reach past the real keys, take a call of their own with a mask per
+block. Right padding (`keys`) moves the end of the real keys per row; blocks past the reach of any real key are
+skipped (their output is zero).
 
 The backward runs the kernel's own backward on the same views; it returns the key gradients per query block,
 [nQb, H, m * b, D], which are folded back onto the keys (m shifted adds). The kernel's forward and backward ops
-are called directly (`torch.ops.aten._scaled_dot_product_flash_attention_for_cpu[_backward]`): the public SDPA
-makes its strided inputs contiguous and has no way to hand back gradients of a view that overlaps itself.
+are called directly (`torch.ops.aten._scaled_dot_product_flash_attention_for_cpu[_backward]`), inside an
+autograd Function: through the public SDPA, autograd would take the overlapping view's gradient through the
+general `as_strided` backward instead of those adds.
 
 Notation as in backends.py, plus b the block size, nQb = ceil(L / b) query blocks, r and m as above, and
 Lp = (nQb + m - 1) * b the padded key length (r * b zeros in front, the rest after).
@@ -99,12 +102,24 @@ class Band:
         return [run for run in runs if run[1] > run[0]]
 
 
-@functools.lru_cache(maxsize=32)
 def _mask(band: Band, first: int, stop: int, interior: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
     """The additive mask of query blocks first..stop-1 over their key runs, [1, 1, b, m * b] for interior blocks,
     else [stop - first, 1, b, m * b]; and the rows that read some key, [n, 1, b, 1], or None when all do. Rows that
     read none (queries past the end of the blocks, or more than a window past the real keys) allow every key, so the
-    kernel stays finite; their outputs and output gradients are zeroed (`_dead`)."""
+    kernel stays finite; their outputs and output gradients are zeroed.
+
+    Cached, except at the padded end of a right-padded row (a mask per length of row)."""
+    if band.keys is not None:
+        reach = (stop - 1 - band.before + band.width) * band.block  # past the last key these blocks read
+        if not interior and band.keys < reach:
+            return _build_mask(band, first, stop, interior, dtype)
+        band = dataclasses.replace(band, keys=None)  # the padding is out of their reach: the unpadded mask
+    if interior:  # the same for every interior block (and every length): built from the first there can be
+        first, stop = band.before, band.before + 1
+    return _cached_mask(band, first, stop, interior, dtype)
+
+
+def _build_mask(band: Band, first: int, stop: int, interior: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
     b, r, m = band.block, band.before, band.width
     blocks = torch.arange(first, first + 1 if interior else stop)
     q_pos = blocks[:, None] * b + torch.arange(b)  # [n, b]
@@ -116,6 +131,9 @@ def _mask(band: Band, first: int, stop: int, interior: bool, dtype: torch.dtype)
     allowed = allowed | ~alive
     add = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))
     return add[:, None], None if bool(alive.all()) else alive[:, None].to(dtype)  # [n, 1, b, m * b], [n, 1, b, 1]
+
+
+_cached_mask = functools.lru_cache(maxsize=32)(_build_mask)
 
 
 def _views(band: Band, qp: Tensor, kp: Tensor, vp: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -147,46 +165,59 @@ def _elements(band: Band, keys: list[int] | None, bsz: int) -> list[Band]:
 
 
 def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float, keys: list[int] | None):
-    """out [B, H, L, D] and what the backward needs."""
+    """out [B, L, H, D], and for the backward: qp [B, nQb * b, H, D], kp, vp [B, Lp, H, D], each run's log-sum-exp
+    and the geometry of each batch element."""
     bsz, h, length, d = q.shape
     b, elements = band.block, _elements(band, keys, bsz)
-    qp = q.new_zeros(bsz, band.q_blocks * b, h, d)  # [B, nQb * b, H, D]
-    qp[:, :length] = q.transpose(1, 2)
+    rows = band.q_blocks * b
+    qp = q.transpose(1, 2)  # [B, L, H, D]
+    if rows != length or not qp.is_contiguous():
+        qp = q.new_zeros(bsz, rows, h, d)  # [B, nQb * b, H, D]
+        qp[:, :length] = q.transpose(1, 2)
     kp, vp = _padded(band, k, h), _padded(band, v, h)  # [B, Lp, H, D]
-    out = torch.empty_like(qp) if keys is None else torch.zeros_like(qp)  # blocks that read no real key stay zero
-    saved = []
+    out = q.new_empty(bsz, length, h, d) if keys is None else q.new_zeros(bsz, length, h, d)  # blocks that read
+    lses = []  # no real key (right padding) stay zero
     for i, element in enumerate(elements):
         for first, stop, interior in element.runs():
+            n = stop - first
             mask, alive = _mask(element, first, stop, interior, q.dtype)
             qv, kv, vv = _views(band, qp[i], kp[i], vp[i], first, stop)
             o, lse = _FWD(qv, kv, vv, 0.0, False, attn_mask=mask, scale=scale)  # [n, H, b, D], [n, H, b]
             if alive is not None:
                 o = o * alive
-            out[i, first * b : stop * b].view(stop - first, b, h, d).copy_(o.transpose(1, 2))
-            saved.append((o, lse))
-    return out[:, :length].transpose(1, 2), (qp, kp, vp, saved, elements)
+            real = min(stop * b, length) - first * b  # the last block may run past the end
+            out[i, first * b : first * b + real] = o.transpose(1, 2).reshape(n * b, h, d)[:real]
+            lses.append(lse)
+    return out, qp, kp, vp, lses, elements
 
 
-def _backward(band: Band, grad: Tensor, saved, scale: float, kv_heads: int):
-    qp, kp, vp, outs, elements = saved
-    bsz, _, h, d = qp.shape
+def _to_rows(x: Tensor, rows: int) -> Tensor:
+    """[B, L, H, D] -> contiguous [B, rows, H, D], zero rows after L (a view when it already is one)."""
+    if x.shape[1] == rows and x.is_contiguous():
+        return x
+    out = x.new_zeros(x.shape[0], rows, *x.shape[2:])
+    out[:, : x.shape[1]] = x
+    return out
+
+
+def _backward(band, elements, grad, qp, kp, vp, out, lses, scale: float, kv_heads: int):
+    """grad [B, L, H, D] -> dq [B, L, H, D], dk, dv [B, L, Hkv, D]."""
+    bsz, rows, h, d = qp.shape
     length, b, m = band.length, band.block, band.width
-    go = grad.new_zeros(qp.shape)  # [B, nQb * b, H, D]: contiguous, as the kernel reads it
-    go[:, :length] = grad.transpose(1, 2)
+    go, out = _to_rows(grad, rows), _to_rows(out, rows)  # contiguous, as the kernel reads them
     dq = torch.empty_like(qp) if all(e.keys is None for e in elements) else torch.zeros_like(qp)
     dk, dv = torch.zeros_like(kp), torch.zeros_like(vp)
-    outs = iter(outs)
+    lses = iter(lses)
     for i, element in enumerate(elements):
         dk_blocks, dv_blocks = dk[i].view(-1, b, h, d), dv[i].view(-1, b, h, d)  # [Lp / b, b, H, D]
         for first, stop, interior in element.runs():
             n = stop - first
             mask, alive = _mask(element, first, stop, interior, qp.dtype)
             qv, kv, vv = _views(band, qp[i], kp[i], vp[i], first, stop)
-            gov = go[i, first * b : stop * b].view(n, b, h, d).transpose(1, 2)
+            gov, ov = (x[i, first * b : stop * b].view(n, b, h, d).transpose(1, 2) for x in (go, out))
             if alive is not None:
                 gov = gov * alive
-            o, lse = next(outs)
-            gq, gk, gv = _BWD(gov, qv, kv, vv, o, lse, 0.0, False, attn_mask=mask, scale=scale)
+            gq, gk, gv = _BWD(gov, qv, kv, vv, ov, next(lses), 0.0, False, attn_mask=mask, scale=scale)
             dq[i, first * b : stop * b].view(n, b, h, d).copy_(gq.transpose(1, 2))
             gk = gk.transpose(1, 2).reshape(n, m, b, h, d)  # [n, m, b, H, D]: slot j holds key blocks first + j ..
             gv = gv.transpose(1, 2).reshape(n, m, b, h, d)
@@ -197,30 +228,39 @@ def _backward(band: Band, grad: Tensor, saved, scale: float, kv_heads: int):
     dk, dv = (x[:, start : start + length] for x in (dk, dv))  # [B, L, H, D]
     if kv_heads != h:
         dk, dv = (x.reshape(bsz, length, kv_heads, h // kv_heads, d).sum(3) for x in (dk, dv))
-    return dq[:, :length].transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+    return dq[:, :length], dk, dv
 
 
 class _BandAttention(torch.autograd.Function):
+    """q, k, v [B, H | Hkv, L, D] -> out [B, L, H, D] (the caller transposes it: outside the Function, a view of
+    it takes in-place ops as any other)."""
+
     @staticmethod
     def forward(ctx, q, k, v, band, scale, keys):
-        out, saved = _forward(band, q, k, v, scale, keys)
-        ctx.band, ctx.scale, ctx.kv_heads, ctx.saved = band, scale, k.shape[1], saved
+        out, qp, kp, vp, lses, elements = _forward(band, q, k, v, scale, keys)
+        ctx.save_for_backward(qp, kp, vp, out, *lses)  # through saved-tensor hooks (activation checkpointing)
+        ctx.band, ctx.scale, ctx.kv_heads, ctx.elements = band, scale, k.shape[1], elements
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        dq, dk, dv = _backward(ctx.band, grad, ctx.saved, ctx.scale, ctx.kv_heads)
-        ctx.saved = None
-        return dq, dk, dv, None, None, None
+        qp, kp, vp, out, *lses = ctx.saved_tensors
+        dq, dk, dv = _backward(ctx.band, ctx.elements, grad, qp, kp, vp, out, lses, ctx.scale, ctx.kv_heads)
+        return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), None, None, None
 
 
 def band_attention(
     q: Tensor, k: Tensor, v: Tensor, *, pattern: SlidingWindow, block: int, scale: float, keys: list[int] | None = None
 ) -> Tensor:
     """Sliding-window attention of q [B, H, L, D] over k, v [B, Hkv, L, D] in blocks of `block`: [B, H, L, D].
-    `keys`: the number of real keys of each row (right padding after them; `right_padded`), or None for all."""
+    `keys`: the number of real keys of each row (right padding after them; `patterns.right_padded`), or None for all.
+
+    Under CPU autocast, q, k and v are cast to its dtype (bf16), as autocast casts SDPA's inputs on the other paths.
+    """
+    if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in DTYPES:
+        q, k, v = (x.to(torch.get_autocast_dtype("cpu")) for x in (q, k, v))
     band = Band(pattern.window, pattern.causal, q.shape[2], block)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _BandAttention.apply(q, k, v, band, scale, keys)
-    return _forward(band, q, k, v, scale, keys)[0]
+        return _BandAttention.apply(q, k, v, band, scale, keys).transpose(1, 2)
+    return _forward(band, q, k, v, scale, keys)[0].transpose(1, 2)

@@ -168,8 +168,8 @@ class Blocked:
     PATHS = {
         "bias_grad": "training a learned bias: an explicit softmax over each group of blocks instead of SDPA, "
         "whose CPU kernels do not train a mask",
-        "band": "a sliding window on CPU with no bias or dropout, key padding only at the end of rows: the keys of "
-        "each query block read in place (band.py), not gathered",
+        "band": "self-attention with a sliding window on CPU in fp32 or bf16, no bias or dropout, key padding (if "
+        "any) only at the end of rows, long enough to pay: the keys of each query block read in place (band.py)",
     }
 
     def supports(self, req: Request) -> str | None:

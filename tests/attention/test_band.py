@@ -164,3 +164,56 @@ def test_a_long_plain_window_reports_the_band_path_and_the_switch_turns_it_off(m
     assert not ran
     run(Blocked(), q, k, v, pattern)
     assert ran
+
+
+def test_band_backward_twice_with_retain_graph_and_through_activation_checkpointing():
+    from torch.utils.checkpoint import checkpoint
+
+    q, k, v = qkv(2, 2, 2, 2000)
+    pattern, pad = SlidingWindow(window=100), torch.arange(2000)[None, :] >= torch.tensor([[2000], [1500]])
+
+    def attn(q, k, v):
+        out, _, used = attend(q, k, v, pattern=pattern, key_padding_mask=pad, backend="blocked")
+        assert used == "blocked[band]"
+        return out
+
+    loss = attn(q, k, v).square().sum()
+    once = torch.autograd.grad(loss, (q, k, v), retain_graph=True)
+    again = torch.autograd.grad(loss, (q, k, v))
+    for a, b in zip(once, again, strict=True):
+        assert torch.equal(a, b)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        attn(q, k, v)
+    assert len(packed) >= 4  # what the backward needs goes through the hooks (checkpointing, offloading)
+    checkpointed = checkpoint(attn, q, k, v, use_reentrant=False).square().sum()
+    for a, b in zip(torch.autograd.grad(checkpointed, (q, k, v)), once, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_band_output_takes_in_place_ops_and_follows_cpu_autocast():
+    q, k, v = qkv(1, 2, 2, 2000)
+    out, _, _ = attend(q, k, v, pattern=SlidingWindow(window=100), backend="blocked")
+    out.transpose(1, 2).reshape(1, 2000, 2 * D).mul_(2)  # a view made outside the autograd Function
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        band, _, used = attend(q, k, v, pattern=SlidingWindow(window=100), backend="blocked")
+        gathered = run(Blocked(band=False), q, k, v, SlidingWindow(window=100))
+    assert used == "blocked[band]" and band.dtype == gathered.dtype == torch.bfloat16
+
+
+def test_gathered_blocks_with_a_right_padded_window_equal_eager():
+    """The path every other pattern takes, on a case that now goes to the band path by default."""
+    q, k, v = qkv(3, 4, 2, 1000)
+    pattern, pad = (
+        SlidingWindow(window=100, causal=True),
+        torch.arange(1000)[None, :] >= torch.tensor([[1000], [640], [3]]),
+    )
+    ref, _, _ = attend(q, k, v, pattern=pattern, key_padding_mask=pad, backend="eager")
+    out, _ = Blocked(band=False)(
+        q, k, v, pattern=pattern, bias=None, key_padding_mask=pad, dropout_p=0.0, scale=D**-0.5, return_weights=False
+    )
+    grad = torch.randn_like(ref)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    wants = torch.autograd.grad(ref, (q, k, v), grad)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), grad), wants, strict=True):
+        torch.testing.assert_close(got, want, atol=5e-5, rtol=1e-3)

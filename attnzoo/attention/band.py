@@ -175,8 +175,9 @@ def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float, keys: li
         qp = q.new_zeros(bsz, rows, h, d)  # [B, nQb * b, H, D]
         qp[:, :length] = q.transpose(1, 2)
     kp, vp = _padded(band, k, h), _padded(band, v, h)  # [B, Lp, H, D]
-    out = q.new_empty(bsz, length, h, d) if keys is None else q.new_zeros(bsz, length, h, d)  # blocks that read
-    lses = []  # no real key (right padding) stay zero
+    # [B, L, H, D]; with right padding, the blocks that read no real key are in no run and stay zero
+    out = q.new_empty(bsz, length, h, d) if keys is None else q.new_zeros(bsz, length, h, d)
+    lses = []
     for i, element in enumerate(elements):
         for first, stop, interior in element.runs():
             n = stop - first

@@ -182,10 +182,10 @@ class Blocked:
         None (SDPA per group of blocks)."""
         if trains(req.bias) and req.needs_grad:
             return "bias_grad"
-        plain = req.bias is None and not (req.dropout_p or req.transform or req.return_weights)
-        plain = plain and (req.right_padding or not req.has_padding)
         if not self.band or req.pattern is None:
             return None
+        plain = req.bias is None and not (req.dropout_p or req.transform or req.return_weights)
+        plain = plain and (req.right_padding or not req.has_padding)
         bq = self.blocks(req.pattern, req.lq, req.lk)[0]
         reason = band_reason(req.device_type, req.pattern, plain, req.lq, req.lk, req.dtype, bq, req.head_dim)
         return "band" if reason is None else None

@@ -164,16 +164,21 @@ def _elements(band: Band, keys: list[int] | None, bsz: int) -> list[Band]:
     return [band if n == band.length else dataclasses.replace(band, keys=n) for n in keys]
 
 
+def _to_rows(x: Tensor, rows: int) -> Tensor:
+    """[B, L, H, D] -> contiguous [B, rows, H, D], zero rows after L (a view when it already is one)."""
+    if x.shape[1] == rows and x.is_contiguous():
+        return x
+    out = x.new_zeros(x.shape[0], rows, *x.shape[2:])
+    out[:, : x.shape[1]] = x
+    return out
+
+
 def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float, keys: list[int] | None):
     """out [B, L, H, D], and for the backward: qp [B, nQb * b, H, D], kp, vp [B, Lp, H, D], each run's log-sum-exp
     and the geometry of each batch element."""
     bsz, h, length, d = q.shape
     b, elements = band.block, _elements(band, keys, bsz)
-    rows = band.q_blocks * b
-    qp = q.transpose(1, 2)  # [B, L, H, D]
-    if rows != length or not qp.is_contiguous():
-        qp = q.new_zeros(bsz, rows, h, d)  # [B, nQb * b, H, D]
-        qp[:, :length] = q.transpose(1, 2)
+    qp = _to_rows(q.transpose(1, 2), band.q_blocks * b)  # [B, nQb * b, H, D]
     kp, vp = _padded(band, k, h), _padded(band, v, h)  # [B, Lp, H, D]
     # [B, L, H, D]; with right padding, the blocks that read no real key are in no run and stay zero
     out = q.new_empty(bsz, length, h, d) if keys is None else q.new_zeros(bsz, length, h, d)
@@ -190,15 +195,6 @@ def _forward(band: Band, q: Tensor, k: Tensor, v: Tensor, scale: float, keys: li
             out[i, first * b : first * b + real] = o.transpose(1, 2).reshape(n * b, h, d)[:real]
             lses.append(lse)
     return out, qp, kp, vp, lses, elements
-
-
-def _to_rows(x: Tensor, rows: int) -> Tensor:
-    """[B, L, H, D] -> contiguous [B, rows, H, D], zero rows after L (a view when it already is one)."""
-    if x.shape[1] == rows and x.is_contiguous():
-        return x
-    out = x.new_zeros(x.shape[0], rows, *x.shape[2:])
-    out[:, : x.shape[1]] = x
-    return out
 
 
 def _backward(band, elements, grad, qp, kp, vp, out, lses, scale: float, kv_heads: int):

@@ -4,7 +4,9 @@ the overrides to try.
 Two signs, checked after `epochs` epochs: the training loss has not fallen below chance (ln K for K classes: the
 model has not begun to fit its own training data: the learning rate or the data), or validation accuracy is still
 near chance (1/K) while the training loss fell (the model fits train but learns nothing that carries to val: the
-data, or augmentation that changes what the images show).
+data, or augmentation that changes what the images show). While the learning rate is still warming up (it rose over
+the epoch), the check waits for the first epoch after: a loss near chance at a fraction of the learning rate is no
+sign (a text run of 23 steps an epoch is a third of the way through its 200 warmup steps after 3 epochs).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class LearningCheck(L.Callback):
     def __init__(self, epochs: int = 3) -> None:
         self.epochs = epochs
         self.losses: list[float] = []  # this epoch's training losses
+        self.start_lr: float | None = None  # the learning rate as this epoch began
         self.checked = False
 
     @staticmethod
@@ -37,6 +40,7 @@ class LearningCheck(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, task: L.LightningModule) -> None:
         self.losses = []
+        self.start_lr = _lr(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, task: L.LightningModule, outputs: Any, batch: Any, i: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -52,12 +56,16 @@ class LearningCheck(L.Callback):
 
     def _check(self, trainer: L.Trainer, task: L.LightningModule, acc: Any) -> None:
         k = self._classes(trainer, task)
-        if k is None or self.checked or trainer.current_epoch + 1 != self.epochs or not self.losses:
+        epochs = trainer.current_epoch + 1
+        if k is None or self.checked or epochs < self.epochs or not self.losses:
             return
+        lr = _lr(trainer)
+        if lr is not None and self.start_lr is not None and lr > self.start_lr:
+            return  # the warmup is not over: check after the next epoch
         self.checked = True
         loss, chance = sum(self.losses) / len(self.losses), math.log(k)
         if loss >= LOSS_AT_CHANCE * chance:
-            lr = getattr(task, "optimizer_spec", {}).get("lr")
+            lr = getattr(task, "optimizer_spec", {}).get("lr")  # as configured (the peak of the schedule)
             log.warning(
                 "attnzoo: not learning: after %d epochs the training loss is %.3f, at chance (ln %d = %.3f): the "
                 "model has not begun to fit its training data. Likely causes: the learning rate "
@@ -65,7 +73,7 @@ class LearningCheck(L.Callback):
                 "alike after resizing and normalization, labels that do not match the images). To tell them apart, "
                 "see whether it fits without augmentation: data.augment=false data.trivial_augment=false "
                 "data.mixup_alpha=0",
-                self.epochs, loss, k, chance, lr, _lower(lr),
+                epochs, loss, k, chance, lr, _lower(lr),
             )  # fmt: skip
         elif acc is not None and float(acc) < ACC_NEAR_CHANCE / k:
             log.warning(
@@ -75,8 +83,14 @@ class LearningCheck(L.Callback):
                 "folders, too few images per class) or augmentation that changes what the images show; try "
                 "data.augment=false data.trivial_augment=false data.mixup_alpha=0, and compare with the baseline "
                 "(run.baseline=true)",
-                self.epochs, float(acc), k, 1 / k, loss, chance,
+                epochs, float(acc), k, 1 / k, loss, chance,
             )  # fmt: skip
+
+
+def _lr(trainer: L.Trainer) -> float | None:
+    """The first parameter group's learning rate now (the schedule moves every group alike); None without one."""
+    optimizers = trainer.optimizers
+    return float(optimizers[0].param_groups[0]["lr"]) if optimizers and optimizers[0].param_groups else None
 
 
 def _lower(lr: Any) -> str:

@@ -49,3 +49,14 @@ def test_a_run_whose_train_loss_stays_at_chance_says_why_and_what_to_try(tmp_pat
     assert "after 3 epochs the training loss is" in text and "at chance (ln 2 = 0.693)" in text
     assert "task.optimizer.lr=0.003" in text and "try task.optimizer.lr=1e-03" in text
     assert "data.augment=false" in text and "look at a batch" in text
+
+
+def test_the_check_waits_for_the_learning_rate_warmup_to_end(tmp_path, caplog):
+    """3 steps an epoch, 15 in all, the first 10 warmup: after 3 epochs (9 steps) the learning rate is still rising,
+    so a loss near chance is no sign yet; epoch 4 passes the peak and ends lower than it began: checked then."""
+    data = _folder(tmp_path / "images", learnable=False)
+    overrides = [*FAST, *data, f"run.dir={tmp_path}", "trainer.max_epochs=5", "task.scheduler.warmup=0.7"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        fit(load([RECIPES / "vit.yaml"], overrides))
+    warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
+    assert len(warnings) == 1 and "after 4 epochs the training loss is" in warnings[0]

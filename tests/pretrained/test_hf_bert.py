@@ -67,9 +67,10 @@ def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
 
 
 def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
-    save_encoder("bert", tmp_path)
+    hf = save_encoder("bert", tmp_path)
     converted = convert(tmp_path)
     assert converted.model_kind == "text" and converted.tokenizer == tmp_path / "tokenizer.json"
+    assert converted.options["drop_rate"] == hf.config.hidden_dropout_prob == 0.1  # BERT's, not the recipe's 0.4
     assert converted.options["norm"] == "post" and converted.options["norm_eps"] == 1e-12
     assert converted.options["max_len"] == 24 and converted.options["token_types"] == 2  # [CLS] from the tokenizer
     assert converted.source == f"bert (HF) {tmp_path}"
@@ -132,6 +133,24 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
     assert cfg.section("model")["max_len"] == 10 and "kept the first 10 of 24 loaded positions" in caplog.text
     _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))  # recipe: 512
     assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
+
+
+def test_a_bert_start_fine_tunes_with_berts_dropout_unless_the_command_line_sets_one(tmp_path, caplog):
+    import logging
+
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = ["data.listops.num_train=32", "data.listops.num_val=8", "data.listops.num_test=8", "run.baseline=false"]
+    small.append(f"model.init_from={tmp_path / 'bert'}")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = build(load_config([recipe], small))
+    assert cfg.section("model")["drop_rate"] == 0.1 and task.net.drop.p == 0.1  # hidden_dropout_prob, not auto's
+    assert "model.drop_rate: 'auto' (set in" in caplog.text
+    _, task, cfg = build(load_config([recipe], [*small, "model.drop_rate=0.3"]))
+    assert cfg.section("model")["drop_rate"] == 0.3 and task.net.drop.p == 0.3
 
 
 def test_a_bert_folder_for_another_model_kind_is_refused(tmp_path):

@@ -112,7 +112,8 @@ def test_the_classifier_takes_the_runs_architecture_and_keeps_its_own_training_c
     model = cfg.section("model")
     assert (model["dim"], model["depth"], model["num_heads"], model["mlp_ratio"]) == (16, 1, 2, 1.0)
     assert model["position"] == "none" and model["attention"]["rotary"] == "rope"  # no tensor tells these two
-    assert model["drop_rate"] == 0.2 and model["pooling"] == "mean"  # the text recipe's choices for files
+    assert model["drop_rate"] == 0.4 and model["pooling"] == "mean"  # the text recipe's choices for files
+    assert cfg.section("task")["objective"]["label_smoothing"] == 0.1
     assert cfg.section("data")["max_len"] == 512  # rotary positions hold any length: the run's 64 cuts nothing
     assert "model.dim: 64 (set in" in caplog.text and "-> 16 (model.init_from)" in caplog.text
     saved = read_checkpoint(rope_run / "checkpoints" / "best.ckpt")["state_dict"]

@@ -107,7 +107,8 @@ def test_a_learned_tokenizer_is_saved_with_the_run_and_reused_when_the_run_is_lo
     run_dir = fit(cfg)
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.data.tokenizer == "unigram" and saved.data.lowercase is True  # chosen from the data, recorded
-    assert saved.model.pooling == "mean" and saved.model.drop_rate == 0.2
+    assert saved.model.pooling == "mean" and saved.model.drop_rate == 0.4
+    assert saved.task.objective.label_smoothing == 0.1  # the recipe says auto: the choice for files is recorded
     assert (run_dir / "tokenizer.json").is_file()
     assert json.loads((run_dir / "labels.json").read_text())["tokenizer"]["kind"] == "unigram"
 

@@ -5,10 +5,10 @@
     python benchmarks/recipes.py --standins /tmp/standins --embedded     # the recipes' embedded defaults too
 
 Stand-ins are built first where missing (benchmarks/standins/*.py; the text and audio ones need Debian's
-`fortunes`, `wordnet-base` and `espeak-ng`). Settings were tuned on the runs marked "tune" and not changed for the
-ones marked "report". Each run is `python -m attnzoo.fit` in its own process with the recipe's own settings
-(`run.baseline: true`); wall time, the process's CPU time and the machine's load average are recorded, with the
-hardware, in `<out>/standins.json` and `<out>/standins.md`.
+`fortunes`, `wordnet-base` and `espeak-ng`; `debian` reads the apt package lists of a Debian system). Settings were
+tuned on the runs marked "tune" and not changed for the ones marked "report". Each run is `python -m attnzoo.fit`
+in its own process with the recipe's own settings (`run.baseline: true`); wall time, the process's CPU time and the
+machine's load average are recorded, with the hardware, in `<out>/standins.json` and `<out>/standins.md`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ RUNS = {
                    ["data.train={root}/train.csv", "data.val={root}/val.csv", "data.test={root}/test.csv"]),
     "fortunes": ("text", "tune", ["text.py", "fortunes"], "text_cls.yaml",
                  ["data.train={root}/train.csv", "data.val={root}/val.csv", "data.test={root}/test.csv"]),
-    "wordnet": ("text", "report", ["text.py", "wordnet"], "text_cls.yaml",
+    "wordnet": ("text", "tune", ["text.py", "wordnet"], "text_cls.yaml",
                 ["data.train={root}/train.csv", "data.val={root}/val.csv", "data.test={root}/test.csv"]),
+    "debian": ("text", "report", ["text.py", "debian"], "text_cls.yaml",
+               ["data.train={root}/train.csv", "data.val={root}/val.csv", "data.test={root}/test.csv"]),
     "mnist-folder": ("image", "tune", ["images.py", "mnist-folder"], "vit.yaml",
                      ["data.dataset=folder", "data.root={root}"]),
     "sklearn-digits": ("image", "report", ["images.py", "sklearn-digits"], "vit.yaml",

@@ -4,6 +4,8 @@
     python benchmarks/standins/text.py fortunes OUT     # Debian's fortune files by category (apt install fortunes)
     python benchmarks/standins/text.py wordnet OUT      # WordNet noun definitions by lexicographer file
                                                         #   (apt install wordnet-base)
+    python benchmarks/standins/text.py debian OUT       # Debian package descriptions by archive section
+                                                        #   (the apt package lists of a Debian system)
     python benchmarks/standins/text.py corpus OUT       # OUT/corpus.txt: unlabeled docstrings for pretraining
 
 - docstrings: the first paragraph of every documented class, function and method of the 10 standard-library
@@ -14,6 +16,11 @@
 - wordnet: the definition (the gloss before its examples) of noun synsets in 10 lexicographer files of
   /usr/share/wordnet/data.noun (noun.animal, artifact, body, cognition, communication, food, location, person,
   plant, substance), 400 each: 4,000 short English definitions in 10 classes.
+- debian: the one-line description of every package in the apt package lists (/var/lib/apt/lists/*_Packages,
+  plain or compressed with lz4, xz or gzip) by its archive section, for the 10 sections with the most distinct
+  descriptions among those that name what the software does (utils, net, science, admin, games, ...; not the
+  sections of a language's libraries, documentation or debug symbols), without transitional and dummy packages,
+  400 each: 4,000 short product descriptions in 10 classes.
 
 Each class is split 70% / 15% / 15% (train / val / test) at random from `--seed`.
 
@@ -106,6 +113,51 @@ def wordnet() -> dict[str, list[str]]:
     return {name: _sample(sorted(items), 400) for name, items in found.items()}
 
 
+# archive sections that say what a package is for (the rest are languages' libraries, docs, fonts, localization ...)
+DEBIAN_TOPICS = ("admin", "comm", "database", "editors", "electronics", "games", "graphics", "hamradio", "httpd",
+                 "kernel", "mail", "math", "net", "news", "science", "shells", "sound", "text", "utils", "vcs",
+                 "video", "web", "x11")  # fmt: skip
+
+
+def _package_lists() -> list[str]:
+    """The text of every apt package list on the machine (plain, .lz4 through the lz4 tool, .xz, .gz)."""
+    import gzip
+    import lzma
+    import subprocess
+
+    texts = []
+    for path in sorted(Path("/var/lib/apt/lists").glob("*_Packages*")):
+        if path.suffix == ".lz4":
+            texts.append(subprocess.run(["lz4cat", str(path)], capture_output=True, check=True).stdout.decode())
+        elif path.suffix in (".xz", ".gz"):
+            opener = lzma.open if path.suffix == ".xz" else gzip.open
+            with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+        elif path.name.endswith("_Packages"):
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return texts
+
+
+def debian() -> dict[str, list[str]]:
+    lists = _package_lists()
+    if not lists:
+        sys.exit("no apt package lists in /var/lib/apt/lists: run apt-get update on a Debian system")
+    found: dict[str, set[str]] = {}
+    for text in lists:
+        for stanza in text.split("\n\n"):
+            fields = dict(re.findall(r"^(Section|Description): (.*)$", stanza, flags=re.MULTILINE))
+            section = fields.get("Section", "").split("/")[-1]  # contrib/net -> net
+            description = fields.get("Description", "").strip()
+            if (
+                section in DEBIAN_TOPICS
+                and len(description) > 10
+                and not re.search(r"transitional|dummy", description, flags=re.IGNORECASE)
+            ):
+                found.setdefault(section, set()).add(description)
+    largest = sorted(found, key=lambda name: (-len(found[name]), name))[:10]
+    return {name: _sample(sorted(found[name]), 400) for name in sorted(largest)}
+
+
 def docstring_corpus(exclude: set[str], *, packages: bool = False, min_chars: int = 30) -> list[str]:
     """Paragraphs (> min_chars characters) of the docstrings of the standard library (and with `packages` the
     installed packages: ~300k paragraphs, minutes to read), sorted and unique, none of them in `exclude` (compared
@@ -171,7 +223,7 @@ def write_corpus(out: Path, *, packages: bool) -> int:
     return len(texts)
 
 
-SOURCES = {"docstrings": docstrings, "fortunes": fortunes, "wordnet": wordnet}
+SOURCES = {"docstrings": docstrings, "fortunes": fortunes, "wordnet": wordnet, "debian": debian}
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError
+from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError
 
 log = logging.getLogger("attnzoo")
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
@@ -36,6 +36,9 @@ ENCODER_OF = {"mlm": "text"}
 # (and dropout rates); pooling options that make tensors of their own (`pooler`, `global_pool`, `head_norm`) follow
 TRAINING_CHOICES = ("spec_augment", "freeze_pad_embedding")
 ATTENTION_CHOICES = ("backend",)  # the same for the keys of its attention sections (`attention`, `cross_attention`)
+# a converted checkpoint's training choices (its dropout): they fill a key the config leaves to the data (auto) or
+# lacks; a value in a config file stays, and so does a resumed run's own (its config.yaml is a file too)
+CHECKPOINT_DEFAULTS = ("drop_rate",)
 # the run's sizes of the data (images, audio features, texts): an own run's weights adapt to the new data's, as a run
 # from scratch would size them (a position grid is resampled on load); but a learned table of positions holds only as
 # many as the run's `max_len`, to which the new data's is cut
@@ -127,13 +130,16 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
 
 def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
     """{"model.<key>": value} of a converted model's architecture. A config file's value gives way (logged); a
-    command-line value wins (an attention override, a new pooling). `data.max_len` is cut to the model's."""
+    command-line value wins (an attention override, a new pooling). Its dropout (`CHECKPOINT_DEFAULTS`) only fills
+    an auto or missing key. `data.max_len` is cut to the model's."""
     model = cfg.section("model")
     chosen: dict[str, Any] = {}
     for key, value in options.items():
         if key in FROM_DATA:
             continue
         full = f"model.{key}"
+        if key in CHECKPOINT_DEFAULTS and model.get(key) not in (None, AUTO):
+            continue
         if key.endswith("attention") and isinstance(value, dict):
             value = _attention(cfg, full, dict(model.get(key) or {}), value)
         elif key in model and cfg.where(full).startswith(COMMAND_LINE):

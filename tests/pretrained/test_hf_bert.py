@@ -135,7 +135,7 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
     assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
 
 
-def test_a_bert_start_fine_tunes_with_berts_dropout_unless_the_command_line_sets_one(tmp_path, caplog):
+def test_a_bert_start_fine_tunes_with_berts_dropout_unless_a_config_sets_one(tmp_path, caplog):
     import logging
 
     from attnzoo.config import load as load_config
@@ -151,6 +151,9 @@ def test_a_bert_start_fine_tunes_with_berts_dropout_unless_the_command_line_sets
     assert "model.drop_rate: 'auto' (set in" in caplog.text
     _, task, cfg = build(load_config([recipe], [*small, "model.drop_rate=0.3"]))
     assert cfg.section("model")["drop_rate"] == 0.3 and task.net.drop.p == 0.3
+    (tmp_path / "mine.yaml").write_text("model:\n  drop_rate: 0.25\n")  # a config file of the user's: it stays
+    _, task, cfg = build(load_config([recipe, tmp_path / "mine.yaml"], small))
+    assert cfg.section("model")["drop_rate"] == 0.25 and task.net.drop.p == 0.25
 
 
 def test_a_bert_folder_for_another_model_kind_is_refused(tmp_path):
@@ -173,9 +176,10 @@ def test_a_run_started_from_bert_resumes(tmp_path):
              "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
              "trainer.num_sanity_val_steps=0", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
     small.append(f"model.init_from={tmp_path / 'bert'}")
-    run_dir = fit(load_config([recipe], [*small, "trainer.max_epochs=1"]))
+    run_dir = fit(load_config([recipe], [*small, "model.drop_rate=0.3", "trainer.max_epochs=1"]))
     first = json.loads((run_dir / "summary.json").read_text())
-    fit(load_config([recipe], [*small, "trainer.max_epochs=2"]), resume=run_dir)
+    # as `fit --resume DIR` reads it: the run's config.yaml, whose dropout (not BERT's 0.1) the run goes on with
+    fit(load_config([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and summary["global_step"] == 2 * first["global_step"] > 0
     assert summary["init_from"]["source"] == first["init_from"]["source"]

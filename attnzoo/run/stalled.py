@@ -5,8 +5,9 @@ Two signs, checked after `epochs` epochs: the training loss has not fallen below
 model has not begun to fit its own training data: the learning rate or the data), or validation accuracy is still
 near chance (1/K) while the training loss fell (the model fits train but learns nothing that carries to val: the
 data, or augmentation that changes what the images show). While the learning rate is still warming up (it rose over
-the epoch), the check waits for the first epoch after: a loss near chance at a fraction of the learning rate is no
-sign (a text run of 23 steps an epoch is a third of the way through its 200 warmup steps after 3 epochs).
+the epoch), the check waits for the first epoch after, or the last: a loss near chance at a fraction of the learning
+rate is no sign (a text run of 23 steps an epoch is a third of the way through its 200 warmup steps after 3 epochs).
+Whether it has checked is saved in checkpoints, so a resumed run does not warn twice.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ class LearningCheck(L.Callback):
         self.losses: list[float] = []  # this epoch's training losses
         self.start_lr: float | None = None  # the learning rate as this epoch began
         self.checked = False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"checked": self.checked}  # a resumed run does not warn again
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.checked = bool(state_dict.get("checked", False))
 
     @staticmethod
     def _classes(trainer: L.Trainer, task: L.LightningModule) -> int | None:
@@ -59,9 +66,9 @@ class LearningCheck(L.Callback):
         epochs = trainer.current_epoch + 1
         if k is None or self.checked or epochs < self.epochs or not self.losses:
             return
-        lr = _lr(trainer)
-        if lr is not None and self.start_lr is not None and lr > self.start_lr:
-            return  # the warmup is not over: check after the next epoch
+        lr, last = _lr(trainer), (trainer.max_epochs or 0) > 0 and epochs >= trainer.max_epochs
+        if lr is not None and self.start_lr is not None and lr > self.start_lr and not last:
+            return  # the warmup is not over: check after the next epoch (or the last one)
         self.checked = True
         loss, chance = sum(self.losses) / len(self.losses), math.log(k)
         if loss >= LOSS_AT_CHANCE * chance:

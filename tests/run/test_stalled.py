@@ -60,3 +60,22 @@ def test_the_check_waits_for_the_learning_rate_warmup_to_end(tmp_path, caplog):
         fit(load([RECIPES / "vit.yaml"], overrides))
     warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
     assert len(warnings) == 1 and "after 4 epochs the training loss is" in warnings[0]
+
+
+def test_a_warmup_longer_than_the_run_is_checked_at_the_last_epoch(tmp_path, caplog):
+    data = _folder(tmp_path / "images", learnable=False)
+    overrides = [*FAST, *data, f"run.dir={tmp_path}", "trainer.max_epochs=5", "task.scheduler.warmup=100"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        fit(load([RECIPES / "vit.yaml"], overrides))
+    warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
+    assert len(warnings) == 1 and "after 5 epochs the training loss is" in warnings[0]
+
+
+def test_a_resumed_run_does_not_warn_again(tmp_path, caplog):
+    data = _folder(tmp_path / "images", learnable=False)
+    overrides = [*FAST, *data, f"run.dir={tmp_path}"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        run_dir = fit(load([RECIPES / "vit.yaml"], overrides))
+        fit(load([RECIPES / "vit.yaml"], [*overrides, "trainer.max_epochs=6"]), resume=run_dir)
+    warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
+    assert len(warnings) == 1 and "after 3 epochs" in warnings[0]  # the first run's; the resumed run knows it

@@ -20,7 +20,8 @@
   plain or compressed with lz4, xz or gzip) by its archive section, for the 10 sections with the most distinct
   descriptions among those that name what the software does (utils, net, science, admin, games, ...; not the
   sections of a language's libraries, documentation or debug symbols), without transitional and dummy packages,
-  400 each: 4,000 short product descriptions in 10 classes.
+  400 each (less any drawn for two sections): 4,000 short product descriptions in 10 classes. Depends on the
+  Debian release and on when the lists were last updated.
 
 Each class is split 70% / 15% / 15% (train / val / test) at random from `--seed`.
 
@@ -128,7 +129,11 @@ def _package_lists() -> list[str]:
     texts = []
     for path in sorted(Path("/var/lib/apt/lists").glob("*_Packages*")):
         if path.suffix == ".lz4":
-            texts.append(subprocess.run(["lz4cat", str(path)], capture_output=True, check=True).stdout.decode())
+            try:
+                out = subprocess.run(["lz4cat", str(path)], capture_output=True, check=True).stdout
+            except FileNotFoundError:
+                sys.exit(f"{path} is lz4-compressed and there is no lz4cat to read it: apt install lz4")
+            texts.append(out.decode("utf-8", errors="replace"))
         elif path.suffix in (".xz", ".gz"):
             opener = lzma.open if path.suffix == ".xz" else gzip.open
             with opener(path, "rt", encoding="utf-8", errors="replace") as f:
@@ -155,7 +160,12 @@ def debian() -> dict[str, list[str]]:
             ):
                 found.setdefault(section, set()).add(description)
     largest = sorted(found, key=lambda name: (-len(found[name]), name))[:10]
-    return {name: _sample(sorted(found[name]), 400) for name in sorted(largest)}
+    picked = {name: _sample(sorted(found[name]), 400) for name in sorted(largest)}
+    seen: dict[str, int] = {}
+    for texts in picked.values():
+        for t in texts:
+            seen[t] = seen.get(t, 0) + 1
+    return {name: [t for t in texts if seen[t] == 1] for name, texts in picked.items()}  # none in two classes
 
 
 def docstring_corpus(exclude: set[str], *, packages: bool = False, min_chars: int = 30) -> list[str]:

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -320,12 +321,30 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
         else:
             raise AssertionError(f"README.md names {folder}, of a family this test does not make")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for command in commands:
-        args = shlex.split(command)
-        # the small files fill a few batches; the embedded sets of the other recipes run 20 of theirs
-        quick = [*QUICK, "run.baseline=false", "data.batch_size=16", "trainer.limit_train_batches=20"]
-        proc = subprocess.run([sys.executable, *args[1:], *quick], cwd=tmp_path, env=env,
+    # the small files fill a few batches; the embedded sets of the other recipes run 20 of theirs
+    quick = [*QUICK, "run.baseline=false", "data.batch_size=16", "trainer.limit_train_batches=20"]
+
+    def run(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *shlex.split(command)[1:], *quick], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    # a command that starts from an earlier one's --run-dir runs after it, in its chain; the chains run two at a time
+    chains: list[list[str]] = []
+    writes: dict[str, list[str]] = {}
+    for command in commands:
+        args, start = shlex.split(command), _overrides(command).get("model.init_from")
+        chain = writes.get(start) if start is not None else None
+        if chain is None:
+            chain = []
+            chains.append(chain)
+        chain.append(command)
+        if "--run-dir" in args:
+            writes[args[args.index("--run-dir") + 1]] = chain
+    with ThreadPoolExecutor(2) as pool:  # runs of one recipe started in the same second get their own directories
+        results = list(pool.map(lambda chain: [run(c) for c in chain], chains))
+    done = {c: proc for chain, procs in zip(chains, results, strict=True) for c, proc in zip(chain, procs, strict=True)}
+    for command in commands:
+        args, proc = shlex.split(command), done[command]
         assert proc.returncode == 0, f"README.md: {command}\n{proc.stderr[-3000:]}"
         if "attnzoo.ablate" in command:  # a dry run: every run of the grid planned, each from the start it names
             grid = load_grid(args[args.index("--grid") + 1])

@@ -24,9 +24,12 @@ from ..config import Config, ConfigError, load, read_yaml
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
 
 
-def new_run_dir(cfg: Config) -> Path:
+def new_run_dir(cfg: Config, *, claim: bool = False) -> Path:
     """`<run.dir>/<run.name>/<timestamp>`, or `.../slurm-<job id>` in a SLURM job; DDP workers started by Lightning
     reuse rank 0's through the environment.
+
+    `claim` creates the timestamped directory (empty), so a run another process starts in the same second takes the
+    next name (`<timestamp>-1`, ...) rather than the same directory; `fit` claims it on rank 0.
 
     Processes started apart (torchrun on several machines) may each name another timestamp: only rank 0 writes into
     its directory, and the others take its name when training sets up (`GracefulStop.setup`, ModelCheckpoint's).
@@ -49,9 +52,18 @@ def new_run_dir(cfg: Config) -> Path:
         return base / f"slurm-{job}"
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path, n = base / stamp, 1
-    while path.exists():
+    while True:
+        if not claim and not path.exists():
+            return path
+        if claim:
+            try:
+                path.mkdir(parents=True)  # atomic: of two processes, one creates it and the other tries the next
+                return path
+            except FileExistsError:
+                pass
+            except OSError:
+                return path  # cannot be created at all: the run's lock refuses it with a message naming run.dir
         path, n = base / f"{stamp}-{n}", n + 1
-    return path
 
 
 def resume_target(path: str | Path) -> tuple[Path, Path]:

@@ -52,14 +52,16 @@ def fit(
         check_rank_variables(num_nodes=trainer_cfg.get("num_nodes", 1), devices=trainer_cfg.get("devices", 1))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    ckpt_path, what = None, "run directory"
+    ckpt_path, what, claimed = None, "run directory", False
     if resume is not None:
         run_dir, ckpt_path = resume_target(resume)
     elif run_dir is not None:
         run_dir = Path(run_dir)
     else:
-        run_dir, what = new_run_dir(cfg), f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
-    created = not run_dir.exists()
+        run_dir = new_run_dir(cfg, claim=is_rank_zero())
+        what = f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
+        claimed = run_dir.is_dir() and not any(run_dir.iterdir())  # created empty just now: ours to remove if unused
+    created = claimed or not run_dir.exists()
     lock = RunLock(run_dir, what=what) if is_rank_zero() else None  # DDP workers work under rank 0's lock
     try:
         if lock is not None:

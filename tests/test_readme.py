@@ -329,22 +329,23 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
                               capture_output=True, text=True, timeout=600)  # fmt: skip
 
     # a command that starts from an earlier one's --run-dir runs after it, in its chain; the chains run two at a time
-    chains: list[list[str]] = []
-    writes: dict[str, list[str]] = {}
-    for command in commands:
+    chains: list[list[int]] = []
+    writes: dict[str, list[int]] = {}
+    for i, command in enumerate(commands):
         args, start = shlex.split(command), _overrides(command).get("model.init_from")
+        assert start is None or start.startswith("models/") or start in writes, f"{command}: no earlier run writes it"
         chain = writes.get(start) if start is not None else None
         if chain is None:
             chain = []
             chains.append(chain)
-        chain.append(command)
+        chain.append(i)
         if "--run-dir" in args:
             writes[args[args.index("--run-dir") + 1]] = chain
     with ThreadPoolExecutor(2) as pool:  # runs of one recipe started in the same second get their own directories
-        results = list(pool.map(lambda chain: [run(c) for c in chain], chains))
-    done = {c: proc for chain, procs in zip(chains, results, strict=True) for c, proc in zip(chain, procs, strict=True)}
-    for command in commands:
-        args, proc = shlex.split(command), done[command]
+        results = list(pool.map(lambda chain: [run(commands[i]) for i in chain], chains))
+    done = {i: proc for chain, procs in zip(chains, results, strict=True) for i, proc in zip(chain, procs, strict=True)}
+    for i, command in enumerate(commands):
+        args, proc = shlex.split(command), done[i]
         assert proc.returncode == 0, f"README.md: {command}\n{proc.stderr[-3000:]}"
         if "attnzoo.ablate" in command:  # a dry run: every run of the grid planned, each from the start it names
             grid = load_grid(args[args.index("--grid") + 1])

@@ -24,21 +24,30 @@ from ..config import Config, ConfigError, load, read_yaml
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
 
 
-def new_run_dir(cfg: Config, *, claim: bool = False) -> Path:
+def new_run_dir(cfg: Config) -> Path:
     """`<run.dir>/<run.name>/<timestamp>`, or `.../slurm-<job id>` in a SLURM job; DDP workers started by Lightning
     reuse rank 0's through the environment.
-
-    `claim` creates the timestamped directory (empty), so a run another process starts in the same second takes the
-    next name (`<timestamp>-1`, ...) rather than the same directory; `fit` claims it on rank 0.
 
     Processes started apart (torchrun on several machines) may each name another timestamp: only rank 0 writes into
     its directory, and the others take its name when training sets up (`GracefulStop.setup`, ModelCheckpoint's).
     A SLURM job's tasks all name the same directory, and so does the job started again after a requeue.
     """
+    return _run_dir(cfg, claim=False)[0]
+
+
+def claim_new_run_dir(cfg: Config) -> tuple[Path, bool]:
+    """(`new_run_dir(cfg)`, whether this call created it): a timestamped directory is created here, empty, so a run
+    another process starts in the same second takes the next name (`<timestamp>-1`, ...) rather than the same
+    directory. A SLURM job's or DDP worker's directory is named as by `new_run_dir` and not created; nor is one
+    that cannot be created (the run's lock then refuses it, naming run.dir). `fit` claims on rank 0."""
+    return _run_dir(cfg, claim=True)
+
+
+def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
     from .cluster import slurm_job
 
     if os.environ.get(RUN_DIR_ENV):
-        return Path(os.environ[RUN_DIR_ENV])
+        return Path(os.environ[RUN_DIR_ENV]), False
     run = cfg.section("run")
     root, name = Path(run.get("dir", "runs")), str(run.get("name", cfg.section("model").get("kind", "run")))
     base = root / name
@@ -49,20 +58,25 @@ def new_run_dir(cfg: Config, *, claim: bool = False) -> Path:
         )
     job = slurm_job()
     if job is not None:
-        return base / f"slurm-{job}"
+        return base / f"slurm-{job}", False
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if claim:
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a file, a dangling link, no permission: the lock names run.dir and why
+            return base / stamp, False
     path, n = base / stamp, 1
     while True:
         if not claim and not path.exists():
-            return path
+            return path, False
         if claim:
             try:
-                path.mkdir(parents=True)  # atomic: of two processes, one creates it and the other tries the next
-                return path
+                path.mkdir()  # atomic: of two processes, one creates it and the other tries the next name
+                return path, True
             except FileExistsError:
                 pass
             except OSError:
-                return path  # cannot be created at all: the run's lock refuses it with a message naming run.dir
+                return path, False
         path, n = base / f"{stamp}-{n}", n + 1
 
 

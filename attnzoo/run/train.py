@@ -22,7 +22,16 @@ from ..config import Config, ConfigError
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
-from .rundir import RESUMES_FILE, RUN_DIR_ENV, new_run_dir, read_resumes, record_resume, resume_changes, resume_target
+from .rundir import (
+    RESUMES_FILE,
+    RUN_DIR_ENV,
+    claim_new_run_dir,
+    new_run_dir,
+    read_resumes,
+    record_resume,
+    resume_changes,
+    resume_target,
+)
 from .signals import Interrupted
 from .splits import test_split
 
@@ -58,10 +67,9 @@ def fit(
     elif run_dir is not None:
         run_dir = Path(run_dir)
     else:
-        run_dir = new_run_dir(cfg, claim=is_rank_zero())
+        run_dir, claimed = claim_new_run_dir(cfg) if is_rank_zero() else (new_run_dir(cfg), False)
         what = f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
-        claimed = run_dir.is_dir() and not any(run_dir.iterdir())  # created empty just now: ours to remove if unused
-    created = claimed or not run_dir.exists()
+    created = claimed or not run_dir.exists()  # ours to remove if the run never trains in it
     lock = RunLock(run_dir, what=what) if is_rank_zero() else None  # DDP workers work under rank 0's lock
     try:
         if lock is not None:
@@ -81,9 +89,12 @@ def fit(
         return _fit(cfg, run_dir, ckpt_path, extra_callbacks)
     finally:
         if lock is not None:
+            # refused ("in use"), a directory we did not claim is another process's: never ours to remove
+            ours = claimed or lock.held
             lock.release()
             if (
-                created
+                ours
+                and created
                 and run_dir.is_dir()
                 and not any((run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json"))
             ):

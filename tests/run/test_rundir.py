@@ -6,6 +6,7 @@ import pytest
 
 from attnzoo.config import ConfigError, load
 from attnzoo.run import fit, new_run_dir
+from attnzoo.run.rundir import claim_new_run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 VIT = ROOT / "recipes" / "vit.yaml"
@@ -38,7 +39,46 @@ def test_runs_started_in_the_same_second_claim_their_own_directories(tmp_path, m
 
     monkeypatch.setattr(rundir, "datetime", types.SimpleNamespace(datetime=Frozen))  # every call in one second
     cfg = load([VIT], [f"run.dir={tmp_path}"])
-    first, second = new_run_dir(cfg, claim=True), new_run_dir(cfg, claim=True)
-    assert first.name == "20261126-120000" and second.name == "20261126-120000-1"
+    (first, a), (second, b) = claim_new_run_dir(cfg), claim_new_run_dir(cfg)
+    assert first.name == "20261126-120000" and second.name == "20261126-120000-1" and a and b
     assert first.is_dir() and second.is_dir() and not any(first.iterdir())  # claimed: created, nothing in them
     assert new_run_dir(cfg) == first.parent / "20261126-120000-2"  # without claim: the next free name, not created
+    assert not (first.parent / "20261126-120000-2").exists()
+
+
+def test_a_dangling_link_for_run_dir_is_not_claimed_and_the_lock_names_it(tmp_path):
+    (tmp_path / "runs").symlink_to(tmp_path / "purged-scratch")  # a link to storage that is gone
+    cfg = load([VIT], [f"run.dir={tmp_path / 'runs'}"])
+    path, claimed = claim_new_run_dir(cfg)  # returns at once (it once tried name after name)
+    assert not claimed and path.parent == tmp_path / "runs" / "vit"
+    with pytest.raises(ConfigError, match=r"run directory \(run.dir=.*runs\).*cannot be created"):
+        fit(cfg)
+
+
+def test_a_refused_run_leaves_the_directory_it_did_not_claim_alone(tmp_path, monkeypatch):
+    """Another process creates the directory and takes its lock between this run's look and its own lock: this run
+    is refused, and the other run's directory (with its files) stays."""
+    from attnzoo.run.lock import RunLock
+
+    theirs = tmp_path / "theirs"
+
+    def taken(self):
+        theirs.mkdir()
+        (theirs / "config.yaml").write_text("the other run's\n")
+        raise ConfigError(f"run directory {theirs} is in use by process 1")
+
+    monkeypatch.setattr(RunLock, "acquire", taken)
+    with pytest.raises(ConfigError, match="in use"):
+        fit(load([VIT], []), run_dir=theirs)
+    assert (theirs / "config.yaml").read_text() == "the other run's\n"
+
+
+def test_an_empty_directory_named_by_the_environment_is_kept_when_the_run_stops_before_training(tmp_path, monkeypatch):
+    from attnzoo.run.rundir import RUN_DIR_ENV
+
+    given = tmp_path / "made-by-the-batch-script"
+    given.mkdir()
+    monkeypatch.setenv(RUN_DIR_ENV, str(given))
+    with pytest.raises(ConfigError):
+        fit(load([VIT], [f"model.init_from={tmp_path / 'nothing-here'}"]))
+    assert given.is_dir()

@@ -51,24 +51,17 @@ def test_a_run_whose_train_loss_stays_at_chance_says_why_and_what_to_try(tmp_pat
     assert "data.augment=false" in text and "look at a batch" in text
 
 
-def test_the_check_waits_for_the_learning_rate_warmup_to_end(tmp_path, caplog):
-    """3 steps an epoch, 15 in all, the first 10 warmup: after 3 epochs (9 steps) the learning rate is still rising,
-    so a loss near chance is no sign yet; epoch 4 passes the peak and ends lower than it began: checked then."""
+@pytest.mark.parametrize(("warmup", "checked_after"), [("0.7", 4), ("100", 5)])
+def test_the_check_waits_for_the_learning_rate_warmup_to_end(tmp_path, caplog, warmup, checked_after):
+    """3 steps an epoch, 15 in all. Warmup 0.7 (10 steps): after 3 epochs (9 steps) the learning rate is still
+    rising, so a loss near chance is no sign yet; epoch 4 passes the peak and ends lower than it began: checked then.
+    Warmup 100 steps outlasts the run: checked at the last epoch."""
     data = _folder(tmp_path / "images", learnable=False)
-    overrides = [*FAST, *data, f"run.dir={tmp_path}", "trainer.max_epochs=5", "task.scheduler.warmup=0.7"]
+    overrides = [*FAST, *data, f"run.dir={tmp_path}", "trainer.max_epochs=5", f"task.scheduler.warmup={warmup}"]
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         fit(load([RECIPES / "vit.yaml"], overrides))
     warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
-    assert len(warnings) == 1 and "after 4 epochs the training loss is" in warnings[0]
-
-
-def test_a_warmup_longer_than_the_run_is_checked_at_the_last_epoch(tmp_path, caplog):
-    data = _folder(tmp_path / "images", learnable=False)
-    overrides = [*FAST, *data, f"run.dir={tmp_path}", "trainer.max_epochs=5", "task.scheduler.warmup=100"]
-    with caplog.at_level(logging.INFO, logger="attnzoo"):
-        fit(load([RECIPES / "vit.yaml"], overrides))
-    warnings = [r.getMessage() for r in caplog.records if "not learning" in r.getMessage()]
-    assert len(warnings) == 1 and "after 5 epochs the training loss is" in warnings[0]
+    assert len(warnings) == 1 and f"after {checked_after} epochs the training loss is" in warnings[0]
 
 
 def test_a_resumed_run_does_not_warn_again(tmp_path, caplog):

@@ -83,7 +83,7 @@ def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict
         "depth": cfg["num_hidden_layers"],
         "num_heads": cfg["num_attention_heads"],
         "mlp_ratio": ratio,
-        "drop_rate": float(cfg.get("hidden_dropout_prob", 0.1)),  # fine-tuned with BERT's own (0.1), not the recipe's
+        "drop_rate": float(cfg.get("hidden_dropout_prob", 0.1)),  # fills an auto model.drop_rate (run/start.py)
         "position": "learned",
         "pooling": "first" if starts else "cls",
         "norm": "post",

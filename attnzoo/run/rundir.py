@@ -67,8 +67,6 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
             return base / stamp, False
     path, n = base / stamp, 1
     while True:
-        if not claim and not path.exists():
-            return path, False
         if claim:
             try:
                 path.mkdir()  # atomic: of two processes, one creates it and the other tries the next name
@@ -77,6 +75,8 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
                 pass
             except OSError:
                 return path, False
+        elif not path.exists():
+            return path, False
         path, n = base / f"{stamp}-{n}", n + 1
 
 

@@ -43,6 +43,7 @@ import re
 import sys
 import sysconfig
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -161,10 +162,7 @@ def debian() -> dict[str, list[str]]:
                 found.setdefault(section, set()).add(description)
     largest = sorted(found, key=lambda name: (-len(found[name]), name))[:10]
     picked = {name: _sample(sorted(found[name]), 400) for name in sorted(largest)}
-    seen: dict[str, int] = {}
-    for texts in picked.values():
-        for t in texts:
-            seen[t] = seen.get(t, 0) + 1
+    seen = Counter(t for texts in picked.values() for t in texts)
     return {name: [t for t in texts if seen[t] == 1] for name, texts in picked.items()}  # none in two classes
 
 

@@ -5,7 +5,9 @@ directory (its best checkpoint) or `.ckpt` file, or a pretrained model directory
 family (`model.timm_name` names a timm file's architecture where its tensors do not tell the head count). What the
 weights need from the rest of the config comes back as values `build` applies: the checkpoint's tokenizer as
 `data.tokenizer` (ids must match the embedding), and the architecture (`model.dim`, `model.depth`, `model.position`,
-`model.attention`, ...), which replaces the recipe's values unless the command line set them. For an attnzoo run that
+`model.attention`, ...), which replaces the recipe's values unless the command line set them, or a run's own
+config.yaml that names the same checkpoint (a resumed run, or a new one started with `--config <run>/config.yaml`:
+it holds what that run resolved, its own overrides of the checkpoint included). For an attnzoo run that
 is its config.yaml's model section less its training choices (dropout rates, `TRAINING_CHOICES`, the attention
 backends), less the sizes the new data gives (`DATA_SIZED`: the image size, the audio features; a learned position
 table cuts `data.max_len` to its length), and less the keys the new model kind does not take (an MLM run's
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError
+from .rundir import TRAINED_FILES
 
 log = logging.getLogger("attnzoo")
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
@@ -130,8 +133,8 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
 
 def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
     """{"model.<key>": value} of a converted model's architecture. A config file's value gives way (logged); a
-    command-line value wins (an attention override, a new pooling). Its dropout (`CHECKPOINT_DEFAULTS`) only fills
-    an auto or missing key. `data.max_len` is cut to the model's."""
+    command-line value wins (an attention override, a new pooling), and so does a run's own config.yaml (`_stays`).
+    Its dropout (`CHECKPOINT_DEFAULTS`) only fills an auto or missing key. `data.max_len` is cut to the model's."""
     model = cfg.section("model")
     chosen: dict[str, Any] = {}
     for key, value in options.items():
@@ -142,7 +145,7 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
             continue
         if key.endswith("attention") and isinstance(value, dict):
             value = _attention(cfg, full, dict(model.get(key) or {}), value)
-        elif key in model and cfg.where(full).startswith(COMMAND_LINE):
+        elif key in model and _stays(cfg, full):
             continue
         if model.get(key) != value:
             if key in model:
@@ -167,12 +170,28 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
     return chosen
 
 
+def _stays(cfg: Config, key: str) -> bool:
+    """Whether `key`'s value stays over the checkpoint's: set on the command line, or in a run's own config.yaml that
+    also names the checkpoint (`model.init_from`). That file holds what its run resolved from the same checkpoint:
+    the checkpoint's options, and the overrides the run was started with. With another checkpoint its values give way,
+    as a recipe's do."""
+    where = cfg.where(key)
+    if where.startswith(COMMAND_LINE):
+        return True
+    path = Path(where)
+    return (
+        path.name == "config.yaml"
+        and cfg.where("model.init_from") == where
+        and any((path.parent / name).exists() for name in TRAINED_FILES)
+    )
+
+
 def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
     """An attention section (`full`: `model.attention`, `model.cross_attention`, ...) of a start: the checkpoint's
-    (`theirs`), with the recipe's backend and, over both, every entry the command line set (a whole entry:
-    `model.attention.pattern.window=8` alone is no pattern). The recipe's other entries give way."""
+    (`theirs`), with the recipe's backend and, over both, every entry the command line or a run's config.yaml set (a
+    whole entry: `model.attention.pattern.window=8` alone is no pattern). The recipe's other entries give way."""
     kept = {k: v for k, v in mine.items() if k in ATTENTION_CHOICES and k not in theirs}
-    typed = {k: v for k, v in mine.items() if cfg.where(f"{full}.{k}").startswith(COMMAND_LINE)}
+    typed = {k: v for k, v in mine.items() if _stays(cfg, f"{full}.{k}")}
     return {**theirs, **kept, **typed}
 
 

@@ -25,6 +25,7 @@ from .lock import RunLock
 from .rundir import (
     RESUMES_FILE,
     RUN_DIR_ENV,
+    TRAINED_FILES,
     claim_new_run_dir,
     new_run_dir,
     read_resumes,
@@ -37,7 +38,7 @@ from .splits import test_split
 
 log = logging.getLogger("attnzoo")
 # what a run directory holds once a run has started in it (an ablation's fresh run dir holds only its own logs)
-RUN_FILES = ("config.yaml", "checkpoints", "metrics.csv", "summary.json")
+RUN_FILES = ("config.yaml", *TRAINED_FILES)
 
 
 def fit(
@@ -92,12 +93,7 @@ def fit(
             # refused ("in use"), a directory we did not claim is another process's: never ours to remove
             ours = claimed or lock.held
             lock.release()
-            if (
-                ours
-                and created
-                and run_dir.is_dir()
-                and not any((run_dir / name).exists() for name in ("checkpoints", "metrics.csv", "summary.json"))
-            ):
+            if ours and created and run_dir.is_dir() and not any((run_dir / name).exists() for name in TRAINED_FILES):
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from attnzoo.pretrained import convert, load
 from attnzoo.run.rundir import load_run
@@ -176,10 +177,38 @@ def test_a_run_started_from_bert_resumes(tmp_path):
              "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
              "trainer.num_sanity_val_steps=0", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
     small.append(f"model.init_from={tmp_path / 'bert'}")
-    run_dir = fit(load_config([recipe], [*small, "model.drop_rate=0.3", "trainer.max_epochs=1"]))
+    # overrides of the checkpoint's own choices (BERT pools its first token, attends to every key)
+    surgery = ["model.pooling=mean", "model.attention.pattern.kind=sliding_window", "model.attention.pattern.window=4"]
+    run_dir = fit(load_config([recipe], [*small, *surgery, "model.drop_rate=0.3", "trainer.max_epochs=1"]))
     first = json.loads((run_dir / "summary.json").read_text())
-    # as `fit --resume DIR` reads it: the run's config.yaml, whose dropout (not BERT's 0.1) the run goes on with
+    # as `fit --resume DIR` reads it: the run's config.yaml, whose dropout (not BERT's 0.1), pooling and pattern (not
+    # BERT's) the run goes on with
     fit(load_config([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and summary["global_step"] == 2 * first["global_step"] > 0
     assert summary["init_from"]["source"] == first["init_from"]["source"]
+    model = load_config([run_dir / "config.yaml"]).section("model")
+    assert model["pooling"] == "mean" and model["attention"]["pattern"] == {"kind": "sliding_window", "window": 4}
+
+
+def test_a_run_config_names_its_own_start_and_gives_way_to_another(tmp_path):
+    """A run's config.yaml keeps its own overrides of the checkpoint it names; started from another checkpoint
+    (`--config <run>/config.yaml model.init_from=<other>`), its values give way to the other's, as a recipe's do."""
+    from attnzoo.config import load as load_config
+    from attnzoo.run.start import read_start
+
+    save_encoder("bert", tmp_path / "bert")
+    save_encoder("roberta", tmp_path / "roberta")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    cfg = load_config([ROOT / "recipes" / "text_cls.yaml"], [f"model.init_from={tmp_path / 'bert'}"])
+    options = read_start(cfg).options
+    assert options["model.pooling"] == "first"
+    tree = OmegaConf.to_container(cfg.tree, resolve=True)  # what the run resolved, its mean pooling included
+    tree["model"].update({key.split(".", 1)[1]: value for key, value in options.items()}, pooling="mean")
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(tree))
+    assert "model.pooling" not in read_start(load_config([run / "config.yaml"])).options  # the run's mean stays
+    other = load_config([run / "config.yaml"], [f"model.init_from={tmp_path / 'roberta'}"])
+    assert read_start(other).options["model.pooling"] == "first"
+    (run / "checkpoints").rmdir()  # a config.yaml in a folder without a run: a recipe like any other
+    assert read_start(load_config([run / "config.yaml"])).options["model.pooling"] == "first"

@@ -3,9 +3,10 @@
 Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
 `--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
 them to `<run dir>/evaluate-<checkpoint>.json` (when the run directory cannot be written, the metrics are printed
-and the command says so and exits 1). Data with no test examples is scored on its validation split,
-as `fit` does (the report's `split` says which). Ctrl+C or SIGTERM stops it at once, writes nothing and exits
-128 + the signal's number (130 / 143), as `fit` does during its test.
+and the command says so and exits 1). A translation or LM run's examples go into that report (and the log); the
+run's own examples.txt / examples.json stay as training left them, and nothing is written elsewhere. Data with no
+test examples is scored on its validation split, as `fit` does (the report's `split` says which). Ctrl+C or SIGTERM
+stops it at once, writes nothing and exits 128 + the signal's number (130 / 143), as `fit` does during its test.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         results = trainer.test(run.task, dataloaders=run.data.val_dataloader(), verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     report = {"checkpoint": str(run.checkpoint), "split": split, "metrics": metrics}
+    if getattr(run.task, "examples", None):  # a sequence task's examples (also logged); the run's own files stay
+        report["examples"] = run.task.examples
     name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem
     path = run_dir / f"evaluate-{name}.json"
     try:

@@ -60,6 +60,19 @@ def test_load_run_without_a_saved_tokenizer_is_an_error_not_a_tokenizer_learned_
         load_run(tmp_path, with_data=with_data)
 
 
+def test_evaluate_puts_a_translation_runs_examples_in_its_report_and_writes_nothing_else(
+    translation_run, tmp_path, monkeypatch
+):
+    from attnzoo.evaluate import evaluate
+
+    monkeypatch.chdir(tmp_path)  # before: examples.txt / examples.json landed in the working directory
+    before = {p.name for p in translation_run.iterdir()}
+    report = evaluate(translation_run, "best", "test", [], [])
+    assert report["examples"]["test"] and set(report["examples"]["test"][0]) == {"src", "ref", "hyp"}
+    assert list(tmp_path.iterdir()) == []
+    assert {p.name for p in translation_run.iterdir()} - before == {"evaluate-best.json"}
+
+
 def test_translate_decodes_what_greedy_and_beam_search_generate(translation_run):
     texts = ["The meeting is on 3 March.", "42 kilometres"]
     run = load_run(translation_run)

@@ -313,6 +313,8 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         from lightning.fabric.plugins.environments import SLURMEnvironment
 
         plugins.append(SLURMEnvironment(auto_requeue=False))
+    if hasattr(task, "examples_dir"):  # a sequence task's examples.txt / examples.json
+        task.examples_dir = Path(run_dir)
     try:
         trainer = L.Trainer(
             **kwargs, logger=logger, callbacks=callbacks, plugins=plugins, default_root_dir=str(run_dir)

@@ -64,6 +64,9 @@ class _SequenceTask(L.LightningModule):
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
+        # where examples.txt / examples.json go: the run directory (`attnzoo.run.make_trainer` sets it); None writes
+        # no file (`attnzoo.evaluate` puts the examples in its report instead of the run's files or the working dir)
+        self.examples_dir: Path | None = None
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # before the first step: a backend the device cannot train
@@ -89,8 +92,8 @@ class _SequenceTask(L.LightningModule):
             return
         for row in rows:
             log.info("%s example: %s", split, " | ".join(f"{k}: {v}" for k, v in row.items()))
-        run_dir = Path(self.trainer.default_root_dir)
-        if not run_dir.is_dir():
+        run_dir = self.examples_dir
+        if run_dir is None or not run_dir.is_dir():
             return
         lines = []
         for name, kept in self.examples.items():

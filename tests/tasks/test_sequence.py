@@ -108,6 +108,7 @@ def test_bleu_and_chrf_of_perfect_translations_are_100_and_examples_are_written(
         return data.batch["labels"].clamp_min(PAD)
 
     monkeypatch.setattr(task, "translate", perfect)
+    task.examples_dir = tmp_path  # as fit sets it: the run directory
     run = _trainer(tmp_path).validate if split == "val" else _trainer(tmp_path).test
     (metrics,) = run(task, datamodule=data, verbose=False)
     assert metrics[f"{split}/bleu"] == pytest.approx(100.0) and metrics[f"{split}/chrf"] == pytest.approx(100.0)
@@ -144,6 +145,7 @@ def test_perplexity_is_exp_of_the_mean_token_loss_and_a_sample_is_written(tmp_pa
         "padding_mask": data.batch["tgt_padding_mask"],
     }
     data.val_dataloader = lambda: DataLoader([batch], batch_size=None)
+    task.examples_dir = tmp_path
     (metrics,) = _trainer(tmp_path).validate(task, datamodule=data, verbose=False)
     with torch.no_grad():
         expected = math.exp(float(sequence_loss(net.eval()(batch["tokens"]), batch["labels"])))

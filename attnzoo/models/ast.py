@@ -162,7 +162,18 @@ class AST(nn.Module):
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.prefix, std=0.02)
         self.apply(init_weights_vit_timm)
+        # frequency patches of the next checkpoint loaded, when its features had another number of mel bins
+        # (`expect_checkpoint`); None: as many as this model's
+        self.loaded_freq_patches: int | None = None
         self._register_load_state_dict_pre_hook(self._resample_loaded_pos_embed)
+
+    def expect_checkpoint(self, options: dict[str, Any] | None) -> None:
+        """Before loading a converted checkpoint (`attnzoo.pretrained.transfer`): its model options say how many mel
+        bins its features had, so a position grid of another frequency size is resampled along both axes."""
+        n_mels = (options or {}).get("n_mels")
+        self.loaded_freq_patches = None
+        if isinstance(n_mels, int) and n_mels >= self.patch_size:
+            self.loaded_freq_patches = (n_mels - self.patch_size) // self.fstride + 1
 
     def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
         key, (tp, fp), p = prefix + "pos_embed", self.train_grid_size, self.num_prefix_tokens
@@ -174,11 +185,13 @@ class AST(nn.Module):
             or old.shape[2] != self.pos_embed.shape[2]
         ):
             return
-        if (old.shape[1] - p) % fp:
+        old_fp = self.loaded_freq_patches or fp
+        if (old.shape[1] - p) % old_fp:
             return  # not this many frequency patches: load_state_dict reports the size mismatch
-        old_tp = (old.shape[1] - p) // fp
-        state_dict[key] = resample_abs_pos_embed(old, new_size=[tp, fp], old_size=[old_tp, fp], num_prefix_tokens=p)
-        log.info("%s: resampled from %d to %d time patches (target_frames)", key, old_tp, tp)
+        old_tp = (old.shape[1] - p) // old_fp
+        state_dict[key] = resample_abs_pos_embed(old, new_size=[tp, fp], old_size=[old_tp, old_fp], num_prefix_tokens=p)
+        log.info("%s: resampled from %d x %d to %d x %d (time x frequency patches: target_frames, n_mels)", key,
+                 old_tp, old_fp, tp, fp)  # fmt: skip
 
     def grid_size_for(self, num_samples: int) -> tuple[int, int]:
         """(Tp, Fp): the patch grid of a clip of `num_samples` samples (the tokens after the prefix, time-major)."""

@@ -90,7 +90,13 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     if isinstance(converted.options.get("attention"), dict) and isinstance(overrides.get("attention"), dict):
         options["attention"] = {**converted.options["attention"], **overrides["attention"]}
     net = MODELS[converted.model_kind](**options)
-    done = transfer(net, converted.state_dict, source=converted.source, source_kind=source_kind(converted.options))
+    done = transfer(
+        net,
+        converted.state_dict,
+        source=converted.source,
+        source_kind=source_kind(converted.options),
+        options=converted.options,
+    )
     log.info("loaded %s: %s", converted.source, done.describe())
     return net
 

@@ -69,6 +69,7 @@ def transfer(
     fresh: Sequence[str] = HEAD_PREFIXES,
     keep_fresh: bool = False,
     source_kind: str = "mha",
+    options: Mapping[str, object] | None = None,
 ) -> Transfer:
     """Copy the tensors of `state` into `net` where names and shapes match.
 
@@ -78,12 +79,34 @@ def transfer(
         keep_fresh: also keep the network's own `fresh` tensors when the checkpoint's fit (another label set of the
             same size).
         source_kind: the attention kind the checkpoint was trained with (for the log of what an override changed).
+        options: the checkpoint's model options (`Converted.options`), for a network whose load hooks need to know
+            the checkpoint's sizes (`expect_checkpoint`: an AST's mel bins).
 
     Raises:
         ValueError naming `source` and the first tensor that does not fit, when a tensor outside `fresh` is
         missing from `state` or has another shape there (a checkpoint of another architecture or size).
     """
     own = net.state_dict()
+    expecting = [m for m in net.modules() if hasattr(m, "expect_checkpoint")]
+    for module in expecting:
+        module.expect_checkpoint(dict(options or {}))
+    try:
+        return _transfer(net, own, state, source=source, fresh=fresh, keep_fresh=keep_fresh, source_kind=source_kind)
+    finally:
+        for module in expecting:  # a later load (a resume, load_state_dict) reads the network's own sizes
+            module.expect_checkpoint(None)
+
+
+def _transfer(
+    net: nn.Module,
+    own: dict[str, torch.Tensor],
+    state: Mapping[str, torch.Tensor],
+    *,
+    source: str,
+    fresh: Sequence[str],
+    keep_fresh: bool,
+    source_kind: str,
+) -> Transfer:
     original, state = state, adapted(net, state)
     is_fresh = tuple(fresh)
     surgical = surgery.may_start_fresh(net)

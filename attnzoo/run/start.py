@@ -223,6 +223,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
             source=start.converted.source,
             keep_fresh=keep_fresh,
             source_kind=source_kind(start.converted.options),
+            options=start.converted.options,
         )
     except ValueError as err:
         hint = _differences(start, cfg)

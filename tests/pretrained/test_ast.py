@@ -96,7 +96,25 @@ def test_other_clip_length_resamples_positions_along_time(tmp_path, caplog):
     model = MODELS["ast"](**{**c.options, "target_frames": 104})  # 9 time patches instead of 5
     with caplog.at_level("INFO", logger="attnzoo"):
         model.load_state_dict(c.state_dict)
-    assert "from 5 to 9 time patches" in caplog.text
+    assert "from 5 x 2 to 9 x 2 (time x frequency patches" in caplog.text
     want = resample_abs_pos_embed(c.state_dict["pos_embed"], new_size=[9, 2], old_size=[5, 2], num_prefix_tokens=2)
     torch.testing.assert_close(model.pos_embed, want)
+    assert model.eval()(torch.randn(1, 400 + 103 * 160)).shape == (1, 5)
+
+
+def test_other_mel_bins_resample_positions_along_frequency_too(tmp_path, caplog):
+    """64 mel bins where the checkpoint's features had 32: 5 frequency patches instead of 2. Before, the table of
+    5 x 2 positions was read as 2 time x 5 frequency patches, silently."""
+    from timm.layers import resample_abs_pos_embed
+
+    from attnzoo.pretrained import load
+
+    _ast(tmp_path)
+    c = hf_ast.convert(tmp_path)
+    with caplog.at_level("INFO", logger="attnzoo"):
+        model = load(tmp_path, n_mels=64, target_frames=104)  # 9 x 5 patches
+    assert "from 5 x 2 to 9 x 5 (time x frequency patches" in caplog.text
+    want = resample_abs_pos_embed(c.state_dict["pos_embed"], new_size=[9, 5], old_size=[5, 2], num_prefix_tokens=2)
+    torch.testing.assert_close(model.pos_embed, want)
+    assert model.loaded_freq_patches is None  # a later load (a resume) reads the model's own grid
     assert model.eval()(torch.randn(1, 400 + 103 * 160)).shape == (1, 5)

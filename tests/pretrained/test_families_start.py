@@ -69,7 +69,7 @@ def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_t
     net = task.net
     assert "data.sample_rate: auto -> 16000" in caplog.text and "data.n_mels: auto -> 128" in caplog.text
     assert (net.logmel.sample_rate, net.logmel.n_mels) == (16000, 128)  # features as the weights were trained on
-    assert "resampled from 5 to" in caplog.text  # the checkpoint's 64 frames, the recipe's longer clips
+    assert "resampled from 5 x 12 to 9 x 12 " in caplog.text  # the checkpoint's 64 frames, the recipe's longer clips
     assert net.pos_embed.shape[1] != converted.state_dict["pos_embed"].shape[1]
     key = "encoder.blocks.0.attn.qkv.weight"
     torch.testing.assert_close(net.state_dict()[key], converted.state_dict[key])

@@ -89,7 +89,8 @@ def read_start(cfg: Config) -> Start | None:
     own_run = run_dir.run_of(given) if attnzoo_run else None
     preset = _tokenizer(cfg, converted)
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
-    options = _options(cfg, architecture, preset)
+    # a folder's config.json and a run's config.yaml state the head count; a timm file's comes from its name or width
+    options = _options(cfg, architecture, preset, heads_stated=attnzoo_run or Path(str(given)).is_dir())
     return Start(str(given), converted, own_run, preset, options)
 
 
@@ -131,10 +132,14 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
     return {}
 
 
-def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) -> dict[str, Any]:
+def _options(
+    cfg: Config, options: Mapping[str, Any], preset: dict[str, Any], *, heads_stated: bool = True
+) -> dict[str, Any]:
     """{"model.<key>": value} of a converted model's architecture. A config file's value gives way (logged); a
     command-line value wins (an attention override, a new pooling), and so does a run's own config.yaml (`_stays`).
-    Its dropout (`CHECKPOINT_DEFAULTS`) only fills an auto or missing key. `data.max_len` is cut to the model's."""
+    Its dropout (`CHECKPOINT_DEFAULTS`) only fills an auto or missing key. `data.max_len` is cut to the model's.
+    Another `model.num_heads` than the one the checkpoint states (`heads_stated`) is refused: the same tensors would
+    load, split into other heads, and compute another function."""
     model = cfg.section("model")
     chosen: dict[str, Any] = {}
     for key, value in options.items():
@@ -146,6 +151,12 @@ def _options(cfg: Config, options: Mapping[str, Any], preset: dict[str, Any]) ->
         if key.endswith("attention") and isinstance(value, dict):
             value = _attention(cfg, full, dict(model.get(key) or {}), value)
         elif key in model and _stays(cfg, full):
+            if key == "num_heads" and heads_stated and model[key] != value:
+                raise ConfigError(
+                    f"model.num_heads: {model[key]} (set in {cfg.where(full)}), but model.init_from's weights have "
+                    f"{value} heads: its tensors would load split into other heads and compute another function. "
+                    f"Leave model.num_heads out (key/value heads: model.attention.num_kv_heads)"
+                )
             continue
         if model.get(key) != value:
             if key in model:

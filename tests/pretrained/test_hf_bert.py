@@ -167,6 +167,19 @@ def test_a_bert_folder_for_another_model_kind_is_refused(tmp_path):
         build(load_config([ROOT / "recipes" / "vit.yaml"], [f"model.init_from={tmp_path / 'bert'}"]))
 
 
+def test_another_head_count_than_the_checkpoints_is_refused(tmp_path):
+    """The 4-head BERT's tensors fit 2 heads of the same width too, and would compute another function."""
+    from attnzoo.config import ConfigError
+    from attnzoo.config import load as load_config
+    from attnzoo.run.start import read_start
+
+    save_encoder("bert", tmp_path / "bert")
+    recipe, start = ROOT / "recipes" / "text_cls.yaml", f"model.init_from={tmp_path / 'bert'}"
+    with pytest.raises(ConfigError, match=r"model.num_heads: 2 \(set in the command line.*weights have 4 heads"):
+        read_start(load_config([recipe], [start, "model.num_heads=2"]))
+    assert "model.num_heads" not in read_start(load_config([recipe], [start, "model.num_heads=4"])).options
+
+
 def test_a_run_started_from_bert_resumes(tmp_path):
     from attnzoo.config import load as load_config
     from attnzoo.run import fit

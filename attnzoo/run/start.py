@@ -220,17 +220,23 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     from ..pretrained import run_dir
     from ..pretrained.transfer import source_kind, transfer
 
-    keep_fresh = False
-    if start.own_run is not None:
-        before, now = run_dir.class_names(start.given), data.class_names
-        if before is not None and now is not None and list(before) != list(now):
+    keep_fresh, state = False, start.converted.state_dict
+    before = run_dir.class_names(start.given) if start.own_run is not None else _hf_class_names(start.given)
+    now = getattr(data, "class_names", None)
+    now = None if now is None else [str(name) for name in now]  # as labels.json and config.json hold them
+    if before is not None and now is not None and list(before) != now:
+        if sorted(before) == sorted(now):  # the same labels in another order: the head's rows follow them
+            state = _head_rows(state, [before.index(name) for name in now])
+            log.info("model.init_from: the same %d labels in another order than the checkpoint's: its head's rows are "
+                     "reordered to this data's", len(now))  # fmt: skip
+        else:
             keep_fresh = True
-            log.info("model.init_from: the label set differs from the run's (%d classes there, %d here): the head "
-                     "starts new", len(before), len(now))  # fmt: skip
+            log.info("model.init_from: the label set differs from the checkpoint's (%d classes there, %d here): the "
+                     "head starts new", len(before), len(now))  # fmt: skip
     try:  # a longer position table is cut, a grid of positions resampled (the model's own load hooks)
         done = transfer(
             net,
-            start.converted.state_dict,
+            state,
             source=start.converted.source,
             keep_fresh=keep_fresh,
             source_kind=source_kind(start.converted.options),
@@ -248,6 +254,33 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
         "new": done.new,
         "dropped": done.dropped,
         "attention": done.attention,
+    }
+
+
+def _hf_class_names(given: str) -> list[str] | None:
+    """The class names of a Hugging Face folder's config.json (`id2label`, in id order), when it names them:
+    None for none, or for the placeholders `LABEL_0`, `LABEL_1`, ... (a head kept then keeps its class ids)."""
+    import json
+    import re
+
+    try:
+        id2label = json.loads((Path(given) / "config.json").read_text(encoding="utf-8")).get("id2label")
+        names = [str(id2label[key]) for key in sorted(id2label, key=int)]
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return None
+    if not names or all(re.fullmatch(r"LABEL_\d+", name) for name in names):
+        return None
+    return names
+
+
+def _head_rows(state: dict[str, Any], order: list[int]) -> dict[str, Any]:
+    """`state` with the head's per-class rows (`HEAD_PREFIXES` tensors of len(order) rows) taken in `order`."""
+    from ..pretrained.transfer import HEAD_PREFIXES
+
+    index = list(order)
+    return {
+        key: value[index] if key.startswith(HEAD_PREFIXES) and value.dim() and value.shape[0] == len(index) else value
+        for key, value in state.items()
     }
 
 

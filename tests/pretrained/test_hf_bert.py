@@ -67,6 +67,36 @@ def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
     assert new.head.weight.shape == (5, SIZES["hidden_size"])
 
 
+def test_a_sequence_classifiers_head_follows_the_names_of_its_labels(tmp_path, caplog):
+    """config.json's id2label against the data's labels (neg, neu, pos): the same names in another order reorder
+    the head's rows, other names start a new head, placeholders (LABEL_0, ...) keep the head by class id."""
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    hf = save_encoder("bert", tmp_path / "bert", classes=3)
+    rows = "".join(f"w{i} w{i + 1},{label}\n" for i, label in enumerate(["pos", "neg", "neu"] * 4))
+    for split in ("train", "val", "test"):
+        (tmp_path / f"{split}.csv").write_text("text,label\n" + rows)
+    splits = [f"data.{split}={tmp_path / f'{split}.csv'}" for split in ("train", "val", "test")]
+    config = json.loads((tmp_path / "bert" / "config.json").read_text())
+
+    def head(*names: str) -> torch.Tensor:
+        config["id2label"] = dict(enumerate(names))
+        (tmp_path / "bert" / "config.json").write_text(json.dumps(config))
+        recipe = ROOT / "recipes" / "text_cls.yaml"
+        _, task, _ = build(load_config([recipe], [*splits, f"model.init_from={tmp_path / 'bert'}"]))
+        assert task.net.head.weight.shape == (3, SIZES["hidden_size"])
+        return task.net.head.weight.detach()
+
+    theirs = hf.classifier.weight.detach()
+    with caplog.at_level("INFO", logger="attnzoo"):
+        assert torch.equal(head("pos", "neg", "neu"), theirs[[1, 2, 0]])  # the data's order: neg, neu, pos
+        assert "the same 3 labels in another order" in caplog.text
+        assert torch.equal(head("LABEL_0", "LABEL_1", "LABEL_2"), theirs)
+        assert not torch.equal(head("bad", "fine", "good"), theirs)
+        assert "the label set differs from the checkpoint's (3 classes there, 3 here)" in caplog.text
+
+
 def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
     hf = save_encoder("bert", tmp_path)
     converted = convert(tmp_path)

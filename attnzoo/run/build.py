@@ -131,6 +131,15 @@ def resolve(
     return resolved
 
 
+def with_value(cfg: Config, key: str, value: Any) -> Config:
+    """A resolved config with the dotted `key` set to `value` (validated and read-only, as `resolve` returns)."""
+    tree = OmegaConf.to_container(cfg.tree, resolve=True)
+    _set(tree, key, value)
+    changed = Config(OmegaConf.create(tree), cfg.origins)
+    validate(changed)
+    return changed
+
+
 def _set(tree: dict[str, Any], key: str, value: Any) -> None:
     """Set the dotted `key` of the plain `tree` to `value` (`LEFT_OUT`: remove it): the one place a run's config
     values are written."""

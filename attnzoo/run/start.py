@@ -29,6 +29,7 @@ from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError
 from .rundir import TRAINED_FILES
 
 log = logging.getLogger("attnzoo")
+START_FILE = "init_from.json"  # a run's record of the checkpoint it started from (`keep_start`)
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
 # data options that follow a converted model's value where the config leaves them to the data (None or auto): images
 # resized to its image size, audio resampled and binned as its features were
@@ -308,10 +309,12 @@ def _differences(start: Start, cfg: Config) -> str:
     return f". This config differs from {start.own_run / 'config.yaml'} in {shown}"
 
 
-def keep_tokenizer(record: Mapping[str, Any], run_dir: Path) -> None:
-    """Copy the start's tokenizer.json (`record` as `apply_start` returned it) into the run directory, when the run
-    tokenizes with it and has no tokenizer.json of its own: a command that loads the run reads that copy
-    (`attnzoo.run.tokenizer_stamp.saved_tokenizer`), so the run works after the folder it started from moved."""
+def keep_start(record: Mapping[str, Any], run_dir: Path) -> None:
+    """Record the start in the run directory (`record` as `apply_start` returned it): `START_FILE`, and a copy of
+    the start's tokenizer.json when the run tokenizes with it and has no tokenizer.json of its own. A command that
+    loads the run reads that copy (`attnzoo.run.tokenizer_stamp.saved_tokenizer`), and `--resume` both: the run
+    works, and goes on, after the folder it started from moved."""
+    import json
     import shutil
 
     from ..data.tokenizers.subword import TOKENIZER_FILE
@@ -319,3 +322,16 @@ def keep_tokenizer(record: Mapping[str, Any], run_dir: Path) -> None:
     source = record.get("tokenizer")
     if source and not (run_dir / TOKENIZER_FILE).exists():
         shutil.copyfile(source, run_dir / TOKENIZER_FILE)
+    (run_dir / START_FILE).write_text(json.dumps(dict(record), indent=2) + "\n")
+
+
+def recorded_start(run_dir: Path) -> dict[str, Any] | None:
+    """The start a run recorded (`keep_start`), or None when it recorded none (a run from scratch, or one made
+    before runs recorded it)."""
+    import json
+
+    try:
+        record = json.loads((run_dir / START_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

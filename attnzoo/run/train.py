@@ -97,6 +97,23 @@ def fit(
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 
 
+def _build_resumed(cfg: Config, run_dir: Path) -> Any:
+    """`build` of a resumed run that started from a checkpoint (`model.init_from`), from the run directory alone: the
+    checkpoint is not read again (its architecture and tokenizer are in config.yaml, its weights in the checkpoint
+    resumed from), and a tokenizer file is read from the run's own copy (checked against the checkpoint's digest
+    after the build), so the run goes on after the folder it started from moved. The resolved config keeps the
+    configured `data.tokenizer`, as config.yaml holds it."""
+    from .build import with_value
+    from .tokenizer_stamp import saved_tokenizer
+
+    spec = cfg.section("data").get("tokenizer")
+    preset = saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and Path(spec).suffix == ".json" else {}
+    data, task, resolved = build(cfg, preset=preset or None, init=False)
+    if preset:
+        resolved = with_value(resolved, "data.tokenizer", spec)
+    return data, task, resolved
+
+
 def _record_failure(trainer: Any, summary: Any, run_dir: Path, err: BaseException) -> None:
     """A run that failed after training started keeps its directory, with a summary.json saying why (fit removes a
     new run directory only when training never started in it)."""
@@ -144,7 +161,14 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
 
 
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
-    data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision), saved as config.yaml
+    from .start import keep_start, recorded_start
+
+    recorded = recorded_start(run_dir) if ckpt_path is not None else None
+    if recorded is not None:  # resumed: the weights come from the checkpoint, the start's choices from config.yaml
+        data, task, cfg = _build_resumed(cfg, run_dir)
+        task.net.started_from = recorded
+    else:
+        data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
     resumes = read_resumes(run_dir)
     if ckpt_path is not None:
         from .checkpoint_io import check_checkpoint_shapes
@@ -172,10 +196,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if trainer.is_global_zero and is_rank_zero():
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
-        if getattr(task.net, "started_from", None) is not None:  # model.init_from: keep the tokenizer it came with
-            from .start import keep_tokenizer
-
-            keep_tokenizer(task.net.started_from, run_dir)
+        if recorded is None and getattr(task.net, "started_from", None) is not None:  # model.init_from, read now
+            keep_start(task.net.started_from, run_dir)  # what it was, and its tokenizer
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     started = time.perf_counter()

@@ -224,6 +224,8 @@ def test_a_run_started_from_bert_resumes(tmp_path):
     surgery = ["model.pooling=mean", "model.attention.pattern.kind=sliding_window", "model.attention.pattern.window=4"]
     run_dir = fit(load_config([recipe], [*small, *surgery, "model.drop_rate=0.3", "trainer.max_epochs=1"]))
     first = json.loads((run_dir / "summary.json").read_text())
+    assert json.loads((run_dir / "init_from.json").read_text())["source"] == first["init_from"]["source"]
+    shutil.move(tmp_path / "bert", tmp_path / "moved")  # the run needs only its own files to go on
     # as `fit --resume DIR` reads it: the run's config.yaml, whose dropout (not BERT's 0.1), pooling and pattern (not
     # BERT's) the run goes on with
     fit(load_config([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)

@@ -97,7 +97,7 @@ def read_start(cfg: Config) -> Start | None:
 
 def _architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """An attnzoo run's model options that its weights depend on and `kind`'s builder takes (`TRAINING_CHOICES`,
-    dropout rates, the attention backends and the data's sizes stay the new run's)."""
+    dropout rates, the attention sections' too, the attention backends and the data's sizes stay the new run's)."""
     from ..config import parameters
     from ..models import MODELS
 
@@ -108,7 +108,7 @@ def _architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
     kept = {k: v for k, v in options.items() if k in takes and k not in skip and "drop" not in k}
     for key, value in kept.items():
         if key.endswith("attention") and isinstance(value, Mapping):
-            kept[key] = {k: v for k, v in value.items() if k not in ATTENTION_CHOICES}
+            kept[key] = {k: v for k, v in value.items() if k not in ATTENTION_CHOICES and "drop" not in k}
     return kept
 
 

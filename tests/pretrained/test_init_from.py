@@ -157,13 +157,15 @@ def test_a_run_of_the_same_kind_gives_its_architecture_and_the_data_keeps_its_si
     rest = [o for o in SMALL if o not in sizes]
     files = _files(tmp_path, "data", ["a", "b", "c"])
     arch = ["model.pooling=cls", "model.norm=post", "model.position=learned", "data.max_len=32"]
-    run = fit(load([TEXT], [*SMALL, *files, *arch, f"run.dir={tmp_path}"]))
+    dropout = ["model.drop_rate=0.3", "model.attention.attn_drop=0.3"]  # training choices: the new run's own stay
+    run = fit(load([TEXT], [*SMALL, *files, *arch, *dropout, f"run.dir={tmp_path}"]))
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         _, task, cfg = build(load([TEXT], [*rest, *files, f"model.init_from={run}"]))
     model = cfg.section("model")
     assert (model["dim"], model["depth"], model["num_heads"], model["mlp_ratio"]) == (16, 1, 2, 1.0)
     assert (model["pooling"], model["norm"], model["position"]) == ("cls", "post", "learned")  # a cls token, BERT-like
     assert cfg.section("data")["max_len"] == 32  # the run's learned table holds 32 positions: longer texts are cut
+    assert model["drop_rate"] != 0.3 and model["attention"].get("attn_drop", 0.0) == 0.0
     assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
     assert "model.pooling: 'auto' (set in" in caplog.text and "-> 'cls' (model.init_from)" in caplog.text
 

@@ -170,6 +170,12 @@ def _options(
             log.info("data.%s: %s -> %d (as model.init_from's weights were trained)", key, mine, value)
             preset[f"data.{key}"] = value
     max_len = options.get("max_len")
+    position = model.get("position") if "position" in model and _stays(cfg, "model.position") else None
+    if isinstance(position, Mapping):
+        position = position.get("kind")
+    if isinstance(position, str) and position != "learned" and options.get("position") == "learned":
+        max_len = None  # the command line drops the checkpoint's table of positions: nothing to cut the data to
+        chosen.pop("model.max_len", None)
     for key in ("max_len", "block_size"):  # text classification's longest input, the LM's context
         data_len = data.get(key)
         if not (isinstance(max_len, int) and isinstance(data_len, int)) or data_len == max_len:

@@ -164,6 +164,10 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
     assert cfg.section("model")["max_len"] == 10 and "kept the first 10 of 24 loaded positions" in caplog.text
     _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))  # recipe: 512
     assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
+    # without the table (ALiBi instead), nothing holds the texts to 24 tokens
+    alibi = ["model.position=none", "model.attention.bias=alibi"]
+    _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", *alibi]))
+    assert cfg.section("data")["max_len"] == cfg.section("model")["max_len"] == 512
 
 
 def test_a_bert_start_fine_tunes_with_berts_dropout_unless_a_config_sets_one(tmp_path, caplog):

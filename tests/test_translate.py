@@ -63,14 +63,21 @@ def test_load_run_without_a_saved_tokenizer_is_an_error_not_a_tokenizer_learned_
 def test_evaluate_puts_a_translation_runs_examples_in_its_report_and_writes_nothing_else(
     translation_run, tmp_path, monkeypatch
 ):
+    import shutil
+
     from attnzoo.evaluate import evaluate
 
-    monkeypatch.chdir(tmp_path)  # before: examples.txt / examples.json landed in the working directory
-    before = {p.name for p in translation_run.iterdir()}
-    report = evaluate(translation_run, "best", "test", [], [])
+    run = shutil.copytree(translation_run, tmp_path / "run")
+    for name in ("examples.txt", "examples.json"):  # what training wrote: it stays
+        (run / name).write_text("{}" if name.endswith("json") else "from training")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # before: examples.txt / examples.json landed in the working directory
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    report = evaluate(run, "best", "test", [], [])
     assert report["examples"]["test"] and set(report["examples"]["test"][0]) == {"src", "ref", "hyp"}
-    assert list(tmp_path.iterdir()) == []
-    assert {p.name for p in translation_run.iterdir()} - before == {"evaluate-best.json"}
+    assert list((tmp_path / "cwd").iterdir()) == []
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert set(after) - set(before) == {"evaluate-best.json"} and all(after[k] == v for k, v in before.items())
 
 
 def test_translate_decodes_what_greedy_and_beam_search_generate(translation_run):

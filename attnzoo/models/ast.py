@@ -170,22 +170,22 @@ class AST(nn.Module):
     def expect_checkpoint(self, options: dict[str, Any] | None) -> None:
         """Before loading a converted checkpoint (`attnzoo.pretrained.transfer`): its model options say how many mel
         bins its features had, so a position grid of another frequency size is resampled along both axes."""
-        n_mels = (options or {}).get("n_mels")
+        options = options or {}
+        n_mels, patch = options.get("n_mels"), options.get("patch_size", self.patch_size)
         self.loaded_freq_patches = None
-        if isinstance(n_mels, int) and n_mels >= self.patch_size:
-            self.loaded_freq_patches = (n_mels - self.patch_size) // self.fstride + 1
+        if isinstance(n_mels, int) and isinstance(patch, int) and n_mels >= patch:
+            self.loaded_freq_patches = patch_grid(n_mels, patch, patch, options.get("fstride", self.fstride))[1]
 
     def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
         key, (tp, fp), p = prefix + "pos_embed", self.train_grid_size, self.num_prefix_tokens
-        old = state_dict.get(key)
+        old, old_fp = state_dict.get(key), self.loaded_freq_patches or fp
         if (
             old is None
             or old.dim() != 3
-            or old.shape == self.pos_embed.shape
+            or (old.shape == self.pos_embed.shape and old_fp == fp)  # the same grid (a swapped one has the same size)
             or old.shape[2] != self.pos_embed.shape[2]
         ):
             return
-        old_fp = self.loaded_freq_patches or fp
         if (old.shape[1] - p) % old_fp:
             return  # not this many frequency patches: load_state_dict reports the size mismatch
         old_tp = (old.shape[1] - p) // old_fp

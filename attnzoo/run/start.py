@@ -15,7 +15,9 @@ table cuts `data.max_len` to its length), and less the keys the new model kind d
 that differs.
 `apply_start` then copies the tensors into the built network and logs which were loaded, new and dropped, and what
 an attention override carried over and started fresh (`attnzoo.pretrained.surgery`); the recipe's head starts new
-when the label set differs. `record` is what the run summary says about it.
+when the label set differs from the checkpoint's (an attnzoo run's labels.json, a folder's id2label), and its rows are
+reordered when only the order differs. The run records the start in `init_from.json` (`keep_start`), which a resume
+reads instead of the checkpoint (`attnzoo.run.train`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError
+from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError, read_yaml
 from .rundir import TRAINED_FILES
 
 log = logging.getLogger("attnzoo")
@@ -90,8 +92,9 @@ def read_start(cfg: Config) -> Start | None:
     own_run = run_dir.run_of(given) if attnzoo_run else None
     preset = _tokenizer(cfg, converted)
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
-    # a folder's config.json and a run's config.yaml state the head count; a timm file's comes from its name or width
-    options = _options(cfg, architecture, preset, heads_stated=attnzoo_run or Path(str(given)).is_dir())
+    # a folder's config.json, a run's config.yaml and a timm name state the head count; else it comes from the width
+    stated = attnzoo_run or Path(str(given)).is_dir() or timm_name is not None
+    options = _options(cfg, architecture, preset, heads_stated=stated)
     return Start(str(given), converted, own_run, preset, options)
 
 
@@ -102,14 +105,18 @@ def _architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
     from ..models import MODELS
 
     takes = parameters(MODELS[kind])
-    position = options.get("position")
-    learned = (position.get("kind") if isinstance(position, Mapping) else position) == "learned"
+    learned = _position_kind(options.get("position")) == "learned"
     skip = (*TRAINING_CHOICES, *(k for k in DATA_SIZED if not (learned and k == "max_len")))
     kept = {k: v for k, v in options.items() if k in takes and k not in skip and "drop" not in k}
     for key, value in kept.items():
         if key.endswith("attention") and isinstance(value, Mapping):
             kept[key] = {k: v for k, v in value.items() if k not in ATTENTION_CHOICES and "drop" not in k}
     return kept
+
+
+def _position_kind(position: Any) -> Any:
+    """`model.position` as a kind: the string, or a mapping's `kind`."""
+    return position.get("kind") if isinstance(position, Mapping) else position
 
 
 def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
@@ -170,10 +177,8 @@ def _options(
             log.info("data.%s: %s -> %d (as model.init_from's weights were trained)", key, mine, value)
             preset[f"data.{key}"] = value
     max_len = options.get("max_len")
-    position = model.get("position") if "position" in model and _stays(cfg, "model.position") else None
-    if isinstance(position, Mapping):
-        position = position.get("kind")
-    if isinstance(position, str) and position != "learned" and options.get("position") == "learned":
+    position = _position_kind(model.get("position")) if "position" in model and _stays(cfg, "model.position") else None
+    if isinstance(position, str) and position != "learned" and _position_kind(options.get("position")) == "learned":
         max_len = None  # the command line drops the checkpoint's table of positions: nothing to cut the data to
         chosen.pop("model.max_len", None)
     for key in ("max_len", "block_size"):  # text classification's longest input, the LM's context
@@ -197,11 +202,15 @@ def _stays(cfg: Config, key: str) -> bool:
     if where.startswith(COMMAND_LINE):
         return True
     path = Path(where)
-    return (
-        path.name == "config.yaml"
-        and cfg.where("model.init_from") == where
-        and any((path.parent / name).exists() for name in TRAINED_FILES)
-    )
+    if path.name != "config.yaml" or not any((path.parent / name).exists() for name in TRAINED_FILES):
+        return False
+    if cfg.where("model.init_from") == where:
+        return True
+    try:  # model.init_from set again elsewhere (the command line): the same checkpoint?
+        saved = (read_yaml(path).get("model") or {}).get("init_from")
+    except (ConfigError, AttributeError):
+        return False
+    return saved is not None and str(saved) == str(cfg.section("model").get("init_from"))
 
 
 def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,14 +241,21 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     now = getattr(data, "class_names", None)
     now = None if now is None else [str(name) for name in now]  # as labels.json and config.json hold them
     if before is not None and now is not None and list(before) != now:
+        reordered = None
         if sorted(before) == sorted(now):  # the same labels in another order: the head's rows follow them
-            state = _head_rows(state, [before.index(name) for name in now])
+            reordered = _head_rows(state, [before.index(name) for name in now])
+        if reordered is not None:
+            state = reordered
             log.info("model.init_from: the same %d labels in another order than the checkpoint's: its head's rows are "
                      "reordered to this data's", len(now))  # fmt: skip
         else:
             keep_fresh = True
-            log.info("model.init_from: the label set differs from the checkpoint's (%d classes there, %d here): the "
-                     "head starts new", len(before), len(now))  # fmt: skip
+            why = (
+                "the labels are the checkpoint's, but its head has no one layer of their rows to reorder"
+                if sorted(before) == sorted(now)
+                else "the label set differs from the checkpoint's"
+            )
+            log.info("model.init_from: %s (%d classes there, %d here): the head starts new", why, len(before), len(now))
     try:  # a longer position table is cut, a grid of positions resampled (the model's own load hooks)
         done = transfer(
             net,
@@ -256,12 +272,24 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     return {
         "path": start.given,
         "source": start.converted.source,
-        "tokenizer": start.preset.get("data.tokenizer"),
+        "tokenizer": _start_tokenizer(start, cfg),
         "loaded": len(done.loaded),
         "new": done.new,
         "dropped": done.dropped,
         "attention": done.attention,
     }
+
+
+def _start_tokenizer(start: Start, cfg: Config) -> str | None:
+    """The start's tokenizer.json when the run tokenizes with it: chosen for it (`_tokenizer`), or named by the config
+    already (a run's config.yaml, or `data.tokenizer` set to it)."""
+    chosen = start.preset.get("data.tokenizer")
+    if chosen is not None:
+        return chosen
+    mine, theirs = cfg.section("data").get("tokenizer"), start.converted.tokenizer
+    if theirs is not None and isinstance(mine, str) and Path(mine).resolve() == Path(theirs).resolve():
+        return str(theirs)
+    return None
 
 
 def _hf_class_names(given: str) -> list[str] | None:
@@ -280,15 +308,16 @@ def _hf_class_names(given: str) -> list[str] | None:
     return names
 
 
-def _head_rows(state: dict[str, Any], order: list[int]) -> dict[str, Any]:
-    """`state` with the head's per-class rows (`HEAD_PREFIXES` tensors of len(order) rows) taken in `order`."""
+def _head_rows(state: dict[str, Any], order: list[int]) -> dict[str, Any] | None:
+    """`state` with the head's per-class rows taken in `order`: the `HEAD_PREFIXES` tensors of len(order) rows, which
+    must be those of one layer (its weight and bias); None when they are not (no such layer, or several)."""
     from ..pretrained.transfer import HEAD_PREFIXES
 
+    rows = [k for k, v in state.items() if k.startswith(HEAD_PREFIXES) and v.dim() and v.shape[0] == len(order)]
+    if len({key.rsplit(".", 1)[0] for key in rows}) != 1:
+        return None
     index = list(order)
-    return {
-        key: value[index] if key.startswith(HEAD_PREFIXES) and value.dim() and value.shape[0] == len(index) else value
-        for key, value in state.items()
-    }
+    return {key: value[index] if key in rows else value for key, value in state.items()}
 
 
 def _differences(start: Start, cfg: Config) -> str:

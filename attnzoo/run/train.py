@@ -163,8 +163,12 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
     from .start import keep_start, recorded_start
 
-    recorded = recorded_start(run_dir) if ckpt_path is not None else None
-    if recorded is not None:  # resumed: the weights come from the checkpoint, the start's choices from config.yaml
+    # resumed from the run's own config.yaml (`fit --resume DIR`): the weights come from the checkpoint, the start's
+    # choices are in config.yaml; with the command that started it (`--resume DIR --config recipe ...`), or for a run
+    # that recorded no start, the start is read again as it was then
+    own_config = Path(cfg.where("model.init_from")).resolve() == (run_dir / "config.yaml").resolve()
+    recorded = recorded_start(run_dir) if ckpt_path is not None and own_config else None
+    if recorded is not None:
         data, task, cfg = _build_resumed(cfg, run_dir)
         task.net.started_from = recorded
     else:
@@ -196,8 +200,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if trainer.is_global_zero and is_rank_zero():
         (run_dir / "config.yaml").write_text(cfg.to_yaml())
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
-        if recorded is None and getattr(task.net, "started_from", None) is not None:  # model.init_from, read now
-            keep_start(task.net.started_from, run_dir)  # what it was, and its tokenizer
+        if ckpt_path is None and getattr(task.net, "started_from", None) is not None:
+            keep_start(task.net.started_from, run_dir)  # model.init_from: recorded once, when the run starts
         print(f"attnzoo: run directory {run_dir}", file=sys.stderr)
     os.environ[RUN_DIR_ENV] = str(run_dir)  # DDP workers started by Lightning inherit it
     started = time.perf_counter()

@@ -102,9 +102,17 @@ def test_other_clip_length_resamples_positions_along_time(tmp_path, caplog):
     assert model.eval()(torch.randn(1, 400 + 103 * 160)).shape == (1, 5)
 
 
-def test_other_mel_bins_resample_positions_along_frequency_too(tmp_path, caplog):
-    """64 mel bins where the checkpoint's features had 32: 5 frequency patches instead of 2. Before, the table of
-    5 x 2 positions was read as 2 time x 5 frequency patches, silently."""
+@pytest.mark.parametrize(
+    ("options", "grid"),
+    [
+        ({"n_mels": 64, "target_frames": 104}, (9, 5)),  # before: the 5 x 2 table was read as 2 x 5, silently
+        ({"n_mels": 56, "target_frames": 26}, (2, 5)),  # as many positions, the axes swapped: before, loaded as is
+        ({"fstride": 5}, (5, 4)),  # the checkpoint's grid comes from its own stride (10), not the model's
+    ],
+    ids=["64-mels", "swapped", "fstride"],
+)
+def test_another_grid_resamples_positions_along_both_axes(options, grid, tmp_path, caplog):
+    """The checkpoint's features: 32 mel bins x 64 frames, 5 time x 2 frequency patches at strides 10."""
     from timm.layers import resample_abs_pos_embed
 
     from attnzoo.pretrained import load
@@ -112,9 +120,11 @@ def test_other_mel_bins_resample_positions_along_frequency_too(tmp_path, caplog)
     _ast(tmp_path)
     c = hf_ast.convert(tmp_path)
     with caplog.at_level("INFO", logger="attnzoo"):
-        model = load(tmp_path, n_mels=64, target_frames=104)  # 9 x 5 patches
-    assert "from 5 x 2 to 9 x 5 (time x frequency patches" in caplog.text
-    want = resample_abs_pos_embed(c.state_dict["pos_embed"], new_size=[9, 5], old_size=[5, 2], num_prefix_tokens=2)
+        model = load(tmp_path, **options)
+    assert f"from 5 x 2 to {grid[0]} x {grid[1]} (time x frequency patches" in caplog.text
+    want = resample_abs_pos_embed(c.state_dict["pos_embed"], new_size=list(grid), old_size=[5, 2], num_prefix_tokens=2)
     torch.testing.assert_close(model.pos_embed, want)
     assert model.loaded_freq_patches is None  # a later load (a resume) reads the model's own grid
     assert model.eval()(torch.randn(1, 400 + 103 * 160)).shape == (1, 5)
+    model.load_state_dict(model.state_dict())  # its own grid: loaded as it is
+    torch.testing.assert_close(model.pos_embed, want)

@@ -73,7 +73,7 @@ def test_a_sequence_classifiers_head_follows_the_names_of_its_labels(tmp_path, c
     from attnzoo.config import load as load_config
     from attnzoo.run import build
 
-    hf = save_encoder("bert", tmp_path / "bert", classes=3)
+    save_encoder("bert", tmp_path / "bert", classes=3)
     rows = "".join(f"w{i} w{i + 1},{label}\n" for i, label in enumerate(["pos", "neg", "neu"] * 4))
     for split in ("train", "val", "test"):
         (tmp_path / f"{split}.csv").write_text("text,label\n" + rows)
@@ -86,9 +86,14 @@ def test_a_sequence_classifiers_head_follows_the_names_of_its_labels(tmp_path, c
         recipe = ROOT / "recipes" / "text_cls.yaml"
         _, task, _ = build(load_config([recipe], [*splits, f"model.init_from={tmp_path / 'bert'}"]))
         assert task.net.head.weight.shape == (3, SIZES["hidden_size"])
-        return task.net.head.weight.detach()
+        return torch.cat([task.net.head.weight, task.net.head.bias[:, None]], dim=1).detach()
 
-    theirs = hf.classifier.weight.detach()
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "bert" / "model.safetensors")
+    weights["classifier.bias"] = torch.randn(3)  # HF starts it at zeros: a reorder would not show
+    save_file(weights, tmp_path / "bert" / "model.safetensors", metadata={"format": "pt"})
+    theirs = torch.cat([weights["classifier.weight"], weights["classifier.bias"][:, None]], dim=1)
     with caplog.at_level("INFO", logger="attnzoo"):
         assert torch.equal(head("pos", "neg", "neu"), theirs[[1, 2, 0]])  # the data's order: neg, neu, pos
         assert "the same 3 labels in another order" in caplog.text
@@ -168,6 +173,11 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
     alibi = ["model.position=none", "model.attention.bias=alibi"]
     _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", *alibi]))
     assert cfg.section("data")["max_len"] == cfg.section("model")["max_len"] == 512
+    from attnzoo.run.start import _options  # an attnzoo run's config may write its position as a mapping
+
+    preset = {}
+    _options(load_config([recipe], ["model.position=none"]), {"max_len": 24, "position": {"kind": "learned"}}, preset)
+    assert "data.max_len" not in preset
 
 
 def test_a_bert_start_fine_tunes_with_berts_dropout_unless_a_config_sets_one(tmp_path, caplog):
@@ -226,18 +236,28 @@ def test_a_run_started_from_bert_resumes(tmp_path):
     small.append(f"model.init_from={tmp_path / 'bert'}")
     # overrides of the checkpoint's own choices (BERT pools its first token, attends to every key)
     surgery = ["model.pooling=mean", "model.attention.pattern.kind=sliding_window", "model.attention.pattern.window=4"]
-    run_dir = fit(load_config([recipe], [*small, *surgery, "model.drop_rate=0.3", "trainer.max_epochs=1"]))
+    command = [*small, *surgery, "model.drop_rate=0.3"]
+    run_dir = fit(load_config([recipe], [*command, "trainer.max_epochs=1"]))
     first = json.loads((run_dir / "summary.json").read_text())
     assert json.loads((run_dir / "init_from.json").read_text())["source"] == first["init_from"]["source"]
-    shutil.move(tmp_path / "bert", tmp_path / "moved")  # the run needs only its own files to go on
+    # the same command with --resume: the start is read again, as it was (its config gives the recipe's values way)
+    fit(load_config([recipe], [*command, "trainer.max_epochs=2"]), resume=run_dir)
+    # a second run from the first's config.yaml: it names the same checkpoint, and keeps its tokenizer too
+    again = fit(load_config([run_dir / "config.yaml"], ["trainer.max_epochs=1"]))
+    assert again != run_dir and (again / "tokenizer.json").read_bytes() == (run_dir / "tokenizer.json").read_bytes()
+    shutil.move(tmp_path / "bert", tmp_path / "moved")  # the runs need only their own files to go on
     # as `fit --resume DIR` reads it: the run's config.yaml, whose dropout (not BERT's 0.1), pooling and pattern (not
     # BERT's) the run goes on with
-    fit(load_config([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["finished"] and summary["global_step"] == 2 * first["global_step"] > 0
-    assert summary["init_from"]["source"] == first["init_from"]["source"]
-    model = load_config([run_dir / "config.yaml"]).section("model")
-    assert model["pooling"] == "mean" and model["attention"]["pattern"] == {"kind": "sliding_window", "window": 4}
+    for run, epochs in ((run_dir, 3), (again, 2)):
+        fit(load_config([run / "config.yaml"], [f"trainer.max_epochs={epochs}"]), resume=run)
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["finished"] and summary["global_step"] == epochs * first["global_step"] > 0
+        assert summary["init_from"]["source"] == first["init_from"]["source"]
+        model = load_config([run / "config.yaml"]).section("model")
+        assert model["pooling"] == "mean" and model["attention"]["pattern"] == {"kind": "sliding_window", "window": 4}
+        assert model["drop_rate"] == 0.3 and load_config([run / "config.yaml"]).section("data")["tokenizer"] == str(
+            tmp_path / "bert" / "tokenizer.json"
+        )  # config.yaml as it was: the resume read the run's own copy
 
 
 def test_a_run_config_names_its_own_start_and_gives_way_to_another(tmp_path):

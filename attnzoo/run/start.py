@@ -32,6 +32,7 @@ from .rundir import TRAINED_FILES
 
 log = logging.getLogger("attnzoo")
 START_FILE = "init_from.json"  # a run's record of the checkpoint it started from (`keep_start`)
+START_KEYS = ("path", "source", "tokenizer", "loaded", "new", "dropped", "attention")  # its keys (`apply_start`)
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
 # data options that follow a converted model's value where the config leaves them to the data (None or auto): images
 # resized to its image size, audio resampled and binned as its features were
@@ -127,7 +128,9 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
     spec = data.get("tokenizer")
     if converted.tokenizer is None or "tokenizer" not in data:
         return {}
-    if spec in ("auto", None, *KINDS):
+    # a run's config.yaml for another checkpoint names that checkpoint's tokenizer: it gives way, as its model keys do
+    other_run = _run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer")
+    if spec in ("auto", None, *KINDS) or (other_run and str(spec) != str(converted.tokenizer)):
         log.info("data.tokenizer: %r -> %s (the tokenizer model.init_from's weights were trained with)", spec,
                  converted.tokenizer)  # fmt: skip
         return {"data.tokenizer": str(converted.tokenizer)}
@@ -202,7 +205,7 @@ def _stays(cfg: Config, key: str) -> bool:
     if where.startswith(COMMAND_LINE):
         return True
     path = Path(where)
-    if path.name != "config.yaml" or not any((path.parent / name).exists() for name in TRAINED_FILES):
+    if not _run_config(path):
         return False
     if cfg.where("model.init_from") == where:
         return True
@@ -211,6 +214,11 @@ def _stays(cfg: Config, key: str) -> bool:
     except (ConfigError, AttributeError):
         return False
     return saved is not None and str(saved) == str(cfg.section("model").get("init_from"))
+
+
+def _run_config(path: Path) -> bool:
+    """Whether `path` is a run's own config.yaml (its folder holds what training wrote)."""
+    return path.name == "config.yaml" and any((path.parent / name).exists() for name in TRAINED_FILES)
 
 
 def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:
@@ -369,4 +377,7 @@ def recorded_start(run_dir: Path) -> dict[str, Any] | None:
         record = json.loads((run_dir / START_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    kept = {key: value for key, value in record.items() if key in START_KEYS}  # what apply_start records, nothing else
+    return kept if isinstance(kept.get("source"), str) else None

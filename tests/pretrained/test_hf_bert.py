@@ -275,9 +275,23 @@ def test_a_run_config_names_its_own_start_and_gives_way_to_another(tmp_path):
     assert options["model.pooling"] == "first"
     tree = OmegaConf.to_container(cfg.tree, resolve=True)  # what the run resolved, its mean pooling included
     tree["model"].update({key.split(".", 1)[1]: value for key, value in options.items()}, pooling="mean")
+    tree["data"]["tokenizer"] = str(tmp_path / "bert" / "tokenizer.json")
     (run / "config.yaml").write_text(OmegaConf.to_yaml(tree))
-    assert "model.pooling" not in read_start(load_config([run / "config.yaml"])).options  # the run's mean stays
-    other = load_config([run / "config.yaml"], [f"model.init_from={tmp_path / 'roberta'}"])
-    assert read_start(other).options["model.pooling"] == "first"
+    same = read_start(load_config([run / "config.yaml"]))
+    assert "model.pooling" not in same.options and "data.tokenizer" not in same.preset  # the run's mean, tokenizer
+    other = read_start(load_config([run / "config.yaml"], [f"model.init_from={tmp_path / 'roberta'}"]))
+    assert other.options["model.pooling"] == "first"
+    assert other.preset["data.tokenizer"] == str(tmp_path / "roberta" / "tokenizer.json")  # ids of its embedding
     (run / "checkpoints").rmdir()  # a config.yaml in a folder without a run: a recipe like any other
     assert read_start(load_config([run / "config.yaml"])).options["model.pooling"] == "first"
+
+
+def test_a_recorded_start_is_read_as_data_with_only_its_own_keys(tmp_path):
+    from attnzoo.run.start import START_FILE, recorded_start
+
+    assert recorded_start(tmp_path) is None  # none recorded (a run from scratch, or one from before)
+    (tmp_path / START_FILE).write_text(json.dumps({"source": "bert (HF) x", "loaded": 3, "extra": {"a": 1}}))
+    assert recorded_start(tmp_path) == {"source": "bert (HF) x", "loaded": 3}
+    for broken in ("[1, 2]", "{not json", json.dumps({"source": 3})):
+        (tmp_path / START_FILE).write_text(broken)
+        assert recorded_start(tmp_path) is None

@@ -34,10 +34,14 @@ class Built(NamedTuple):
 LEFT_OUT = object()  # a preset value: the key is left out of the data options and the resolved config
 
 
-def build(cfg: Config, *, preset: Mapping[str, Any] | None = None, init: bool = True) -> Built:
+def build(
+    cfg: Config, *, preset: Mapping[str, Any] | None = None, init: bool = True, unrecorded: Sequence[str] = ()
+) -> Built:
     """Build the run `cfg` describes; `preset` ({dotted `data.*` key: value, or `LEFT_OUT`}) replaces data options
     before the data is read (a loaded run's saved label vocabulary or tokenizer) and is recorded in the resolved
-    config. Keys that size only the embedded data are left out when the data section reads files (`_embedded_only`).
+    config, but for the keys in `unrecorded`, which keep their configured value there (a resumed run reads the
+    run's own copy of its tokenizer file, and its config.yaml keeps naming the file it was given). Keys that size
+    only the embedded data are left out when the data section reads files (`_embedded_only`).
 
     With `model.init_from` (and `init`) the network starts from that checkpoint's weights (`attnzoo.run.start`):
     it is read before the data, what it needs (its tokenizer, a converted model's architecture) goes into the
@@ -59,7 +63,7 @@ def build(cfg: Config, *, preset: Mapping[str, Any] | None = None, init: bool = 
 
     start = read_start(cfg) if init else None
     preset = {**_embedded_only(cfg), **(start.preset if start else {}), **(preset or {})}
-    chosen = {**preset, **_auto_precision(cfg)}
+    chosen = {**{k: v for k, v in preset.items() if k not in unrecorded}, **_auto_precision(cfg)}
     section = "data"
     try:
         data = build_data(cfg, preset)
@@ -129,15 +133,6 @@ def resolve(
     resolved = Config(OmegaConf.create(tree), cfg.origins)
     validate(resolved)  # the chosen values, checked as if the config had set them
     return resolved
-
-
-def with_value(cfg: Config, key: str, value: Any) -> Config:
-    """A resolved config with the dotted `key` set to `value` (validated and read-only, as `resolve` returns)."""
-    tree = OmegaConf.to_container(cfg.tree, resolve=True)
-    _set(tree, key, value)
-    changed = Config(OmegaConf.create(tree), cfg.origins)
-    validate(changed)
-    return changed
 
 
 def _set(tree: dict[str, Any], key: str, value: Any) -> None:

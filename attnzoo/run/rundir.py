@@ -116,8 +116,6 @@ RESUME_MAY_CHANGE = (
     "run.test",
     "run.save_every_n_steps",
 )
-# what a run directory holds besides its config.yaml once training started
-TRAINED_FILES = ("checkpoints", "metrics.csv", "summary.json")
 RESUMES_FILE = "resumes.json"  # one record per resume of a run; summary.json repeats it
 
 

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError, read_yaml
-from .rundir import TRAINED_FILES
 
 log = logging.getLogger("attnzoo")
+# what a run directory holds besides its config.yaml once training started (`attnzoo.run.train`)
+TRAINED_FILES = ("checkpoints", "metrics.csv", "summary.json")
 START_FILE = "init_from.json"  # a run's record of the checkpoint it started from (`keep_start`)
 START_KEYS = ("path", "source", "tokenizer", "loaded", "new", "dropped", "attention")  # its keys (`apply_start`)
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
@@ -246,8 +247,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
 
     keep_fresh, state = False, start.converted.state_dict
     before = run_dir.class_names(start.given) if start.own_run is not None else _hf_class_names(start.given)
-    now = getattr(data, "class_names", None)
-    now = None if now is None else [str(name) for name in now]  # as labels.json and config.json hold them
+    now = None if data.class_names is None else [str(name) for name in data.class_names]  # as the files hold them
     if before is not None and now is not None and list(before) != now:
         reordered = None
         if sorted(before) == sorted(now):  # the same labels in another order: the head's rows follow them

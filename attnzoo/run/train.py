@@ -25,7 +25,6 @@ from .lock import RunLock
 from .rundir import (
     RESUMES_FILE,
     RUN_DIR_ENV,
-    TRAINED_FILES,
     claim_new_run_dir,
     new_run_dir,
     read_resumes,
@@ -35,6 +34,7 @@ from .rundir import (
 )
 from .signals import Interrupted
 from .splits import test_split
+from .start import TRAINED_FILES, keep_start, recorded_start
 
 log = logging.getLogger("attnzoo")
 # what a run directory holds once a run has started in it (an ablation's fresh run dir holds only its own logs)
@@ -103,15 +103,11 @@ def _build_resumed(cfg: Config, run_dir: Path) -> Any:
     resumed from), and a tokenizer file is read from the run's own copy (checked against the checkpoint's digest
     after the build), so the run goes on after the folder it started from moved. The resolved config keeps the
     configured `data.tokenizer`, as config.yaml holds it."""
-    from .build import with_value
     from .tokenizer_stamp import saved_tokenizer
 
     spec = cfg.section("data").get("tokenizer")
     preset = saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and Path(spec).suffix == ".json" else {}
-    data, task, resolved = build(cfg, preset=preset or None, init=False)
-    if preset:
-        resolved = with_value(resolved, "data.tokenizer", spec)
-    return data, task, resolved
+    return build(cfg, preset=preset or None, init=False, unrecorded=("data.tokenizer",))
 
 
 def _record_failure(trainer: Any, summary: Any, run_dir: Path, err: BaseException) -> None:
@@ -161,8 +157,6 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
 
 
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
-    from .start import keep_start, recorded_start
-
     # resumed from the run's own config.yaml (`fit --resume DIR`): the weights come from the checkpoint, the start's
     # choices are in config.yaml; with the command that started it (`--resume DIR --config recipe ...`), or for a run
     # that recorded no start, the start is read again as it was then

@@ -63,7 +63,11 @@ def build(
 
     start = read_start(cfg) if init else None
     preset = {**_embedded_only(cfg), **(start.preset if start else {}), **(preset or {})}
-    chosen = {**{k: v for k, v in preset.items() if k not in unrecorded}, **_auto_precision(cfg)}
+    chosen = {
+        **absolute_paths(cfg.section("data")),
+        **{k: v for k, v in preset.items() if k not in unrecorded},
+        **_auto_precision(cfg),
+    }
     section = "data"
     try:
         data = build_data(cfg, preset)
@@ -171,6 +175,31 @@ def _embedded_only(cfg: Config) -> dict[str, Any]:
                  cfg.where(full), files)  # fmt: skip
         left_out[full] = LEFT_OUT
     return left_out
+
+
+# data options that name files or folders: the resolved config holds them as absolute paths, so the run directory
+# works from any working directory (--resume, evaluate, viz); a tokenizer only when it names a .json file
+PATH_KEYS = ("train", "val", "test", "root", "stats_file", "labels", "tokenizer")
+
+
+def absolute_paths(data: Mapping[str, Any]) -> dict[str, Any]:
+    """{"data.<key>": absolute path} for the relative paths of `PATH_KEYS` in the data section `data` that exist
+    from the working directory (a list of paths too); a path that does not exist stays as typed (the data names it)."""
+
+    def absolute(value: Any, key: str) -> Any:
+        if isinstance(value, list):
+            return [absolute(v, key) for v in value]
+        if not isinstance(value, str) or not value or Path(value).is_absolute():
+            return value
+        if key == "tokenizer" and Path(value).suffix != ".json":
+            return value
+        return str(Path(value).resolve()) if Path(value).exists() else value
+
+    out = {}
+    for key in PATH_KEYS:
+        if key in data and (value := absolute(data[key], key)) != data[key]:
+            out[f"data.{key}"] = value
+    return out
 
 
 def _auto_precision(cfg: Config) -> dict[str, Any]:

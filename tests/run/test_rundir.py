@@ -82,3 +82,42 @@ def test_an_empty_directory_named_by_the_environment_is_kept_when_the_run_stops_
     with pytest.raises(ConfigError):
         fit(load([VIT], [f"model.init_from={tmp_path / 'nothing-here'}"]))
     assert given.is_dir()
+
+
+def test_a_run_with_relative_data_paths_resumes_and_evaluates_from_another_directory(tmp_path, monkeypatch):
+    """config.yaml holds the data paths as absolute ones; before, `data.train=train.csv` was written as typed and the
+    run could not be resumed, evaluated or drawn from any other working directory."""
+    import json
+    import random
+
+    from attnzoo.config import load
+    from attnzoo.evaluate import evaluate
+    from attnzoo.run import fit
+    from tests.helpers import QUICK, ROOT
+
+    words, rng = "red green blue cat dog fish one two three four".split(), random.Random(0)
+    (tmp_path / "data").mkdir()
+    for split, n in (("train", 48), ("val", 16), ("test", 16)):
+        rows = [f"{' '.join(rng.choice(words) for _ in range(4))},{'ab'[i % 2]}\n" for i in range(n)]
+        (tmp_path / "data" / f"{split}.csv").write_text("text,label\n" + "".join(rows))
+    small = [*QUICK, "trainer.num_threads=1", "trainer.num_sanity_val_steps=0", "model.dim=16", "model.depth=1",
+             "model.num_heads=2", "data.vocab_size=40", "data.batch_size=16", "run.baseline=false",
+             "data.train=train.csv", "data.val=val.csv", "data.test=test.csv",
+             f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    monkeypatch.chdir(tmp_path / "data")
+    run_dir = fit(load([ROOT / "recipes" / "text_cls.yaml"], [*small, "trainer.max_epochs=1"]))
+    assert load([run_dir / "config.yaml"]).section("data")["train"] == str(tmp_path / "data" / "train.csv")
+    monkeypatch.chdir(tmp_path)
+    fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert json.loads((run_dir / "summary.json").read_text())["finished"]
+    assert "test/acc" in evaluate(run_dir, "best", "test", [], [])["metrics"]
+
+
+def test_a_resume_of_a_run_whose_config_holds_relative_paths_takes_them_as_the_same_files(tmp_path, monkeypatch):
+    from attnzoo.run.rundir import _same_path
+
+    monkeypatch.chdir(tmp_path)
+    assert _same_path("data.train", "a/train.csv", str(tmp_path / "a" / "train.csv"))
+    assert _same_path("data.train", ["x.txt"], [str(tmp_path / "x.txt")])
+    assert not _same_path("data.train", "a/train.csv", str(tmp_path / "b" / "train.csv"))
+    assert not _same_path("model.kind", "text", str(tmp_path / "text"))  # not a data path

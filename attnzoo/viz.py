@@ -161,7 +161,11 @@ def visualize(
             raise ConfigError(f"--input: {str(input_path)!r} is not a file")
         if input_path.suffix.lower() not in suffixes:
             raise ConfigError(f"--input: {input_path.name} is not a {kind} file ({', '.join(suffixes)})")
-        inputs, name = make(data, input_path), input_path.stem
+        try:
+            inputs = make(data, input_path)
+        except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError / truncated data are OSErrors
+            raise ConfigError(f"--input: cannot read {str(input_path)!r} as a {kind} file: {err}") from None
+        name = input_path.stem
     logits, maps = capture(net, inputs)
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
     if logits.dim() == 2:  # one prediction per input (classification)

@@ -126,6 +126,13 @@ def test_viz_command_errors_name_the_problem(run_dir, args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_viz_command_names_an_input_image_it_cannot_read(run_dir, tmp_path, capsys):
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+    assert main([str(run_dir), "--input", str(tmp_path / "bad.png"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "--input: cannot read" in err and "bad.png" in err and "could not write" not in err
+
+
 def test_an_ast_input_is_drawn_over_its_spectrogram_with_the_models_time_by_frequency_grid():
     from attnzoo.models import MODELS
     from attnzoo.viz import canvas_for

@@ -98,8 +98,9 @@ WAV_HEADER = (
         (b"garbage bytes, no header", "not a RIFF/WAVE file"),
         (WAV_HEADER + b"data\x00\x08\x00\x00" + b"\x00" * 100, "x.wav"),  # data chunk cut short
         (WAV_HEADER[:30], "x.wav"),  # header cut short
+        (b"RIFF\x00\x00\x00\x00WAVEjunk", "x.wav: cannot read as WAV"),  # no chunks: scipy's UnboundLocalError
     ],
-    ids=["empty", "garbage", "truncated_data", "truncated_header"],
+    ids=["empty", "garbage", "truncated_data", "truncated_header", "no_chunks"],
 )
 def test_bad_wav_files_are_named(content, match, tmp_path):
     (tmp_path / "x.wav").write_bytes(content)

@@ -56,7 +56,8 @@ def _read(path: str | Path, mmap: bool) -> tuple[int, np.ndarray]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", wavfile.WavFileWarning)  # unknown chunks (LIST, ...) are skipped
             rate, data = wavfile.read(path, mmap=mmap)
-    except (OSError, ValueError, EOFError, struct.error) as err:  # struct.error: a header cut short
+    # struct.error: a header cut short; UnboundLocalError: scipy's reader on a RIFF/WAVE header without chunks
+    except (OSError, ValueError, EOFError, struct.error, UnboundLocalError) as err:
         raise AudioFileError(f"{path}: cannot read as WAV ({type(err).__name__}: {err})") from err
     if data.size == 0:
         raise AudioFileError(f"{path}: WAV file has no samples")

@@ -195,3 +195,15 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
     assert "--count: 0" in capsys.readouterr().err
     saved = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)
     assert saved["maps"]  # the text encoder's self-attention (learned bpe tokens), beside the cross-attention
+
+
+def test_an_ast_run_evaluated_on_other_clips_normalizes_them_with_its_own_statistics(tmp_path):
+    """load_run (evaluate, viz) reads the run's audio_stats.json: other clips (here another draw of the synthetic
+    syllables) no longer contradict the feature statistics the model was trained with."""
+    from attnzoo.run import load_run
+
+    small = ["data.synthetic.per_class={train: 2, val: 1, test: 1}", "model.depth=1", "model.embed_dim=32"]
+    run = _saved_run(tmp_path, AST, small)
+    trained = load([run / "config.yaml"]).section("model")["feature_mean"]
+    loaded = load_run(run, "best", [], ["data.synthetic.per_class={train: 3, val: 1, test: 1}"])
+    assert loaded.cfg.section("model")["feature_mean"] == trained

@@ -250,7 +250,7 @@ def load_run(
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
-    preset = {**_saved_labels(cfg, run_dir), **saved_tokenizer(cfg, run_dir)}
+    preset = {**_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir), **saved_tokenizer(cfg, run_dir)}
     try:
         saved = read_checkpoint(ckpt)
     except ValueError as err:
@@ -275,12 +275,24 @@ def load_run(
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:
     """{"data.labels": the run's `labels.json`} (its class names in training order), unless the config sets it:
     the data read now may hold other classes, or the same ones in another order."""
+    return _saved_file(cfg, run_dir, "labels", "labels.json")
+
+
+def _saved_stats(cfg: Config, run_dir: Path) -> dict[str, str]:
+    """{"data.stats_file": the run's `audio_stats.json`}, unless the config sets it: the features are normalized with
+    the statistics the model was trained with (the model keeps them too), not with those of the data read now."""
+    return _saved_file(cfg, run_dir, "stats_file", "audio_stats.json")
+
+
+def _saved_file(cfg: Config, run_dir: Path, key: str, name: str) -> dict[str, str]:
+    """{"data.<key>": the run's file `name`} when the run saved it, the config leaves `key` unset and the run's data
+    kind takes it."""
     from ..data import DATAMODULES
 
-    saved = run_dir / "labels.json"
+    saved = run_dir / name
     data: dict[str, Any] = cfg.section("data")
     module = DATAMODULES.get(data.get("kind"))
-    if saved.is_file() and data.get("labels") is None and module is not None:
-        if "labels" in inspect.signature(module).parameters:
-            return {"data.labels": str(saved)}
+    if saved.is_file() and data.get(key) is None and module is not None:
+        if key in inspect.signature(module).parameters:
+            return {f"data.{key}": str(saved)}
     return {}

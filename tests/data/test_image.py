@@ -75,6 +75,18 @@ def test_image_folder_with_train_val_test_subfolders(tmp_path):
     assert [len(data.splits[s]) for s in ("train", "val", "test")] == [8, 4, 6]
 
 
+def test_a_val_folder_without_a_rare_class_keeps_trains_numbering_and_an_unknown_class_is_named(tmp_path):
+    _write_folder(tmp_path / "train", classes=("cat", "dog", "fox"), n=2)
+    _write_folder(tmp_path / "val", classes=("cat", "fox"), n=2)  # no dog: before, "classes ... differ from train's"
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
+    data.setup()
+    assert data.class_names == ["cat", "dog", "fox"]
+    assert sorted(data.splits["val"][i]["label"] for i in range(4)) == [0, 0, 2, 2]
+    _write_folder(tmp_path / "test", classes=("cat", "owl"), n=1)
+    with pytest.raises(ValueError, match=r"test has classes that .*train lacks: \['owl'\]"):
+        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8).setup()
+
+
 def test_torchvision_dataset_on_disk(tmp_path):
     import numpy as np
 

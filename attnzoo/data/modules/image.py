@@ -353,9 +353,20 @@ class ImageDataModule(DataModule):
                 if not d.samples:
                     raise ValueError(f"data.root: no readable image left in {split_dirs[s]}")
         self.class_names = list(out["train"].classes)
+        index = {name: i for i, name in enumerate(self.class_names)}
         for s, d in out.items():
-            if d.classes != self.class_names:
-                raise ValueError(f"data.root: classes of {split_dirs[s]} differ from train's: {d.classes}")
+            if d.classes == self.class_names:
+                continue
+            unknown = [name for name in d.classes if name not in index]
+            if unknown:
+                raise ValueError(
+                    f"data.root: {split_dirs[s]} has classes that {split_dirs['train']} lacks: {unknown} (train's: "
+                    f"{self.class_names}); a model cannot predict a class it never saw in training"
+                )
+            # fewer classes than train (a rare one missing from val/test): labels by name, as train numbers them
+            d.samples = [(path, index[d.classes[target]]) for path, target in d.samples]
+            d.imgs, d.targets = d.samples, [target for _, target in d.samples]
+            d.classes, d.class_to_idx = list(self.class_names), dict(index)
         return out
 
     def _split(self, data: Dataset) -> tuple[Dataset, Dataset]:

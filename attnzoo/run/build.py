@@ -184,11 +184,12 @@ PATH_KEYS = ("train", "val", "test", "root", "stats_file", "labels", "tokenizer"
 
 def absolute_paths(data: Mapping[str, Any]) -> dict[str, Any]:
     """{"data.<key>": absolute path} for the relative paths of `PATH_KEYS` in the data section `data` that exist
-    from the working directory (a list of paths too); a path that does not exist stays as typed (the data names it)."""
+    from the working directory (a split's list of paths too); a path that does not exist stays as typed (the data
+    names it)."""
 
     def absolute(value: Any, key: str) -> Any:
-        if isinstance(value, list):
-            return [absolute(v, key) for v in value]
+        if isinstance(value, list):  # several files (an LM's text files); `labels` as a list is class names
+            return [absolute(v, key) for v in value] if key in ("train", "val", "test") else value
         if not isinstance(value, str) or not value or Path(value).is_absolute():
             return value
         if key == "tokenizer" and Path(value).suffix != ".json":

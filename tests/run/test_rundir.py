@@ -121,3 +121,14 @@ def test_a_resume_of_a_run_whose_config_holds_relative_paths_takes_them_as_the_s
     assert _same_path("data.train", ["x.txt"], [str(tmp_path / "x.txt")])
     assert not _same_path("data.train", "a/train.csv", str(tmp_path / "b" / "train.csv"))
     assert not _same_path("model.kind", "text", str(tmp_path / "text"))  # not a data path
+
+
+def test_only_data_paths_that_exist_are_made_absolute(tmp_path, monkeypatch):
+    from attnzoo.run.build import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "a.txt").write_text("x")
+    got = absolute_paths({"train": ["a.txt"], "val": "missing.csv", "labels": ["cat", "dog"], "tokenizer": "bpe",
+                          "root": "cat", "test": str(tmp_path / "a.txt")})  # fmt: skip
+    assert got == {"data.train": [str(tmp_path / "a.txt")], "data.root": str(tmp_path / "cat")}  # class names stay

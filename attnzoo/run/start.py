@@ -249,9 +249,8 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     before = run_dir.class_names(start.given) if start.own_run is not None else _hf_class_names(start.given)
     now = None if data.class_names is None else [str(name) for name in data.class_names]  # as the files hold them
     if before is not None and now is not None and list(before) != now:
-        reordered = None
-        if sorted(before) == sorted(now):  # the same labels in another order: the head's rows follow them
-            reordered = _head_rows(state, [before.index(name) for name in now])
+        same_labels = sorted(before) == sorted(now)  # in another order: the head's rows follow them
+        reordered = _head_rows(state, [before.index(name) for name in now]) if same_labels else None
         if reordered is not None:
             state = reordered
             log.info("model.init_from: the same %d labels in another order than the checkpoint's: its head's rows are "
@@ -260,7 +259,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
             keep_fresh = True
             why = (
                 "the labels are the checkpoint's, but its head has no one layer of their rows to reorder"
-                if sorted(before) == sorted(now)
+                if same_labels
                 else "the label set differs from the checkpoint's"
             )
             log.info("model.init_from: %s (%d classes there, %d here): the head starts new", why, len(before), len(now))
@@ -303,13 +302,14 @@ def _start_tokenizer(start: Start, cfg: Config) -> str | None:
 def _hf_class_names(given: str) -> list[str] | None:
     """The class names of a Hugging Face folder's config.json (`id2label`, in id order), when it names them:
     None for none, or for the placeholders `LABEL_0`, `LABEL_1`, ... (a head kept then keeps its class ids)."""
-    import json
     import re
 
+    from ..pretrained.converted import read_hf_config
+
     try:
-        id2label = json.loads((Path(given) / "config.json").read_text(encoding="utf-8")).get("id2label")
+        id2label = read_hf_config(given).get("id2label")
         names = [str(id2label[key]) for key in sorted(id2label, key=int)]
-    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+    except (ValueError, TypeError, AttributeError, KeyError):  # no readable config.json, or no id2label mapping
         return None
     if not names or all(re.fullmatch(r"LABEL_\d+", name) for name in names):
         return None

@@ -45,7 +45,7 @@ def generate(
     """The prompt and its continuation by the run in `run_dir`; options left out keep the run's task settings."""
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
-    from .data.tokenizers.subword import decode_generated, encode_user_text
+    from .data.tokenizers.subword import decode_generated, encode_user_text, unknown_note
     from .run import load_run
 
     run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
@@ -60,7 +60,10 @@ def generate(
     if top_p is not UNSET:
         task.top_p = top_p
     tok = run.tokenizer
-    ids = torch.tensor([[tok.bos_id, *encode_user_text(tok, prompt)]])  # [1, P], bos first
+    unknown: list[str] = []
+    ids = torch.tensor([[tok.bos_id, *encode_user_text(tok, prompt, unknown)]])  # [1, P], bos first
+    if unknown:
+        log.warning("generate: --prompt holds %s, and the text printed leaves them out", unknown_note(unknown))
     room = task.max_len - ids.shape[1]
     if room < 1:
         raise ConfigError(

@@ -37,12 +37,20 @@ SHOWN_CUTS = 5  # cut sentences named one by one; the rest are counted
 PROGRESS_EVERY = 2.0  # seconds between progress lines on stderr
 
 
-def source_batch(tok: Any, texts: Sequence[str], max_len: int) -> tuple[Tensor, Tensor, list[int]]:
+def source_batch(
+    tok: Any, texts: Sequence[str], max_len: int, unknown: list[list[str]] | None = None
+) -> tuple[Tensor, Tensor, list[int]]:
     """(src [B, S], src_padding_mask [B, S], lengths before cutting) of `texts`: user text encoded with special-token
-    strings as plain text, cut to `max_len` tokens and right-padded."""
+    strings as plain text, cut to `max_len` tokens and right-padded. With `unknown`, each text's pieces that became
+    the unknown token are appended to it as a list."""
     from .data.tokenizers.subword import encode_user_text
 
-    full = [encode_user_text(tok, text) for text in texts]
+    full = []
+    for text in texts:
+        pieces: list[str] = []
+        full.append(encode_user_text(tok, text, pieces))
+        if unknown is not None:
+            unknown.append(pieces)
     for text, row in zip(texts, full, strict=True):
         if not row:
             raise ConfigError(f"--text: {text[:80]!r} has no tokens under the run's tokenizer")
@@ -74,17 +82,28 @@ class Translator:
 
         self.max_len = context_length(run.cfg)
         self.cut = 0
+        self.unknown = 0  # sentences with characters the tokenizer never saw
 
     def __call__(self, texts: Sequence[str], where: Sequence[str] = ()) -> list[str]:
         """Translations of `texts` (`where` names each, e.g. "line 7", for the message about a cut sentence)."""
-        from .data.tokenizers.subword import decode_generated
+        from .data.tokenizers.subword import decode_generated, unknown_note
 
-        src, mask, lengths = source_batch(self.tok, texts, self.max_len)
-        for i, n in enumerate(lengths):
+        unknown: list[list[str]] = []
+        src, mask, lengths = source_batch(self.tok, texts, self.max_len, unknown)
+        for i, (n, pieces) in enumerate(zip(lengths, unknown, strict=True)):
+            name = where[i] if i < len(where) else repr(texts[i][:40])
+            if pieces:
+                self.unknown += 1
+                if self.unknown <= SHOWN_CUTS:
+                    log.warning(
+                        "translate: %s holds %s%s",
+                        name,
+                        unknown_note(pieces),
+                        "; further such sentences are only counted" if self.unknown == SHOWN_CUTS else "",
+                    )
             if n > self.max_len:
                 self.cut += 1
                 if self.cut <= SHOWN_CUTS:
-                    name = where[i] if i < len(where) else repr(texts[i][:40])
                     log.warning(
                         "translate: %s has %d tokens; cut to the model's %d (data.max_len)%s",
                         name,
@@ -169,7 +188,8 @@ def translate_file(
             flush()
     flush()
     cut = f"; {translator.cut} cut to {translator.max_len} tokens" if translator.cut else ""
-    print(f"attnzoo translate: {total} lines translated{cut}", file=sys.stderr, flush=True)
+    unknown = f"; {translator.unknown} with characters the tokenizer never saw" if translator.unknown else ""
+    print(f"attnzoo translate: {total} lines translated{cut}{unknown}", file=sys.stderr, flush=True)
     return total
 
 

@@ -66,9 +66,12 @@ def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
 
 def text_input(data: Any, text: str) -> dict[str, Tensor]:
     """A text encoded by the run's tokenizer, cut to its `max_len`: {"tokens": [1, L], "padding_mask": [1, L]}."""
-    from .data.tokenizers.subword import encode_user_text
+    from .data.tokenizers.subword import encode_user_text, unknown_note
 
-    ids = encode_user_text(data.tokenizer, text)  # "[CLS]" typed in the text is plain text, not a special id
+    unknown: list[str] = []
+    ids = encode_user_text(data.tokenizer, text, unknown)  # "[CLS]" typed in the text is plain text, not a special id
+    if unknown:
+        log.warning("viz: --text holds %s", unknown_note(unknown))
     if not ids:
         raise ConfigError(f"--text: {text[:80]!r} has no tokens under tokenizer {data.tokenizer.name!r}")
     if len(ids) > data.max_len:
@@ -203,11 +206,15 @@ def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path
     """`<out>/alignment.png`: the cross-attention of the run's translation of `text` (greedy, or beam search),
     source tokens across and generated tokens down, per decoder layer; the maps also go to `<out>/maps.pt`."""
     from .attention import capture_attention
+    from .data.tokenizers.subword import unknown_note
     from .drawing.alignment import draw_alignment
     from .translate import source_batch
 
     task, data = run.task.eval(), run.data
-    src, mask, _ = source_batch(data.tokenizer, [text], data.max_len)  # [1, S]
+    unknown: list[list[str]] = []
+    src, mask, _ = source_batch(data.tokenizer, [text], data.max_len, unknown)  # [1, S]
+    if unknown[0]:
+        log.warning("viz: --text holds %s", unknown_note(unknown[0]))
     hyp = task.translate(src, mask, beam_size=beam)[0]  # [T]
     hyp = hyp[hyp != data.tokenizer.pad_id]
     # teacher-forced pass over bos + the hypothesis: row t is what generated token t read

@@ -259,3 +259,26 @@ def test_viz_draws_a_validation_example_of_a_language_model(lm_run, tmp_path, ca
     block = load([lm_run / "config.yaml"]).section("data")["block_size"]
     assert saved["maps"][0].shape[-2:] == (block, block)
     assert (tmp_path / "attention_matrices.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_characters_the_tokenizer_never_saw_are_named_not_dropped_silently(
+    lm_run, translation_run, tmp_path, caplog, capsys
+):
+    from attnzoo.data.tokenizers.subword import encode_user_text
+
+    tok = SubwordTokenizer.load(translation_run / "tokenizer.json")
+    unknown: list[str] = []
+    assert encode_user_text(tok, "one ☃ two ☃", unknown) == tok.encode("one ☃ two ☃")
+    assert tok.unk_id in tok.encode("☃") and unknown == ["☃", "☃"]
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        generate(lm_run, "The", max_new_tokens=2, temperature=0.0)
+        assert "never saw" not in caplog.text
+        generate(lm_run, "The ☃ and ⛄", max_new_tokens=2, temperature=0.0)
+    assert "--prompt holds '☃', '⛄', which the run's tokenizer never saw in training" in caplog.text
+    caplog.clear()
+    path = tmp_path / "in.txt"
+    path.write_text("one\ntwo ☃\n")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        assert translate_main([str(translation_run), "--file", str(path), "--beam", "1"]) == 0
+    assert "--file line 2 holds '☃'" in caplog.text and "line 1 holds" not in caplog.text
+    assert "2 lines translated; 1 with characters the tokenizer never saw" in capsys.readouterr().err

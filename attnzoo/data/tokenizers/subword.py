@@ -280,17 +280,33 @@ def save_run_tokenizer(tok: Any, run_dir: Path) -> tuple[list[Path], dict[str, A
     return saved, tok.describe() | ({"file": TOKENIZER_FILE} if saved else {}) | {"sha256": tokenizer_digest(tok)}
 
 
-def encode_user_text(tok: Any, text: str) -> list[int]:
+def encode_user_text(tok: Any, text: str, unknown: list[str] | None = None) -> list[int]:
     """Ids of text a user typed (a sentence to translate, a prompt): special-token strings in it ("[EOS]",
-    "[PAD]", ...) are encoded as the plain text they are, never as special ids."""
+    "[PAD]", ...) are encoded as the plain text they are, never as special ids. The pieces of `text` that become
+    the unknown token (characters the tokenizer never saw in training) are appended to `unknown` when given."""
     inner = getattr(tok, "tok", None)
     if inner is None:  # bytes: every string is plain text already
         return tok.encode(text)
+    unk_id = getattr(tok, "unk_id", None)  # a tokenizers file of the user's own (FileTokenizer) names none
     inner.encode_special_tokens = True
     try:
-        return tok.encode(text)
+        ids = tok.encode(text)
+        if unknown is not None and unk_id is not None and unk_id in ids:
+            encoding = inner.encode(text, add_special_tokens=False)
+            unknown += [text[a:b] for i, (a, b) in zip(encoding.ids, encoding.offsets, strict=True) if i == unk_id]
     finally:
         inner.encode_special_tokens = False
+    return ids
+
+
+def unknown_note(unknown: Sequence[str], shown: int = 10) -> str:
+    """What to tell a user whose text held `unknown` pieces (see `encode_user_text`): the distinct ones, quoted."""
+    distinct = list(dict.fromkeys(unknown))
+    more = f" and {len(distinct) - shown} more" if len(distinct) > shown else ""
+    return (
+        f"{', '.join(map(repr, distinct[:shown]))}{more}, which the run's tokenizer never saw in training: the model "
+        "reads each as its unknown token"
+    )
 
 
 def decode_generated(tok: Any, ids: Sequence[int]) -> str:

@@ -1,7 +1,7 @@
 """One run of an ablation, wherever it runs: `run_one` runs a planned run's command in its run directory and
 records how it ended in `ablate.json`. Every launcher (`attnzoo.ablation.runner`, `.slurm`, `.ray_tune`) runs
 each run with it; `python -m attnzoo.ablation.job` is the same routine as a command, for job scripts. This module
-imports only the standard library, so a job starts at once.
+imports only the standard library (and `attnzoo.util`, which does too), so a job starts at once.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from ..util.files import write_json
 
 TAIL_LINES = 40  # lines of a failed run's stderr kept in its ablate.json
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -38,12 +40,6 @@ def read_record(run_dir: Path) -> dict[str, Any]:
         return json.loads(path.read_text()) if path.is_file() else {}
     except json.JSONDecodeError:
         return {}
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 RUNNING = "running"

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError
-from .job import PACKAGE_ROOT, read_record, run_one, write_json
+from ..util.files import write_json
+from .job import PACKAGE_ROOT, read_record, run_one
 
 if TYPE_CHECKING:
     from .runner import Planned

@@ -19,9 +19,10 @@ from typing import Any, Protocol
 
 from ..config import ConfigError, load
 from ..run.lock import RunLock
+from ..util.files import write_json
 from ..util.imports import imports_allowed
 from .grid import Grid, Variant, load_grid
-from .job import finished, read_record, run_one, write_json
+from .job import finished, read_record, run_one
 
 log = logging.getLogger("attnzoo")
 DEFAULTS = ["trainer.enable_progress_bar=false"]  # output goes to log files; the user's overrides can undo it

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from .job import PACKAGE_ROOT, read_record, write_json
+from ..util.files import write_json
+from .job import PACKAGE_ROOT, read_record
 from .runner import Planned, fit_command, status
 
 log = logging.getLogger("attnzoo")

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from .converted import Converted, read_weights
+from .converted import Converted, read_hf_config, read_weights
 
 log = logging.getLogger("attnzoo")
 
@@ -65,10 +65,15 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
             return module.convert(path, timm_name=timm_name)
     if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
         read_weights(path)  # a damaged or foreign file is named as unreadable, with the reason
+    said = ""
+    if (path / "config.json").is_file():
+        config = read_hf_config(path)  # a broken config.json is named as such, with the reason
+        kind = config.get("model_type", config.get("architecture")) if isinstance(config, dict) else None
+        said = f" (its config.json names {kind!r})" if kind else " (its config.json names no model_type)"
     raise ValueError(
-        f"{text!r} is no checkpoint attnzoo can read: expected an attnzoo run directory or .ckpt file, or a Hugging "
-        f"Face model directory (config.json + weights) or timm ViT .safetensors/.pth file of a supported family "
-        f"({', '.join(found)})"
+        f"{text!r} is no checkpoint attnzoo can read{said}: expected an attnzoo run directory or .ckpt file, or a "
+        f"Hugging Face model directory (config.json + weights) or timm ViT .safetensors/.pth file of a supported "
+        f"family ({', '.join(found)})"
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..config import Config, ConfigError, load, read_yaml
+from ..util.files import write_json
 
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
 
@@ -182,9 +183,7 @@ def record_resume(run_dir: Path, checkpoint: Path, step: int, changes: dict[str,
             "changed": changes,
         }
     )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(records, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json(path, records)
     return records
 
 

@@ -357,15 +357,15 @@ def keep_start(record: Mapping[str, Any], run_dir: Path) -> None:
     the start's tokenizer.json when the run tokenizes with it and has no tokenizer.json of its own. A command that
     loads the run reads that copy (`attnzoo.run.tokenizer_stamp.saved_tokenizer`), and `--resume` both: the run
     works, and goes on, after the folder it started from moved."""
-    import json
     import shutil
 
     from ..data.tokenizers.subword import TOKENIZER_FILE
+    from ..util.files import write_json
 
     source = record.get("tokenizer")
     if source and not (run_dir / TOKENIZER_FILE).exists():
         shutil.copyfile(source, run_dir / TOKENIZER_FILE)
-    (run_dir / START_FILE).write_text(json.dumps(dict(record), indent=2) + "\n")
+    write_json(run_dir / START_FILE, dict(record))
 
 
 def recorded_start(run_dir: Path) -> dict[str, Any] | None:

@@ -2,24 +2,44 @@
 
 Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
 `--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
-them to `<run dir>/evaluate-<checkpoint>.json` (when the run directory cannot be written, the metrics are printed
-and the command says so and exits 1). A translation or LM run's examples go into that report (and the log); the
-run's own examples.txt / examples.json stay as training left them, and nothing is written elsewhere. Data with no
-test examples is scored on its validation split, as `fit` does (the report's `split` says which). Ctrl+C or SIGTERM
-stops it at once, writes nothing and exits 128 + the signal's number (130 / 143), as `fit` does during its test.
+them to `<run dir>/evaluate-<checkpoint>.json` (`evaluate-<checkpoint>-<digest>.json` for other data than the run's:
+`report_name`). The report records the data it scored and the overlays and overrides given; when the run directory
+cannot be written, the metrics are printed and the command says so and exits 1. A translation or LM run's examples
+go into that report (and the log); the run's own examples.txt / examples.json stay as training left them, and
+nothing is written elsewhere. Data with no test examples is scored on its validation split, as `fit` does (the
+report's `split` says which). Ctrl+C or SIGTERM stops it at once, writes nothing and exits 128 + the signal's number
+(130 / 143), as `fit` does during its test.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .config import ConfigError
 from .fit import check_rank_format
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
+
+DATA_KEYS = ("train", "val", "test", "root")  # where the data section says the examples are
+
+
+def report_name(run_dir: Path, checkpoint: str, data: dict[str, Any]) -> str:
+    """`evaluate-<checkpoint>.json` for the run's own data; for other data (`data`: the `DATA_KEYS` of the data
+    section evaluated) the name adds 8 hex digits of a digest of them, so each dataset keeps its own report and
+    evaluating the same one again replaces it."""
+    from .config import load
+    from .run.rundir import same_path
+
+    own = load([run_dir / "config.yaml"]).section("data")
+    if all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS):
+        return f"evaluate-{checkpoint}.json"
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+    return f"evaluate-{checkpoint}-{digest}.json"
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
@@ -42,15 +62,24 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         split = "val"
         results = trainer.test(run.task, dataloaders=run.data.val_dataloader(), verbose=False)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-    report = {"checkpoint": str(run.checkpoint), "split": split, "metrics": metrics}
+    data = run.cfg.section("data")
+    report = {
+        "checkpoint": str(run.checkpoint),
+        "split": split,
+        "data": {k: data[k] for k in DATA_KEYS if data.get(k) is not None},
+        "configs": [str(c) for c in configs],
+        "overrides": list(overrides),
+        "metrics": metrics,
+    }
     if getattr(run.task, "examples", None):  # a sequence task's examples (also logged); the run's own files stay
         report["examples"] = run.task.examples
     name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem
-    path = run_dir / f"evaluate-{name}.json"
+    path = run_dir / report_name(run_dir, name, report["data"])
     try:
         path.write_text(json.dumps(report, indent=2) + "\n")
     except OSError as err:  # a read-only run directory (a shared copy), a full disk: the metrics still count
         report["not_written"] = f"{path}: {err.strerror or err}"
+    report["path"] = str(path)
     return report
 
 
@@ -89,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "not_written" in report:
         print(f"attnzoo evaluate: error: could not write the report {report['not_written']}", file=sys.stderr)
         return 1
+    print(f"attnzoo evaluate: report written to {report['path']}", file=sys.stderr)
     return 0
 
 

@@ -143,7 +143,7 @@ def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
     changes = {
         k: [old.get(k, unset), new.get(k, unset)]
         for k in sorted(old.keys() | new.keys())
-        if old.get(k, unset) != new.get(k, unset) and not _same_path(k, old.get(k), new.get(k))
+        if old.get(k, unset) != new.get(k, unset) and not same_path(k, old.get(k), new.get(k))
     }
     refused = [k for k in changes if not any(k == a or k.startswith(f"{a}.") for a in RESUME_MAY_CHANGE)]
     if refused:
@@ -158,7 +158,7 @@ def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
     return changes
 
 
-def _same_path(key: str, old: Any, new: Any) -> bool:
+def same_path(key: str, old: Any, new: Any) -> bool:
     """Whether a data path (`attnzoo.run.build.PATH_KEYS`) is the same file written another way: a run's config.yaml
     from before data paths were made absolute holds them as typed, relative to the working directory."""
     from .build import PATH_KEYS
@@ -167,7 +167,7 @@ def _same_path(key: str, old: Any, new: Any) -> bool:
     if section != "data" or name not in PATH_KEYS:
         return False
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return all(_same_path(key, a, b) for a, b in zip(old, new, strict=True))
+        return all(same_path(key, a, b) for a, b in zip(old, new, strict=True))
     return isinstance(old, str) and isinstance(new, str) and Path(old).resolve() == Path(new).resolve()
 
 

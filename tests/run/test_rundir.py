@@ -110,17 +110,27 @@ def test_a_run_with_relative_data_paths_resumes_and_evaluates_from_another_direc
     monkeypatch.chdir(tmp_path)
     fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
     assert json.loads((run_dir / "summary.json").read_text())["finished"]
-    assert "test/acc" in evaluate(run_dir, "best", "test", [], [])["metrics"]
+    own = evaluate(run_dir, "best", "test", [], [])
+    assert "test/acc" in own["metrics"] and own["path"] == str(run_dir / "evaluate-best.json")
+    assert own["data"]["test"] == str(tmp_path / "data" / "test.csv")
+    # other data keeps a report of its own, which says what it scored; the run's own report stays
+    (tmp_path / "other.csv").write_text((tmp_path / "data" / "test.csv").read_text())
+    other = evaluate(run_dir, "best", "test", [], ["data.test=other.csv"])
+    assert other["path"] != own["path"] and Path(other["path"]).name.startswith("evaluate-best-")
+    assert other["data"]["test"] == str(tmp_path / "other.csv") and other["overrides"] == ["data.test=other.csv"]
+    assert json.loads((run_dir / "evaluate-best.json").read_text())["data"] == own["data"]
+    again = evaluate(run_dir, "best", "test", [], [f"data.test={tmp_path / 'other.csv'}"])
+    assert again["path"] == other["path"]  # the same data by another path: the same report, replaced
 
 
 def test_a_resume_of_a_run_whose_config_holds_relative_paths_takes_them_as_the_same_files(tmp_path, monkeypatch):
-    from attnzoo.run.rundir import _same_path
+    from attnzoo.run.rundir import same_path
 
     monkeypatch.chdir(tmp_path)
-    assert _same_path("data.train", "a/train.csv", str(tmp_path / "a" / "train.csv"))
-    assert _same_path("data.train", ["x.txt"], [str(tmp_path / "x.txt")])
-    assert not _same_path("data.train", "a/train.csv", str(tmp_path / "b" / "train.csv"))
-    assert not _same_path("model.kind", "text", str(tmp_path / "text"))  # not a data path
+    assert same_path("data.train", "a/train.csv", str(tmp_path / "a" / "train.csv"))
+    assert same_path("data.train", ["x.txt"], [str(tmp_path / "x.txt")])
+    assert not same_path("data.train", "a/train.csv", str(tmp_path / "b" / "train.csv"))
+    assert not same_path("model.kind", "text", str(tmp_path / "text"))  # not a data path
 
 
 def test_only_data_paths_that_exist_are_made_absolute(tmp_path, monkeypatch):

@@ -140,8 +140,9 @@ def test_bad_files_raise_naming_the_file_or_are_skipped_and_counted(tmp_path, ca
     speech_commands(tmp_path)
     (tmp_path / "go" / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
     (tmp_path / "yes" / "truncated.wav").write_bytes((tmp_path / "yes" / "spk1_nohash_0.wav").read_bytes()[:60])
-    with pytest.raises(AudioFileError, match=r"broken\.wav: cannot read as WAV"):
+    with pytest.raises(AudioFileError, match=r"2 unreadable audio file\(s\): .*broken\.wav: cannot read as WAV") as err:
         small(source="folder", root=str(tmp_path), cache=cache).setup()
+    assert "truncated.wav" in str(err.value) and "data.on_bad_file=skip" in str(err.value)  # all named at once
     dm = small(source="folder", root=str(tmp_path), cache=cache, on_bad_file="skip")
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         dm.setup()

@@ -22,7 +22,7 @@ CROPS = ("random", "start", "center")
 
 
 class AudioFileError(ValueError):
-    """A file that cannot be read as a WAV clip; the message starts with its path."""
+    """A file that cannot be read as a WAV clip (the message starts with its path), or a list of such files."""
 
 
 def _check_data_size(path: str | Path) -> None:

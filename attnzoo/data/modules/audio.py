@@ -38,6 +38,7 @@ Tensor = torch.Tensor
 
 SOURCES = ("synthetic", "folder", "csv")
 BAD_FILE_POLICIES = ("error", "skip")
+SHOWN_BAD = 10  # unreadable files named one by one in the error or warning; the rest are counted
 SPLITS = ("train", "val", "test")
 STATS_FILE = "audio_stats.json"
 
@@ -123,7 +124,8 @@ class AudioDataModule(DataModule):
         n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`), handed to the model.
         cache: decode every file once in `setup()` and keep the waveforms in memory; False decodes in the loader
             workers. Either way `setup()` checks every file (False: header and size only) before training.
-        on_bad_file: "error" stops naming the file; "skip" leaves it out, logs it and counts it (`skipped`).
+        on_bad_file: "error" stops naming every unreadable file; "skip" leaves them out, logs and counts them
+            (`skipped`).
         mixup_alpha: mixup of training batches (0 = off).
         time_shift_ms: training clips are shifted in time by up to this much either way (0 = off).
         stats_clips: at most this many train clips for the normalization statistics.
@@ -260,20 +262,21 @@ class AudioDataModule(DataModule):
                 if not path.is_file():
                     raise AudioFileError(f"{path}: no such file")
                 wave = load_clip(path, sample_rate=self.sample_rate) if self.cache else probe_wav(path)
-            except AudioFileError as err:
-                if self.on_bad_file == "error":
-                    raise
+            except AudioFileError as err:  # every file is tried, so one message names them all
                 self.skipped.append((str(path), str(err)))
                 continue
             per_split[split][0].append((path, wave))
             per_split[split][1].append(self._target([index[name] for name in labels]))
         if self.skipped:
-            shown = "; ".join(reason for _, reason in self.skipped[:5])
+            shown = "; ".join(reason for _, reason in self.skipped[:SHOWN_BAD])
+            more = f"; and {len(self.skipped) - SHOWN_BAD} more" if len(self.skipped) > SHOWN_BAD else ""
+            if self.on_bad_file == "error":
+                raise AudioFileError(
+                    f"{len(self.skipped)} unreadable audio file(s): {shown}{more}; remove or replace them, or set "
+                    "data.on_bad_file=skip to leave them out"
+                )
             log.warning(
-                "data: skipped %d unreadable audio files (on_bad_file=skip): %s%s",
-                len(self.skipped),
-                shown,
-                " ..." if len(self.skipped) > 5 else "",
+                "data: skipped %d unreadable audio files (on_bad_file=skip): %s%s", len(self.skipped), shown, more
             )
         for split, (items, targets) in per_split.items():
             paths = [path for path, _ in items]

@@ -7,7 +7,8 @@ On a machine shared with other jobs, OMP_NUM_THREADS=1 gives steadier ratios (th
 
 Part 1 times every kind side by side (each on the backend `auto` picks, named in the table) and measures its
 peak memory. Part 2 measures DCMHA's peak memory for several chunk sizes at N = 4096, which should grow with the
-chunk size, not with N^2. Targets: gated and sinks <= 1.3x mha-sdpa, differential <= 2.5x.
+chunk size, not with N^2. Part 3 times talking heads and DCMHA on batches of long sequences with chunk_size
+"auto" against fixed chunks of 256. Targets: gated and sinks <= 1.3x mha-sdpa, differential <= 2.5x.
 """
 
 import torch
@@ -70,7 +71,7 @@ def build(kind: str, n: int, chunk: int | None = CHUNK) -> torch.nn.Module:
 def make_step(spec):
     torch.manual_seed(0)
     layer = build(spec["kind"], spec["n"], spec.get("chunk", CHUNK))
-    x = torch.randn(B, spec["n"], DIM, requires_grad=True)
+    x = torch.randn(spec.get("batch", B), spec["n"], DIM, requires_grad=True)
 
     def step():
         layer(x).sum().backward()
@@ -110,6 +111,27 @@ def run(args):
     for chunk in chunks:
         mem = peak_memory_of({"suite": "variants", "kind": "dcmha", "n": n, "chunk": chunk})
         rows.append({"N": n, "kind": "dcmha (memory)", "chunk": chunk, "peak MiB": mem / 2**20})
+    # part 3: chunk_size "auto" (the default) against fixed chunks of 256, on a batch of long sequences
+    for batch, n in [(2, 256), (4, 512)] if args.quick else [(16, 512), (4, 1024)]:
+        specs = {
+            (kind, chunk): {"kind": kind, "n": n, "batch": batch, "chunk": chunk}
+            for kind in ("talking_heads", "dcmha")
+            for chunk in (CHUNK, "auto")
+        }
+        steps = {key: make_step(spec) for key, spec in specs.items()}
+        times = time_side_by_side(steps, repeats=repeats)
+        for (kind, chunk), t in times.items():
+            rows.append(
+                {
+                    "N": n,
+                    "kind": f"{kind} (chunk auto, B={batch})",
+                    "backend": steps[kind, chunk].layer.backend_used,
+                    "chunk": chunk,
+                    "fwd+bwd s": t,
+                    "vs chunk 256": t / times[kind, CHUNK],
+                }
+            )
+        del steps
     write_results(
         "variants",
         rows,
@@ -119,6 +141,9 @@ def run(args):
         f"`vs mha-sdpa` = time / dense MHA on sdpa time (same run, interleaved). The last rows: DCMHA peak "
         f"memory at N={n} for several chunk sizes. gated: elementwise gate; sinks: fused CPU kernel plus a "
         f"log-sum-exp rescaling; differential: two fused calls; sigmoid: explicit (no fused kernel, like "
-        f"mha-eager); mla: kv_rank {KV_RANK}, rope_dim {ROPE_DIM}, values zero-padded to the key width.",
+        f"mha-eager); mla: kv_rank {KV_RANK}, rope_dim {ROPE_DIM}, values zero-padded to the key width. "
+        f"`chunk auto` rows: talking heads and DCMHA on a batch of B sequences with chunk_size 'auto' (the default: "
+        f"chunks cut so that B x H x chunk x N scores stay near 2^21) against fixed chunks of {CHUNK} queries, "
+        f"interleaved; `vs chunk 256` = time / that of chunks of {CHUNK}.",
     )
     return rows

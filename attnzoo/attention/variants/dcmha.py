@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compose import ComposedAttention, HeadComposition
+from .compose import Chunk, ComposedAttention, HeadComposition
 
 
 class DCMHAttention(ComposedAttention):
@@ -33,7 +33,7 @@ class DCMHAttention(ComposedAttention):
         *,
         rank: int = 2,
         hidden: int | None = None,
-        chunk_size: int | None = 256,
+        chunk_size: Chunk = "auto",
         checkpoint: bool = True,
         **kwargs: Any,
     ) -> None:

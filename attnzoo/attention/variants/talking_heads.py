@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compose import ComposedAttention, HeadComposition
+from .compose import Chunk, ComposedAttention, HeadComposition
 
 
 class TalkingHeadsAttention(ComposedAttention):
@@ -17,7 +17,7 @@ class TalkingHeadsAttention(ComposedAttention):
     kind = "talking_heads"
 
     def __init__(
-        self, dim: int, num_heads: int = 8, *, chunk_size: int | None = 256, checkpoint: bool = True, **kwargs: Any
+        self, dim: int, num_heads: int = 8, *, chunk_size: Chunk = "auto", checkpoint: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(dim, num_heads, chunk_size=chunk_size, checkpoint=checkpoint, **kwargs)
         self.pre = HeadComposition(num_heads)

@@ -158,6 +158,50 @@ def test_chunked_equals_unchunked_forward_and_backward(cls, chunk_size, checkpoi
         assert_close_to_scale(p.grad, q.grad, msg=name)
 
 
+def test_auto_chunks_fit_the_scores_of_a_chunk_to_a_cache_budget_on_cpu_only():
+    from attnzoo.attention.variants.compose import AUTO_CHUNK, CHUNK_ELEMENTS, MIN_AUTO_CHUNK, auto_chunk
+
+    def q(b, h, n, device="cpu"):
+        return torch.empty(b, h, n, 8, device=device)
+
+    assert auto_chunk(q(64, 4, AUTO_CHUNK), AUTO_CHUNK) == AUTO_CHUNK  # not split: one chunk, as before
+    assert auto_chunk(q(1, 4, 1024), 1024) == AUTO_CHUNK  # split, and chunks of 256 fit already
+    assert auto_chunk(q(16, 4, 512), 512) == 64 and 16 * 4 * 64 * 512 == CHUNK_ELEMENTS
+    assert auto_chunk(q(256, 8, 4096), 4096) == MIN_AUTO_CHUNK
+    assert auto_chunk(q(16, 4, 512, device="meta"), 512) == AUTO_CHUNK  # GPUs keep large chunks
+
+
+@pytest.mark.parametrize("cls", COMPOSED)
+def test_auto_chunks_equal_one_chunk_forward_and_backward(cls, monkeypatch):
+    """With chunk_size "auto" (the default) a batch of 64 x 300 queries runs in chunks of 54 queries, recomputed in backward."""
+    from attnzoo.attention.variants import compose
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["chunk_size"])
+        return chunked_attention(*args, **kwargs)
+
+    monkeypatch.setattr(compose, "chunked_attention", spy)
+    whole = cls(16, 2, chunk_size=None)
+    _randomize(whole)
+    auto = cls(16, 2)
+    assert auto.chunk_size == "auto"
+    auto.load_state_dict(whole.state_dict())
+    x = torch.randn(64, 300, 16, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    out = auto(x)
+    want = whole(x2)
+    assert seen == [54, None]  # 64 x 2 x 54 x 300 scores per chunk: at most 2**21
+    assert_close_to_scale(out, want, msg="out")
+    g = torch.randn_like(out)
+    out.backward(g)
+    want.backward(g)
+    assert_close_to_scale(x.grad, x2.grad, msg="x.grad")
+    for (name, p), q in zip(auto.named_parameters(), whole.parameters(), strict=True):
+        assert_close_to_scale(p.grad, q.grad, rel=1e-4, msg=name)  # fp32 sums of ~6M terms, in another order
+
+
 def test_checkpointed_chunks_replay_the_same_dropout():
     layer = DCMHAttention(DIM, HEADS, chunk_size=3, attn_drop=0.3).train()
     x = torch.randn(1, 8, DIM, requires_grad=True)
@@ -183,7 +227,7 @@ def test_backend_used_names_the_kind():
     [
         (DCMHAttention, dict(backend="sdpa"), r"'dcmha' mixes scores across heads.*'auto' or 'eager', got 'sdpa'"),
         (TalkingHeadsAttention, dict(backend="flash"), r"'talking_heads' mixes scores.*got 'flash'"),
-        (DCMHAttention, dict(chunk_size=0), r"chunk_size must be a positive number of queries or None, got 0"),
+        (DCMHAttention, dict(chunk_size=0), r"chunk_size must be a positive number of queries, None or .auto., got 0"),
         (DCMHAttention, dict(rank=0), r"rank \(0\) and hidden \(None\) must be positive"),
     ],
 )

@@ -226,7 +226,8 @@ class AST(nn.Module):
                 f"a clip of {feats.shape[2]} frames is shorter than one {self.patch_size}-frame patch "
                 f"({self.patch_size * self.logmel.hop_ms:.0f} ms at hop {self.logmel.hop_ms} ms)"
             )
-        x = self.patch_embed(feats[:, None])  # [B, D, Fp, Tp]
+        # the features are fp32 (`features`); the weights may be bf16/fp16/fp64 (trainer.precision "-true")
+        x = self.patch_embed(feats[:, None].to(self.patch_embed.weight.dtype))  # [B, D, Fp, Tp]
         fp, tp = x.shape[2], x.shape[3]
         x = x.permute(0, 3, 2, 1).flatten(1, 2)  # [B, Tp * Fp, D], time-major
         grid = (tp, fp)

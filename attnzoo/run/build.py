@@ -302,7 +302,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     from .checkpoint_io import AtomicCheckpointIO
     from .cluster import slurm_job
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
-    from .stalled import LearningCheck
+    from .stalled import LearningCheck, augmentation_off
 
     run = cfg.section("run")
     monitor = check_monitor(cfg, task)
@@ -316,7 +316,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
-        LearningCheck(),
+        LearningCheck(augmentation=augmentation_off(cfg)),
         *run_callbacks.callbacks(ckpt_dir / "last.ckpt", slurm_job=slurm_job()),
         *extra_callbacks,
     ]

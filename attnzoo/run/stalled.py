@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -24,11 +25,38 @@ LOSS_AT_CHANCE = 0.97  # a mean training loss above this share of ln K has not b
 ACC_NEAR_CHANCE = 1.5  # val accuracy below this many times 1/K is near chance
 
 
-class LearningCheck(L.Callback):
-    """Warn once when, after `epochs` epochs, train loss stays at chance or val accuracy stays near chance."""
+# the augmentation a run may have on ({config key: the value that turns it off}), for the hint
+AUGMENTATION_OFF = {
+    "data.augment": "false",
+    "data.trivial_augment": "false",
+    "data.mixup_alpha": "0",
+    "data.cutmix_alpha": "0",
+    "data.time_shift_ms": "0",
+    "model.spec_augment": "null",
+}
 
-    def __init__(self, epochs: int = 3) -> None:
+
+def augmentation_off(cfg: Any) -> list[str]:
+    """The overrides that turn off the augmentation the resolved config `cfg` has on (none for text)."""
+    on = []
+    for key, off in AUGMENTATION_OFF.items():
+        section, _, name = key.partition(".")
+        value = cfg.section(section).get(name)
+        if value not in (None, False, 0, 0.0, "none", "false"):
+            on.append(f"{key}={off}")
+    return on
+
+
+class LearningCheck(L.Callback):
+    """Warn once when, after `epochs` epochs, train loss stays at chance or val accuracy stays near chance.
+
+    Args:
+        augmentation: the overrides that turn the run's augmentation off (`augmentation_off`), named in the hint.
+    """
+
+    def __init__(self, epochs: int = 3, augmentation: Sequence[str] = ()) -> None:
         self.epochs = epochs
+        self.augmentation = " ".join(augmentation)
         self.losses: list[float] = []  # this epoch's training losses
         self.start_lr: float | None = None  # the learning rate as this epoch began
         self.checked = False
@@ -73,24 +101,30 @@ class LearningCheck(L.Callback):
         loss, chance = sum(self.losses) / len(self.losses), math.log(k)
         if loss >= LOSS_AT_CHANCE * chance:
             lr = getattr(task, "optimizer_spec", {}).get("lr")  # as configured (the peak of the schedule)
+            tell = (
+                f". To tell them apart, see whether it fits without augmentation: {self.augmentation}"
+                if self.augmentation
+                else ""
+            )
             log.warning(
-                "attnzoo: not learning: after %d epochs the training loss is %.3f, at chance (ln %d = %.3f): the "
-                "model has not begun to fit its training data. Likely causes: the learning rate "
-                "(task.optimizer.lr=%s; try task.optimizer.lr=%s), or the data (look at a batch: images blank or "
-                "alike after resizing and normalization, labels that do not match the images). To tell them apart, "
-                "see whether it fits without augmentation: data.augment=false data.trivial_augment=false "
-                "data.mixup_alpha=0",
-                epochs, loss, k, chance, lr, _lower(lr),
+                "not learning: after %d epochs the training loss is %.3f, at chance (ln %d = %.3f): the model has "
+                "not begun to fit its training data. Likely causes: the learning rate (task.optimizer.lr=%s; try "
+                "task.optimizer.lr=%s), or the data (look at a batch: inputs blank or alike after preprocessing, "
+                "labels that do not match the inputs)%s",
+                epochs, loss, k, chance, lr, _lower(lr), tell,
             )  # fmt: skip
         elif acc is not None and float(acc) < ACC_NEAR_CHANCE / k:
+            also = (
+                f", or augmentation that changes what the inputs show; try {self.augmentation}"
+                if self.augmentation
+                else ""
+            )
             log.warning(
-                "attnzoo: not learning: after %d epochs val/acc is %.3f, near chance (1/%d = %.3f), while the "
-                "training loss fell to %.3f (chance: %.3f): what the model learns from train does not carry to val. "
-                "Likely causes: the data (val images unlike train's, classes that differ between the splits' "
-                "folders, too few images per class) or augmentation that changes what the images show; try "
-                "data.augment=false data.trivial_augment=false data.mixup_alpha=0, and compare with the baseline "
-                "(run.baseline=true)",
-                epochs, float(acc), k, 1 / k, loss, chance,
+                "not learning: after %d epochs val/acc is %.3f, near chance (1/%d = %.3f), while the training loss "
+                "fell to %.3f (chance: %.3f): what the model learns from train does not carry to val. Likely causes: "
+                "the data (val examples unlike train's, classes that differ between the splits, too few examples "
+                "per class)%s; compare with the baseline (run.baseline=true)",
+                epochs, float(acc), k, 1 / k, loss, chance, also,
             )  # fmt: skip
 
 

@@ -122,6 +122,18 @@ def test_bf16_autocast_is_finite_and_features_stay_fp32():
     assert feats.dtype == torch.float32 and torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+def test_weights_in_another_dtype_take_the_fp32_features(dtype):
+    """trainer.precision bf16-true / 64-true casts the weights; before, the patch embedding got fp32 features and
+    stopped with "Input type (float) and bias type should be the same"."""
+    model = tiny().eval()
+    audio = torch.randn(2, RATE)
+    want = model(audio)
+    out = model.to(dtype)(audio)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), want, atol=0.1 if dtype == torch.bfloat16 else 1e-6, rtol=0.1)
+
+
 def test_normalization_statistics_are_buffers_in_the_state_dict():
     model = tiny(feature_mean=3.5, feature_std=2.0)
     state = model.state_dict()

@@ -48,7 +48,21 @@ def test_a_run_whose_train_loss_stays_at_chance_says_why_and_what_to_try(tmp_pat
     text = warnings[0]
     assert "after 3 epochs the training loss is" in text and "at chance (ln 2 = 0.693)" in text
     assert "task.optimizer.lr=0.003" in text and "try task.optimizer.lr=1e-03" in text
-    assert "data.augment=false" in text and "look at a batch" in text
+    assert "look at a batch" in text and "augmentation" not in text  # this run has none to turn off
+    assert not text.startswith("attnzoo:")  # the log's prefix says it already
+
+
+def test_the_hint_names_only_the_augmentation_the_run_has_on():
+    from attnzoo.run.stalled import augmentation_off
+
+    off = ["data.trivial_augment=false", "data.cutmix_alpha=0"]
+    vit = load([RECIPES / "vit.yaml"], ["data.augment=true", "data.mixup_alpha=0.2", *off])
+    assert augmentation_off(vit) == ["data.augment=false", "data.mixup_alpha=0"]
+    assert augmentation_off(load([RECIPES / "text_cls.yaml"])) == []  # text has no augmentation keys
+    ast = load(
+        [RECIPES / "ast.yaml"], ["data.time_shift_ms=100", "model.spec_augment={freq_mask: 4}", "data.mixup_alpha=0"]
+    )
+    assert augmentation_off(ast) == ["data.time_shift_ms=0", "model.spec_augment=null"]
 
 
 @pytest.mark.parametrize(("warmup", "checked_after"), [("0.7", 4), ("100", 5)])

@@ -173,7 +173,7 @@ def test_auto_chunks_fit_the_scores_of_a_chunk_to_a_cache_budget_on_cpu_only():
 
 @pytest.mark.parametrize("cls", COMPOSED)
 def test_auto_chunks_equal_one_chunk_forward_and_backward(cls, monkeypatch):
-    """With chunk_size "auto" (the default) a batch of 64 x 300 queries runs in chunks of 54 queries, recomputed in backward."""
+    """With chunk_size "auto" (the default) a batch of 64 x 300 queries runs in chunks of 54, recomputed in backward."""
     from attnzoo.attention.variants import compose
 
     seen = []

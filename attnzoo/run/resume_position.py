@@ -13,6 +13,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from torch.utils.data import Sampler
 
@@ -56,10 +57,13 @@ class ResumeDataPosition(L.Callback):
         self._rng = state.get("rng")
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._skip_trained_batches(trainer)
         if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here
             name, keys, pos, has_gauss, gauss = self._rng["numpy"]
             _set_rng_states({**self._rng, "numpy": (name, keys.numpy(), pos, has_gauss, gauss)})
             self._rng = None
+
+    def _skip_trained_batches(self, trainer: L.Trainer) -> None:
         # batches of this epoch that stepped: a checkpoint saved in on_train_batch_end counts its batch as processed
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
         loader = trainer.train_dataloader
@@ -73,4 +77,20 @@ class ResumeDataPosition(L.Callback):
             batch_sampler.skip_batches(done)
         else:
             batch_sampler.sampler = _SkipFirst(batch_sampler.sampler, done * batch_sampler.batch_size, batch_sampler)
+        # Lightning made the epoch's iterator before this hook (FitLoop.setup_data), and loader workers fetch ahead
+        # as soon as it exists: those batches came from the sampler without the skip (which would then have cut the
+        # next epoch instead) and before the sampler was told its epoch (Lightning tells it after this hook). A new
+        # iterator reads the sampler as it is now, told its epoch here (persistent workers are reset); it is made
+        # before the random state is restored, since making one may draw from it.
+        fetcher = trainer.fit_loop._data_fetcher
+        if fetcher is not None:
+            _set_sampler_epoch(loader, trainer.fit_loop.epoch_progress.current.processed)
+            iter(fetcher)
         log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
+        if getattr(loader, "num_workers", 0) > 0:
+            log.warning(
+                "resume: data.num_workers=%d: the loader workers start new random streams, so random augmentation "
+                "drawn in them (crops, flips, shifts) differs from the uninterrupted run's for the rest of the run; "
+                "the batches hold the same samples in the same order. data.num_workers=0 resumes exactly",
+                loader.num_workers,
+            )

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .lasting import lasting
 from .toeplitz import relative_dense
 
 log = logging.getLogger("attnzoo")
@@ -45,7 +46,7 @@ def _cache_get(key: Hashable, make: Callable[[], Tensor]) -> Tensor:
     if hit is not None:
         _cache.move_to_end(key)
         return hit
-    out = make()
+    out = lasting(make)
     size = out.numel() * out.element_size()
     if size <= DENSE_CACHE_BYTES:
         _cache[key] = out

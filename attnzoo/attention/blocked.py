@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from .backends import Request, register_backend, trains
 from .band import band_attention, band_reason
+from .lasting import lasting
 from .patterns import Pattern, num_blocks, right_padded, unpadded
 
 Tensor = torch.Tensor
@@ -43,13 +44,16 @@ class Group:
         """The pattern mask as SDPA's additive float mask, cached (SDPA would convert a bool mask every call);
         with the rows that read some key, [B * nb, 1, bq, 1], or None when all do."""
         if (dtype, b) not in self.additive:
-            alive = self.mask.any(dim=-1, keepdim=True)  # [nb, bq, 1]
-            allowed = self.mask | ~alive
-            zero = torch.zeros((), dtype=dtype, device=allowed.device)
-            add = torch.where(allowed, zero, torch.tensor(float("-inf"), dtype=dtype, device=allowed.device))
-            rows = None if bool(alive.all()) else alive[:, None].repeat(b, 1, 1, 1)
-            self.additive[(dtype, b)] = (add[:, None].repeat(b, 1, 1, 1), rows)
+            self.additive[(dtype, b)] = lasting(lambda: self._additive(dtype, b))
         return self.additive[(dtype, b)]
+
+    def _additive(self, dtype, b: int) -> tuple[Tensor, Tensor | None]:
+        alive = self.mask.any(dim=-1, keepdim=True)  # [nb, bq, 1]
+        allowed = self.mask | ~alive
+        zero = torch.zeros((), dtype=dtype, device=allowed.device)
+        add = torch.where(allowed, zero, torch.tensor(float("-inf"), dtype=dtype, device=allowed.device))
+        rows = None if bool(alive.all()) else alive[:, None].repeat(b, 1, 1, 1)
+        return add[:, None].repeat(b, 1, 1, 1), rows
 
 
 class Full(Pattern):
@@ -207,7 +211,7 @@ class Blocked:
         cache = self._plans.setdefault(pattern, {})
         key = (lq, lk, bq, bk, str(device))
         if key not in cache:
-            cache[key] = plan(pattern, lq, lk, bq, bk, device)
+            cache[key] = lasting(lambda: plan(pattern, lq, lk, bq, bk, device))
         return cache[key]
 
     def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, transform=None):

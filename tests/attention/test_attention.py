@@ -233,3 +233,31 @@ def test_imports_multihead_attention(cross, backend):
     want, _ = mha(x, ctx, ctx, key_padding_mask=pad, need_weights=False)
     got = ours(x, ctx if cross else None, key_padding_mask=pad)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"backend": "blocked", "pattern": {"kind": "sliding_window", "window": 4}},
+        {"backend": "blocked"},
+        {"kind": "gated", "backend": "blocked", "pattern": {"kind": "sliding_window", "window": 4}},
+        {"kind": "sinks", "bias": "alibi"},
+        {"backend": "sdpa", "bias": "alibi"},
+        {"backend": "blocked", "bias": "t5"},
+    ],
+    ids=["blocked-window", "blocked-dense", "gated-blocked", "sinks-alibi", "sdpa-alibi", "blocked-t5"],
+)
+def test_a_layer_used_under_inference_mode_trains_afterwards(cfg):
+    """Masks, plans and dense biases cached during an inference-mode call (trainer.validate before fit) were
+    inference tensors, which autograd refused to save once the layer trained."""
+    from attnzoo.attention.factory import attention_layer
+
+    torch.manual_seed(0)
+    layer = attention_layer(cfg, seq_len=17)(32, 4)
+    x = torch.randn(2, 17, 32)
+    with torch.inference_mode():
+        first = layer(x)
+    out = layer(x.clone().requires_grad_())
+    out.sum().backward()
+    torch.testing.assert_close(out.detach(), first)
+    assert all(p.grad is not None for p in layer.parameters() if p.requires_grad)

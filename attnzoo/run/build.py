@@ -296,10 +296,10 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     """
     import lightning as L
     from lightning.fabric.utilities.exceptions import MisconfigurationException
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+    from lightning.pytorch.callbacks import EarlyStopping
 
     from . import callbacks as run_callbacks
-    from .checkpoint_io import AtomicCheckpointIO
+    from .checkpoint_io import AtomicCheckpointIO, RunCheckpoint
     from .cluster import slurm_job
     from .metrics import MetricsCheckpointSync, RunCSVLogger, RunSummary
     from .stalled import LearningCheck, augmentation_off
@@ -311,9 +311,9 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     logger = RunCSVLogger(str(run_dir))
     summary = RunSummary(monitor=monitor, mode=mode)
     callbacks = [
-        ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False),
+        RunCheckpoint(dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False),
         # last.ckpt after every epoch, improved or not (Lightning's save_last follows the best checkpoint's saves)
-        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
+        RunCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
         summary,
         LearningCheck(augmentation=augmentation_off(cfg)),
@@ -334,7 +334,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         callbacks.append(EarlyStopping(monitor=monitor, mode=mode, check_on_train_epoch_end=False, **stopping))
     if run.get("save_every_n_steps"):
         callbacks.append(
-            ModelCheckpoint(
+            RunCheckpoint(
                 dirpath=ckpt_dir,
                 filename="last",
                 every_n_train_steps=run["save_every_n_steps"],

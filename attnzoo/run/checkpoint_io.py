@@ -2,6 +2,7 @@
 
 - `AtomicCheckpointIO`: checkpoints are written to a temporary file in the same directory, fsynced and moved over the
   old one with `os.replace`; a crash mid-write leaves the previous checkpoint intact.
+- `RunCheckpoint`: Lightning's ModelCheckpoint, whose best score and paths survive a moved run directory.
 - `read_checkpoint`: a checkpoint loaded without running code, or a ValueError saying why the file is not one.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
@@ -47,6 +49,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's `ModelCheckpoint`, whose record (the best score, the best and last paths) survives a run directory
+    that moved or was copied. Lightning keeps only `best_model_path` when the saved `dirpath` differs from its own:
+    a resumed run then took any next validation as its best (overwriting best.ckpt with a worse model), and one
+    resumed after it finished stopped on the missing best score. The saved paths inside the old directory are read
+    as the same files in this one."""
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"ModelCheckpoint{kwargs!r}"  # Lightning's own key: checkpoints of earlier runs keep loading
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old is not None and self.dirpath is not None and old != self.dirpath:
+
+            def moved(path: Any) -> Any:
+                if isinstance(path, str) and path and Path(path).parent == Path(old):
+                    return str(Path(self.dirpath) / Path(path).name)
+                return path
+
+            state_dict = {
+                **state_dict,
+                "dirpath": self.dirpath,
+                "best_model_path": moved(state_dict.get("best_model_path", "")),
+                "kth_best_model_path": moved(state_dict.get("kth_best_model_path", "")),
+                "last_model_path": moved(state_dict.get("last_model_path", "")),
+                "best_k_models": {moved(k): v for k, v in (state_dict.get("best_k_models") or {}).items()},
+            }
+        super().load_state_dict(state_dict)
 
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:

@@ -148,6 +148,23 @@ def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_whe
     assert not (run_dir / ".lock").exists()
 
 
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_moved_or_copied_run_resumes_with_its_best_checkpoint_record(how, tmp_path):
+    """Lightning drops ModelCheckpoint's best score when its directory changed: a moved run took its next
+    validation as the best (overwriting best.ckpt), and a copied finished run stopped on the missing score."""
+    import shutil
+
+    run_dir = fit(load([VIT], [*TINY, *BEST_FIRST, "trainer.max_epochs=2", f"run.dir={tmp_path / 'a'}"]))
+    there = tmp_path / "b" / "run"
+    there.parent.mkdir()
+    (shutil.move if how == "moved" else shutil.copytree)(run_dir, there)
+    fit(load([there / "config.yaml"], ["trainer.max_epochs=2"] if how == "copied" else []), resume=there)
+    fit(load([there / "config.yaml"], ["trainer.max_epochs=3"]), resume=there)
+    summary = _summary(there)
+    assert summary["test"]["checkpoint_step"] == 4  # still the first epoch's
+    assert torch.load(there / "checkpoints" / "best.ckpt", weights_only=False)["global_step"] == 4
+
+
 def test_a_resume_refuses_a_changed_model_data_or_seed_naming_each_key(tmp_path):
     run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
     saved = (run_dir / "config.yaml").read_text()

@@ -171,6 +171,8 @@ class GracefulStop(StopAtOnce):
             os.kill(os.getpid(), signal.Signals[name])
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, i: int) -> None:
+        if trainer.fit_loop.epoch_loop._should_accumulate():
+            return  # inside a gradient accumulation window: stop at its optimizer step, or its gradient is lost
         # every process must stop at the same batch (a signal may reach only some of them)
         received = torch.tensor([self.signum or 0], device=module.device)
         received = int(trainer.strategy.reduce(received, reduce_op="max").item())

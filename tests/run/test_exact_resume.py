@@ -62,6 +62,31 @@ def test_a_run_resumed_mid_epoch_logs_the_uninterrupted_losses_to_the_bit(recipe
     assert resumed == reference  # every step, bit for bit
 
 
+def test_a_signal_inside_a_gradient_accumulation_window_stops_at_its_optimizer_step(tmp_path, monkeypatch):
+    """The stop came after the window's first batch: its gradient was accumulated but never stepped, and the
+    resumed run skipped that batch, so the weights differed from the uninterrupted run's."""
+    path = ROOT / "recipes" / "text_cls.yaml"
+    overrides = [
+        *smoke_overrides(load([path])),
+        *TINY_TRAINER,
+        *RECIPES["text_cls"],
+        "trainer.accumulate_grad_batches=2",
+        "trainer.limit_train_batches=6",  # 3 optimizer steps an epoch
+    ]
+    reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
+    monkeypatch.setenv(SELF_SIGNAL_ENV, "SIGTERM@3")  # in the first batch of the second epoch
+    with pytest.raises(Interrupted):
+        fit(load([path], [*overrides, f"run.dir={tmp_path / 'cut'}"]))
+    monkeypatch.delenv(SELF_SIGNAL_ENV)
+    (run_dir,) = (tmp_path / "cut" / "text_cls").iterdir()
+    stopped = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert stopped["global_step"] == 4  # after the window's optimizer step, mid-epoch
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    want = torch.load(reference / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    got = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
 def test_a_resume_with_loader_workers_skips_the_trained_batches_of_this_epoch_only(tmp_path, monkeypatch, caplog):
     """Workers fetch ahead as soon as Lightning makes the epoch's iterator, before the skip was installed: the
     resumed run trained the epoch's first batches again and cut the next epoch short (fewer steps in all)."""

@@ -76,6 +76,11 @@ def fit(
         if lock is not None:
             lock.acquire()
         held = [name for name in RUN_FILES if (run_dir / name).exists()] if ckpt_path is None else []
+        if held == ["config.yaml"] and lock is not None and not slurm_restarts():
+            # a run that stopped before training wrote anything but its config (killed while it set up): nothing
+            # to continue (--resume says so and sends the user here), so it starts again in its own directory
+            log.info("%s holds the config.yaml of a run that stopped before training; starting it again there", run_dir)
+            held = []
         if held and slurm_restarts():
             ckpt_path, finished = _after_requeue(run_dir, clear=lock is not None)
             if finished:

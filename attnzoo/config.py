@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -351,6 +352,7 @@ def validate(cfg: Config) -> None:
             raise
         raise ConfigError(f"{err}, or 'auto' (bf16-mixed where the hardware is fast at it, else 32-true)") from None
     check_budget(cfg, trainer)
+    check_processes(cfg, trainer)
     if "grad_checkpointing" in trainer:
         try:
             checkpointing_options(trainer["grad_checkpointing"])
@@ -505,6 +507,30 @@ def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
                 f"{where('num_heads')}): each head takes {key} / num_heads channels; num_heads that divide "
                 f"{width}: {fits}"
             )
+
+
+def check_processes(cfg: Config, trainer: Mapping[str, Any]) -> None:
+    """`trainer.devices` as Lightning reads it (a count, -1, "auto", or device indices) and a strategy whose
+    processes attnzoo can start: spawned processes must pickle the task, which holds closures (schedules)."""
+    devices = trainer.get("devices", "auto")
+    text = str(devices).replace(" ", "")
+    ok = (
+        devices == "auto"
+        or (type_ok(devices, int) and (devices >= 1 or devices == -1))
+        or (isinstance(devices, list) and devices and all(type_ok(d, int) and d >= 0 for d in devices))
+        or (isinstance(devices, str) and re.fullmatch(r"-1|[0-9]+|[0-9]+(,[0-9]+)*,?", text) is not None)
+    )
+    if not ok:
+        raise ConfigError(
+            f"trainer.devices: {devices!r} (set in {cfg.where('trainer.devices')}) is not a device count; valid: a "
+            "number of devices (e.g. 2), -1 for all, 'auto', or a list of device indices (e.g. [0, 1])"
+        )
+    strategy = trainer.get("strategy")
+    if isinstance(strategy, str) and "spawn" in strategy:
+        raise ConfigError(
+            f"trainer.strategy: {strategy!r} (set in {cfg.where('trainer.strategy')}) starts its processes by "
+            "pickling the task, which attnzoo's tasks do not support; use 'ddp' (each process runs the command again)"
+        )
 
 
 def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:

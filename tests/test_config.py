@@ -51,6 +51,11 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("trainr.max_epochs=1", ["trainr", "unknown section", "did you mean 'trainer'"]),
         ("trainer.logger=false", ["trainer.logger", "unknown key"]),  # attnzoo sets the logger itself
         ("seed=abc", ["seed", "'abc'"]),
+        ("trainer.devices=two", ["trainer.devices", "'two'", "a number of devices", "'auto'"]),
+        ("trainer.devices=0", ["trainer.devices", "a number of devices"]),
+        ("trainer.strategy=ddp_spawn", ["trainer.strategy", "'ddp_spawn'", "use 'ddp'"]),
+        ("task.optimizer.lr=abc", ["task.optimizer.lr", "'abc' is not a number"]),
+        ("model.attention.pattern=alibi", ["model.attention.pattern", "'alibi' is a bias", "model.attention.bias"]),
     ],
 )
 def test_bad_override_names_key_origin_and_choices(override, fragments):
@@ -59,6 +64,22 @@ def test_bad_override_names_key_origin_and_choices(override, fragments):
     message = str(err.value)
     for fragment in [*fragments, "command line"]:
         assert fragment in message, message
+
+
+@pytest.mark.parametrize("devices", ["2", "-1", "auto", "[0, 1]", "0,1"])
+def test_device_counts_lightning_reads_are_accepted(devices):
+    load([VIT], [f"trainer.devices={devices}"])
+
+
+def test_a_rotary_encoding_given_as_the_position_table_says_where_it_goes():
+    from attnzoo.attention.positions import POSITIONS
+    from attnzoo.attention.specs import build
+
+    with pytest.raises(ValueError) as err:
+        build("rope", POSITIONS, "model.position", dim=8, max_len=4)
+    message = str(err.value)
+    assert "model.attention.rotary=rope with model.position=none" in message
+    assert message.count("'none'") == 1  # listed once in the valid names (it was twice)
 
 
 def test_error_names_the_file_that_set_the_key(tmp_path):

@@ -40,6 +40,15 @@ CONTEXT_KEYS: dict[str, str] = {
 }
 
 
+# kinds that belong under another key than the one they were given under: what to say instead of "did you mean"
+ELSEWHERE = {
+    "rope": "'rope' is a rotary encoding, set in the attention: model.attention.rotary=rope with model.position=none",
+    "rope_2d": "'rope_2d' is a rotary encoding, set in the attention: model.attention.rotary=rope_2d",
+    "alibi": "'alibi' is a bias, set in the attention: model.attention.bias=alibi (with model.position=none)",
+    "t5": "'t5' is a bias, set in the attention: model.attention.bias=t5",
+}
+
+
 def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -> None:
     """Raise a ValueError naming the first key of `context` not in `valid`, and the valid keys."""
     for key in context:
@@ -67,8 +76,9 @@ def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, 
     elif "." in str(kind):
         cls = import_path(kind, f"{what}.kind")
     else:
-        valid = ["none", *table]
-        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{suggest(kind, valid)}")
+        valid = list(dict.fromkeys(["none", *table]))
+        hint = f"; {ELSEWHERE[kind]}" if kind in ELSEWHERE else suggest(kind, valid)
+        raise ValueError(f"{what}.kind: unknown {kind!r}; valid: {valid} or a dotted import path{hint}")
     params = inspect.signature(cls).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     unknown = [k for k in kwargs if k not in params and not takes_any]

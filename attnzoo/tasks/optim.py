@@ -34,7 +34,11 @@ def check_optimizer(spec: Mapping[str, Any], what: str = "task.optimizer") -> No
             raise ValueError(f"{what}: {kind!r} takes no option {key!r}; valid: {accepted}{suggest(key, accepted)}")
     for key in ("lr", "weight_decay", "momentum"):  # per-group values, which the optimizer classes do not check
         value = spec.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ValueError(f"{what}.{key}: {value!r} is not a number (e.g. {key}: 3.0e-3)")
+        if value < 0:
             raise ValueError(f"{what}.{key}: {value} must be >= 0")
     betas = spec.get("betas")
     if betas is not None and not (isinstance(betas, list | tuple) and len(betas) == 2):

@@ -95,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_only:
             from .ablation.report import write_report
 
-            print(write_report(out), file=sys.stderr)
+            grid = load_grid(args.grid) if args.grid else None  # a corrected metric: or mode: is taken from it
+            print(write_report(out, grid and grid.metric, grid and grid.mode), file=sys.stderr)
             return 0
         launcher = _launcher(args)
         if args.dry_run:

@@ -277,6 +277,30 @@ def test_an_ablation_with_a_failed_run_exits_1_naming_it(tmp_path, monkeypatch, 
     assert (out / "report.md").is_file() and not (out / ".lock").exists()
 
 
+def test_a_mistyped_metric_is_an_error_naming_the_reported_ones_and_report_only_takes_the_corrected_grid(
+    tmp_path, monkeypatch, capsys
+):
+    """Before, every run was 'ok' and the report showed a column of '-' for the metric no run logs, exit 0; and
+    --report-only kept the stored metric whatever the corrected grid said."""
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]})
+    raw = json.loads(grid.read_text())
+    grid.write_text(json.dumps({**raw, "metric": "test/accc"}))
+    out = tmp_path / "out"
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "metric 'test/accc' (the grid's metric:) is in no finished run's summary" in err
+    assert "'test/acc'" in err and "did you mean 'test/acc'?" in err
+    grid.write_text(json.dumps({**raw, "metric": "test/acc"}))
+    assert main([*args, "--report-only"]) == 0
+    assert "test/acc" in (out / "report.md").read_text() and "accc" not in (out / "report.md").read_text()
+
+
 _DRIVER = """
 import sys
 import attnzoo.ablation.runner as runner

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import ConfigError
 from ..run.baseline import baseline_metric
+from ..util.names import suggest
 
 MB = 2**20
 LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "wer", "cer")
@@ -85,11 +87,16 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
-def collect(out: Path) -> tuple[dict[str, Any], list[Row], str | None, str]:
-    """(the plan, one Row per variant in grid order, the metric, its mode) from an ablation directory."""
+def collect(
+    out: Path, metric: str | None = None, mode: str | None = None
+) -> tuple[dict[str, Any], list[Row], str | None, str]:
+    """(the plan, one Row per variant in grid order, the metric, its mode) from an ablation directory; `metric` and
+    `mode` replace the plan's (a grid corrected after the runs). ConfigError when no finished run reports the
+    metric (a mistyped `metric:`), naming those they report."""
     info = _read(out / "ablation.json")
     if not info:
-        raise ValueError(f"{out} is not an ablation directory (no ablation.json)")
+        raise ConfigError(f"{out} is not an ablation directory (no ablation.json); give the --out of an ablation")
+    info = {**info, "metric": metric or info.get("metric"), "mode": mode or info.get("mode")}
     rows: dict[str, Row] = {}
     for v in info["variants"]:
         run_dir = out / "runs" / v["id"]
@@ -101,6 +108,14 @@ def collect(out: Path) -> tuple[dict[str, Any], list[Row], str | None, str]:
         row.runs.append(Run(v["id"], v["seed"], status, record, summary if status == "ok" else {}))
     summaries = [r.summary for row in rows.values() for r in row.runs if r.status == "ok"]
     metric = info.get("metric") or default_metric(summaries)
+    if metric and summaries and all(metric_value(s, metric) is None for s in summaries):
+        reported = sorted({k for s in summaries for sec in ("test", "best", "metrics") for k in (s.get(sec) or {})})
+        reported = [k for k in reported if "/" in k]
+        raise ConfigError(
+            f"metric {metric!r} (the grid's metric:) is in no finished run's summary; they report {reported}"
+            f"{suggest(metric, reported)}. Correct the grid and run the same command again (finished runs are "
+            "reused), or --report-only with --grid"
+        )
     mode = info.get("mode") or ("min" if metric and any(w in metric for w in LOWER_IS_BETTER) else "max")
     for row in rows.values():
         for run in row.runs:
@@ -294,10 +309,10 @@ def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -
     plt.close(fig)
 
 
-def write_report(out: str | Path) -> Path:
-    """Tables and plots of the ablation in `out`; returns report.md."""
+def write_report(out: str | Path, metric: str | None = None, mode: str | None = None) -> Path:
+    """Tables and plots of the ablation in `out` (`metric`, `mode`: in place of the plan's); returns report.md."""
     out = Path(out)
-    info, rows, metric, mode = collect(out)
+    info, rows, metric, mode = collect(out, metric, mode)
     path = write_tables(out, info, rows, metric, mode)
     plot_metric(rows, metric, out / "metric.png")
     plot_metric_vs_throughput(rows, metric, out / "metric_vs_throughput.png")

@@ -227,7 +227,7 @@ def _ablate(
     ]
     done = sum(s == "ok" for s in states.values())
     print(f"attnzoo ablate: {len(runs)} runs, {done} finished, {len(todo)} to run -> {out}", file=sys.stderr)
-    ended = 0
+    ended, warned = 0, []
 
     def report(record: dict[str, Any]) -> None:
         nonlocal ended
@@ -238,7 +238,12 @@ def _ablate(
         wall = f" in {record['wall_seconds']:.0f}s" if record.get("wall_seconds") is not None else ""
         print(f"attnzoo ablate: [{ended}/{len(todo)}] {record['variant']}: {record['status']}{wall}{extra}",
               file=sys.stderr)  # fmt: skip
-        write_report(out)
+        try:
+            write_report(out)
+        except ConfigError as err:  # a metric: no run reports: said now, and raised once every run has ended
+            if not warned:
+                print(f"attnzoo ablate: warning: {err}", file=sys.stderr)
+            warned.append(str(err))
 
     with _StopOnSignal(launcher) as stop:
         records = launcher.launch(configs, out, todo, report)

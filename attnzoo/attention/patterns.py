@@ -206,7 +206,8 @@ class _TokenSet:
         if flags is None:
             flags = torch.zeros(self.tokens[-1] + 1, dtype=torch.bool, device=idx.device)
             flags[self.tokens] = True
-            self._flags[idx.device] = flags
+            if not torch.compiler.is_compiling():  # kept outside a compiled mask_mod only: Dynamo refuses the
+                self._flags[idx.device] = flags  # side effect once it traces the whole graph (FlexAttention)
         last = len(flags) - 1
         return (idx <= last) & flags[idx.clamp(0, last)]
 

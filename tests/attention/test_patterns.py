@@ -124,3 +124,22 @@ def test_short_names_work_through_attention_layer(name):
     ref = Attention(32, 4, pattern=attn.pattern, backend="eager")
     ref.load_state_dict(attn.state_dict())
     torch.testing.assert_close(attn(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+def test_global_tokens_on_flex_after_the_recompile_limit_match_eager(monkeypatch):
+    """Once Dynamo's recompile limit was reached it traces the whole flex call, and refused the token set filling
+    its lookup table inside mask_mod ("Unsafe side effect"): the layer stopped with an error."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    torch.manual_seed(0)
+    window = Attention(32, 4, pattern=SlidingWindow(window=16), backend="flex").eval()
+    pattern = GlobalTokens(tokens=[0]) | SlidingWindow(window=16)
+    flex = Attention(32, 4, pattern=pattern, backend="flex").eval()
+    eager = Attention(32, 4, pattern=pattern, backend="eager").eval()
+    eager.load_state_dict(flex.state_dict())
+    x = torch.randn(2, 40, 32)
+    with torch.no_grad():
+        for length in (40, 50, 60):  # past the limit
+            window(torch.randn(2, length, 32))
+        torch.testing.assert_close(flex(x), eager(x), atol=1e-5, rtol=1e-5)

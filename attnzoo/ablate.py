@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", action="append", default=[], help="a recipe YAML; repeat to overlay more files")
     p.add_argument("--grid", required=True, help="a grid file (configs/ablations/*.yaml)")
     p.add_argument("--out", help="the ablation directory (default: runs/ablate/<recipe>-<grid>)")
-    p.add_argument("--seeds", type=int, nargs="+", help="run these seeds instead of the grid's")
+    p.add_argument("--seeds", nargs="+", metavar="SEED", help="run these seeds instead of the grid's")
     p.add_argument("--launcher", choices=["local", "slurm", "ray"], default="local",
                    help="where the runs go: this machine, one SLURM job each, or one Ray Tune trial each")  # fmt: skip
     p.add_argument("--jobs", type=int, default=0,
@@ -76,6 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run, e.g. trainer.max_epochs=3")
     args = p.parse_intermixed_args(argv)
+    if args.seeds:  # "--seeds 0 1 key=value": the words after the numbers are overrides, not seeds
+        words, args.seeds = args.seeds, []
+        while words and words[0].lstrip("-").isdigit():
+            args.seeds.append(int(words.pop(0)))
+        if not args.seeds:
+            p.error(f"argument --seeds: expected seed numbers, got {words[0]!r}")
+        args.overrides = [*words, *args.overrides]
     try:
         check_rank_format()  # before Lightning is imported: it reads the rank variables then
     except ConfigError as err:

@@ -345,3 +345,17 @@ def test_ctrl_c_stops_the_runs_in_flight_starts_no_queued_one_and_exits_130(pres
     assert again.returncode == 0, again.stderr[-3000:]
     assert "4 runs, 0 finished, 4 to run" in again.stderr
     assert [r["runs_ok"] for r in _csv(out / "report.csv")] == ["2", "2"]
+
+
+def test_overrides_after_the_seeds_are_overrides(tmp_path, capsys):
+    """`--seeds 0 1 trainer.max_epochs=1` stopped with "argument --seeds: invalid int value"."""
+    from attnzoo.ablate import main
+
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa"]})
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]
+    assert main([*args, "--seeds", "3", "4", "trainer.max_epochs=1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["backend=sdpa,seed=3", "backend=sdpa,seed=4"]
+    assert all("trainer.max_epochs=1" in line for line in lines)
+    with pytest.raises(SystemExit):
+        main([*args, "--seeds", "trainer.max_epochs=1"])

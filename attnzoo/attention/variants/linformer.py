@@ -70,7 +70,7 @@ class LinformerAttention(Attention):
                 raise ValueError(
                     f"attention kind 'linformer' cannot use a {option} (got {kwargs[option]!r}): keys are projected "
                     f"along the sequence, so there are no (query, key) positions left to mask or bias; "
-                    f"use kind 'mha', 'talking_heads' or 'dcmha' for {option}s"
+                    f"use kind 'mha', 'talking_heads' or 'dcmha' for a {option}"
                 )
         if seq_len is None or seq_len <= 0:
             raise ValueError(

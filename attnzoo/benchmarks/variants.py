@@ -44,7 +44,7 @@ KINDS = (
 TARGETS = {"gated": 1.3, "sinks": 1.3, "differential": 2.5}
 
 
-def build(kind: str, n: int, chunk: int | None = CHUNK) -> torch.nn.Module:
+def build(kind: str, n: int, chunk: int | None = CHUNK, dim: int = DIM) -> torch.nn.Module:
     if kind == "mha-sdpa":
         return Attention(DIM, HEADS, backend="sdpa")
     if kind == "mha-eager":
@@ -62,19 +62,24 @@ def build(kind: str, n: int, chunk: int | None = CHUNK) -> torch.nn.Module:
     if kind == "linformer":
         return LinformerAttention(DIM, HEADS, seq_len=n, proj_len=min(PROJ_LEN, n), backend="sdpa")
     if kind == "dcmha":
-        return DCMHAttention(DIM, HEADS, chunk_size=chunk)
+        return DCMHAttention(dim, HEADS, chunk_size=chunk)
     if kind == "talking_heads":
-        return TalkingHeadsAttention(DIM, HEADS, chunk_size=chunk)
+        return TalkingHeadsAttention(dim, HEADS, chunk_size=chunk)
     raise ValueError(f"unknown kind {kind!r}; valid: {list(KINDS)}")
 
 
 def make_step(spec):
     torch.manual_seed(0)
-    layer = build(spec["kind"], spec["n"], spec.get("chunk", CHUNK))
-    x = torch.randn(spec.get("batch", B), spec["n"], DIM, requires_grad=True)
+    dim, n, batch = spec.get("dim", DIM), spec["n"], spec.get("batch", B)
+    layer = build(spec["kind"], n, spec.get("chunk", CHUNK), dim)
+    x = torch.randn(batch, n, dim, requires_grad=True)
+    pad = None  # with "pad": the last pad * N keys of every row are padding (a batch of texts)
+    if spec.get("pad"):
+        pad = torch.zeros(batch, n, dtype=torch.bool)
+        pad[:, n - int(spec["pad"] * n) :] = True
 
     def step():
-        layer(x).sum().backward()
+        layer(x, key_padding_mask=pad).sum().backward()
 
     step.layer = layer
     return step
@@ -112,9 +117,12 @@ def run(args):
         mem = peak_memory_of({"suite": "variants", "kind": "dcmha", "n": n, "chunk": chunk})
         rows.append({"N": n, "kind": "dcmha (memory)", "chunk": chunk, "peak MiB": mem / 2**20})
     # part 3: chunk_size "auto" (the default) against fixed chunks of 256, on a batch of long sequences
-    for batch, n in [(2, 256), (4, 512)] if args.quick else [(16, 512), (4, 1024)]:
+    cases = [(2, 256, DIM, 0.0), (4, 512, 64, 0.25)]
+    if not args.quick:  # this layer; and the text recipe's width (4 heads of 16) on right-padded rows
+        cases = [(16, 512, DIM, 0.0), (4, 1024, DIM, 0.0), (16, 512, 64, 0.25), (4, 1024, 64, 0.25)]
+    for batch, n, dim, pad in cases:
         specs = {
-            (kind, chunk): {"kind": kind, "n": n, "batch": batch, "chunk": chunk}
+            (kind, chunk): {"kind": kind, "n": n, "batch": batch, "chunk": chunk, "dim": dim, "pad": pad}
             for kind in ("talking_heads", "dcmha")
             for chunk in (CHUNK, "auto")
         }
@@ -124,7 +132,7 @@ def run(args):
             rows.append(
                 {
                     "N": n,
-                    "kind": f"{kind} (chunk auto, B={batch})",
+                    "kind": f"{kind} (chunk auto, B={batch}, dim {dim}{f', {pad:.0%} padding' if pad else ''})",
                     "backend": steps[kind, chunk].layer.backend_used,
                     "chunk": chunk,
                     "fwd+bwd s": t,
@@ -142,8 +150,9 @@ def run(args):
         f"memory at N={n} for several chunk sizes. gated: elementwise gate; sinks: fused CPU kernel plus a "
         f"log-sum-exp rescaling; differential: two fused calls; sigmoid: explicit (no fused kernel, like "
         f"mha-eager); mla: kv_rank {KV_RANK}, rope_dim {ROPE_DIM}, values zero-padded to the key width. "
-        f"`chunk auto` rows: talking heads and DCMHA on a batch of B sequences with chunk_size 'auto' (the default: "
-        f"chunks cut so that B x H x chunk x N scores stay near 2^21) against fixed chunks of {CHUNK} queries, "
+        f"`chunk auto` rows: talking heads and DCMHA on a batch of B sequences (width 256, or 64 with the last "
+        f"quarter of every row padding) with chunk_size 'auto' (the default: chunks cut so that B x H x chunk x N "
+        f"scores stay near 2^21) against fixed chunks of {CHUNK} queries, "
         f"interleaved; `vs chunk 256` = time / that of chunks of {CHUNK}.",
     )
     return rows

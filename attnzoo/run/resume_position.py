@@ -27,7 +27,9 @@ class _SkipFirst(Sampler):
         self.base, self.n, self.owner = base, n, owner
 
     def __len__(self) -> int:
-        return max(len(self.base) - self.n, 0)
+        # the whole epoch's length, as Lightning counts it: it adds the batches done before the stop itself, and
+        # reads this length again when the skip makes a new iterator (a shorter one cut the epoch short twice)
+        return len(self.base)
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.base, "set_epoch"):

@@ -87,12 +87,18 @@ def test_a_signal_inside_a_gradient_accumulation_window_stops_at_its_optimizer_s
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
-def test_a_resume_with_loader_workers_skips_the_trained_batches_of_this_epoch_only(tmp_path, monkeypatch, caplog):
-    """Workers fetch ahead as soon as Lightning makes the epoch's iterator, before the skip was installed: the
-    resumed run trained the epoch's first batches again and cut the next epoch short (fewer steps in all)."""
+@pytest.mark.parametrize(("bucket", "workers"), [(False, 0), (False, 2), (True, 2)])
+def test_a_resume_skips_the_trained_batches_of_this_epoch_only_whole_epochs_with_or_without_workers(
+    bucket, workers, tmp_path, monkeypatch, caplog
+):
+    """Whole epochs (no limit_train_batches), so the epoch's length counts. Workers fetch ahead as soon as Lightning
+    makes the epoch's iterator, before the skip was installed: the resumed run trained the epoch's first batches
+    again and cut the next epoch short. Without workers the skip's new iterator must not shorten the epoch."""
     path = ROOT / "recipes" / "text_cls.yaml"
-    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], "data.num_workers=2"]
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], "trainer.limit_train_batches=1.0"]
+    overrides += [f"data.num_workers={workers}", f"data.bucket={str(bucket).lower()}"]
     reference = _losses(fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"])))
+    assert sorted(reference) == list(range(32))  # 256 texts in batches of 16, 2 epochs
     monkeypatch.setenv(SELF_SIGNAL_ENV, f"SIGTERM@{AT}")
     with pytest.raises(Interrupted):
         fit(load([path], [*overrides, f"run.dir={tmp_path / 'cut'}"]))
@@ -101,7 +107,8 @@ def test_a_resume_with_loader_workers_skips_the_trained_batches_of_this_epoch_on
     with caplog.at_level("WARNING", logger="attnzoo"):
         fit(load([run_dir / "config.yaml"]), resume=run_dir)
     assert _losses(run_dir) == reference  # text draws nothing in the workers: exact
-    assert "data.num_workers=2: the loader workers start new random streams" in caplog.text
+    warned = f"data.num_workers={workers}: the loader workers start new random streams" in caplog.text
+    assert warned == (workers > 0)
 
 
 _KILLED = """

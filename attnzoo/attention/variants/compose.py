@@ -195,13 +195,12 @@ CHUNK_ELEMENTS = 2**21  # scores per chunk (B x H x chunk x Lk; 8 MiB in fp32) t
 
 def auto_chunk(q: Tensor, lk: int) -> int:
     """Queries per chunk for chunk_size "auto", for q [B, H, Lq, D] over Lk keys: `AUTO_CHUNK`; on CPU, when Lq is
-    split anyway, fewer, so that each chunk's scores fit `CHUNK_ELEMENTS`. Every explicit pass over the scores
-    (bias, composition, mask, softmax, their gradients) then runs in cache instead of memory. Measured on one
-    core, fwd+bwd of talking heads at B=16, N=512: 2.2x faster than chunks of 256."""
+    split anyway, fewer, so that each chunk's scores fit `CHUNK_ELEMENTS` and the explicit passes over them (bias,
+    composition, mask, softmax, their gradients) run nearer the processor's cache."""
     b, h, lq = q.shape[0], q.shape[1], q.shape[2]
     if lq <= AUTO_CHUNK or q.device.type != "cpu":
         return AUTO_CHUNK
-    return max(MIN_AUTO_CHUNK, min(AUTO_CHUNK, CHUNK_ELEMENTS // (b * h * lk)))
+    return max(MIN_AUTO_CHUNK, min(AUTO_CHUNK, CHUNK_ELEMENTS // max(b * h * lk, 1)))
 
 
 class ComposedAttention(Attention):
@@ -212,10 +211,10 @@ class ComposedAttention(Attention):
     grouped-query heads, cross-attention, qk-norm, rotary. Subclasses set `pre` and `post` (`HeadComposition`).
 
     Args:
-        chunk_size: queries per chunk (memory O(chunk_size x Lk) per head, in training too); None = all. "auto"
-            (the default): at most `AUTO_CHUNK` queries, and on CPU, when the queries are split anyway, fewer, so
-            that one chunk's scores (B x H x chunk x Lk) stay near `CHUNK_ELEMENTS` and in the processor's cache
-            (`auto_chunk`): 1.2-2x faster there once a batch holds several long sequences
+        chunk_size: queries per chunk (memory O(chunk_size x Lk) per head, in training too); None = all. "auto":
+            at most `AUTO_CHUNK` queries, and on CPU, when the queries are split anyway, fewer, so that one chunk's
+            scores (B x H x chunk x Lk) stay near `CHUNK_ELEMENTS` (`auto_chunk`). DCMHA's default: 3-8% faster
+            there on batches of long sequences; talking heads keeps 256, which "auto" did not beat
             (benchmarks/results/variants.md, "chunk auto").
         checkpoint: recompute each chunk in the backward pass instead of keeping its intermediates.
         kwargs: `Attention` options.
@@ -238,7 +237,7 @@ class ComposedAttention(Attention):
             )
 
     def __init__(
-        self, dim: int, num_heads: int = 8, *, chunk_size: Chunk = "auto", checkpoint: bool = True, **kwargs: Any
+        self, dim: int, num_heads: int = 8, *, chunk_size: Chunk = 256, checkpoint: bool = True, **kwargs: Any
     ) -> None:
         self.check_config(kwargs)
         if chunk_size != "auto" and chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size <= 0):

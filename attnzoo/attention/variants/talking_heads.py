@@ -17,7 +17,7 @@ class TalkingHeadsAttention(ComposedAttention):
     kind = "talking_heads"
 
     def __init__(
-        self, dim: int, num_heads: int = 8, *, chunk_size: Chunk = "auto", checkpoint: bool = True, **kwargs: Any
+        self, dim: int, num_heads: int = 8, *, chunk_size: Chunk = 256, checkpoint: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(dim, num_heads, chunk_size=chunk_size, checkpoint=checkpoint, **kwargs)
         self.pre = HeadComposition(num_heads)

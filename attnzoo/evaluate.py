@@ -1,8 +1,8 @@
 """`python -m attnzoo.evaluate <run dir> [--checkpoint best|last|FILE] [--split test|val] [key=value ...]`
 
 Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
-`--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes
-them to `<run dir>/evaluate-<checkpoint>.json` (`evaluate-<checkpoint>-<digest>.json` for other data than the run's:
+`--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes them to
+`<run dir>/evaluate-<checkpoint>.json` (`-val` added for `--split val`, and a digest for other data than the run's:
 `report_name`). The report records the data it scored and the overlays and overrides given; when the run directory
 cannot be written, the metrics are printed and the command says so and exits 1. A translation or LM run's examples
 go into that report (and the log); the run's own examples.txt / examples.json stay as training left them, and
@@ -28,18 +28,29 @@ from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 DATA_KEYS = ("train", "val", "test", "root")  # where the data section says the examples are
 
 
-def report_name(run_dir: Path, checkpoint: str, data: dict[str, Any]) -> str:
-    """`evaluate-<checkpoint>.json` for the run's own data; for other data (`data`: the `DATA_KEYS` of the data
-    section evaluated) the name adds 8 hex digits of a digest of them, so each dataset keeps its own report and
-    evaluating the same one again replaces it."""
+def report_name(
+    run_dir: Path, checkpoint: str, asked: str, data: dict[str, Any], configs: Sequence[str], overrides: Sequence[str]
+) -> str:
+    """`evaluate-<checkpoint>.json` (`-val` added for `--split val`) for the run's own data. Other data adds 8 hex
+    digits of a digest of what makes it other: `data` (the `DATA_KEYS` evaluated) when they are not the run's, the
+    other `data.*` overrides (data.listops.max_len=80, ...) and any overlay. So each dataset keeps its own report,
+    and evaluating the same one again replaces it."""
     from .config import load
     from .run.rundir import same_path
 
     own = load([run_dir / "config.yaml"]).section("data")
-    if all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS):
-        return f"evaluate-{checkpoint}.json"
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
-    return f"evaluate-{checkpoint}-{digest}.json"
+    moved = not all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS)
+    keys = [o.partition("=")[0].strip() for o in overrides]
+    other = sorted(o for o, k in zip(overrides, keys, strict=True) if k.startswith("data.") and k[5:] not in DATA_KEYS)
+    name = f"evaluate-{checkpoint}{'-val' if asked == 'val' else ''}"
+    if moved or other or configs:
+        given = {
+            "data": data if moved else None,
+            "overrides": other,
+            "configs": [str(Path(c).resolve()) for c in configs],
+        }
+        name += "-" + hashlib.sha256(json.dumps(given, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{name}.json"
 
 
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
@@ -50,6 +61,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     from .run.splits import test_split
 
     run = load_run(run_dir, checkpoint, configs, overrides)
+    asked = split
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
     stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)
@@ -74,7 +86,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     if getattr(run.task, "examples", None):  # a sequence task's examples (also logged); the run's own files stay
         report["examples"] = run.task.examples
     name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem
-    path = run_dir / report_name(run_dir, name, report["data"])
+    path = run_dir / report_name(run_dir, name, asked, report["data"], configs, overrides)
     try:
         path.write_text(json.dumps(report, indent=2) + "\n")
     except OSError as err:  # a read-only run directory (a shared copy), a full disk: the metrics still count

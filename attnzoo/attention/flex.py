@@ -17,6 +17,7 @@ import torch
 from .backends import Request, register_backend
 from .biases import Bias
 from .blocked import _FULL, block_density
+from .lasting import lasting
 from .patterns import KeyPadding, Pattern
 
 Tensor = torch.Tensor
@@ -86,8 +87,8 @@ class Flex:
             return _build(pattern.bind(lq, lk), lq, lk, device)
         cache = self._masks.setdefault(pattern, {})
         key = (lq, lk, str(device))
-        if key not in cache:
-            cache[key] = _build(pattern.bind(lq, lk), lq, lk, device)
+        if key not in cache:  # flex saves the BlockMask's tensors for backward: made outside inference mode
+            cache[key] = lasting(lambda: _build(pattern.bind(lq, lk), lq, lk, device))
         return cache[key]
 
     def __call__(self, q, k, v, *, pattern, bias, key_padding_mask, dropout_p, scale, return_weights, transform=None):

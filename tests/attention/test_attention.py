@@ -7,7 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from attnzoo.attention import BACKENDS, Attention, Causal, attend, capture_attention, from_multihead_attention
+from attnzoo.attention import (
+    BACKENDS,
+    Attention,
+    Causal,
+    SlidingWindow,
+    attend,
+    capture_attention,
+    from_multihead_attention,
+)
 from attnzoo.attention.backends import Request
 
 FAST = [name for name in BACKENDS if name != "eager"]
@@ -261,3 +269,15 @@ def test_a_layer_used_under_inference_mode_trains_afterwards(cfg):
     out.sum().backward()
     torch.testing.assert_close(out.detach(), first)
     assert all(p.grad is not None for p in layer.parameters() if p.requires_grad)
+
+
+@pytest.mark.cuda
+def test_a_flex_layer_used_under_inference_mode_trains_afterwards_on_cuda():
+    """flex saves its cached BlockMask's tensors for backward; one made under inference mode was refused."""
+    torch.manual_seed(0)
+    layer = Attention(32, 4, pattern=SlidingWindow(window=4), backend="flex").cuda()
+    x = torch.randn(2, 256, 32, device="cuda")
+    with torch.inference_mode():
+        layer(x)
+    layer(x.clone().requires_grad_()).sum().backward()
+    assert all(p.grad is not None for p in layer.parameters())

@@ -121,6 +121,10 @@ def test_a_run_with_relative_data_paths_resumes_and_evaluates_from_another_direc
     assert json.loads((run_dir / "evaluate-best.json").read_text())["data"] == own["data"]
     again = evaluate(run_dir, "best", "test", [], [f"data.test={tmp_path / 'other.csv'}"])
     assert again["path"] == other["path"]  # the same data by another path: the same report, replaced
+    longer = evaluate(run_dir, "best", "test", [], ["data.lowercase=false"])  # another reading of the same files
+    val = evaluate(run_dir, "best", "val", [], [])
+    assert len({own["path"], other["path"], longer["path"], val["path"]}) == 4
+    assert Path(val["path"]).name == "evaluate-best-val.json"
 
 
 def test_a_resume_of_a_run_whose_config_holds_relative_paths_takes_them_as_the_same_files(tmp_path, monkeypatch):

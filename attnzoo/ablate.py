@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.seeds.append(int(words.pop(0)))
         if not args.seeds:
             p.error(f"argument --seeds: expected seed numbers, got {words[0]!r}")
-        args.overrides = [*words, *args.overrides]
+        args.overrides = [*args.overrides, *words]  # in command-line order: those before --seeds come first
     try:
         check_rank_format()  # before Lightning is imported: it reads the rank variables then
     except ConfigError as err:
@@ -102,8 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.report_only:
             from .ablation.report import write_report
 
-            grid = load_grid(args.grid) if args.grid else None  # a corrected metric: or mode: is taken from it
-            print(write_report(out, grid and grid.metric, grid and grid.mode), file=sys.stderr)
+            if Path(args.grid).is_file():  # a corrected grid's metric: and mode: (left out: the defaults) count
+                grid = load_grid(args.grid)
+                print(write_report(out, grid.metric, grid.mode), file=sys.stderr)
+            else:  # the grid moved since: the metric the ablation stored
+                print(write_report(out), file=sys.stderr)
             return 0
         launcher = _launcher(args)
         if args.dry_run:

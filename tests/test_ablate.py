@@ -296,9 +296,11 @@ def test_a_mistyped_metric_is_an_error_naming_the_reported_ones_and_report_only_
     err = capsys.readouterr().err
     assert "metric 'test/accc' (the grid's metric:) is in no finished run's summary" in err
     assert "'test/acc'" in err and "did you mean 'test/acc'?" in err
-    grid.write_text(json.dumps({**raw, "metric": "test/acc"}))
+    grid.write_text(json.dumps(raw))  # the metric: line deleted: the default (the recipe's monitored metric)
     assert main([*args, "--report-only"]) == 0
     assert "test/acc" in (out / "report.md").read_text() and "accc" not in (out / "report.md").read_text()
+    grid.unlink()  # the grid moved away: --report-only still writes the report, from what the ablation stored
+    assert main([*args, "--report-only"]) == 2 and "test/accc" in capsys.readouterr().err
 
 
 _DRIVER = """
@@ -353,9 +355,9 @@ def test_overrides_after_the_seeds_are_overrides(tmp_path, capsys):
 
     grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa"]})
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]
-    assert main([*args, "--seeds", "3", "4", "trainer.max_epochs=1"]) == 0
+    assert main([*args, "trainer.max_epochs=2", "--seeds", "3", "4", "trainer.max_epochs=1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["backend=sdpa,seed=3", "backend=sdpa,seed=4"]
-    assert all("trainer.max_epochs=1" in line for line in lines)
+    assert all(line.index("trainer.max_epochs=2") < line.index("trainer.max_epochs=1") for line in lines)
     with pytest.raises(SystemExit):
         main([*args, "--seeds", "trainer.max_epochs=1"])

@@ -78,7 +78,7 @@ def test_a_rotary_encoding_given_as_the_position_table_says_where_it_goes():
     with pytest.raises(ValueError) as err:
         build("rope", POSITIONS, "model.position", dim=8, max_len=4)
     message = str(err.value)
-    assert "model.attention.rotary=rope with model.position=none" in message
+    assert "set in the attention section (model.attention.rotary=rope)" in message
     assert message.count("'none'") == 1  # listed once in the valid names (it was twice)
 
 

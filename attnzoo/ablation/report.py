@@ -87,16 +87,23 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
+STORED = object()  # `collect`'s metric and mode: the ones the ablation stored in ablation.json
+
+
 def collect(
-    out: Path, metric: str | None = None, mode: str | None = None
+    out: Path, metric: str | None | object = STORED, mode: str | None | object = STORED
 ) -> tuple[dict[str, Any], list[Row], str | None, str]:
     """(the plan, one Row per variant in grid order, the metric, its mode) from an ablation directory; `metric` and
-    `mode` replace the plan's (a grid corrected after the runs). ConfigError when no finished run reports the
-    metric (a mistyped `metric:`), naming those they report."""
+    `mode`, when given, replace the stored ones (a grid corrected after the runs; None: the default). ConfigError
+    when no finished run reports the metric (a mistyped `metric:`), naming those they report."""
     info = _read(out / "ablation.json")
     if not info:
         raise ConfigError(f"{out} is not an ablation directory (no ablation.json); give the --out of an ablation")
-    info = {**info, "metric": metric or info.get("metric"), "mode": mode or info.get("mode")}
+    info = {
+        **info,
+        "metric": info.get("metric") if metric is STORED else metric,
+        "mode": info.get("mode") if mode is STORED else mode,
+    }
     rows: dict[str, Row] = {}
     for v in info["variants"]:
         run_dir = out / "runs" / v["id"]
@@ -309,8 +316,8 @@ def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -
     plt.close(fig)
 
 
-def write_report(out: str | Path, metric: str | None = None, mode: str | None = None) -> Path:
-    """Tables and plots of the ablation in `out` (`metric`, `mode`: in place of the plan's); returns report.md."""
+def write_report(out: str | Path, metric: str | None | object = STORED, mode: str | None | object = STORED) -> Path:
+    """Tables and plots of the ablation in `out` (`metric`, `mode`: in place of the stored ones); returns report.md."""
     out = Path(out)
     info, rows, metric, mode = collect(out, metric, mode)
     path = write_tables(out, info, rows, metric, mode)

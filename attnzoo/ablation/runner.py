@@ -247,7 +247,11 @@ def _ablate(
 
     with _StopOnSignal(launcher) as stop:
         records = launcher.launch(configs, out, todo, report)
-    write_report(out)
+    try:
+        write_report(out)
+    except ConfigError:
+        if stop.signum is None:
+            raise  # stopped by a signal, the stop is what to say (the metric was warned about above)
     if stop.signum is not None:
         stopped = sorted(r["variant"] for r in records if r["status"] == "interrupted")
         queued = sorted(r["variant"] for r in records if r["status"] == "not started")

@@ -42,10 +42,11 @@ CONTEXT_KEYS: dict[str, str] = {
 
 # kinds that belong under another key than the one they were given under: what to say instead of "did you mean"
 ELSEWHERE = {
-    "rope": "'rope' is a rotary encoding, set in the attention: model.attention.rotary=rope with model.position=none",
-    "rope_2d": "'rope_2d' is a rotary encoding, set in the attention: model.attention.rotary=rope_2d",
-    "alibi": "'alibi' is a bias, set in the attention: model.attention.bias=alibi (with model.position=none)",
-    "t5": "'t5' is a bias, set in the attention: model.attention.bias=t5",
+    "rope": "'rope' is a rotary encoding, set in the attention section (model.attention.rotary=rope), with no "
+    "position table (none)",
+    "rope_2d": "'rope_2d' is a rotary encoding, set in the attention section (model.attention.rotary=rope_2d)",
+    "alibi": "'alibi' is a bias, set in the attention section (model.attention.bias=alibi), with no position table",
+    "t5": "'t5' is a bias, set in the attention section (model.attention.bias=t5)",
 }
 
 

@@ -151,7 +151,11 @@ class GracefulStop(StopAtOnce):
         if self.signum is not None and signum == signal.SIGINT:  # a second Ctrl+C: stop now, without saving
             raise KeyboardInterrupt
         self.signum = signum
-        log.warning("%s received: saving a checkpoint and stopping after this batch", signal.Signals(signum).name)
+        log.warning(
+            "%s received: saving a checkpoint and stopping after this batch (with gradient accumulation, after the "
+            "last batch of its window)",
+            signal.Signals(signum).name,
+        )
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         # rank 0's path: processes started apart (torchrun on several machines) may each have named another run dir

@@ -42,7 +42,7 @@ def augmentation_off(cfg: Any) -> list[str]:
     for key, off in AUGMENTATION_OFF.items():
         section, _, name = key.partition(".")
         value = cfg.section(section).get(name)
-        if value not in (None, False, 0, 0.0, "none", "false"):
+        if value and value not in ("none", "false"):  # None, false, 0 and {} are off
             on.append(f"{key}={off}")
     return on
 

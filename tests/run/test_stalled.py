@@ -63,6 +63,8 @@ def test_the_hint_names_only_the_augmentation_the_run_has_on():
         [RECIPES / "ast.yaml"], ["data.time_shift_ms=100", "model.spec_augment={freq_mask: 4}", "data.mixup_alpha=0"]
     )
     assert augmentation_off(ast) == ["data.time_shift_ms=0", "model.spec_augment=null"]
+    off = load([RECIPES / "ast.yaml"], ["data.time_shift_ms=0", "model.spec_augment={}", "data.mixup_alpha=0"])
+    assert augmentation_off(off) == []
 
 
 @pytest.mark.parametrize(("warmup", "checked_after"), [("0.7", 4), ("100", 5)])

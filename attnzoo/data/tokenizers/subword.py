@@ -304,8 +304,8 @@ def unknown_note(unknown: Sequence[str], shown: int = 10) -> str:
     distinct = list(dict.fromkeys(unknown))
     more = f" and {len(distinct) - shown} more" if len(distinct) > shown else ""
     return (
-        f"{', '.join(map(repr, distinct[:shown]))}{more}, which the run's tokenizer never saw in training: the model "
-        "reads each as its unknown token"
+        f"{', '.join(map(repr, distinct[:shown]))}{more}, which the run's tokenizer cannot encode (it never saw them "
+        "in training): the model reads each as its unknown token"
     )
 
 

@@ -126,12 +126,11 @@ def test_short_names_work_through_attention_layer(name):
     torch.testing.assert_close(attn(x), ref(x), atol=1e-5, rtol=1e-5)
 
 
-def test_global_tokens_on_flex_after_the_recompile_limit_match_eager(monkeypatch):
+def test_global_tokens_on_flex_after_the_recompile_limit_match_eager():
     """Once Dynamo's recompile limit was reached it traces the whole flex call, and refused the token set filling
     its lookup table inside mask_mod ("Unsafe side effect"): the layer stopped with an error."""
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     torch.manual_seed(0)
     window = Attention(32, 4, pattern=SlidingWindow(window=16), backend="flex").eval()
     pattern = GlobalTokens(tokens=[0]) | SlidingWindow(window=16)
@@ -139,7 +138,7 @@ def test_global_tokens_on_flex_after_the_recompile_limit_match_eager(monkeypatch
     eager = Attention(32, 4, pattern=pattern, backend="eager").eval()
     eager.load_state_dict(flex.state_dict())
     x = torch.randn(2, 40, 32)
-    with torch.no_grad():
+    with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1):  # torch's own way to set it for a while
         for length in (40, 50, 60):  # past the limit
             window(torch.randn(2, length, 32))
         torch.testing.assert_close(flex(x), eager(x), atol=1e-5, rtol=1e-5)

@@ -113,6 +113,7 @@ def test_torchvision_dataset_on_disk(tmp_path):
         (dict(dataset="folder", root="/no/such/dir", img_size=8), "'/no/such/dir' does not exist"),
         (dict(dataset="folder", img_size=8), "data.root is required"),
         (dict(dataset="CIFAR10"), "needs data.root"),
+        (dict(dataset="mnist5K"), "needs data.root.*did you mean 'mnist5k'"),
         (dict(val_fraction=1.5), "val_fraction"),
         (dict(batch_size=0), "batch_size"),
     ],

@@ -19,6 +19,7 @@ from torchvision.transforms import v2
 
 from attnzoo.data.modules.base import DataModule
 
+from ...util.names import suggest
 from . import defaults
 from .batching import EpochShuffle, run_seed
 
@@ -149,8 +150,10 @@ class ImageDataModule(DataModule):
             if not Path(root).expanduser().is_dir():
                 raise ValueError(f"data.root: directory {str(root)!r} does not exist")
         elif dataset != EMBEDDED:
+            hint = suggest(str(dataset).lower(), [EMBEDDED, "folder"])  # mnist5K, Folder
             raise ValueError(
-                f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded"
+                f"data.dataset {dataset!r} needs data.root (a directory holding it); nothing is downloaded. Without "
+                f"data.root: {EMBEDDED!r} (the embedded default){hint}"
             )
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction ({val_fraction}) must be in (0, 1)")
@@ -309,8 +312,6 @@ class ImageDataModule(DataModule):
 
         cls = getattr(tvd, self.dataset, None)
         if not isinstance(cls, type):
-            from ...util.names import suggest
-
             valid = ["mnist5k", "folder", *sorted(n for n in tvd.__all__ if n[0].isupper())]
             raise ValueError(f"data.dataset: unknown {self.dataset!r}; valid: {valid}{suggest(self.dataset, valid)}")
         try:

@@ -148,7 +148,7 @@ def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_whe
     assert not (run_dir / ".lock").exists()
 
 
-@pytest.mark.parametrize("how", ["moved", "copied"])
+@pytest.mark.parametrize("how", ["moved", pytest.param("copied", marks=pytest.mark.slow)])
 def test_a_moved_or_copied_run_resumes_with_its_best_checkpoint_record(how, tmp_path):
     """Lightning drops ModelCheckpoint's best score when its directory changed: a moved run took its next
     validation as the best (overwriting best.ckpt), and a copied finished run stopped on the missing score."""

@@ -227,10 +227,10 @@ def _ablate(
     ]
     done = sum(s == "ok" for s in states.values())
     print(f"attnzoo ablate: {len(runs)} runs, {done} finished, {len(todo)} to run -> {out}", file=sys.stderr)
-    ended, warned = 0, []
+    ended, warned = 0, False
 
     def report(record: dict[str, Any]) -> None:
-        nonlocal ended
+        nonlocal ended, warned
         if record["status"] in ("not started", "submitted") or stop.signum is not None:
             return
         ended += 1
@@ -243,7 +243,7 @@ def _ablate(
         except ConfigError as err:  # a metric: no run reports: said now, and raised once every run has ended
             if not warned:
                 print(f"attnzoo ablate: warning: {err}", file=sys.stderr)
-            warned.append(str(err))
+            warned = True
 
     with _StopOnSignal(launcher) as stop:
         records = launcher.launch(configs, out, todo, report)

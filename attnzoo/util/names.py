@@ -1,8 +1,10 @@
-"""Did-you-mean for a name that is not one of the valid choices (config keys, kinds, columns, options)."""
+"""Names in messages: did-you-mean for a name that is not one of the valid choices (config keys, kinds, columns,
+options), and a long list of named problems shortened."""
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -14,3 +16,9 @@ def suggest(word: str, choices: list[str]) -> str:
     best = max(difflib.SequenceMatcher(None, word, c).ratio() for c in close)
     first = next(c for c in choices if c in close and difflib.SequenceMatcher(None, word, c).ratio() == best)
     return f"; did you mean {first!r}?"
+
+
+def shortened(items: Sequence[str], shown: int = 10) -> str:
+    """`items` joined with "; ", the first `shown` of them, and how many more ("a; b; and 3 more")."""
+    text = "; ".join(items[:shown])
+    return text + (f"; and {len(items) - shown} more" if len(items) > shown else "")

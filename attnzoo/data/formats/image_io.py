@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from ...util.names import shortened
+
 
 class ImageFileError(ValueError):
     """An image file cannot be read."""
@@ -63,5 +65,4 @@ def check_images(paths: Sequence[str]) -> None:
 
 def describe(bad: dict[str, str], shown: int = 10) -> str:
     """`path (problem); ...` for the first `shown` files, and how many more."""
-    text = "; ".join(f"{path} ({why})" for path, why in list(bad.items())[:shown])
-    return text + (f"; and {len(bad) - shown} more" if len(bad) > shown else "")
+    return shortened([f"{path} ({why})" for path, why in bad.items()], shown)

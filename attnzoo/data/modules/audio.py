@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ...layers.audio_features import FEATURE_KINDS, LogMel
+from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 from ..formats.text_files import read_utf8
@@ -38,7 +39,6 @@ Tensor = torch.Tensor
 
 SOURCES = ("synthetic", "folder", "csv")
 BAD_FILE_POLICIES = ("error", "skip")
-SHOWN_BAD = 10  # unreadable files named one by one in the error or warning; the rest are counted
 SPLITS = ("train", "val", "test")
 STATS_FILE = "audio_stats.json"
 
@@ -268,16 +268,13 @@ class AudioDataModule(DataModule):
             per_split[split][0].append((path, wave))
             per_split[split][1].append(self._target([index[name] for name in labels]))
         if self.skipped:
-            shown = "; ".join(reason for _, reason in self.skipped[:SHOWN_BAD])
-            more = f"; and {len(self.skipped) - SHOWN_BAD} more" if len(self.skipped) > SHOWN_BAD else ""
+            shown = shortened([reason for _, reason in self.skipped])  # each reason starts with its file
             if self.on_bad_file == "error":
                 raise AudioFileError(
-                    f"{len(self.skipped)} unreadable audio file(s): {shown}{more}; remove or replace them, or set "
+                    f"{len(self.skipped)} unreadable audio file(s): {shown}; remove or replace them, or set "
                     "data.on_bad_file=skip to leave them out"
                 )
-            log.warning(
-                "data: skipped %d unreadable audio files (on_bad_file=skip): %s%s", len(self.skipped), shown, more
-            )
+            log.warning("data: skipped %d unreadable audio files (on_bad_file=skip): %s", len(self.skipped), shown)
         for split, (items, targets) in per_split.items():
             paths = [path for path, _ in items]
             waves = [wave for _, wave in items] if self.cache else None

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,13 +23,17 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
-def test_every_recipe_runs_a_smoke_run(recipe, tmp_path):
+def smoke_run(recipe: Path, tmp_path: Path, extra: tuple[str, ...] = ()) -> Path:
     cfg = load([recipe])
     steps = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
     steps += ["trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "trainer.log_every_n_steps=1"]
-    cfg = load([recipe], [*smoke_overrides(cfg), *QUICK, *steps, f"run.dir={tmp_path}"])
-    run_dir = fit(cfg)
+    cfg = load([recipe], [*smoke_overrides(cfg), *QUICK, *steps, f"run.dir={tmp_path}", *extra])
+    return fit(cfg)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_runs_a_smoke_run(recipe, tmp_path):
+    run_dir = smoke_run(recipe, tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["global_step"] == 2 and summary["parameters"] > 0
     assert summary["attention_backends"], "no attention module reported the backend it ran on"
@@ -37,6 +42,36 @@ def test_every_recipe_runs_a_smoke_run(recipe, tmp_path):
     assert any(r.get("train/loss") for r in _rows(run_dir))
     saved = load([run_dir / "config.yaml"])
     assert build(saved).cfg.to_yaml() == saved.to_yaml()  # the saved config is resolved: it reproduces the run
+
+
+GPU = ("trainer.accelerator=gpu", "trainer.devices=1", "trainer.precision=auto")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_trains_on_a_gpu(recipe, tmp_path):
+    # as a user with a GPU runs a recipe: trainer.accelerator=gpu, precision auto, attention backend auto
+    run_dir = smoke_run(recipe, tmp_path, GPU)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 2 and summary["attention_backends"]
+    precision = load([run_dir / "config.yaml"]).section("trainer")["precision"]
+    assert precision == ("bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed")
+    losses = [float(r["train/loss"]) for r in _rows(run_dir) if r.get("train/loss")]
+    assert losses and all(math.isfinite(x) for x in losses)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)  # no code runs
+    assert ckpt["state_dict"] and ckpt["global_step"] == 2
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("recipe", ["vit", "text_cls"])
+def test_compiled_recipes_train_on_a_gpu_with_sparse_attention(recipe, tmp_path):
+    # trainer.compile on a GPU, with a sliding window (flex inside the compiled net where auto picks it)
+    window = "model.attention.pattern={kind: sliding_window, window: 4}"
+    run_dir = smoke_run(ROOT / "recipes" / f"{recipe}.yaml", tmp_path, (*GPU, "trainer.compile=true", window))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["global_step"] == 2, summary["attention_backends"]
+    losses = [float(r["train/loss"]) for r in _rows(run_dir) if r.get("train/loss")]
+    assert losses and all(math.isfinite(x) for x in losses)
 
 
 _KILLED = """

@@ -378,11 +378,22 @@ class RelativeBias2D(Bias):
         return relative_dense(**self.relative(lq, lk), dtype=dtype)
 
     def score_mod(self, lq, lk):
+        # one read of one tensor: compiled flex cannot differentiate several reads of a learned tensor, so the
+        # table and the prefix values are joined into [H, DY * DX (+ 3)] and read through one flat index
         self._check_length(lq, lk)
-        table = self.current_table()
+        p, (gh, gw) = self.num_prefix_tokens, self.grid_size
+        flat = self.current_table().flatten(1)
+        grid = flat.shape[1]
+        if p:
+            flat = torch.cat([flat, self.prefix], dim=1)
 
         def score_mod(score, b, h, q_idx, kv_idx):
-            return score + self._lookup(table, h, q_idx, kv_idx)
+            qp, kp = (q_idx - p).clamp(min=0), (kv_idx - p).clamp(min=0)
+            idx = (kp // gw - qp // gw + gh - 1) * (2 * gw - 1) + kp % gw - qp % gw + gw - 1
+            if p:
+                q_pre, k_pre = q_idx < p, kv_idx < p
+                idx = torch.where(q_pre & k_pre, grid + 2, torch.where(q_pre, grid, torch.where(k_pre, grid + 1, idx)))
+            return score + flat[h, idx]
 
         return score_mod
 

@@ -10,6 +10,7 @@ CPU inference and CUDA training.
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 
 import torch
@@ -22,6 +23,20 @@ from .patterns import KeyPadding, Pattern
 
 Tensor = torch.Tensor
 BLOCK = 128  # FlexAttention's default tile
+log = logging.getLogger("attnzoo")
+# Triton tiles that fit a GPU's shared memory where the default ones do not (a learned bias's gradient on an H100 at
+# head dim 64 asked for 240 KiB of the 227 available): smaller forward and backward blocks, one pipeline stage.
+# Each divides BLOCK, and BLOCK_N1 % BLOCK_M1 == BLOCK_M2 % BLOCK_N2 == 0 as the backward kernel requires
+SMALL_TILES = {
+    "BLOCK_M": 64,
+    "BLOCK_N": 64,
+    "BLOCK_M1": 32,
+    "BLOCK_N1": 64,
+    "BLOCK_M2": 64,
+    "BLOCK_N2": 32,
+    "num_stages": 1,
+    "num_warps": 4,
+}
 
 
 @functools.cache  # asked on every call `auto` decides (an import statement each time otherwise)
@@ -48,6 +63,7 @@ class Flex:
         self.compile = compile
         self.max_density = max_density
         self._fns: dict[str, object] = {}
+        self.small_tiles = False  # set once the default tiles did not fit the GPU (then every call uses SMALL_TILES)
         self._masks: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
 
     def supports(self, req: Request) -> str | None:
@@ -62,6 +78,8 @@ class Flex:
             )
         if req.dropout_p > 0:
             return "FlexAttention has no attention dropout; use backend='blocked' (or set attn_drop=0)"
+        if req.device_type == "cuda" and 0 < req.head_dim < 16:
+            return f"FlexAttention's CUDA kernel needs a head dimension of at least 16 (got {req.head_dim})"
         if req.transform is not None:
             if req.transform.rescale is None:
                 return f"kind {req.transform.name!r} has no FlexAttention form (score_mod and rescale)"
@@ -122,9 +140,17 @@ class Flex:
         # a query with no allowed key gets zeros from flex itself (its softmax denominator is guarded); the tests
         # hold it to that, since CPU-compiled flex cannot return the log-sum-exp to check rows here
         aux = {"return_aux": _flex_module().AuxRequest(lse=True)} if return_lse else {}
-        out = self._flex(q.device.type)(
-            q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1], **aux
-        )  # [B, H, Lq, D], or (that, AuxOutput with lse [B, H, Lq])
+        call = dict(score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1], **aux)
+        small = self.small_tiles or (q.is_cuda and torch.is_grad_enabled() and _learned(bias))
+        try:
+            out = self._flex(q.device.type)(q, k, v, **call, **({"kernel_options": SMALL_TILES} if small else {}))
+        except Exception as err:  # Inductor's error when no tile configuration fits the GPU's shared memory
+            if small or not _out_of_resources(err):
+                raise
+            log.warning("flex: the default Triton tiles do not fit this GPU (%s); using smaller ones", _first(err))
+            self.small_tiles = True
+            out = self._flex(q.device.type)(q, k, v, **call, kernel_options=SMALL_TILES)
+        # out: [B, H, Lq, D], or (that, AuxOutput with lse [B, H, Lq])
         return (out[0], out[1].lse) if return_lse else (out, None)
 
     def _flex(self, device_type: str):
@@ -149,6 +175,10 @@ def _build(bound: Pattern, lq: int, lk: int, device):
         inside = (q_idx < lq) & (kv_idx < lk)
         return inside & bound.mask_mod(b, h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
 
+    # one eager call on the device first: lookup tensors a pattern makes on first use (global tokens' flags) are
+    # then made here, not inside the compiled kernel, where Inductor cannot lower them on CUDA
+    probe = torch.zeros(1, dtype=torch.int32, device=device)
+    lasting(lambda: mask_mod(probe, probe, probe, probe))
     return flex.BlockMask.from_kv_blocks(
         counts.to(torch.int32).expand(batch, 1, -1).contiguous(),  # [B|1, 1, nQb]
         kv_blocks.to(torch.int32).expand(batch, 1, -1, -1).contiguous(),  # [B|1, 1, nQb, nKb]
@@ -156,6 +186,24 @@ def _build(bound: Pattern, lq: int, lk: int, device):
         mask_mod=mask_mod,
         seq_lengths=(lq, lk),
     )
+
+
+def _learned(bias) -> bool:
+    """The bias has a tensor that trains: its score_mod captures it, and flex's kernels compute its gradient."""
+    if bias is None:
+        return False
+    if isinstance(bias, Tensor):
+        return bias.requires_grad
+    return isinstance(bias, torch.nn.Module) and any(p.requires_grad for p in bias.parameters())
+
+
+def _out_of_resources(err: BaseException) -> bool:
+    text = str(err)
+    return "out of resource" in text or "No valid triton configs" in text
+
+
+def _first(err: BaseException) -> str:
+    return next((line for line in str(err).splitlines() if "out of resource" in line), str(err)[:200]).strip()
 
 
 def _then(first, then):

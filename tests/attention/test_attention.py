@@ -275,8 +275,8 @@ def test_a_layer_used_under_inference_mode_trains_afterwards(cfg):
 def test_a_flex_layer_used_under_inference_mode_trains_afterwards_on_cuda():
     """flex saves its cached BlockMask's tensors for backward; one made under inference mode was refused."""
     torch.manual_seed(0)
-    layer = Attention(32, 4, pattern=SlidingWindow(window=4), backend="flex").cuda()
-    x = torch.randn(2, 256, 32, device="cuda")
+    layer = Attention(64, 4, pattern=SlidingWindow(window=4), backend="flex").cuda()  # flex on CUDA: head dim >= 16
+    x = torch.randn(2, 256, 64, device="cuda")
     with torch.inference_mode():
         layer(x)
     layer(x.clone().requires_grad_()).sum().backward()

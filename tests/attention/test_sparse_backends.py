@@ -13,7 +13,7 @@ from torch import nn
 
 from attnzoo.attention import BACKENDS, Attention, GlobalTokens, SlidingWindow, attend, choose_backend
 from attnzoo.attention.backends import Request
-from attnzoo.attention.biases import BIASES, Bias
+from attnzoo.attention.biases import BIASES, Bias, T5RelativeBias
 from attnzoo.attention.flex import Flex
 from attnzoo.attention.specs import build
 from tests.helpers.patterns import PATTERN_CASES
@@ -69,7 +69,7 @@ def check_against_eager(fn, pattern, bias, length, backward):
     if backward:
         got = torch.autograd.grad(out, leaves, grad_out)
         for a, b in zip(got, want, strict=True):
-            torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-3)
+            torch.testing.assert_close(a.cpu(), b, atol=5e-5, rtol=1e-3)  # a bias moved to a GPU has its grad there
 
 
 def via(backend: str):
@@ -130,18 +130,58 @@ def test_flex_compiled_grid_equals_eager_forward(name, bias_kind, length):
     check_against_eager(via("flex"), PATTERN_CASES[name], make_bias(bias_kind, length), length, backward=False)
 
 
+def on_cuda(backend: str, dtype: torch.dtype = torch.float32):
+    """attend() on the CUDA device in `dtype` through `backend`."""
+
+    def fn(q, k, v, pattern, bias, pad):
+        dev = torch.device("cuda")
+        b = None if bias is None else bias.to(dev)
+        q, k, v = (t.to(dev, dtype) for t in (q, k, v))
+        out, _, used = attend(q, k, v, pattern=pattern, bias=b, key_padding_mask=pad.to(dev), backend=backend)
+        assert used.split("[")[0] == backend
+        return out.float().cpu()
+
+    return fn
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("bias_kind", BIAS_KINDS)
 @pytest.mark.parametrize("name", list(PATTERN_CASES))
-def test_flex_cuda_equals_eager_forward_and_backward(name, bias_kind):
-    def on_cuda(q, k, v, pattern, bias, pad):
-        dev = torch.device("cuda")
-        b = None if bias is None or isinstance(bias, torch.Tensor) else bias.to(dev)
-        out, _, used = attend(q.to(dev), k.to(dev), v.to(dev), pattern=pattern, bias=b, key_padding_mask=pad.to(dev))
-        assert used == "flex"
-        return out.cpu()
+@pytest.mark.parametrize("backend", ["flex", "sdpa", "blocked"])
+def test_cuda_backends_equal_eager_forward_and_backward(backend, name, bias_kind):
+    # fp32 on the GPU against the CPU's eager oracle
+    check_against_eager(on_cuda(backend), PATTERN_CASES[name], make_bias(bias_kind, 1000), 1000, backward=True)
 
-    check_against_eager(on_cuda, PATTERN_CASES[name], make_bias(bias_kind, 1000), 1000, backward=True)
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bias_kind", ["none", "alibi", "t5"])
+@pytest.mark.parametrize("name", [None, "causal", "sliding_window", "bigbird"])
+@pytest.mark.parametrize("backend", ["flex", "sdpa", "blocked", "eager"])
+def test_cuda_bf16_backends_are_close_to_fp32_eager(backend, name, bias_kind):
+    # the dtype training runs in on a GPU (bf16 kernels: flash, efficient, flex's Triton): close to fp32 eager on the
+    # same bf16-rounded inputs, forward and backward, and finite where whole rows are padding. Rows of padding
+    # queries are left out, as a model's loss leaves them out: their nearest keys can be hundreds of positions away,
+    # where a bf16 ALiBi bias (as the fused kernels take it, in the inputs' dtype) is rounded by up to 0.5
+    pattern = None if name is None else PATTERN_CASES[name]
+    q, k, v, pad = inputs(777)
+    pad[0, :] = True  # a sequence of padding only: zeros, not NaN
+    q, k, v = (t.detach().bfloat16().float().requires_grad_() for t in (q, k, v))
+    bias = make_bias(bias_kind, 777)
+    ref, _, _ = attend(q, k, v, pattern=pattern, bias=bias, key_padding_mask=pad, backend="eager")
+    real = ~pad[:, None, :, None]
+    grad_out = torch.randn_like(ref) * real
+    leaves = [q, k, v] + ([] if bias is None else [p for p in bias.parameters() if p.requires_grad])
+    want = torch.autograd.grad(ref, leaves, grad_out)
+    out = on_cuda(backend, torch.bfloat16)(q, k, v, pattern, bias, pad)
+    got = torch.autograd.grad(out, leaves, grad_out)
+    assert torch.isfinite(out).all() and (out[0] == 0).all()
+    assert relative_error(out * real, ref * real) < 1e-2
+    for a, b in zip(got, want, strict=True):
+        assert torch.isfinite(a).all() and relative_error(a.cpu(), b) < 3e-2
 
 
 @pytest.mark.parametrize("backend", ["blocked", "flex"])
@@ -200,8 +240,8 @@ def test_blocked_trains_attention_layer_with_dropout():
     assert attn.backend_used == "blocked" and torch.isfinite(x.grad).all()
 
 
-def req(device="cpu", grad=True, pattern=None, weights=False, n=4096, dropout=0.0):
-    return Request(device, grad, weights, pattern, None, False, n, n, dropout)
+def req(device="cpu", grad=True, pattern=None, weights=False, n=4096, dropout=0.0, head_dim=0):
+    return Request(device, grad, weights, pattern, None, False, n, n, dropout, head_dim=head_dim)
 
 
 WINDOW = SlidingWindow(window=256)
@@ -219,6 +259,8 @@ WINDOW = SlidingWindow(window=256)
         (req("cuda", pattern=WINDOW), "flex"),
         (req("cuda", pattern=WINDOW, grad=False), "flex"),
         (req("cuda", pattern=WINDOW, dropout=0.1), "blocked"),
+        (req("cuda", pattern=WINDOW, head_dim=16), "flex"),
+        (req("cuda", pattern=WINDOW, head_dim=8), "blocked"),  # flex's CUDA kernel needs a head dim >= 16
     ],
 )
 def test_auto_choice(request_, want):
@@ -250,3 +292,54 @@ def test_blocked_rows_emptied_by_the_pattern_alone_are_zero():
     assert (out[:, :, 3:] == 0).all() and (out[:, :, :3] != 0).any()
     out.sum().backward()
     assert torch.isfinite(q.grad).all() and (q.grad[:, :, 3:] == 0).all()
+
+
+def test_flex_makes_a_patterns_lookup_tensors_before_compiling():
+    # global tokens' flags made inside the compiled kernel cannot be lowered on CUDA: building the BlockMask on a
+    # device makes them there first
+    pattern = SlidingWindow(window=30) | GlobalTokens(tokens=[3, 700])
+    flags = pattern.parts[1]._set._flags
+    assert not flags
+    Flex().block_mask(pattern, 1000, 1000, torch.device("cpu"))
+    assert list(flags) == [torch.device("cpu")] and flags[torch.device("cpu")].sum() == 2
+
+
+def test_flex_retries_with_smaller_tiles_when_the_default_ones_do_not_fit(monkeypatch, caplog):
+    from attnzoo.attention import flex
+
+    backend, calls = Flex(compile=False), []
+
+    def fake(q, k, v, kernel_options=None, **kw):
+        calls.append(kernel_options)
+        if kernel_options is None:
+            raise RuntimeError("No valid triton configs. OutOfMemoryError: out of resource: Required: 245760")
+        return q
+
+    monkeypatch.setattr(backend, "_flex", lambda device_type: fake)
+    q = torch.randn(1, H, 64, D)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
+        backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
+    assert calls == [None, flex.SMALL_TILES, flex.SMALL_TILES] and backend.small_tiles
+    assert "smaller ones" in caplog.text and "245760" in caplog.text
+    monkeypatch.setattr(backend, "_flex", lambda device_type: lambda *a, **kw: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # any other error is the caller's to see
+        backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
+
+
+@pytest.mark.cuda
+def test_cuda_flex_trains_a_learned_bias_at_head_dim_64_in_bf16():
+    # the default Triton tiles for a learned bias's gradient did not fit an H100's shared memory at head dim 64
+    torch.manual_seed(0)
+    bias, window = T5RelativeBias(num_heads=8).cuda(), SlidingWindow(window=256)
+    q, k, v = (torch.randn(2, 8, 1024, 64, device="cuda").bfloat16().requires_grad_() for _ in range(3))
+    out, _, used = attend(q, k, v, pattern=window, bias=bias, backend="flex")
+    assert used == "flex"
+    grad_out = torch.randn_like(out)
+    leaves = [q, k, v, bias.table]
+    got = torch.autograd.grad(out, leaves, grad_out)
+    ref, _, _ = attend(*(t.float() for t in (q, k, v)), pattern=window, bias=bias, backend="eager")
+    want = torch.autograd.grad(ref, leaves, grad_out.float())
+    assert relative_error(out, ref) < 1e-2
+    for a, b in zip(got, want, strict=True):
+        assert relative_error(a, b) < 3e-2

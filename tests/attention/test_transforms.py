@@ -30,7 +30,7 @@ def sigmoid() -> SigmoidWeights:
 
 def req(transform, *, device="cpu", grad=True, weights=False, pattern=None, dropout=0.0, length=640) -> Request:
     return Request(
-        device, grad, weights, pattern, None, False, length, length, dropout, torch.float32, 8, transform=transform
+        device, grad, weights, pattern, None, False, length, length, dropout, torch.float32, 16, transform=transform
     )
 
 

@@ -325,3 +325,30 @@ def test_cached_decoding_reads_input_major_weights_and_puts_them_back(mode):
     model.train()
     model(src, cached.clone(), pad).sum().backward()  # still trains (no inference tensor left in a parameter)
     assert all(p.grad is not None for p in linears)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("position, pattern", list(itertools.product(POSITIONS, PATTERNS)))
+def test_cuda_decoding_equals_recomputation_and_the_cpu(position, pattern):
+    # on a GPU the cache's one-query steps and the full forward take different kernels; fp32 tokens must still match
+    # recomputation and the CPU's, bf16 autocast logits stay close
+    pos, attention = _config(position, pattern, 2)
+    model = seq2seq(pos, attention)
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=12)
+    with torch.no_grad():
+        on_cpu = greedy(model, **kw)
+        model.cuda()
+        kw.update(src=src.cuda(), src_padding_mask=pad.cuda())
+        cached = greedy(model, **kw)
+        assert cached.device.type == "cuda"
+        assert torch.equal(cached, greedy(model, **kw, use_cache=False)) and torch.equal(cached.cpu(), on_cpu)
+        beams = [beam_search(model, **kw, eos_id=EOS, beam_size=3, use_cache=c) for c in (True, False)]
+        assert torch.equal(beams[0].tokens, beams[1].tokens)
+        tokens = torch.randint(3, VOCAB, (3, 14), generator=torch.Generator().manual_seed(3)).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            memory = model.encode(kw["src"], kw["src_padding_mask"])
+            full = model.decode_step(tokens, memory, kw["src_padding_mask"]).float()
+            steps = stepwise_logits(model, tokens, memory, kw["src_padding_mask"])
+    assert torch.isfinite(full).all()
+    torch.testing.assert_close(steps, full, atol=0.1, rtol=0.1)

@@ -50,12 +50,12 @@ TRANSLATION = {"vocab_size": 2000, "dim": 128, "encoder_depth": 2, "decoder_dept
 BEAM, BEAM_SOURCES, BEAM_SOURCE_LEN = 4, 16, 24
 
 
-def beam_step(tokens: int) -> Callable[[], Any]:
+def beam_step(tokens: int, device: str = "cpu") -> Callable[[], Any]:
     """Beam search (beam 4) of up to `tokens` tokens for 16 sources through a random model of the translation
     recipe's shape. EOS is token 2: a random model rarely ends a hypothesis early, so the work is nearly fixed."""
     torch.manual_seed(0)
-    net = Seq2Seq(**TRANSLATION, max_len=tokens + 1, drop_rate=0).eval()
-    src = torch.randint(3, TRANSLATION["vocab_size"], (BEAM_SOURCES, BEAM_SOURCE_LEN))
+    net = Seq2Seq(**TRANSLATION, max_len=max(tokens, BEAM_SOURCE_LEN) + 1, drop_rate=0).eval().to(device)
+    src = torch.randint(3, TRANSLATION["vocab_size"], (BEAM_SOURCES, BEAM_SOURCE_LEN)).to(device)
     return lambda: beam_search(net, src=src, bos_id=1, eos_id=2, max_new_tokens=tokens, beam_size=BEAM).tokens
 
 

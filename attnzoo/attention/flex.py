@@ -9,7 +9,6 @@ CPU inference and CUDA training.
 
 from __future__ import annotations
 
-import functools
 import logging
 import weakref
 
@@ -39,13 +38,19 @@ SMALL_TILES = {
 }
 
 
-@functools.cache  # asked on every call `auto` decides (an import statement each time otherwise)
+_FLEX_MODULE: list = []  # [torch's flex_attention module, or None], filled on first use
+
+
 def _flex_module():
-    try:
-        from torch.nn.attention import flex_attention
-    except ImportError:
-        return None
-    return flex_attention
+    # asked on every call `auto` decides: kept in a plain global (not functools.cache, whose wrapper Dynamo warns
+    # about each time a compiled net traces `auto`)
+    if not _FLEX_MODULE:
+        try:
+            from torch.nn.attention import flex_attention
+        except ImportError:
+            flex_attention = None
+        _FLEX_MODULE.append(flex_attention)
+    return _FLEX_MODULE[0]
 
 
 class Flex:

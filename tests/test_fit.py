@@ -64,12 +64,14 @@ def test_every_recipe_trains_on_a_gpu(recipe, tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("recipe", ["vit", "text_cls"])
-def test_compiled_recipes_train_on_a_gpu_with_sparse_attention(recipe, tmp_path):
-    # trainer.compile on a GPU, with a sliding window (flex inside the compiled net where auto picks it)
-    window = "model.attention.pattern={kind: sliding_window, window: 4}"
-    run_dir = smoke_run(ROOT / "recipes" / f"{recipe}.yaml", tmp_path, (*GPU, "trainer.compile=true", window))
+def test_compiled_recipes_train_on_a_gpu_with_flex(recipe, tmp_path):
+    # trainer.compile on a GPU with BigBird through flex: a window, global tokens and random blocks, whose lookup
+    # tensors are first asked for while Dynamo traces the net
+    pattern = "model.attention.pattern={kind: bigbird, window: 4, global_tokens: [0], num_random: 1, block: 8}"
+    extra = (*GPU, "trainer.compile=true", pattern, "model.attention.backend=flex")
+    run_dir = smoke_run(ROOT / "recipes" / f"{recipe}.yaml", tmp_path, extra)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["global_step"] == 2, summary["attention_backends"]
+    assert summary["global_step"] == 2 and list(summary["attention_backends"]) == ["flex"]
     losses = [float(r["train/loss"]) for r in _rows(run_dir) if r.get("train/loss")]
     assert losses and all(math.isfinite(x) for x in losses)
 

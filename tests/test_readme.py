@@ -119,7 +119,11 @@ def own_data_commands() -> list[tuple[str, str]]:
     for recipe in sorted((ROOT / "recipes").glob("*.yaml")):
         header = [line for line in recipe.read_text().splitlines() if line.startswith("#")]
         found += [(f"recipes/{recipe.name}", c) for c in _commands(header, prefix="#")]
-    return [(where, c) for where, c in found if OWN_DATA.search(c) and "model.init_from=" not in c]
+    places: dict[str, list[str]] = {}  # a command shown in two places (README and a recipe header) runs once
+    for where, c in found:
+        if OWN_DATA.search(c) and "model.init_from=" not in c:
+            places.setdefault(c, []).append(where)
+    return [(" and ".join(wheres), c) for c, wheres in places.items()]
 
 
 def _overrides(command: str) -> dict[str, str]:

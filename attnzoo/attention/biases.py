@@ -353,21 +353,26 @@ class RelativeBias2D(Bias):
                 "attnzoo.attention.positions.set_grid_size(model, (rows, cols)) before the forward"
             )
 
-    def _lookup(self, table: Tensor, heads: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def _joined(self) -> Tensor:
+        """[H, DY * DX (+ 3)]: the current table, flattened, then the prefix values (BEiT's three) if any. One
+        tensor read through one index: compiled flex cannot differentiate several reads of a learned tensor."""
+        flat = self.current_table().flatten(1)
+        return torch.cat([flat, self.prefix], dim=1) if self.num_prefix_tokens else flat
+
+    def _index(self, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        """Where the bias of (query, key) sits in `_joined()`."""
         p, (gh, gw) = self.num_prefix_tokens, self.grid_size
         qp, kp = (q_idx - p).clamp(min=0), (kv_idx - p).clamp(min=0)  # grid index (prefix tokens clamped to 0)
-        out = table[heads, kp // gw - qp // gw + gh - 1, kp % gw - qp % gw + gw - 1]
-        if p:
-            q_pre, k_pre = q_idx < p, kv_idx < p
-            pre = self.prefix
-            out = torch.where(
-                q_pre & k_pre, pre[heads, 2], torch.where(q_pre, pre[heads, 0], torch.where(k_pre, pre[heads, 1], out))
-            )
-        return out
+        idx = (kp // gw - qp // gw + gh - 1) * (2 * gw - 1) + kp % gw - qp % gw + gw - 1
+        if not p:
+            return idx
+        grid = (2 * gh - 1) * (2 * gw - 1)  # prefix values follow: query prefix -> grid key, grid -> prefix, both
+        q_pre, k_pre = q_idx < p, kv_idx < p
+        return torch.where(q_pre & k_pre, grid + 2, torch.where(q_pre, grid, torch.where(k_pre, grid + 1, idx)))
 
     def values(self, q_idx, kv_idx):
         heads = torch.arange(self.num_heads, device=self.table.device).view(-1, *[1] * max(q_idx.dim(), kv_idx.dim()))
-        return self._lookup(self.current_table(), heads, q_idx, kv_idx)
+        return self._joined()[heads, self._index(q_idx, kv_idx)]
 
     def _relative(self, lq, lk):
         self._check_length(lq, lk)
@@ -378,22 +383,11 @@ class RelativeBias2D(Bias):
         return relative_dense(**self.relative(lq, lk), dtype=dtype)
 
     def score_mod(self, lq, lk):
-        # one read of one tensor: compiled flex cannot differentiate several reads of a learned tensor, so the
-        # table and the prefix values are joined into [H, DY * DX (+ 3)] and read through one flat index
         self._check_length(lq, lk)
-        p, (gh, gw) = self.num_prefix_tokens, self.grid_size
-        flat = self.current_table().flatten(1)
-        grid = flat.shape[1]
-        if p:
-            flat = torch.cat([flat, self.prefix], dim=1)
+        joined = self._joined()
 
         def score_mod(score, b, h, q_idx, kv_idx):
-            qp, kp = (q_idx - p).clamp(min=0), (kv_idx - p).clamp(min=0)
-            idx = (kp // gw - qp // gw + gh - 1) * (2 * gw - 1) + kp % gw - qp % gw + gw - 1
-            if p:
-                q_pre, k_pre = q_idx < p, kv_idx < p
-                idx = torch.where(q_pre & k_pre, grid + 2, torch.where(q_pre, grid, torch.where(k_pre, grid + 1, idx)))
-            return score + flat[h, idx]
+            return score + joined[h, self._index(q_idx, kv_idx)]
 
         return score_mod
 

@@ -68,7 +68,7 @@ class Flex:
         self.compile = compile
         self.max_density = max_density
         self._fns: dict[str, object] = {}
-        self.small_tiles = False  # set once the default tiles did not fit the GPU (then every call uses SMALL_TILES)
+        self.small_tiles: set[tuple] = set()  # (device, head dim, dtype) whose default tiles did not fit the GPU
         self._masks: weakref.WeakKeyDictionary[Pattern, dict] = weakref.WeakKeyDictionary()
 
     def supports(self, req: Request) -> str | None:
@@ -146,14 +146,19 @@ class Flex:
         # hold it to that, since CPU-compiled flex cannot return the log-sum-exp to check rows here
         aux = {"return_aux": _flex_module().AuxRequest(lse=True)} if return_lse else {}
         call = dict(score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1], **aux)
-        small = self.small_tiles or (q.is_cuda and torch.is_grad_enabled() and _learned(bias))
+        # smaller tiles on CUDA: from the start when a learned bias trains (its kernels' default tiles did not fit an
+        # H100), and for the shapes whose default forward tiles did not (the error comes when the kernel compiles,
+        # at the first call). A backward compiles at the first loss.backward(), outside this call: a backward whose
+        # default tiles do not fit fails there, with Inductor's error naming kernel_options
+        shape = (q.device, q.shape[-1], q.dtype)
+        small = q.is_cuda and (shape in self.small_tiles or (torch.is_grad_enabled() and _learned(bias)))
         try:
             out = self._flex(q.device.type)(q, k, v, **call, **({"kernel_options": SMALL_TILES} if small else {}))
         except Exception as err:  # Inductor's error when no tile configuration fits the GPU's shared memory
-            if small or not _out_of_resources(err):
+            if small or not q.is_cuda or not _out_of_resources(err):
                 raise
             log.warning("flex: the default Triton tiles do not fit this GPU (%s); using smaller ones", _first(err))
-            self.small_tiles = True
+            self.small_tiles.add(shape)
             out = self._flex(q.device.type)(q, k, v, **call, kernel_options=SMALL_TILES)
         # out: [B, H, Lq, D], or (that, AuxOutput with lse [B, H, Lq])
         return (out[0], out[1].lse) if return_lse else (out, None)

@@ -204,10 +204,17 @@ class _TokenSet:
     def contains(self, idx: Tensor) -> Tensor:
         flags = self._flags.get(idx.device)
         if flags is None:
+            if torch.compiler.is_compiling():
+                # no tensor is made while compiling: Dynamo refuses keeping it (a side effect inside FlexAttention's
+                # traced graph) and Inductor cannot lower one made inside flex's mask_mod on CUDA. One comparison
+                # per token instead (outside a compiled net, flex builds its BlockMask first, which keeps the flags)
+                out = idx == self.tokens[0]
+                for t in self.tokens[1:]:
+                    out = out | (idx == t)
+                return out
             flags = torch.zeros(self.tokens[-1] + 1, dtype=torch.bool, device=idx.device)
             flags[self.tokens] = True
-            if not torch.compiler.is_compiling():  # kept outside a compiled mask_mod only: Dynamo refuses the
-                self._flags[idx.device] = flags  # side effect once it traces the whole graph (FlexAttention)
+            self._flags[idx.device] = flags
         last = len(flags) - 1
         return (idx <= last) & flags[idx.clamp(0, last)]
 

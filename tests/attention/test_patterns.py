@@ -142,3 +142,20 @@ def test_global_tokens_on_flex_after_the_recompile_limit_match_eager():
         for length in (40, 50, 60):  # past the limit
             window(torch.randn(2, length, 32))
         torch.testing.assert_close(flex(x), eager(x), atol=1e-5, rtol=1e-5)
+
+
+def test_global_token_membership_while_compiling_makes_no_tensor():
+    # inside a compiled net (trainer.compile) the token set is first asked while Dynamo traces: it compares with each
+    # token instead of making its lookup tensor there (which Inductor cannot lower inside flex's mask_mod on CUDA)
+    pattern = GlobalTokens(tokens=[3, 9, 700])
+    idx = torch.arange(1000)
+    graphs = []
+
+    def backend(gm, example_inputs):  # records the traced graph and runs it as traced
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    got = torch.compile(lambda i: pattern._set.contains(i), backend=backend, fullgraph=True)(idx)
+    assert not pattern._set._flags and graphs and not any(op in graphs[0] for op in ("zeros", "setitem", "index_put"))
+    assert torch.equal(got, (idx == 3) | (idx == 9) | (idx == 700))
+    assert torch.equal(pattern._set.contains(idx), got) and list(pattern._set._flags) == [idx.device]

@@ -307,24 +307,36 @@ def test_flex_makes_a_patterns_lookup_tensors_before_compiling():
 def test_flex_retries_with_smaller_tiles_when_the_default_ones_do_not_fit(monkeypatch, caplog):
     from attnzoo.attention import flex
 
-    backend, calls = Flex(compile=False), []
+    def backend_raising(error):
+        backend, calls = Flex(compile=False), []
 
-    def fake(q, k, v, kernel_options=None, **kw):
-        calls.append(kernel_options)
-        if kernel_options is None:
-            raise RuntimeError("No valid triton configs. OutOfMemoryError: out of resource: Required: 245760")
-        return q
+        def fake(q, k, v, kernel_options=None, **kw):
+            calls.append(kernel_options)
+            if kernel_options is None:
+                raise error
+            return q
 
-    monkeypatch.setattr(backend, "_flex", lambda device_type: fake)
+        monkeypatch.setattr(backend, "_flex", lambda device_type: fake)
+        return backend, calls
+
     q = torch.randn(1, H, 64, D)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # the retry is for CUDA's Triton kernels
+    too_big = RuntimeError("No valid triton configs. OutOfMemoryError: out of resource: Required: 245760")
+    backend, calls = backend_raising(too_big)
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
-        backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
+        backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)  # remembered for the shape
     assert calls == [None, flex.SMALL_TILES, flex.SMALL_TILES] and backend.small_tiles
     assert "smaller ones" in caplog.text and "245760" in caplog.text
-    monkeypatch.setattr(backend, "_flex", lambda device_type: lambda *a, **kw: 1 / 0)
-    with pytest.raises(ZeroDivisionError):  # any other error is the caller's to see
+    backend, calls = backend_raising(ZeroDivisionError())
+    with pytest.raises(ZeroDivisionError):  # any other error is the caller's to see, without a retry
         backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
+    assert calls == [None] and not backend.small_tiles
+    monkeypatch.undo()
+    backend, calls = backend_raising(too_big)
+    with pytest.raises(RuntimeError, match="out of resource"):  # on CPU no Triton tiles: no retry
+        backend.run(q, q, q, pattern=None, bias=None, key_padding_mask=None, scale=None)
+    assert calls == [None]
 
 
 @pytest.mark.cuda

@@ -75,18 +75,15 @@ def _cpu_timed(fn, samples: list):
     return timed
 
 
-def hf_steps(tokens: int, batch: int) -> dict[str, Callable[[], Any]] | None:
-    """{name: greedy decoding of `tokens` tokens at `batch`}: Hugging Face GPT-2's `generate` and attnzoo's cached
-    greedy decoding of the same weights (a random GPT2LMHeadModel of the decoder's shape, converted by
-    `attnzoo.pretrained.hf_gpt2`); None without `transformers`."""
-    try:
-        import transformers
-    except ImportError:
-        return None
+def random_gpt2(tokens: int, *, depth: int = DEPTH, dim: int = DIM, heads: int = HEADS, vocab: int = VOCAB):
+    """(Hugging Face GPT2LMHeadModel with random weights, no dropout and no end token, attnzoo's conversion of it by
+    `attnzoo.pretrained.load`), both in eval mode, for `tokens` positions."""
+    import transformers
+
     from attnzoo.pretrained import load
 
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=tokens + 1, n_embd=DIM, n_layer=DEPTH,
-                                     n_head=HEADS, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=tokens + 1, n_embd=dim, n_layer=depth,
+                                     n_head=heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                      bos_token_id=None, eos_token_id=None)  # fmt: skip  # no early end
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(config).eval()
@@ -94,6 +91,18 @@ def hf_steps(tokens: int, batch: int) -> dict[str, Callable[[], Any]] | None:
     with tempfile.TemporaryDirectory() as folder:
         hf.save_pretrained(folder)
         ours = load(folder).eval()
+    return hf, ours
+
+
+def hf_steps(tokens: int, batch: int) -> dict[str, Callable[[], Any]] | None:
+    """{name: greedy decoding of `tokens` tokens at `batch`}: Hugging Face GPT-2's `generate` and attnzoo's cached
+    greedy decoding of the same weights (a random GPT2LMHeadModel of the decoder's shape, converted by
+    `attnzoo.pretrained.hf_gpt2`); None without `transformers`."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return None
+    hf, ours = random_gpt2(tokens)
     prompt = torch.ones(batch, 1, dtype=torch.long)
     mask = torch.ones_like(prompt)
 

@@ -18,7 +18,6 @@ recipe's model shape. A part that fails is reported in its row's `error` and the
 
 from __future__ import annotations
 
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -129,22 +128,12 @@ SHAPES = {"4 layers, width 256": (4, 256, 4, 1000), "GPT-2 small": (12, 768, 12,
 
 
 def decode_pair(shape: str, tokens: int, batch: int) -> tuple[dict[str, Callable[[], Any]], bool]:
-    import transformers
-
+    from attnzoo.benchmarks.decode import random_gpt2
     from attnzoo.generation import greedy
-    from attnzoo.pretrained import load
 
     depth, dim, heads, vocab = SHAPES[shape]
-    config = transformers.GPT2Config(vocab_size=vocab, n_positions=tokens + 1, n_embd=dim, n_layer=depth,
-                                     n_head=heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                     bos_token_id=None, eos_token_id=None)  # fmt: skip  # no early end
-    torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(config).eval()
-    hf.generation_config.pad_token_id = 0
-    with tempfile.TemporaryDirectory() as folder:
-        hf.save_pretrained(folder)
-        ours = load(folder).eval().cuda()
-    hf = hf.cuda()
+    hf, ours = random_gpt2(tokens, depth=depth, dim=dim, heads=heads, vocab=vocab)
+    hf, ours = hf.cuda(), ours.cuda()
     prompt = torch.ones(batch, 1, dtype=torch.long, device="cuda")
     mask = torch.ones_like(prompt)
 

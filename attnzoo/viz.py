@@ -49,11 +49,12 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 
 def image_input(data: Any, path: Path) -> dict[str, Tensor]:
     """An image file as the run's DataModule prepares validation images: {"image": [1, C, S, S]}."""
-    from PIL import Image
+    from .data.formats.image_io import load_rgb
 
-    with Image.open(path) as img:
-        img = img.convert("L" if data.in_chans == 1 else "RGB")
-        image = data._transform(train=False, in_memory=False)(img)  # [C, S, S]
+    img = load_rgb(str(path))  # as training reads files: 16-bit and float images scaled to 8 bits, alpha dropped
+    if data.in_chans == 1:
+        img = img.convert("L")
+    image = data._transform(train=False, in_memory=False)(img)  # [C, S, S]
     return {"image": image[None]}
 
 

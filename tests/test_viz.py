@@ -207,3 +207,19 @@ def test_an_ast_run_evaluated_on_other_clips_normalizes_them_with_its_own_statis
     trained = load([run / "config.yaml"]).section("model")["feature_mean"]
     loaded = load_run(run, "best", [], ["data.synthetic.per_class={train: 3, val: 1, test: 1}"])
     assert loaded.cfg.section("model")["feature_mean"] == trained
+
+
+def test_an_input_image_is_read_as_training_reads_files(tmp_path):
+    # viz --input converted a 16-bit PNG with PIL's convert("RGB"), which clips it to white; training scales it
+    from types import SimpleNamespace
+
+    import numpy as np
+    from PIL import Image
+
+    from attnzoo.viz import image_input
+
+    Image.fromarray(np.full((8, 8), 16000, dtype=np.uint16)).save(tmp_path / "g16.png")  # 16000 / 65535 ~ 62 / 255
+    to_tensor = lambda img: torch.from_numpy(np.asarray(img, dtype=np.float32) / 255).permute(2, 0, 1)  # noqa: E731
+    data = SimpleNamespace(in_chans=3, _transform=lambda **kw: to_tensor)
+    image = image_input(data, tmp_path / "g16.png")["image"]
+    assert image.shape == (1, 3, 8, 8) and 55 / 255 < image.mean().item() < 70 / 255

@@ -115,13 +115,23 @@ def test_bad_wav_files_are_named(content, match, tmp_path):
         ("text,label\nhello,pos\nbye,\n", "line 3: empty label in column 'label'"),
         ("text\nhello\n", "label"),  # no label column at all
         ("text,label\n", "no examples"),
+        ("text,label,text\nhello,pos,ZZZ\n", r"column\(s\) \['text'\] more than once"),  # the last one was read
+        ('{"text": "hi", "label": "pos"}\n{"text": "a", "text": "b", "label": "neg"}\n', "line 2: the key 'text'"),
     ],
-    ids=["empty_text", "empty_label", "missing_label_column", "no_rows"],
+    ids=["empty_text", "empty_label", "missing_label_column", "no_rows", "two_columns_named_alike", "jsonl_key_twice"],
 )
 def test_bad_text_files_are_named(content, match, tmp_path):
-    (tmp_path / "t.csv").write_text(content)
+    path = tmp_path / ("t.jsonl" if content.startswith("{") else "t.csv")
+    path.write_text(content)
     with pytest.raises(ValueError, match=match):
-        read_text_file(tmp_path / "t.csv", text_column="text", label_column="label")
+        read_text_file(path, text_column="text", label_column="label")
+
+
+def test_a_text_longer_than_the_csv_modules_field_limit_is_read(tmp_path):
+    long = "word " * 40_000  # 200,000 characters: past csv's default limit of 131,072
+    (tmp_path / "t.csv").write_text(f'text,label\n"{long}",pos\nshort,neg\n')
+    texts, labels = read_text_file(tmp_path / "t.csv", text_column="text", label_column="label")
+    assert texts[0].split() == long.split() and labels == ["pos", "neg"]
 
 
 @pytest.mark.parametrize(

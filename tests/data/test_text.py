@@ -254,6 +254,15 @@ def _write(path, rows, text_col="sentence", label_col="label"):
     return str(path)
 
 
+def test_a_train_split_smaller_than_a_batch_still_trains(tmp_path):
+    # a whole-batch-only train loader had no batch at all: Lightning stopped with "No training batches", exit 0
+    train = _write(tmp_path / "train.csv", ROWS * 2)
+    dm = TextDataModule(train=train, text_column="sentence", batch_size=64, tokenizer="bytes")
+    dm.setup()
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 1 and len(batches[0]["label"]) == len(dm.datasets["train"]) > 0
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
 def test_files_read_and_batch(tmp_path, suffix):
     train = _write(tmp_path / f"train{suffix}", ROWS * 4)

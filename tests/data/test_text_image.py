@@ -277,3 +277,29 @@ def test_learned_tokenizer_keeps_question_words_whole_and_is_saved_with_the_run(
     again.setup()
     assert again.datasets["val"].tokens == dm.datasets["val"].tokens
     assert _dm().save_artifacts(tmp_path / "bytes") == []  # nothing learned, nothing to keep
+
+
+@pytest.mark.parametrize("damage", ["cut_short", "bad_checksum"])
+def test_an_image_that_cannot_be_decoded_is_found_when_checked(damage, tmp_path):
+    # PIL's verify() passed a JPEG cut short (training then stopped mid-epoch) and raised SyntaxError for a PNG with a
+    # bad chunk checksum (a traceback at setup, even with on_bad_image=skip)
+    import io
+
+    from PIL import Image
+
+    from attnzoo.data.modules.text_image import _check_image
+
+    rgb = (np.arange(64 * 64 * 3) % 251).astype(np.uint8).reshape(64, 64, 3)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="JPEG" if damage == "cut_short" else "PNG")
+    data = bytearray(buf.getvalue())
+    if damage == "cut_short":
+        data = data[: len(data) * 6 // 10]
+    else:
+        at = data.index(b"IDAT") + 8
+        data[at] ^= 0xFF
+    path = tmp_path / ("x.jpg" if damage == "cut_short" else "x.png")
+    path.write_bytes(bytes(data))
+    assert _check_image(path).startswith("cannot be read")
+    Image.fromarray(rgb).save(tmp_path / "fine.png")
+    assert _check_image(tmp_path / "fine.png") is None

@@ -11,6 +11,7 @@ import io
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ...util.names import suggest
 
@@ -28,20 +29,42 @@ def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line, object_pairs_hook=_unique_keys)
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path} line {n}: not valid JSON ({err})") from None
+                except _DuplicateKey as err:
+                    raise ValueError(f"{path} line {n}: the key {err} appears twice in one object") from None
                 if not isinstance(record, dict):
                     raise ValueError(f"{path} line {n}: expected a JSON object per line, got {type(record).__name__}")
                 yield n, record, list(record)
             return
         dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
+        csv.field_size_limit(2**31 - 1)  # a long document is one field (the module's default limit is 128 KiB)
         reader = csv.DictReader(f, **dialect)
         columns = list(reader.fieldnames or [])
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        if twice:  # DictReader would keep only the last column of each name
+            raise ValueError(
+                f"{path}: the header names the column(s) {twice} more than once; give each column its own name"
+            )
         for record in reader:
             if None in record:  # more fields than the header
                 raise ValueError(f"{path} line {reader.line_num}: more fields than the header's columns {columns}")
             yield reader.line_num, record, columns
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (json keeps the last one without a word)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(repr(key))
+        out[key] = value
+    return out
 
 
 def read_utf8(path: Path) -> str:

@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
-from ..formats.image_io import ImageFileError, load_rgb
+from ..formats.image_io import ImageFileError, load_rgb, unreadable_images
 from ..formats.text_files import read_utf8
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
@@ -377,9 +377,5 @@ def _check_image(path: Path) -> str | None:
     """None if `path` is a readable image, else what is wrong with it."""
     if not path.is_file():
         return "does not exist"
-    try:
-        with Image.open(path) as img:
-            img.verify()
-    except (OSError, UnidentifiedImageError) as err:
-        return f"cannot be read ({err})"
-    return None
+    bad = unreadable_images([str(path)])  # pixels decoded: a file cut short is found now, not mid-epoch
+    return f"cannot be read ({bad[str(path)]})" if bad else None

@@ -62,11 +62,14 @@ def build(
     from .start import apply_start, fixed_options, read_start
 
     start = read_start(cfg) if init else None
-    preset = {**_embedded_only(cfg), **(start.preset if start else {}), **(preset or {})}
+    started = _absolute_start(cfg, start.preset) if start else {}
+    start_data = {k: v for k, v in started.items() if k.startswith("data.")}
+    preset = {**_embedded_only(cfg), **(start.preset if start else {}), **start_data, **(preset or {})}
     chosen = {
         **absolute_paths(cfg.section("data")),
         **{k: v for k, v in preset.items() if k not in unrecorded},
         **_auto_precision(cfg),
+        **{k: v for k, v in started.items() if k not in start_data},  # model.init_from
     }
     section = "data"
     try:
@@ -200,6 +203,16 @@ def absolute_paths(data: Mapping[str, Any]) -> dict[str, Any]:
     for key in PATH_KEYS:
         if key in data and (value := absolute(data[key], key)) != data[key]:
             out[f"data.{key}"] = value
+    return out
+
+
+def _absolute_start(cfg: Config, start_preset: Mapping[str, Any]) -> dict[str, Any]:
+    """`model.init_from` and the data paths the start sets (its tokenizer file) as absolute paths, where they are
+    relative: the run's config.yaml then starts the same run from any working directory."""
+    out = absolute_paths({k.removeprefix("data."): v for k, v in start_preset.items() if k.startswith("data.")})
+    given = cfg.section("model").get("init_from")
+    if isinstance(given, str) and given and not Path(given).is_absolute() and Path(given).exists():
+        out["model.init_from"] = str(Path(given).resolve())
     return out
 
 

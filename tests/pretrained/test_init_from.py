@@ -83,6 +83,21 @@ def test_the_same_labels_load_the_head_and_the_summary_names_the_checkpoint(run_
     assert load([run_b / "config.yaml"]).section("model")["init_from"] == str(run_a / "checkpoints" / "best.ckpt")
 
 
+def test_a_relative_init_from_is_recorded_absolute_so_the_config_works_from_anywhere(run_a, tmp_path, monkeypatch):
+    # config.yaml kept `init_from: a/<run>` and the tokenizer path it set as typed: from another working directory
+    # `--config <run>/config.yaml` stopped with "model.init_from: ... is not a file or directory here"
+    monkeypatch.chdir(run_a.parents[1])
+    relative = str(run_a.relative_to(run_a.parents[1]))
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b", "c"])]
+    _, _, cfg = build(load([TEXT], [*overrides, f"model.init_from={relative}"]))
+    assert cfg.section("model")["init_from"] == str(run_a)
+    assert cfg.section("data")["tokenizer"] == str(run_a / "tokenizer.json")
+    (tmp_path / "config.yaml").write_text(cfg.to_yaml())
+    monkeypatch.chdir(tmp_path)
+    _, task, _ = build(load([tmp_path / "config.yaml"]))
+    assert task.net.started_from["loaded"] > 0
+
+
 def test_another_architecture_names_the_file_and_the_first_tensor_that_differs(run_a, tmp_path):
     overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b"]), f"model.init_from={run_a}", "model.dim=32"]
     with pytest.raises(ConfigError) as err:

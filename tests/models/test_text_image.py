@@ -241,3 +241,16 @@ def test_the_recipe_header_cross_attention_commands_build_that_design():
         assert hasattr(net.cross_blocks[0], "attn_gate") == ("model.gated=true" in overrides)
     default = build(load([recipe], ["data.num_train=32", "data.num_val=8"]))[1].net
     assert default.fusion == "film" and default.cell_encoder is None and not hasattr(default, "cross_blocks")
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_a_batch_of_empty_texts_is_one_position_of_padding_and_gives_finite_logits(fusion):
+    # every caption of a batch empty (batch size 1 with an empty caption, viz of such an example): the collate made
+    # [B, 0] tokens, which no attention could reshape
+    from attnzoo.data.modules.text_image import Collate
+
+    items = [{"image": torch.randn(3, 16, 16), "tokens": [], "label": i} for i in range(2)]
+    batch = Collate(pad_id=0)(items)
+    assert batch["tokens"].shape == (2, 1) and batch["padding_mask"].all()
+    logits = _net(fusion=fusion)(batch["image"], batch["tokens"], batch["padding_mask"])
+    assert logits.shape == (2, 5) and torch.isfinite(logits).all()

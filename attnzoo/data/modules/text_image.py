@@ -48,7 +48,9 @@ class Collate:
 
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, Tensor]:
         lengths = torch.tensor([len(it["tokens"]) for it in items])
-        tokens = torch.full((len(items), int(lengths.max())), self.pad_id, dtype=torch.long)  # [B, L]
+        # [B, L]; at least one position, all padding when every text of the batch is empty (a length of 0 has no
+        # attention to run)
+        tokens = torch.full((len(items), max(1, int(lengths.max()))), self.pad_id, dtype=torch.long)
         for i, it in enumerate(items):
             tokens[i, : len(it["tokens"])] = torch.as_tensor(it["tokens"], dtype=torch.long)
         return {

@@ -117,8 +117,17 @@ def test_bad_wav_files_are_named(content, match, tmp_path):
         ("text,label\n", "no examples"),
         ("text,label,text\nhello,pos,ZZZ\n", r"column\(s\) \['text'\] more than once"),  # the last one was read
         ('{"text": "hi", "label": "pos"}\n{"text": "a", "text": "b", "label": "neg"}\n', "line 2: the key 'text'"),
+        ('{"text": 12345, "label": "pos"}\n', "line 1: the text in column 'text' is not a string: 12345"),
     ],
-    ids=["empty_text", "empty_label", "missing_label_column", "no_rows", "two_columns_named_alike", "jsonl_key_twice"],
+    ids=[
+        "empty_text",
+        "empty_label",
+        "missing_label_column",
+        "no_rows",
+        "two_columns_named_alike",
+        "jsonl_key_twice",
+        "jsonl_number_as_text",
+    ],
 )
 def test_bad_text_files_are_named(content, match, tmp_path):
     path = tmp_path / ("t.jsonl" if content.startswith("{") else "t.csv")

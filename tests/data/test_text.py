@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
 from attnzoo.data.embedded import listops
+from attnzoo.data.formats.text_files import read_text_file
 from attnzoo.data.modules.batching import BucketBatchSampler, PadCollate, TokenDataset
 from attnzoo.data.modules.text import TextDataModule
 from attnzoo.data.tokenizers.factory import make_tokenizer
@@ -252,6 +253,18 @@ def _write(path, rows, text_col="sentence", label_col="label"):
         with path.open("w", newline="") as f:
             csv.writer(f).writerows([(text_col, label_col), *rows])
     return str(path)
+
+
+def test_texts_are_read_as_the_mlm_recipe_reads_them_whitespace_as_one_space(tmp_path):
+    # a multi-line review: the tokenizer's pre-tokenizer splits at spaces only, so "lovely\nreally" was one word
+    # here, and [UNK] pieces under a tokenizer learned by the MLM recipe (which reads whitespace runs as a space)
+    (tmp_path / "train.csv").write_text('text,label\n"lovely\nreally\tand  plot ",pos\nbad,neg\n')
+    texts, _ = read_text_file(tmp_path / "train.csv", text_column="text", label_column="label")
+    (tmp_path / "corpus.csv").write_text('text\n"lovely\nreally\tand  plot "\n')
+    from attnzoo.data.modules.mlm import read_unlabeled
+
+    unlabeled = read_unlabeled(str(tmp_path / "corpus.csv"), documents="lines", text_column="text", what="train")
+    assert texts[0] == unlabeled[0] == "lovely really and plot"
 
 
 def test_a_train_split_smaller_than_a_batch_still_trains(tmp_path):

@@ -90,8 +90,15 @@ def _column_error(path: Path, what: str, column: str, columns: Sequence[str], wh
     )
 
 
+def one_line(text: str) -> str:
+    """`text` with each run of whitespace (newlines and tabs too) as one space, stripped: the form both the text
+    classification and the MLM recipes read, so a tokenizer learned by one reads the other's texts alike (its
+    pre-tokenizer splits words at spaces only)."""
+    return " ".join(text.split())
+
+
 def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> tuple[list[str], list[str]]:
-    """Texts and labels (as strings) of one file.
+    """Texts (`one_line`) and labels (as strings) of one file.
 
     Raises:
         ValueError: unknown format, a missing column (listing the columns found), an empty text or label.
@@ -105,11 +112,13 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
             if column not in record:
                 raise _column_error(path, what, column, columns, where="" if not texts else f" line {n}")
         text, label = record[text_column], record[label_column]
-        if not isinstance(text, str) or not text.strip():
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"{path} line {n}: the text in column {text_column!r} is not a string: {text!r}")
+        if not text or not text.strip():
             raise ValueError(f"{path} line {n}: empty text in column {text_column!r}")
         if label is None or str(label).strip() == "":
             raise ValueError(f"{path} line {n}: empty label in column {label_column!r}")
-        texts.append(text)
+        texts.append(one_line(text))
         labels.append(str(label).strip())
     if not texts:
         raise ValueError(f"{path}: no examples")

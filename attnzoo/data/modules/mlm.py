@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader
 
-from ..formats.text_files import FORMATS, read_texts
+from ..formats.text_files import FORMATS, one_line, read_texts
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import save_run_tokenizer
@@ -58,7 +58,7 @@ def read_unlabeled(spec: str | Sequence[str], *, documents: str, text_column: st
     texts: list[str] = []
     for s in specs:
         if Path(s).suffix.lower() in FORMATS:
-            texts += [" ".join(t.split()) for t in read_texts(s, text_column=text_column)]
+            texts += [one_line(t) for t in read_texts(s, text_column=text_column)]
         else:
             texts += read_documents(s, documents=documents, what=what)
     return texts

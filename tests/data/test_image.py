@@ -1,5 +1,7 @@
 """ImageDataModule: embedded MNIST subset, image folders, torchvision datasets on disk, batch contract, errors."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -73,6 +75,32 @@ def test_image_folder_with_train_val_test_subfolders(tmp_path):
     data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
     data.setup()
     assert [len(data.splits[s]) for s in ("train", "val", "test")] == [8, 4, 6]
+
+
+def test_split_folders_are_found_in_any_letter_case_and_validation_is_val(tmp_path):
+    # Train/ Val/ Test/ were read as three classes of a folder without splits (the model learned the split)
+    for split, n in (("Train", 4), ("validation", 2), ("TEST", 3)):
+        _write_folder(tmp_path / split, n=n)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
+    data.setup()
+    assert data.class_names == ["cat", "dog"]
+    assert [len(data.splits[s]) for s in ("train", "val", "test")] == [8, 4, 6]
+    _write_folder(tmp_path / "val", n=1)
+    with pytest.raises(ValueError, match=r"both val/ and validation/ name the val split"):
+        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8).setup()
+
+
+def test_files_of_other_formats_in_class_folders_are_named_in_a_warning(tmp_path, caplog):
+    # .gif and .jfif files were left out without a word (18 of 36 images in one user's folder)
+    _write_folder(tmp_path)
+    Image.new("RGB", (8, 8)).save(tmp_path / "cat" / "x.gif")
+    (tmp_path / "dog" / "y.jfif").write_bytes(b"\xff\xd8")
+    (tmp_path / "dog" / ".DS_Store").write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
+        data.setup()
+    assert "2 file(s) in the class folders are not read" in caplog.text
+    assert "x.gif (gif)" in caplog.text and "y.jfif (jfif)" in caplog.text and ".DS_Store" not in caplog.text
 
 
 def test_a_val_folder_without_a_rare_class_keeps_trains_numbering_and_an_unknown_class_is_named(tmp_path):

@@ -27,7 +27,38 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 EMBEDDED = "mnist5k"
-SPLITS = ("train", "val", "test")
+# split folder names, in any letter case (Train/, VALIDATION/): a class folder cannot have these names
+SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+
+
+def _not_images(datasets: dict[str, Any], split_dirs: dict[str, Path]) -> list[str]:
+    """Files (not hidden ones) in the class folders that ImageFolder passed over for their extension."""
+    read = {path for d in datasets.values() for path, _ in d.samples}
+    out = []
+    for s, d in datasets.items():
+        for name in d.classes:
+            for path in sorted((split_dirs[s] / name).rglob("*")):
+                if path.is_file() and not path.name.startswith(".") and str(path) not in read:
+                    out.append(str(path))
+    return out
+
+
+def split_folders(root: Path) -> dict[str, Path]:
+    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES); two folders for one split are an
+    error naming both."""
+    found: dict[str, Path] = {}
+    for child in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        split = SPLIT_NAMES.get(child.name.lower())
+        if split is None:
+            continue
+        if split in found:
+            raise ValueError(
+                f"data.root {str(root)!r}: both {found[split].name}/ and {child.name}/ name the {split} split; keep one"
+            )
+        found[split] = child
+    return found
+
+
 MEMORY_BYTES = 2**30  # decoded and resized splits up to this size are kept in memory (uint8)
 
 
@@ -325,10 +356,11 @@ class ImageDataModule(DataModule):
 
     def _folders(self) -> dict[str, Dataset]:
         from torchvision.datasets import ImageFolder
+        from torchvision.datasets.folder import IMG_EXTENSIONS
 
         from ..formats.image_io import ImageFileError, describe, load_rgb, unreadable_images
 
-        split_dirs = {s: self.root / s for s in SPLITS if (self.root / s).is_dir()}
+        split_dirs = split_folders(self.root)
         if "train" not in split_dirs:
             split_dirs = {"train": self.root}
         try:
@@ -337,6 +369,15 @@ class ImageDataModule(DataModule):
             raise ValueError(
                 f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}"
             ) from err
+        ignored = _not_images(out, split_dirs)
+        if ignored:
+            log.warning(
+                "data: %d file(s) in the class folders are not read (their extension is none of %s): %s; convert "
+                "them to one of those formats to train on them",
+                len(ignored),
+                ", ".join(IMG_EXTENSIONS),
+                describe({p: p.rsplit(".", 1)[-1] if "." in Path(p).name else "no extension" for p in ignored}),
+            )
         bad = unreadable_images([path for d in out.values() for path, _ in d.samples])
         if bad and self.on_bad_image == "error":
             raise ImageFileError(

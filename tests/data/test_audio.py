@@ -126,6 +126,31 @@ def test_csv_multilabel_targets_are_multi_hot(tmp_path):
     assert batch["label"].sum().item() == 4  # "dog;rain", "rain", "dog"
 
 
+def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):
+    # a label only in the val fold (a typo) and a class folder of .flac files only became classes no clip trains
+    meta = esc50(tmp_path)
+    meta.write_text(meta.read_text().replace("2.wav,3,crow", "2.wav,3,crwo"))
+    columns = {"path": "filename", "label": "category"}
+    kw = dict(source="csv", csv=str(meta), root=str(tmp_path / "audio"), val_folds=[3], columns=columns)
+    with pytest.raises(ValueError, match=r"class\(es\) crwo have no training clip \(only val clips\)"):
+        small(**kw).setup()
+    root = tmp_path / "folder"
+    speech_commands(root)
+    (root / "owl").mkdir()
+    (root / "owl" / "hoot.flac").write_bytes(b"fLaC")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"), pytest.raises(ValueError, match=r"owl have no training"):
+        small(source="folder", root=str(root)).setup()
+    assert "1 file(s) in the class folders are not .wav" in caplog.text and "hoot.flac" in caplog.text
+
+
+def test_an_empty_val_split_is_said_at_setup(tmp_path, caplog):
+    meta = esc50(tmp_path)
+    columns = {"path": "filename", "label": "category"}
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        small(source="csv", csv=str(meta), root=str(tmp_path / "audio"), val_folds=[9], columns=columns).setup()
+    assert "the val split has no clip" in caplog.text
+
+
 def test_csv_errors_name_the_file_and_column(tmp_path):
     meta = esc50(tmp_path)
     with pytest.raises(ValueError, match=r"meta.csv: no column 'path' for data.columns.path; columns are"):
@@ -156,14 +181,15 @@ def test_bad_files_raise_naming_the_file_or_are_skipped_and_counted(tmp_path, ca
 
 
 def test_stats_match_the_train_features_and_are_saved_and_reused(tmp_path):
-    speech_commands(tmp_path)
+    speech_commands(tmp_path / "data")
+    tmp_path, out = tmp_path / "data", tmp_path  # the run's files beside the data, not in it (a folder of no clips)
     dm = small(source="folder", root=str(tmp_path), train_crop="start")
     stats = dm.compute_stats()
     waves = torch.stack([dm.datasets["train"][i]["audio"] for i in range(len(dm.datasets["train"]))])
     feats = LogMel(sample_rate=RATE, n_mels=32)(waves)
     assert stats["mean"] == pytest.approx(feats.mean().item(), rel=1e-4)
     assert stats["std"] == pytest.approx(feats.std(unbiased=False).item(), rel=1e-3)
-    path = dm.save_artifacts(tmp_path / "run")
+    path = dm.save_artifacts(out / "run")
     reused = small(source="folder", root=str(tmp_path), stats_file=str(path))
     assert reused.model_inputs()["feature_mean"] == pytest.approx(stats["mean"])
     other = DATAMODULES["audio"](source="folder", root=str(tmp_path), sample_rate=RATE, n_mels=40, stats_file=str(path))

@@ -254,6 +254,20 @@ class AudioDataModule(DataModule):
         names = sorted({name for _, labels, _ in entries for name in labels})
         if self.source == "folder":
             names = sorted({labels[0] for _, labels, _ in entries} | set(self.class_names))
+        trained = {name for _, labels, split in entries if split == "train" for name in labels}
+        unseen = [name for name in names if name not in trained]
+        if unseen:  # a class no training clip has could never be predicted; folders of .flac/.mp3 only end here too
+            where = sorted({split for _, labels, split in entries if set(labels) & set(unseen)})
+            raise ValueError(
+                f"data: class(es) {shortened(unseen)} have no training clip"
+                + (
+                    f" (only {'/'.join(where)} clips)"
+                    if where
+                    else " (no .wav file; folders named _* or .* are not classes)"
+                )
+                + "; a model cannot predict a class it never saw in training: add training clips (.wav), or fix the "
+                "label"
+            )
         self.class_names = names
         index = {name: i for i, name in enumerate(names)}
         per_split: dict[str, tuple[list, list]] = {split: ([], []) for split in SPLITS}
@@ -275,6 +289,11 @@ class AudioDataModule(DataModule):
                     "data.on_bad_file=skip to leave them out"
                 )
             log.warning("data: skipped %d unreadable audio files (on_bad_file=skip): %s", len(self.skipped), shown)
+        if not per_split["val"][0]:
+            log.warning(
+                "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
+                "more clips, a validation_list.txt (folders) or data.val_folds (CSV)"
+            )
         for split, (items, targets) in per_split.items():
             paths = [path for path, _ in items]
             waves = [wave for _, wave in items] if self.cache else None
@@ -306,16 +325,24 @@ class AudioDataModule(DataModule):
             if (root / name).is_file():
                 lists[split] = {line.strip() for line in read_utf8(root / name).splitlines() if line.strip()}
         log.info("data: %s split by %s", root, ", ".join(lists) + " lists" if lists else "file-name hash")
-        entries = []
+        entries, other = [], []
         for name in classes:
             for path in sorted((root / name).rglob("*")):
                 if path.suffix.lower() != ".wav":
+                    other += [str(path)] if path.is_file() and not path.name.startswith(".") else []
                     continue
                 rel = path.relative_to(root).as_posix()
                 split = next((s for s, files in lists.items() if rel in files), None)
                 if split is None:
                     split = "train" if lists else self._hash_split(path.name)
                 entries.append((path, [name], split))
+        if other:
+            log.warning(
+                "data: %d file(s) in the class folders are not .wav and are not read: %s; convert them to WAV to "
+                "train on them",
+                len(other),
+                shortened(other),
+            )
         return entries
 
     def _csv_entries(self) -> list[tuple[Path, list[str], str]]:

@@ -209,7 +209,7 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
 
 
 def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
-    """A text run's labels.json fixes the class order at evaluation, whatever labels the evaluated data has."""
+    """A run's labels.json fixes the class order at evaluation, whatever labels the evaluated data has."""
     from attnzoo.run.rundir import _saved_labels
 
     (tmp_path / "labels.json").write_text(json.dumps({"class_names": ["neg", "pos"]}))
@@ -218,7 +218,7 @@ def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
     cfg = load([ROOT / "recipes" / "text_cls.yaml"], ["data.labels=[a,b]"])
     assert _saved_labels(cfg, tmp_path) == {}  # the config's own choice wins
     cfg = load([VIT])
-    assert _saved_labels(cfg, tmp_path) == {}  # image data takes no label file
+    assert _saved_labels(cfg, tmp_path) == {"data.labels": str(tmp_path / "labels.json")}  # image folders too
 
 
 def test_summary_reports_the_backends_training_ran_on():

@@ -1,5 +1,6 @@
 """ImageDataModule: embedded MNIST subset, image folders, torchvision datasets on disk, batch contract, errors."""
 
+import json
 import logging
 
 import numpy as np
@@ -101,6 +102,26 @@ def test_files_of_other_formats_in_class_folders_are_named_in_a_warning(tmp_path
         data.setup()
     assert "2 file(s) in the class folders are not read" in caplog.text
     assert "x.gif (gif)" in caplog.text and "y.jfif (jfif)" in caplog.text and ".DS_Store" not in caplog.text
+
+
+def test_a_runs_class_names_are_saved_and_another_folder_is_matched_to_them_by_name(tmp_path):
+    # evaluate on a folder of classes b/ c/ scored them as the model's a and b (by position), and one of b/ c/ d/
+    # without a word; the run now saves its class names and evaluate passes them as data.labels
+    _write_folder(tmp_path / "run_data", classes=("a", "b", "c"), n=2)
+    trained = ImageDataModule(dataset="folder", root=str(tmp_path / "run_data"), img_size=8)
+    (saved,) = trained.save_artifacts(tmp_path / "run")
+    assert json.loads(saved.read_text())["class_names"] == ["a", "b", "c"]
+    _write_folder(tmp_path / "other", classes=("b", "c"), n=3)
+    other = ImageDataModule(dataset="folder", root=str(tmp_path / "other"), img_size=8, labels=str(saved))
+    other.setup()
+    assert other.class_names == ["a", "b", "c"] and other.num_classes == 3
+    labels = sorted(int(other.splits[s][i]["label"]) for s in ("train", "val") for i in range(len(other.splits[s])))
+    assert labels == [1, 1, 1, 2, 2, 2]
+    _write_folder(tmp_path / "other", classes=("d",), n=1)
+    with pytest.raises(ValueError, match=r"classes that the run's model was not trained on: \['d'\]"):
+        ImageDataModule(dataset="folder", root=str(tmp_path / "other"), img_size=8, labels=str(saved)).setup()
+    with pytest.raises(ValueError, match=r"data.labels \['x'\] are not the classes of mnist5k"):
+        ImageDataModule(labels=["x"]).setup()
 
 
 def test_a_val_folder_without_a_rare_class_keeps_trains_numbering_and_an_unknown_class_is_named(tmp_path):

@@ -95,7 +95,8 @@ def test_two_torchrun_nodes_equal_one_process_with_the_double_batch(tmp_path):
     # written once, by rank 0: one train row, the files of one run, no lock left, nothing of Lightning's own
     with open(run_dir / "metrics.csv", newline="") as f:
         assert [r["step"] for r in csv.DictReader(f)] == ["0"]
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.yaml", "metrics.csv", "summary.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints", "config.yaml", "labels.json", "metrics.csv", "summary.json"]  # fmt: skip
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["last.ckpt"]
     assert "node1" not in (run_dir / "config.yaml").read_text()  # rank 0's config
     two, one = _weights(run_dir), _weights(tmp_path / "single")

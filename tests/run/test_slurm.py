@@ -177,4 +177,4 @@ def test_two_slurm_nodes_stop_together_on_one_nodes_sigusr1_requeue_once_and_con
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_step"] == 8 and len(summary["resumes"]) == 1
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "checkpoints", "config.yaml", "metrics.csv", "resumes.json", "summary.json"]  # fmt: skip
+        "checkpoints", "config.yaml", "labels.json", "metrics.csv", "resumes.json", "summary.json"]  # fmt: skip

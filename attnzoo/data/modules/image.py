@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
 
-from attnzoo.data.modules.base import DataModule
+from attnzoo.data.modules.base import DataModule, given_class_names
 
 from ...util.names import suggest
 from . import defaults
@@ -147,6 +147,9 @@ class ImageDataModule(DataModule):
         seed: seed of the validation split (and of shuffling, when no `seed_everything` seed is set).
         on_bad_image: for folders, what a corrupt or truncated image file does at setup (every file is decoded
             once): "error" stops naming each such file, "skip" leaves them out and logs how many and which.
+        labels: the class names in the model's order (a list, or a run's `labels.json`); default: the train
+            folder's class folders, sorted. `evaluate` and `--resume` pass the run's own, so another folder's
+            classes are matched by name (a class the run never trained on is an error naming it).
     """
 
     def __init__(
@@ -171,6 +174,7 @@ class ImageDataModule(DataModule):
         shuffle: bool = True,
         seed: int = 0,
         on_bad_image: Literal["error", "skip"] = "error",
+        labels: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         if on_bad_image not in ("error", "skip"):
@@ -211,6 +215,7 @@ class ImageDataModule(DataModule):
         self.eval_batch_size = eval_batch_size if eval_batch_size is not None else batch_size
         self.num_workers, self.shuffle = num_workers, shuffle
         self.on_bad_image = on_bad_image
+        self.labels = None if labels is None else given_class_names(labels)
         self.skipped: list[str] = []  # image files left out (on_bad_image=skip)
         self.splits: dict[str, Dataset] | None = None
         self.class_names: list[str] = []
@@ -243,6 +248,8 @@ class ImageDataModule(DataModule):
         if self.splits is not None:
             return
         raw = self._load()  # split -> dataset of (PIL image or uint8 tensor, label); "test" may be missing
+        if self.labels is not None and self.class_names != self.labels:  # the embedded or a torchvision dataset
+            raise ValueError(f"data.labels {self.labels} are not the classes of {self.dataset}: {self.class_names}")
         if "val" not in raw:
             raw["train"], raw["val"] = self._split(raw["train"])
         sample = raw["train"][0][0]
@@ -254,6 +261,18 @@ class ImageDataModule(DataModule):
         self._choose_augmentation(raw["train"])
         self.splits = {s: _Dicts(d, self._transform(train=s == "train", in_memory=in_memory)) for s, d in raw.items()}
         log.info("data: %s %s", self.dataset, {s: len(d) for s, d in self.splits.items()})
+
+    def save_artifacts(self, run_dir: str | Path) -> list[Path]:
+        """The class names in the model's order (`labels.json`): `evaluate` on another folder matches its classes
+        to them by name."""
+        from ...util.files import write_json
+
+        self.setup()
+        path = Path(run_dir) / "labels.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = str(self.root) if self.root is not None else self.dataset
+        write_json(path, {"class_names": self.class_names, "source": source})
+        return [path]
 
     def _common_size(self, data: Dataset) -> tuple[int, str]:
         """The side of the most common image size (the shorter side, at most 224), and why."""
@@ -394,15 +413,16 @@ class ImageDataModule(DataModule):
                 d.imgs, d.targets = d.samples, [target for _, target in d.samples]
                 if not d.samples:
                     raise ValueError(f"data.root: no readable image left in {split_dirs[s]}")
-        self.class_names = list(out["train"].classes)
+        self.class_names = self.labels or list(out["train"].classes)
         index = {name: i for i, name in enumerate(self.class_names)}
         for s, d in out.items():
             if d.classes == self.class_names:
                 continue
             unknown = [name for name in d.classes if name not in index]
             if unknown:
+                lacks = "the run's model was not trained on" if self.labels else f"{split_dirs['train']} lacks"
                 raise ValueError(
-                    f"data.root: {split_dirs[s]} has classes that {split_dirs['train']} lacks: {unknown} (train's: "
+                    f"data.root: {split_dirs[s]} has classes that {lacks}: {unknown} (its classes: "
                     f"{self.class_names}); a model cannot predict a class it never saw in training"
                 )
             # fewer classes than train (a rare one missing from val/test): labels by name, as train numbers them

@@ -22,7 +22,7 @@ from ..formats.text_files import check_labels, label_vocabulary, read_text_file
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from . import defaults
-from .base import DataModule
+from .base import DataModule, given_class_names
 from .batching import PadCollate, TokenDataset, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -209,15 +209,7 @@ class TextDataModule(DataModule):
     def _class_names(self, train_labels: list[str]) -> list[str]:
         if self.labels is None:
             return label_vocabulary(train_labels)
-        names = self.labels
-        if isinstance(names, str):
-            path = Path(names)
-            if not path.is_file():
-                raise ValueError(f"data.labels: no such file {names!r} (give a list of class names or a labels.json)")
-            names = json.loads(path.read_text())["class_names"]
-        names = [str(n) for n in names]
-        if len(set(names)) != len(names):
-            raise ValueError(f"data.labels has repeated class names: {names}")
+        names = given_class_names(self.labels)
         check_labels(train_labels, names, path=self.files["train"], column=self.label_column, source="data.labels")
         return names
 

@@ -178,11 +178,12 @@ def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, message):
 def test_match_labels(tmp_path):
     _, paths = _write(tmp_path, task="match")
     rec = json.loads(paths["train"].read_text().splitlines()[0])
-    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps({**rec, "label": v}) for v in (True, 0, "match")) + "\n")
+    values = (True, 0, "match", "true", "False", "1")  # the strings as a CSV-to-JSONL tool writes them
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps({**rec, "label": v}) for v in values) + "\n")
     dm = _dm(task="match", train=str(tmp_path / "m.jsonl"), val=str(paths["val"]))
-    assert [dm.datasets["train"][i]["label"] for i in range(3)] == [1, 0, 1]
+    assert [dm.datasets["train"][i]["label"] for i in range(6)] == [1, 0, 1, 1, 0, 1]
     (tmp_path / "m.jsonl").write_text(json.dumps({**rec, "label": "yes"}) + "\n")
-    with pytest.raises(ValueError, match=r"m\.jsonl:1: match label 'yes'; valid: true/false, 1/0, match/mismatch"):
+    with pytest.raises(ValueError, match=r"m\.jsonl:1: match label 'yes' is not one of true/false, 1/0, match/mis"):
         _dm(task="match", train=str(tmp_path / "m.jsonl"), val=str(paths["val"]))
 
 

@@ -282,9 +282,12 @@ class TextImageDataModule(DataModule):
     def _label(self, rec: dict[str, Any], path: Path) -> int:
         label = rec["label"]
         if self.task == "match":
-            value = {True: 1, False: 0, "match": 1, "mismatch": 0}.get(label)  # 1/0 hash as True/False
-            if isinstance(label, float) or value is None:
-                raise ValueError(f"{path}:{rec['line']}: match label {label!r}; valid: true/false, 1/0, match/mismatch")
+            key = label.strip().lower() if isinstance(label, str) else label  # "true" as a string, as CSV tools write
+            value = {True: 1, False: 0, "true": 1, "false": 0, "1": 1, "0": 0, "match": 1, "mismatch": 0}.get(key)
+            if isinstance(label, float) or value is None:  # (1 and 0 hash as True and False)
+                raise ValueError(
+                    f"{path}:{rec['line']}: match label {label!r} is not one of true/false, 1/0, match/mismatch"
+                )
             return value
         if str(label) not in self.class_names:
             valid = self.class_names if len(self.class_names) <= 20 else [*self.class_names[:20], "..."]

@@ -118,6 +118,7 @@ def test_bad_wav_files_are_named(content, match, tmp_path):
         ("text,label,text\nhello,pos,ZZZ\n", r"column\(s\) \['text'\] more than once"),  # the last one was read
         ('{"text": "hi", "label": "pos"}\n{"text": "a", "text": "b", "label": "neg"}\n', "line 2: the key 'text'"),
         ('{"text": 12345, "label": "pos"}\n', "line 1: the text in column 'text' is not a string: 12345"),
+        ('{"text": "hi", "label": [1, 2]}\n', r"line 1: the label in column 'label' is not one value: \[1, 2\]"),
     ],
     ids=[
         "empty_text",
@@ -127,6 +128,7 @@ def test_bad_wav_files_are_named(content, match, tmp_path):
         "two_columns_named_alike",
         "jsonl_key_twice",
         "jsonl_number_as_text",
+        "jsonl_list_as_label",
     ],
 )
 def test_bad_text_files_are_named(content, match, tmp_path):

@@ -118,6 +118,8 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
             raise ValueError(f"{path} line {n}: empty text in column {text_column!r}")
         if label is None or str(label).strip() == "":
             raise ValueError(f"{path} line {n}: empty label in column {label_column!r}")
+        if isinstance(label, (list, dict)):  # one class per text: a JSON list would become a class named "[1, 2]"
+            raise ValueError(f"{path} line {n}: the label in column {label_column!r} is not one value: {label!r}")
         texts.append(one_line(text))
         labels.append(str(label).strip())
     if not texts:

@@ -3,7 +3,7 @@
 Builds data -> model -> task -> Trainer from the config and trains. Each run gets a directory
 `<run.dir>/<run.name>/<timestamp>/` holding `config.yaml` (resolved, with derived values), `checkpoints/`
 (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what the DataModule's `save_artifacts(run_dir)`
-writes, if it has one (the text data's label vocabulary, `labels.json`).
+writes, if it has one (the class names, `labels.json`).
 
 Resume a stopped run with `--resume <run dir or .ckpt>`: it reuses the run's `config.yaml` (or the
 `--config` files given), its directory, and continues from `last.ckpt` (or the given checkpoint). A resume may

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, parameters, validate
 from ..tasks.stopping import early_stopping_options
+from .paths import PATH_KEYS
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
@@ -182,7 +183,6 @@ def _embedded_only(cfg: Config) -> dict[str, Any]:
 
 # data options that name files or folders: the resolved config holds them as absolute paths, so the run directory
 # works from any working directory (--resume, evaluate, viz); a tokenizer only when it names a .json file
-PATH_KEYS = ("train", "val", "test", "root", "stats_file", "labels", "tokenizer")
 
 
 def absolute_paths(data: Mapping[str, Any]) -> dict[str, Any]:

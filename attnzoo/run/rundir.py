@@ -2,7 +2,7 @@
 
 A run directory `<run.dir>/<run.name>/<timestamp>/` (`.../slurm-<job id>/` in a SLURM job) holds `config.yaml`
 (resolved, with derived values), `checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what
-the DataModule's `save_artifacts(run_dir)` writes (the text data's label vocabulary, `labels.json`; a learned
+the DataModule's `save_artifacts(run_dir)` writes (the class names of text and image data, `labels.json`; a learned
 tokenizer, `tokenizer.json`), which `load_run` reads back. Only global rank 0 writes into it.
 """
 
@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from ..config import Config, ConfigError, load, read_yaml
 from ..util.files import write_json
+from .paths import same_path
 
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
 
@@ -156,19 +157,6 @@ def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
             + f", or start a new run with --config {run_dir / 'config.yaml'} and the changes"
         )
     return changes
-
-
-def same_path(key: str, old: Any, new: Any) -> bool:
-    """Whether a data path (`attnzoo.run.build.PATH_KEYS`) is the same file written another way: a run's config.yaml
-    from before data paths were made absolute holds them as typed, relative to the working directory."""
-    from .build import PATH_KEYS
-
-    section, _, name = key.partition(".")
-    if section != "data" or name not in PATH_KEYS:
-        return False
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return all(same_path(key, a, b) for a, b in zip(old, new, strict=True))
-    return isinstance(old, str) and isinstance(new, str) and Path(old).resolve() == Path(new).resolve()
 
 
 def record_resume(run_dir: Path, checkpoint: Path, step: int, changes: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError, read_yaml
+from .paths import same_path
 
 log = logging.getLogger("attnzoo")
 # what a run directory holds besides its config.yaml once training started (`attnzoo.run.train`)
@@ -214,7 +215,7 @@ def _stays(cfg: Config, key: str) -> bool:
         saved = (read_yaml(path).get("model") or {}).get("init_from")
     except (ConfigError, AttributeError):
         return False
-    return saved is not None and str(saved) == str(cfg.section("model").get("init_from"))
+    return saved is not None and same_path("model.init_from", str(saved), str(cfg.section("model").get("init_from")))
 
 
 def _run_config(path: Path) -> bool:

@@ -116,7 +116,7 @@ def test_bad_wav_files_are_named(content, match, tmp_path):
         ("text\nhello\n", "label"),  # no label column at all
         ("text,label\n", "no examples"),
         ("text,label,text\nhello,pos,ZZZ\n", r"column\(s\) \['text'\] more than once"),  # the last one was read
-        ('{"text": "hi", "label": "pos"}\n{"text": "a", "text": "b", "label": "neg"}\n', "line 2: the key 'text'"),
+        ('{"text": "hi", "label": "pos"}\n{"text": "a", "text": "b", "label": "neg"}\n', r"line 2: .*'text'\] appear"),
         ('{"text": 12345, "label": "pos"}\n', "line 1: the text in column 'text' is not a string: 12345"),
         ('{"text": "hi", "label": [1, 2]}\n', r"line 1: the label in column 'label' is not one value: \[1, 2\]"),
     ],
@@ -136,6 +136,14 @@ def test_bad_text_files_are_named(content, match, tmp_path):
     path.write_text(content)
     with pytest.raises(ValueError, match=match):
         read_text_file(path, text_column="text", label_column="label")
+
+
+def test_repeated_names_of_columns_the_reader_does_not_use_are_fine(tmp_path):
+    # a spreadsheet export's empty trailing columns, an unused column twice, a nested object's repeated key
+    (tmp_path / "t.csv").write_text("text,label,,,note,note\nhello,pos,,,a,b\n")
+    assert read_text_file(tmp_path / "t.csv", text_column="text", label_column="label") == (["hello"], ["pos"])
+    (tmp_path / "t.jsonl").write_text('{"text": "hi", "label": "pos", "meta": {"a": 1, "a": 2}, "x": 1, "x": 2}\n')
+    assert read_text_file(tmp_path / "t.jsonl", text_column="text", label_column="label") == (["hi"], ["pos"])
 
 
 def test_a_text_longer_than_the_csv_modules_field_limit_is_read(tmp_path):

@@ -89,6 +89,11 @@ def test_split_folders_are_found_in_any_letter_case_and_validation_is_val(tmp_pa
     _write_folder(tmp_path / "val", n=1)
     with pytest.raises(ValueError, match=r"both val/ and validation/ name the val split"):
         ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8).setup()
+    # a class of vehicles named Train (images, no class folders inside) is a class of a folder without splits
+    _write_folder(tmp_path / "vehicles", classes=("Bus", "Car", "Train"), n=2)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path / "vehicles"), img_size=8)
+    data.setup()
+    assert data.class_names == ["Bus", "Car", "Train"]
 
 
 def test_files_of_other_formats_in_class_folders_are_named_in_a_warning(tmp_path, caplog):

@@ -304,3 +304,18 @@ def test_an_image_that_cannot_be_decoded_is_found_when_checked(damage, tmp_path)
     assert _check_image(path).startswith("cannot be read")
     Image.fromarray(rgb).save(tmp_path / "fine.png")
     assert _check_image(tmp_path / "fine.png") is None
+
+
+def test_an_image_several_records_share_is_checked_once(tmp_path, monkeypatch):
+    # the check decodes every pixel now: VQA-style data asks many questions about one image
+    from attnzoo.data.modules import text_image
+
+    gen, paths = _write(tmp_path)
+    lines = paths["train"].read_text().splitlines()
+    first = json.loads(lines[0])
+    paths["train"].write_text("\n".join([*lines, *(json.dumps({**first, "text": f"q{i}"}) for i in range(5))]) + "\n")
+    calls = []
+    real = text_image._check_image
+    monkeypatch.setattr(text_image, "_check_image", lambda path: calls.append(path) or real(path))
+    _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
+    assert len(calls) == len(set(calls)) and calls.count((paths["train"].parent / first["image"]).resolve()) == 1

@@ -135,6 +135,8 @@ def test_a_resume_of_a_run_whose_config_holds_relative_paths_takes_them_as_the_s
     assert same_path("data.train", ["x.txt"], [str(tmp_path / "x.txt")])
     assert not same_path("data.train", "a/train.csv", str(tmp_path / "b" / "train.csv"))
     assert not same_path("model.kind", "text", str(tmp_path / "text"))  # not a data path
+    # model.init_from is recorded absolute now: a resume with the command that started an older run matches it
+    assert same_path("model.init_from", "runs/a", str(tmp_path / "runs" / "a"))
 
 
 def test_only_data_paths_that_exist_are_made_absolute(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ reads as it is). JSONL has one object per line. Every error names the file, the 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 from collections.abc import Iterator, Sequence
@@ -18,8 +19,9 @@ from ...util.names import suggest
 FORMATS = (".csv", ".tsv", ".jsonl")
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
-    """(line number, record, columns) for every data row."""
+def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, list[str]]]:
+    """(line number, record, columns) for every data row. A column (JSON key) of `used` named twice is an error:
+    the reader would keep the last one without a word."""
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise ValueError(f"{path}: unknown text file format {suffix!r}; valid: {list(FORMATS)}")
@@ -28,22 +30,24 @@ def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
             for n, line in enumerate(f, start=1):
                 if not line.strip():
                     continue
+                keys: list[list[str]] = []  # the keys of each object as written, the line's own one last
                 try:
-                    record = json.loads(line, object_pairs_hook=_unique_keys)
+                    record = json.loads(line, object_pairs_hook=functools.partial(_keep_keys, keys))
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path} line {n}: not valid JSON ({err})") from None
-                except _DuplicateKey as err:
-                    raise ValueError(f"{path} line {n}: the key {err} appears twice in one object") from None
                 if not isinstance(record, dict):
                     raise ValueError(f"{path} line {n}: expected a JSON object per line, got {type(record).__name__}")
+                twice = sorted({k for k in used if keys[-1].count(k) > 1})
+                if twice:
+                    raise ValueError(f"{path} line {n}: the key(s) {twice} appear more than once in the object")
                 yield n, record, list(record)
             return
         dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
         csv.field_size_limit(2**31 - 1)  # a long document is one field (the module's default limit is 128 KiB)
         reader = csv.DictReader(f, **dialect)
         columns = list(reader.fieldnames or [])
-        twice = sorted({c for c in columns if columns.count(c) > 1})
-        if twice:  # DictReader would keep only the last column of each name
+        twice = sorted({c for c in used if columns.count(c) > 1})
+        if twice:  # DictReader would keep only the last column of each name (unnamed or other columns may repeat)
             raise ValueError(
                 f"{path}: the header names the column(s) {twice} more than once; give each column its own name"
             )
@@ -51,20 +55,6 @@ def _rows(path: Path) -> Iterator[tuple[int, dict, list[str]]]:
             if None in record:  # more fields than the header
                 raise ValueError(f"{path} line {reader.line_num}: more fields than the header's columns {columns}")
             yield reader.line_num, record, columns
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's dict, refusing a key given twice (json keeps the last one without a word)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(repr(key))
-        out[key] = value
-    return out
 
 
 def read_utf8(path: Path) -> str:
@@ -90,6 +80,21 @@ def _column_error(path: Path, what: str, column: str, columns: Sequence[str], wh
     )
 
 
+def _keep_keys(keys: list[list[str]], pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict; its keys as written (a repeated one too) appended to `keys`."""
+    keys.append([k for k, _ in pairs])
+    return dict(pairs)
+
+
+def _text(value: Any, path: Path, n: int, column: str) -> str:
+    """A record's text, which must be a non-blank string (ValueError naming the file, line and column)."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{path} line {n}: the text in column {column!r} is not a string: {value!r}")
+    if not value or not value.strip():
+        raise ValueError(f"{path} line {n}: empty text in column {column!r}")
+    return value
+
+
 def one_line(text: str) -> str:
     """`text` with each run of whitespace (newlines and tabs too) as one space, stripped: the form both the text
     classification and the MLM recipes read, so a tokenizer learned by one reads the other's texts alike (its
@@ -107,15 +112,11 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
     if not path.is_file():
         raise ValueError(f"no such text file: {str(path)!r}")
     texts, labels = [], []
-    for n, record, columns in _rows(path):
+    for n, record, columns in _rows(path, used=(text_column, label_column)):
         for what, column in (("text", text_column), ("label", label_column)):
             if column not in record:
                 raise _column_error(path, what, column, columns, where="" if not texts else f" line {n}")
-        text, label = record[text_column], record[label_column]
-        if text is not None and not isinstance(text, str):
-            raise ValueError(f"{path} line {n}: the text in column {text_column!r} is not a string: {text!r}")
-        if not text or not text.strip():
-            raise ValueError(f"{path} line {n}: empty text in column {text_column!r}")
+        text, label = _text(record[text_column], path, n, text_column), record[label_column]
         if label is None or str(label).strip() == "":
             raise ValueError(f"{path} line {n}: empty label in column {label_column!r}")
         if isinstance(label, (list, dict)):  # one class per text: a JSON list would become a class named "[1, 2]"
@@ -137,13 +138,10 @@ def read_texts(path: str | Path, *, text_column: str) -> list[str]:
     if not path.is_file():
         raise ValueError(f"no such text file: {str(path)!r}")
     texts = []
-    for n, record, columns in _rows(path):
+    for n, record, columns in _rows(path, used=(text_column,)):
         if text_column not in record:
             raise _column_error(path, "text", text_column, columns, where="" if not texts else f" line {n}")
-        text = record[text_column]
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{path} line {n}: empty text in column {text_column!r}")
-        texts.append(text)
+        texts.append(_text(record[text_column], path, n, text_column))
     if not texts:
         raise ValueError(f"{path}: no examples")
     return texts

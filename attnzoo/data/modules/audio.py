@@ -256,7 +256,7 @@ class AudioDataModule(DataModule):
             names = sorted({labels[0] for _, labels, _ in entries} | set(self.class_names))
         trained = {name for _, labels, split in entries if split == "train" for name in labels}
         unseen = [name for name in names if name not in trained]
-        if unseen:  # a class no training clip has could never be predicted; folders of .flac/.mp3 only end here too
+        if trained and unseen:  # a class no training clip has could never be predicted (.flac-only folders too)
             where = sorted({split for _, labels, split in entries if set(labels) & set(unseen)})
             raise ValueError(
                 f"data: class(es) {shortened(unseen)} have no training clip"
@@ -265,8 +265,9 @@ class AudioDataModule(DataModule):
                     if where
                     else " (no .wav file; folders named _* or .* are not classes)"
                 )
-                + "; a model cannot predict a class it never saw in training: add training clips (.wav), or fix the "
-                "label"
+                + "; a model cannot predict a class it never saw in training: add training clips (.wav), fix the "
+                "label, or split otherwise (validation_list.txt and testing_list.txt in a folder, data.val_folds and "
+                "data.test_folds for a CSV)"
             )
         self.class_names = names
         index = {name: i for i, name in enumerate(names)}

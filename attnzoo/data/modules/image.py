@@ -27,29 +27,32 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 EMBEDDED = "mnist5k"
-# split folder names, in any letter case (Train/, VALIDATION/): a class folder cannot have these names
+# split folder names, in any letter case (Train/, VALIDATION/); such a folder is a split when it holds class folders
 SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 
 
 def _not_images(datasets: dict[str, Any], split_dirs: dict[str, Path]) -> list[str]:
-    """Files (not hidden ones) in the class folders that ImageFolder passed over for their extension."""
+    """Files in the class folders that ImageFolder's extension filter passed over (hidden files and folders left
+    out)."""
     read = {path for d in datasets.values() for path, _ in d.samples}
     out = []
     for s, d in datasets.items():
         for name in d.classes:
-            for path in sorted((split_dirs[s] / name).rglob("*")):
-                if path.is_file() and not path.name.startswith(".") and str(path) not in read:
+            folder = split_dirs[s] / name
+            for path in sorted(folder.rglob("*")):
+                hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+                if path.is_file() and not hidden and str(path) not in read:
                     out.append(str(path))
     return out
 
 
 def split_folders(root: Path) -> dict[str, Path]:
-    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES); two folders for one split are an
-    error naming both."""
+    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES) that hold class folders (a `Train/`
+    of images only is a class, say of vehicles); two folders for one split are an error naming both."""
     found: dict[str, Path] = {}
     for child in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         split = SPLIT_NAMES.get(child.name.lower())
-        if split is None:
+        if split is None or not any(p.is_dir() for p in child.iterdir()):
             continue
         if split in found:
             raise ValueError(
@@ -148,8 +151,8 @@ class ImageDataModule(DataModule):
         on_bad_image: for folders, what a corrupt or truncated image file does at setup (every file is decoded
             once): "error" stops naming each such file, "skip" leaves them out and logs how many and which.
         labels: the class names in the model's order (a list, or a run's `labels.json`); default: the train
-            folder's class folders, sorted. `evaluate` and `--resume` pass the run's own, so another folder's
-            classes are matched by name (a class the run never trained on is an error naming it).
+            folder's class folders, sorted. `evaluate` and `viz` pass the run's own (`labels.json`), so another
+            folder's classes are matched by name (a class the run never trained on is an error naming it).
     """
 
     def __init__(
@@ -391,8 +394,8 @@ class ImageDataModule(DataModule):
         ignored = _not_images(out, split_dirs)
         if ignored:
             log.warning(
-                "data: %d file(s) in the class folders are not read (their extension is none of %s): %s; convert "
-                "them to one of those formats to train on them",
+                "data: %d file(s) in the class folders are not read (torchvision's ImageFolder reads only %s): %s; "
+                "convert them to one of those formats to train on them",
                 len(ignored),
                 ", ".join(IMG_EXTENSIONS),
                 describe({p: p.rsplit(".", 1)[-1] if "." in Path(p).name else "no extension" for p in ignored}),
@@ -420,9 +423,13 @@ class ImageDataModule(DataModule):
                 continue
             unknown = [name for name in d.classes if name not in index]
             if unknown:
-                lacks = "the run's model was not trained on" if self.labels else f"{split_dirs['train']} lacks"
+                lacks, known = (
+                    ("the run's model was not trained on", "the model's")
+                    if self.labels
+                    else (f"{split_dirs['train']} lacks", "train's")
+                )
                 raise ValueError(
-                    f"data.root: {split_dirs[s]} has classes that {lacks}: {unknown} (its classes: "
+                    f"data.root: {split_dirs[s]} has classes that {lacks}: {unknown} ({known}: "
                     f"{self.class_names}); a model cannot predict a class it never saw in training"
                 )
             # fewer classes than train (a rare one missing from val/test): labels by name, as train numbers them

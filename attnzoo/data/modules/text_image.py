@@ -249,12 +249,15 @@ class TextImageDataModule(DataModule):
             self.class_names = [str(c) for c in self.classes]
         else:
             self.class_names = sorted({str(r["label"]) for r in records["train"]})
+        checked: dict[Path, str | None] = {}  # an image several questions or pairs share is decoded once
         for split, recs in records.items():
             path = Path(self.files[split])
             kept, images, labels = [], [], []
             for rec in recs:
                 image = (path.parent / rec["image"]).resolve()
-                problem = _check_image(image)
+                if image not in checked:
+                    checked[image] = _check_image(image)
+                problem = checked[image]
                 if problem is not None:
                     if self.on_bad_image == "error":
                         hint = "data.on_bad_image=skip leaves such pairs out"

@@ -94,6 +94,12 @@ def test_split_folders_are_found_in_any_letter_case_and_validation_is_val(tmp_pa
     data = ImageDataModule(dataset="folder", root=str(tmp_path / "vehicles"), img_size=8)
     data.setup()
     assert data.class_names == ["Bus", "Car", "Train"]
+    # beside a train/ of class folders, a val/ of loose images is a split without class folders: named, not skipped
+    _write_folder(tmp_path / "loose" / "train")
+    (tmp_path / "loose" / "val").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "loose" / "val" / "0.png")
+    with pytest.raises(ValueError, match="expected one subfolder of images per class"):
+        ImageDataModule(dataset="folder", root=str(tmp_path / "loose"), img_size=8).setup()
 
 
 def test_files_of_other_formats_in_class_folders_are_named_in_a_warning(tmp_path, caplog):

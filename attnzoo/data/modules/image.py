@@ -47,13 +47,17 @@ def _not_images(datasets: dict[str, Any], split_dirs: dict[str, Path]) -> list[s
 
 
 def split_folders(root: Path) -> dict[str, Path]:
-    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES) that hold class folders (a `Train/`
-    of images only is a class, say of vehicles); two folders for one split are an error naming both."""
+    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES), when at least one of them holds class
+    folders; else {} (a `Train/` of images only is a class, say of vehicles). Two folders for one split are an error
+    naming both."""
+    named = (
+        [(SPLIT_NAMES.get(p.name.lower()), p) for p in sorted(root.iterdir()) if p.is_dir()] if root.is_dir() else []
+    )
+    named = [(split, p) for split, p in named if split is not None]
+    if not any(c.is_dir() for _, p in named for c in p.iterdir()):
+        return {}
     found: dict[str, Path] = {}
-    for child in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
-        split = SPLIT_NAMES.get(child.name.lower())
-        if split is None or not any(p.is_dir() for p in child.iterdir()):
-            continue
+    for split, child in named:
         if split in found:
             raise ValueError(
                 f"data.root {str(root)!r}: both {found[split].name}/ and {child.name}/ name the {split} split; keep one"

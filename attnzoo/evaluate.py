@@ -36,7 +36,7 @@ def report_name(
     other `data.*` overrides (data.listops.max_len=80, ...) and any overlay. So each dataset keeps its own report,
     and evaluating the same one again replaces it."""
     from .config import load
-    from .run.rundir import same_path
+    from .run.paths import same_path
 
     own = load([run_dir / "config.yaml"]).section("data")
     moved = not all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS)

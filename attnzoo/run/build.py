@@ -181,10 +181,6 @@ def _embedded_only(cfg: Config) -> dict[str, Any]:
     return left_out
 
 
-# data options that name files or folders: the resolved config holds them as absolute paths, so the run directory
-# works from any working directory (--resume, evaluate, viz); a tokenizer only when it names a .json file
-
-
 def absolute_paths(data: Mapping[str, Any]) -> dict[str, Any]:
     """{"data.<key>": absolute path} for the relative paths of `PATH_KEYS` in the data section `data` that exist
     from the working directory (a split's list of paths too); a path that does not exist stays as typed (the data

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# data keys that hold paths (made absolute when a run starts: `attnzoo.run.build.absolute_paths`)
+# data options that name files or folders: the resolved config holds them as absolute paths
+# (`attnzoo.run.build.absolute_paths`), so the run directory works from any working directory (--resume, evaluate,
+# viz); a tokenizer only when it names a .json file
 PATH_KEYS = ("train", "val", "test", "root", "stats_file", "labels", "tokenizer")
 
 

@@ -68,6 +68,7 @@ def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
 def text_input(data: Any, text: str) -> dict[str, Tensor]:
     """A text encoded by the run's tokenizer, cut to its `max_len`: {"tokens": [1, L], "padding_mask": [1, L]}."""
     from .data.tokenizers.subword import encode_user_text, unknown_note
+    from .data.tokenizers.tokenize import truncate
 
     unknown: list[str] = []
     ids = encode_user_text(data.tokenizer, text, unknown)  # "[CLS]" typed in the text is plain text, not a special id
@@ -77,7 +78,7 @@ def text_input(data: Any, text: str) -> dict[str, Tensor]:
         raise ConfigError(f"--text: {text[:80]!r} has no tokens under tokenizer {data.tokenizer.name!r}")
     if len(ids) > data.max_len:
         log.warning("viz: --text has %d tokens; cut to data.max_len %d", len(ids), data.max_len)
-        ids = ids[: data.max_len]
+        ids = truncate(data.tokenizer, ids, data.max_len)  # as training cut its texts
     tokens = torch.tensor([ids], dtype=torch.long)
     return {"tokens": tokens, "padding_mask": torch.zeros_like(tokens, dtype=torch.bool)}
 

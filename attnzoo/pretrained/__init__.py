@@ -10,6 +10,7 @@ download it first.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import re
 from pathlib import Path
@@ -94,7 +95,19 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     options = {**converted.options, **overrides}
     if isinstance(converted.options.get("attention"), dict) and isinstance(overrides.get("attention"), dict):
         options["attention"] = {**converted.options["attention"], **overrides["attention"]}
-    net = MODELS[converted.model_kind](**options)
+    builder = MODELS[converted.model_kind]
+    missing = [
+        name
+        for name, p in inspect.signature(builder).parameters.items()
+        if p.default is p.empty and p.kind is not p.VAR_KEYWORD and name not in options
+    ]
+    if missing:  # a BERT folder without a classifier: the head's size is the caller's
+        shown = ", ".join(f"{name}=..." for name in missing)
+        raise ValueError(
+            f"{converted.source}: the checkpoint does not give {missing} (it has no head of its own); pass "
+            f"{'it' if len(missing) == 1 else 'them'}: load(path, {shown}) (a new head)"
+        )
+    net = builder(**options)
     done = transfer(
         net,
         converted.state_dict,

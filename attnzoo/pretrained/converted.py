@@ -14,7 +14,13 @@ from typing import Any, NamedTuple
 
 import torch
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# a Hugging Face directory's weights, one file or an index of shards (`save_pretrained(max_shard_size=...)`)
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 class Converted(NamedTuple):
@@ -39,7 +45,8 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
-    """The tensors of a weights file, or of the first of `WEIGHT_FILES` in a directory; data only, never code."""
+    """The tensors of a weights file, or of the first of `WEIGHT_FILES` in a directory (an index: of every shard it
+    names); data only, never code."""
     path = Path(path)
     if path.is_dir():
         found = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
@@ -48,6 +55,8 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         path = found[0]
     if not path.is_file():
         raise ValueError(f"weights file {str(path)!r} does not exist")
+    if path.name.endswith(".index.json"):
+        return _read_shards(path)
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -61,4 +70,31 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{str(path)!r} holds no state dict of tensors")
+    return state
+
+
+def _read_shards(index: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the shards a Hugging Face weights index names (`weight_map`: tensor -> shard file), each shard
+    a file beside the index; ValueError naming the index when it is broken, names a file elsewhere, or a shard lacks
+    a tensor it maps there."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{str(index)!r}: not a readable weights index (a JSON 'weight_map'; {err!r})") from None
+    if not shards:
+        raise ValueError(f"{str(index)!r}: its weight_map names no tensor")
+    state: dict[str, torch.Tensor] = {}
+    for name in shards:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{str(index)!r} names the shard {name!r}; shards are files beside the index")
+        if not name.endswith((".safetensors", ".bin")):
+            raise ValueError(f"{str(index)!r} names the shard {name!r}, not a .safetensors or .bin file")
+        state.update(read_weights(index.parent / name))
+    absent = [key for key in weight_map if key not in state]
+    if absent:
+        raise ValueError(
+            f"{str(index)!r} maps {absent[0]!r} to {weight_map[absent[0]]!r}, which holds no such tensor "
+            f"({len(absent)} mapped tensors missing)"
+        )
     return state

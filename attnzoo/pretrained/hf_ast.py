@@ -63,6 +63,7 @@ def options_from_config(config: dict, extractor: dict[str, Any], path: Path) -> 
         target_frames=config_value(config, "max_length", 1024),
         feature_mean=float(extractor["mean"]) + KALDI_SCALE_SHIFT if normalize else KALDI_SCALE_SHIFT,
         feature_std=2.0 * float(extractor["std"]) if normalize else 1.0,
+        feature_norm="dataset",  # the extractor's one mean and std for every clip (a fit would choose per clip)
         patch_size=config_value(config, "patch_size", 16),
         fstride=config_value(config, "frequency_stride", 10),
         tstride=config_value(config, "time_stride", 10),

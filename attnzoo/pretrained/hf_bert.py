@@ -150,6 +150,7 @@ def convert(path: str | Path) -> Converted:
         state["pooler.weight"], state["pooler.bias"] = take("pooler.dense.weight"), take("pooler.dense.bias")
     if family == "bert" and "classifier.weight" in hf:  # BertForSequenceClassification: a head for its labels
         state["head.weight"], state["head.bias"] = take("classifier.weight"), take("classifier.bias")
+        options["num_classes"] = int(state["head.weight"].shape[0])
     left = sorted(k for k in hf if k not in used and not k.endswith("position_ids"))
     if left:
         log.info("%s: %d tensors have no place in attnzoo's text classifier (%s%s)", path, len(left),

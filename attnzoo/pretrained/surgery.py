@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..attention.attention import Attention
+from ..attention.biases import BIASES
 from ..attention.kv_heads import loaded_kv_heads
 
 PROJECTIONS = ("qkv.", "q.", "kv.", "proj.")  # an attention layer's names that every checkpoint of it holds
@@ -76,7 +77,12 @@ def _starts_as_mha(cls: type) -> bool | None:
 
 
 def changes(
-    net: nn.Module, state: Mapping[str, torch.Tensor], new: list[str], *, source_kind: str = "mha"
+    net: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    new: list[str],
+    *,
+    source_kind: str = "mha",
+    source_bias: str | None = None,
 ) -> list[str]:
     """What loading `state` (the checkpoint's tensors, before load hooks) into `net` carried over and what started
     fresh in its attention layers, one line per kind of change with its layer count; empty when nothing changed.
@@ -84,12 +90,19 @@ def changes(
     Args:
         new: keys of `net` that did not come from `state` (`Transfer.new`).
         source_kind: the attention kind the checkpoint was trained with.
+        source_bias: the `BIASES` name of the bias it was trained with, if any (a bias without tensors, ALiBi,
+            changes the function without any tensor starting fresh).
     """
     regrouped: Counter[tuple[int, int]] = Counter()
     kinds: Counter[tuple[str, tuple[str, ...]]] = Counter()
     shared: Counter[tuple[str, ...]] = Counter()
+    added: Counter[str] = Counter()
     fresh = set(new)
     for prefix, layer in attention_layers(net):
+        bias = layer.bias
+        if bias is not None and not bias.state_dict():  # tensors of a bias: named below when they start fresh
+            name = next((n for n, cls in BIASES.items() if type(bias) is cls), type(bias).__name__)
+            added[name] += name != source_bias
         name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
         heads = loaded_kv_heads(layer, state[name]) if name in state else None
         if heads is not None and heads != layer.num_kv_heads:
@@ -122,6 +135,9 @@ def changes(
         }[same]
         how = f" ({cls.mha_start})" if cls.mha_start else ""
         lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
+    for name, n in added.items():
+        if n:
+            lines.append(f"bias {name!r} added in {_layers(n)} (it has no tensors); it changes the function")
     for names, n in shared.items():
         lines.append(
             f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh in {_layers(n)}; it changes the function"

@@ -61,6 +61,14 @@ def source_kind(options: Mapping[str, object]) -> str:
     return str(attention.get("kind") or "mha") if isinstance(attention, Mapping) else "mha"
 
 
+def source_bias(options: Mapping[str, object]) -> str | None:
+    """The bias name ("alibi", "t5", ...) of a converted checkpoint's attention options, if it has one."""
+    attention = options.get("attention")
+    bias = attention.get("bias") if isinstance(attention, Mapping) else None
+    bias = bias.get("kind") if isinstance(bias, Mapping) else bias
+    return None if bias is None else str(bias)
+
+
 def transfer(
     net: nn.Module,
     state: Mapping[str, torch.Tensor],
@@ -91,7 +99,10 @@ def transfer(
     for module in expecting:
         module.expect_checkpoint(dict(options or {}))
     try:
-        return _transfer(net, own, state, source=source, fresh=fresh, keep_fresh=keep_fresh, source_kind=source_kind)
+        bias = source_bias(options or {})
+        return _transfer(
+            net, own, state, source=source, fresh=fresh, keep_fresh=keep_fresh, source_kind=source_kind, bias=bias
+        )
     finally:
         for module in expecting:  # a later load (a resume, load_state_dict) reads the network's own sizes
             module.expect_checkpoint(None)
@@ -106,6 +117,7 @@ def _transfer(
     fresh: Sequence[str],
     keep_fresh: bool,
     source_kind: str,
+    bias: str | None = None,
 ) -> Transfer:
     original, state = state, adapted(net, state)
     is_fresh = tuple(fresh)
@@ -137,5 +149,5 @@ def _transfer(
     taken = {k for k in take if k in original}  # the rest a load hook made (a gate starting at identity)
     new = [k for k in own if k not in taken]
     dropped = [k for k in original if k not in taken]
-    notes = surgery.changes(net, original, new, source_kind=source_kind)
+    notes = surgery.changes(net, original, new, source_kind=source_kind, source_bias=bias)
     return Transfer([k for k in take if k in taken], new, dropped, notes)

@@ -75,7 +75,7 @@ def build(
     section = "data"
     try:
         data = build_data(cfg, preset)
-        cfg = resolve(cfg, data, chosen, fixed_options(start, data.model_inputs()))
+        cfg = resolve(cfg, data, chosen, fixed_options(start, data.model_inputs(), cfg))
         section = "model"
         net = build_net(cfg)
         if start is not None:
@@ -246,13 +246,15 @@ def _filled(
     cfg: Config, section: str, opts: Mapping[str, Any], fn: Callable[..., Any], inputs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The `inputs` that `fn` (the section's builder) accepts, to add to `section`; a config value that contradicts
-    the data raises."""
+    the data raises, except a `vocab_size` above the tokenizer's (spare embedding rows)."""
     accepted = parameters(fn)
     filled = {}
     for key, value in inputs.items():
         if key not in accepted or value is None:
             continue
         if key in opts and opts[key] != value:
+            if key == "vocab_size" and isinstance(opts[key], int) and opts[key] > value:
+                continue  # embedding rows the tokenizer never gives (a checkpoint's table padded past it)
             raise ConfigError(
                 f"{section}.{key}: {opts[key]!r} (set in {cfg.where(f'{section}.{key}')}) contradicts the data, "
                 f"which gives {value!r}; remove it or change the data section"

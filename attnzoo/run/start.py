@@ -232,13 +232,28 @@ def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str
     return {**theirs, **kept, **typed}
 
 
-def fixed_options(start: Start | None, inputs: Mapping[str, Any]) -> dict[str, Any]:
+def fixed_options(start: Start | None, inputs: Mapping[str, Any], cfg: Config) -> dict[str, Any]:
     """The model options `start` fixes, less those the data gives (`DataModule.model_inputs()`: the vocabulary,
     the image size, ...): the data's values build the model, and the checkpoint's tensors must fit them (a learned
-    grid of positions is resampled on load)."""
+    grid of positions is resampled on load). One exception: an embedding with more rows than the checkpoint's own
+    tokenizer has tokens keeps them (`model.vocab_size`); one with fewer is a ConfigError."""
     if start is None:
         return {}
-    return {k: v for k, v in start.options.items() if k.split(".", 1)[1] not in inputs}
+    fixed = {k: v for k, v in start.options.items() if k.split(".", 1)[1] not in inputs}
+    rows, tokens = start.converted.options.get("vocab_size"), inputs.get("vocab_size")
+    own = _start_tokenizer(start, cfg) is not None  # another tokenizer's ids do not match: the embedding is named
+    if own and isinstance(rows, int) and isinstance(tokens, int) and rows != tokens:
+        if rows < tokens:
+            raise ConfigError(
+                f"model.init_from: {start.converted.source} has an embedding of {rows} rows, and the tokenizer this "
+                f"run reads with has {tokens} tokens: ids {rows} to {tokens - 1} would have no row. Tokenize with the "
+                f"checkpoint's own tokenizer ({start.converted.tokenizer or 'the one its weights were trained with'})"
+            )
+        # a table padded past the tokenizer (resize_token_embeddings(pad_to_multiple_of=...)): the model keeps its rows
+        log.info("model.vocab_size: %d (the tokenizer's tokens) -> %d (the rows of model.init_from's embedding; the "
+                 "tokenizer never gives ids %d to %d)", tokens, rows, tokens, rows - 1)  # fmt: skip
+        fixed["model.vocab_size"] = rows
+    return fixed
 
 
 def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any]:

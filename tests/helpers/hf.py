@@ -75,9 +75,10 @@ def save_ast(path: Path, *, mel_bins: int = 128, frames: int = 64, classes: int 
     transformers.ASTForAudioClassification(config).save_pretrained(path)
 
 
-def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300) -> None:
+def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300, spare_rows: int = 0) -> None:
     """A random `transformers` GPT2LMHeadModel saved into `path` with a byte-level BPE tokenizer.json learned from
-    `texts`, as GPT-2's own folders hold one."""
+    `texts`, as GPT-2's own folders hold one; `spare_rows`: embedding rows past the tokenizer's tokens (a table
+    padded by `resize_token_embeddings(pad_to_multiple_of=...)`), or fewer rows when negative."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -90,8 +91,8 @@ def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300) -> None:
     Path(path).mkdir(parents=True, exist_ok=True)
     tok.save(str(Path(path) / "tokenizer.json"))
     eos = tok.token_to_id("<|endoftext|>")
-    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                     bos_token_id=eos, eos_token_id=eos)  # fmt: skip
+    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size() + spare_rows, n_positions=64, n_embd=32,
+                                     n_layer=2, n_head=4, bos_token_id=eos, eos_token_id=eos)  # fmt: skip
     torch.manual_seed(0)
     transformers.GPT2LMHeadModel(config).save_pretrained(path)
 

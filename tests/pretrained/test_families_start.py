@@ -11,9 +11,10 @@ import torch
 from timm.models import adapt_input_conv
 
 from attnzoo import pretrained
-from attnzoo.config import load
+from attnzoo.config import ConfigError, load
 from attnzoo.run import build
 from tests.helpers import smoke_overrides
+from tests.helpers.audio import speech_commands
 from tests.helpers.hf import SIZES, save_ast, save_bart, save_encoder, save_gpt2, save_vit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +109,39 @@ def test_a_bart_directory_starts_the_translation_recipe(tmp_path):
     assert max_len < 80
     for key in ("embed.pos_embed.table", "tgt_positions.pos_embed.table"):
         torch.testing.assert_close(state[key], converted.state_dict[key][:, :max_len])
+
+
+def test_an_embedding_padded_past_the_tokenizer_keeps_its_rows_and_one_short_of_it_is_named(tmp_path, caplog):
+    """A checkpoint whose table has more rows than its tokenizer has tokens (resize_token_embeddings with
+    pad_to_multiple_of) builds the model with its rows: every row loads, and the tokenizer's ids index them."""
+    source = tmp_path / "gpt2"
+    save_gpt2(source, TEXTS, spare_rows=4)
+    tokens = pretrained.convert(source).options["vocab_size"] - 4
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = _built("lm", source)
+    assert cfg.section("model")["vocab_size"] == tokens + 4
+    assert f"model.vocab_size: {tokens} (the tokenizer's tokens) -> {tokens + 4}" in caplog.text
+    assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
+    resolved = tmp_path / "resolved.yaml"  # the resolved config builds the same model again (a resume, evaluate)
+    resolved.write_text(cfg.to_yaml())
+    assert build(load([resolved]), init=False).task.net.embed.embed.weight.shape[0] == tokens + 4
+    short = tmp_path / "short"
+    save_gpt2(short, TEXTS, spare_rows=-2)
+    with pytest.raises(ConfigError, match=rf"embedding of {tokens - 2} rows, and the tokenizer this run reads with "
+                                          rf"has {tokens} tokens: ids {tokens - 2} to {tokens - 1}"):  # fmt: skip
+        _built("lm", short)
+
+
+def test_an_ast_directory_on_audio_files_normalizes_as_its_weights_were_trained(tmp_path, caplog):
+    """Audio files would get each clip's own normalization (model.feature_norm: auto -> clip); a Hugging Face AST
+    was trained with its extractor's one mean and std, so the run keeps them."""
+    source = tmp_path / "ast"
+    save_ast(source)
+    speech_commands(tmp_path / "clips")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        overrides = [*PINNED, f"model.init_from={source}", "data.source=folder", f"data.root={tmp_path / 'clips'}"]
+        _, task, cfg = build(load([ROOT / "recipes" / "ast.yaml"], overrides))
+    assert cfg.section("model")["feature_norm"] == "dataset" and task.net.feature_norm == "dataset"
+    assert "auto -> clip" not in caplog.text
+    converted = pretrained.convert(source)
+    assert float(task.net.feature_mean) == pytest.approx(float(converted.state_dict["feature_mean"]))

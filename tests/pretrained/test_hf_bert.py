@@ -67,6 +67,60 @@ def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
     assert new.head.weight.shape == (5, SIZES["hidden_size"])
 
 
+def test_load_takes_the_label_count_from_a_classifiers_head_and_asks_for_it_without_one(tmp_path):
+    save_encoder("bert", tmp_path / "classifier", classes=3)
+    assert load(tmp_path / "classifier").head.weight.shape == (3, SIZES["hidden_size"])
+    save_encoder("bert", tmp_path / "encoder")
+    with pytest.raises(ValueError, match=r"does not give \['num_classes'\] \(it has no head of its own\); pass it: "
+                                         r"load\(path, num_classes=\.\.\.\)"):  # fmt: skip
+        load(tmp_path / "encoder")
+    assert load(tmp_path / "encoder", num_classes=2).head.weight.shape == (2, SIZES["hidden_size"])
+
+
+@pytest.mark.parametrize("index", ["model.safetensors", "pytorch_model.bin"])
+def test_a_sharded_checkpoint_loads_every_shard_its_index_names(tmp_path, index):
+    """Big models come as shards and an index (`save_pretrained(max_shard_size=...)`): the same tensors as one file."""
+    hf = save_encoder("bert", tmp_path / "one", classes=3)
+    sharded = tmp_path / "sharded"
+    hf.save_pretrained(sharded, max_shard_size="20KB")  # safetensors shards
+    shutil.copy(tmp_path / "one" / "tokenizer.json", sharded)
+    if index == "pytorch_model.bin":  # the older format: the same shards as torch.save files
+        from safetensors.torch import load_file
+
+        record = json.loads((sharded / "model.safetensors.index.json").read_text())
+        for shard in sorted(set(record["weight_map"].values())):
+            torch.save(load_file(sharded / shard), sharded / shard.replace(".safetensors", ".bin"))
+            (sharded / shard).unlink()
+        record["weight_map"] = {k: v.replace(".safetensors", ".bin") for k, v in record["weight_map"].items()}
+        (sharded / "pytorch_model.bin.index.json").write_text(json.dumps(record))
+        (sharded / "model.safetensors.index.json").unlink()
+    assert (sharded / f"{index}.index.json").is_file() and len(list(sharded.glob("*-of-*"))) > 2
+    one, many = convert(tmp_path / "one").state_dict, convert(sharded).state_dict
+    assert one.keys() == many.keys()
+    for key, value in one.items():
+        torch.testing.assert_close(many[key], value, rtol=0, atol=0)
+    index_file = sharded / f"{index}.index.json"
+    record = json.loads(index_file.read_text())
+    record["weight_map"]["pooler.dense.weight"] = "../elsewhere.safetensors"
+    index_file.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"names the shard '\.\./elsewhere\.safetensors'; shards are files beside"):
+        convert(sharded)
+
+
+def test_a_long_text_cut_to_max_len_keeps_its_final_sep(tmp_path):
+    """A text longer than data.max_len is cut as BERT's own truncation cuts it: [CLS] w w ... [SEP]."""
+    from attnzoo.data.tokenizers.factory import make_tokenizer
+    from attnzoo.data.tokenizers.tokenize import truncate
+
+    save_encoder("bert", tmp_path)
+    tok = make_tokenizer(str(tmp_path / "tokenizer.json"))
+    ids = tok.encode(" ".join(f"w{i}" for i in range(20)))
+    cls_id, sep_id = tok.tok.token_to_id("[CLS]"), tok.tok.token_to_id("[SEP]")
+    assert tok.tail == 1 and ids[0] == cls_id and ids[-1] == sep_id
+    assert truncate(tok, ids, 8) == [*ids[:7], sep_id]
+    assert truncate(tok, ids, len(ids)) == ids
+
+
 def test_a_sequence_classifiers_head_follows_the_names_of_its_labels(tmp_path, caplog):
     """config.json's id2label against the data's labels (neg, neu, pos): the same names in another order reorder
     the head's rows, other names start a new head, placeholders (LABEL_0, ...) keep the head by class id."""

@@ -198,6 +198,7 @@ def test_each_kind_starts_equal_to_the_checkpoint_or_the_log_says_it_changes_the
             "of the softmax); it changes the function",
         ),  # fmt: skip
         ({"bias": "t5"}, "bias.table starts fresh in 2 layers; it changes the function"),
+        ({"bias": "alibi"}, "bias 'alibi' added in 2 layers (it has no tensors); it changes the function"),
         (
             {"num_kv_heads": 1, "kind": "talking_heads"},
             "k/v heads mean-pooled 4 -> 1 in 2 layers (groups of 4 averaged; it changes the function)",

@@ -21,6 +21,7 @@ from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
+from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule, given_class_names
 from .batching import PadCollate, TokenDataset, sequence_loader
@@ -158,7 +159,7 @@ class TextDataModule(DataModule):
             if cut:
                 log.warning("data: cut %d of %d texts of %s to max_len %d tokens", cut, len(ids), source, self.max_len)
             index = {c: i for i, c in enumerate(self.class_names)}
-            tensors = [torch.tensor(x[: self.max_len], dtype=torch.int32) for x in ids]
+            tensors = [torch.tensor(truncate(self.tokenizer, x, self.max_len), dtype=torch.int32) for x in ids]
             self.datasets[name] = TokenDataset(tensors, [index[y] for y in labels])
             self.texts[name] = list(texts)
         self._log_summary()

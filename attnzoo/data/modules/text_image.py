@@ -29,6 +29,7 @@ from ..formats.text_files import read_utf8
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import save_run_tokenizer
+from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule
 from .batching import EpochShuffle, run_seed
@@ -307,7 +308,7 @@ class TextImageDataModule(DataModule):
         long = sum(len(x) > self.max_len for x in ids)
         if long:
             log.warning("%s: cut %d of %d texts to data.max_len=%d tokens", split, long, len(ids), self.max_len)
-        ids = [x[: self.max_len] for x in ids]
+        ids = [truncate(self.tokenizer, x, self.max_len) for x in ids]
         shift = max(1, self.image_size // 16) if self.augment and split == "train" else 0
         return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image, shift=shift)
 

@@ -113,6 +113,9 @@ class FileTokenizer:
         self.name = str(self.path)
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(padding)
+        mask = self.tok.encode("x").special_tokens_mask  # the post-processor's special tokens (BERT's [CLS] x [SEP])
+        ends = len(mask) - len("".join(map(str, mask)).rstrip("1"))
+        self.tail = ends if ends < len(mask) else 0  # how many it appends after the text ([SEP], </s>)
 
     def _pad_id(self, padding: dict | None) -> int:
         if padding and padding.get("pad_id") is not None:
@@ -134,6 +137,15 @@ class FileTokenizer:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path), "vocab_size": self.vocab_size, "pad_id": self.pad_id}
+
+
+def truncate(tok: Any, ids: list[int], max_len: int) -> list[int]:
+    """`ids` of `tok` cut to `max_len`, keeping the special tokens a file tokenizer's post-processor appended after
+    the text (a BERT text's final [SEP], as Hugging Face's own truncation does)."""
+    if len(ids) <= max_len:
+        return ids
+    tail = tok.tail if isinstance(tok, FileTokenizer) and tok.tail < max_len else 0
+    return ids[: max_len - tail] + ids[len(ids) - tail :]
 
 
 TOKENIZERS = {

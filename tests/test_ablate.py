@@ -23,6 +23,8 @@ from tests.helpers.ablation import FAKE_FIT, SLOW_FIT, write_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
+# real runs of the ViT recipe, short: what these tests check (records, report, resume) does not need training
+SHORT = ["model.depth=1", "trainer.max_epochs=1"]
 RECIPES = {p.stem: p for p in sorted((ROOT / "recipes").glob("*.yaml"))}
 GRIDS = sorted((ROOT / "configs" / "ablations").glob("*.yaml"))
 SAFE = re.compile(r"^[A-Za-z0-9._+=,~-]+$")
@@ -197,7 +199,7 @@ def _png_ok(path: Path) -> bool:
 
 def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
     grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
-    out = ablate([VIT], grid, tmp_path / "out", command_line="python -m attnzoo.ablate (test)")
+    out = ablate([VIT], grid, tmp_path / "out", SHORT, command_line="python -m attnzoo.ablate (test)")
     rows = _csv(out / "report.csv")
     baseline = "baseline: pixels + logistic regression"  # the recipe fits one (run.baseline: true): a row of its own
     assert [r["variant"] for r in rows] == ["backend=eager", "backend=sdpa", baseline]
@@ -215,10 +217,12 @@ def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
     assert len(_csv(out / "runs.csv")) == 2
 
 
+@pytest.mark.slow  # ~40 s; the runs started again are chosen by the same records in the failed-run test above
 def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again(tmp_path):
     grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "attnzoo.ablate", "--config", str(VIT), "--grid", str(grid), "--out", str(out)]
+    command = [sys.executable, "-m", "attnzoo.ablate", "--config", str(VIT), "--grid", str(grid), "--out", str(out),
+               *SHORT]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     first, second = out / "runs" / "backend=eager,seed=0", out / "runs" / "backend=sdpa,seed=0"
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -13,7 +13,7 @@ from attnzoo.run.signals import SELF_SIGNAL_ENV
 from tests.helpers import ROOT, TINY_RUN, VIT
 
 
-@pytest.mark.parametrize("sig, split", [("SIGTERM", "test"), ("SIGINT", "val")])
+@pytest.mark.parametrize("sig, split", [("SIGTERM", "test"), pytest.param("SIGINT", "val", marks=pytest.mark.slow)])
 def test_a_signal_during_evaluate_exits_128_plus_the_signal_and_writes_no_metrics(sig, split, tmp_path):
     run_dir = fit(load([VIT], [*TINY_RUN, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
     env = {**os.environ, "PYTHONPATH": str(ROOT), SELF_SIGNAL_ENV: f"{sig}@test", "OMP_NUM_THREADS": "1"}

@@ -46,6 +46,7 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
 
 
+@pytest.mark.slow  # ~35 s; DDP's equality with one process runs by default (tests/test_fit.py), this its launch
 @pytest.mark.skipif(shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None, reason="no torchrun")
 def test_two_torchrun_nodes_equal_one_process_with_the_double_batch(tmp_path):
     torchrun = str(Path(sys.executable).parent / "torchrun")

@@ -356,7 +356,11 @@ def test_what_only_the_built_run_can_check_stops_before_training_naming_the_sect
     assert not list((tmp_path / "vit").iterdir())  # nothing trained, no run dir left
 
 
-@pytest.mark.parametrize("content", [b"\x00\x01garbage,,\n\xff\xfe", b"loss;acc\n1;2\n"], ids=["binary", "not_ours"])
+@pytest.mark.parametrize(
+    "content",
+    [pytest.param(b"\x00\x01garbage,,\n\xff\xfe", marks=pytest.mark.slow), b"loss;acc\n1;2\n"],
+    ids=["binary", "not_ours"],
+)
 def test_a_damaged_metrics_csv_stops_a_resume_naming_it_before_training(content, tmp_path):
     run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
     (run_dir / "metrics.csv").write_bytes(content)
@@ -386,6 +390,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # ~15 s; one Ctrl-C's save and exact resume run by default (the SIGTERM test above)
 def test_a_second_ctrl_c_stops_at_once_exits_130_and_the_run_resumes_from_its_last_checkpoint(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-c", _TWO_CTRL_C, "--config", str(VIT), *TINY, f"run.dir={tmp_path}"]

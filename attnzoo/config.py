@@ -474,6 +474,7 @@ def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
 WIDTH_KEYS = ("dim", "embed_dim", "width", "d_model", "text_dim", "image_dim")
 # model sizes that must be positive, and suffixes of dropout probabilities (in [0, 1))
 POSITIVE_KEYS = ("patch_size", "img_size", "fstride", "tstride", "n_mels", "max_len", "mlp_ratio")
+DEPTH_KEYS = ("depth", "encoder_depth", "decoder_depth")  # layer counts: at least one layer
 RATE_SUFFIXES = ("drop_rate", "drop_path_rate", "_drop")
 
 
@@ -495,6 +496,17 @@ def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
     heads = sizes.get("num_heads")
     if type_ok(heads, int) and heads < 1:
         raise ConfigError(f"model.num_heads: {heads} ({where('num_heads')}) must be >= 1")
+    for key in DEPTH_KEYS:
+        if type_ok(sizes.get(key), int) and sizes[key] < 1:
+            raise ConfigError(f"model.{key}: {sizes[key]} ({where(key)}) must be >= 1 (a layer count)")
+    for key, value in sizes.items():  # grouped-query heads: each key/value head serves num_heads / num_kv_heads
+        kv = value.get("num_kv_heads") if key.endswith("attention") and isinstance(value, Mapping) else None
+        if type_ok(kv, int) and type_ok(heads, int) and kv >= 1 and heads % kv:
+            fits = [k for k in range(1, heads + 1) if heads % k == 0]
+            raise ConfigError(
+                f"model.{key}.num_kv_heads ({kv}, set in {cfg.where(f'model.{key}.num_kv_heads')}) does not divide "
+                f"model.num_heads ({heads}, {where('num_heads')}); valid: {fits}"
+            )
     for key, width in sizes.items():
         if key not in WIDTH_KEYS or not type_ok(width, int):
             continue
@@ -553,6 +565,18 @@ def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:
             f"run.save_every_n_steps: {every} (set in {cfg.where('run.save_every_n_steps')}) must be >= 1 "
             "(0 or null: checkpoints at epoch ends only)"
         )
+    task = cfg.section("task")
+    scheduler = task["scheduler"] if "scheduler" in task else "cosine"  # every task's default
+    unbounded = trainer.get("max_epochs") == -1 and trainer.get("max_steps", -1) in (None, -1)
+    if unbounded and scheduler not in (None, "none"):
+        raise ConfigError(
+            f"trainer.max_epochs: -1 (no limit, set in {cfg.where('trainer.max_epochs')}) gives the learning-rate "
+            f"schedule task.scheduler ({scheduler!r}, set in {cfg.where('task.scheduler')}) no length to follow; "
+            "set trainer.max_steps too, or task.scheduler=null (a constant rate)"
+        )
+    batch = cfg.section("data").get("batch_size")
+    if type_ok(batch, int) and batch < 1:
+        raise ConfigError(f"data.batch_size: {batch} (set in {cfg.where('data.batch_size')}) must be >= 1")
     clip = trainer.get("gradient_clip_val")
     if type_ok(clip, float) and clip < 0:
         raise ConfigError(

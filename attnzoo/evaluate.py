@@ -53,6 +53,15 @@ def report_name(
     return f"{name}.json"
 
 
+def checkpoint_name(run_dir: Path, file: Path) -> str:
+    """A checkpoint file's part of the report name: its stem for a file of the run's own `checkpoints/`, else the
+    stem and 8 hex digits of its path (another run's best.ckpt must not replace this run's evaluate-best.json)."""
+    file = file.resolve()
+    if file.parent == (run_dir / "checkpoints").resolve():
+        return file.stem
+    return f"{file.stem}-{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
+
+
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
 
@@ -85,7 +94,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     }
     if getattr(run.task, "examples", None):  # a sequence task's examples (also logged); the run's own files stay
         report["examples"] = run.task.examples
-    name = checkpoint if checkpoint in ("best", "last") else run.checkpoint.stem
+    name = checkpoint if checkpoint in ("best", "last") else checkpoint_name(run_dir, Path(run.checkpoint))
     path = run_dir / report_name(run_dir, name, asked, report["data"], configs, overrides)
     try:
         path.write_text(json.dumps(report, indent=2) + "\n")

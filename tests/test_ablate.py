@@ -19,12 +19,10 @@ from attnzoo.config import ConfigError, load
 from attnzoo.run.build import build_data, build_net, resolve
 from attnzoo.tasks import TASKS
 from tests.helpers import smoke_overrides
-from tests.helpers.ablation import FAKE_FIT, SLOW_FIT, write_grid
+from tests.helpers.ablation import FAKE_FIT, SLOW_FIT, TINY_VIT, write_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 VIT = ROOT / "recipes" / "vit.yaml"
-# real runs of the ViT recipe, short: what these tests check (records, report, resume) does not need training
-SHORT = ["model.depth=1", "trainer.max_epochs=1"]
 RECIPES = {p.stem: p for p in sorted((ROOT / "recipes").glob("*.yaml"))}
 GRIDS = sorted((ROOT / "configs" / "ablations").glob("*.yaml"))
 SAFE = re.compile(r"^[A-Za-z0-9._+=,~-]+$")
@@ -199,7 +197,7 @@ def _png_ok(path: Path) -> bool:
 
 def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
     grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
-    out = ablate([VIT], grid, tmp_path / "out", SHORT, command_line="python -m attnzoo.ablate (test)")
+    out = ablate([VIT], grid, tmp_path / "out", command_line="python -m attnzoo.ablate (test)")
     rows = _csv(out / "report.csv")
     baseline = "baseline: pixels + logistic regression"  # the recipe fits one (run.baseline: true): a row of its own
     assert [r["variant"] for r in rows] == ["backend=eager", "backend=sdpa", baseline]
@@ -221,8 +219,7 @@ def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
 def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again(tmp_path):
     grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "attnzoo.ablate", "--config", str(VIT), "--grid", str(grid), "--out", str(out),
-               *SHORT]  # fmt: skip
+    command = [sys.executable, "-m", "attnzoo.ablate", "--config", str(VIT), "--grid", str(grid), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     first, second = out / "runs" / "backend=eager,seed=0", out / "runs" / "backend=sdpa,seed=0"
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -265,6 +262,24 @@ def test_the_plan_and_dry_run_catch_a_typo_inside_a_mapping_value(value, message
         plan([VIT], load_grid(grid), [], tmp_path / "out")
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
     assert "did you mean" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("axis", "values", "message"),
+    [
+        ("model.attention.backend", ["eager", "sdpaa"], r"unknown attention backend 'sdpaa'.*did you mean 'sdpa'"),
+        ("model.attention.num_kv_heads", [1, 3], r"num_kv_heads \(3, .*does not divide model.num_heads \(2"),
+        ("model.depth", [1, 0], r"model.depth: 0 .*must be >= 1"),
+        ("data.batch_size", [8, -1], r"data.batch_size: -1 .*must be >= 1"),
+    ],
+)
+def test_values_that_only_a_builder_would_refuse_stop_the_plan_before_any_run(axis, values, message, tmp_path):
+    """A typo'd value in a long grid is named before the first run trains, not when its run comes up."""
+    fixed = {k: v for k, v in TINY_VIT.items() if k != axis}
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "fixed": fixed, "axes": {axis: values}}))
+    with pytest.raises(ConfigError, match=message):
+        plan([VIT], load_grid(grid), [], tmp_path / "out")
 
 
 def test_an_ablation_with_a_failed_run_exits_1_naming_it(tmp_path, monkeypatch, capsys):

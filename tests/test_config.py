@@ -56,6 +56,14 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("trainer.strategy=ddp_spawn", ["trainer.strategy", "'ddp_spawn'", "use 'ddp'"]),
         ("task.optimizer.lr=abc", ["task.optimizer.lr", "'abc' is not a number"]),
         ("model.attention.pattern=alibi", ["model.attention.pattern", "'alibi' is a bias", "model.attention.bias"]),
+        # values only a builder refused, after the run directory was made (or an ablation's earlier runs trained)
+        ("model.attention.backend=sdpaa", ["unknown attention backend 'sdpaa'", "did you mean 'sdpa'"]),
+        ("model.attention.num_kv_heads=3", ["model.attention.num_kv_heads (3", "model.num_heads (4", "[1, 2, 4]"]),
+        ("model.attention.num_kv_heads=0", ["num_kv_heads: 0 must be a whole number >= 1"]),
+        ("model.attention.kindd=mha", ["unknown option 'kindd'", "did you mean 'kind'"]),
+        ("model.depth=0", ["model.depth: 0", "must be >= 1"]),
+        ("data.batch_size=0", ["data.batch_size: 0", "must be >= 1"]),
+        ("trainer.max_epochs=-1", ["trainer.max_epochs: -1", "task.scheduler", "set trainer.max_steps too"]),
     ],
 )
 def test_bad_override_names_key_origin_and_choices(override, fragments):
@@ -64,6 +72,13 @@ def test_bad_override_names_key_origin_and_choices(override, fragments):
     message = str(err.value)
     for fragment in [*fragments, "command line"]:
         assert fragment in message, message
+
+
+@pytest.mark.parametrize(
+    "overrides", [["trainer.max_epochs=-1", "trainer.max_steps=100"], ["trainer.max_epochs=-1", "task.scheduler=null"]]
+)
+def test_no_epoch_limit_is_accepted_with_a_step_limit_or_without_a_schedule(overrides):
+    assert load([VIT], overrides).section("trainer")["max_epochs"] == -1
 
 
 @pytest.mark.parametrize("devices", ["2", "-1", "auto", "[0, 1]", "0,1"])

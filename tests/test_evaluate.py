@@ -1,6 +1,8 @@
-"""`attnzoo.evaluate` stopped by a signal: a clear message, a non-zero exit, no partial metrics written."""
+"""`attnzoo.evaluate` stopped by a signal (a clear message, a non-zero exit, no partial metrics written), and the
+names of its reports."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,3 +27,15 @@ def test_a_signal_during_evaluate_exits_128_plus_the_signal_and_writes_no_metric
     assert expected in done.stderr and "no metrics written" in done.stderr, done.stderr[-3000:]
     assert done.stdout == ""  # no metrics of part of the split
     assert not (run_dir / "evaluate-best.json").exists()
+
+
+def test_a_checkpoint_file_from_elsewhere_gets_a_report_name_of_its_own(tmp_path):
+    """`--checkpoint <another run>/checkpoints/best.ckpt` must not replace this run's evaluate-best.json."""
+    from attnzoo.evaluate import checkpoint_name
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    assert checkpoint_name(run, run / "checkpoints" / "epoch=3.ckpt") == "epoch=3"
+    other = checkpoint_name(run, tmp_path / "other" / "checkpoints" / "best.ckpt")
+    third = checkpoint_name(run, tmp_path / "third" / "checkpoints" / "best.ckpt")
+    assert re.fullmatch(r"best-[0-9a-f]{8}", other) and other != third

@@ -99,6 +99,15 @@ def test_translate_command_prints_one_line_per_sentence_and_refuses_lm_runs(tran
     assert "use python -m attnzoo.generate" in capsys.readouterr().err
 
 
+def test_translate_and_generate_name_the_commands_for_a_classifiers_run(tmp_path, capsys):
+    """A ListOps classifier's run has no tokenizer.json (its words are fixed): the kind is named, not the file."""
+    run = _saved_run(tmp_path, "text_cls.yaml")
+    for main, args in ((translate_main, ["--text", "x"]), (generate_main, ["--prompt", "x"])):
+        assert main([str(run), *args]) == 2
+        err = capsys.readouterr().err
+        assert "is a 'text' run" in err and "use python -m attnzoo.evaluate" in err and "tokenizer.json" not in err
+
+
 def test_generate_continues_the_prompt_greedily_and_refuses_translation_runs(lm_run, translation_run, capsys):
     run = load_run(lm_run)
     prompt = torch.tensor([run.data.encode_prompt("The")])

@@ -173,6 +173,10 @@ class Attention(nn.Module):
         does every layer's constructor. Plain attention refuses FlexAttention with attention dropout (it has none);
         its other values are checked when a layer is built."""
         backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
+        check_backend_name(backend)
+        kv = options.get("num_kv_heads")
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1):
+            raise ValueError(f"num_kv_heads: {kv!r} must be a whole number >= 1 (that divides the heads), or null")
         dropout = isinstance(drop, int | float) and drop > 0
         if backend == "flex" and dropout:  # known now, not at the first step
             raise ValueError(

@@ -222,13 +222,16 @@ class Eager:
         if bias is not None:
             scores = scores + dense_bias(bias, lq, lk, q.device, torch.float32).float()
         allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)  # [B|1, 1, Lq, Lk] bool, or None
+        if bias is not None and bool((scores == float("-inf")).any()):  # an attn_mask's -inf: masked pairs too
+            reachable = scores != float("-inf")
+            allowed = reachable if allowed is None else allowed & reachable
         if transform is not None:  # a kind's own weights (sinks, sigmoid): masked pairs score -inf
             weights = transform.weights(scores if allowed is None else scores.masked_fill(~allowed, float("-inf")))
         elif allowed is None:
             weights = scores.softmax(dim=-1)
         else:  # a row with no allowed key gets zeros (and zero gradients), not NaN
             alive = allowed.any(dim=-1, keepdim=True)  # [B|1, 1, Lq, 1]
-            weights = scores.masked_fill(~(allowed | ~alive), float("-inf")).softmax(dim=-1) * alive
+            weights = scores.masked_fill(~allowed, float("-inf")).masked_fill(~alive, 0.0).softmax(dim=-1) * alive
         weights = weights.to(q.dtype)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         out = dropped @ v.to(q.dtype)  # [B, H, Lq, D]
@@ -256,7 +259,10 @@ def register_backend(backend: Backend, *, before: str | None = None) -> None:
 
 def check_backend_name(name: str) -> None:
     if name != "auto" and name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; valid: {['auto', *BACKENDS]}")
+        from ..util.names import suggest
+
+        valid = ["auto", *BACKENDS]
+        raise ValueError(f"unknown attention backend {name!r}; valid: {valid}{suggest(str(name), valid)}")
 
 
 def with_path(name: str, req: Request) -> str:

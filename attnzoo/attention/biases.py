@@ -124,6 +124,18 @@ class Bias(nn.Module):
         finally:
             self._memo = None
 
+    @contextlib.contextmanager
+    def own_call(self) -> Iterator[Bias]:
+        """Like `once_per_call`, with results of its own even inside another block: an activation-checkpointed
+        layer computes what it reads itself, in its forward and again in its recomputation (had it read the outer
+        block's results, the recomputation would compute more than the forward did, which checkpointing refuses)."""
+        outer = self.__dict__.get("_memo")
+        self._memo = {}
+        try:
+            yield self
+        finally:
+            self._memo = outer
+
     def _once(self, key: Hashable, make: Callable[[], Any]) -> Any:
         memo = self.__dict__.get("_memo")
         if memo is None:

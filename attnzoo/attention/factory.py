@@ -87,7 +87,8 @@ def attention_builder(cfg: Mapping[str, Any] | None, what: str = "model.attentio
     from_shape = {k: v for k, v in shape.items() if k in own and k not in options}
     for key in options:
         if key not in known:
-            valid = sorted(known - {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"})
+            hidden = {"self", "dim", "num_heads", "unsupported", "kwargs", "device", "dtype"}
+            valid = sorted((known | {"kind"}) - hidden)
             raise ValueError(f"{what}: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
     tables = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}
     for name, spec in specs.items():

@@ -236,6 +236,11 @@ class GlobalTokens(Pattern):
 
     def __init__(self, *, tokens: Sequence[int] = (), num_prefix_tokens: int = 0) -> None:
         _check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        if not isinstance(tokens, Sequence) or isinstance(tokens, str):
+            raise ValueError(
+                f"global tokens: {tokens!r} is not a list of token positions; give a list, e.g. [0] for the first "
+                "token (or [0, 1, 2] for the first three)"
+            )
         for t in tokens:
             _check_int("each global token position", t, 0)
         self.tokens = tuple(sorted(set(tokens) | set(range(num_prefix_tokens))))

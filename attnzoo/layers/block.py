@@ -6,14 +6,32 @@ Parameter names follow timm's `Block` (norm1, attn, ls1, norm2, mlp, ls2), so ti
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from timm.layers import DropPath, LayerScale
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..attention.biases import Bias
+
 Tensor = torch.Tensor
+
+
+def own_bias(block: Callable[..., Any], bias: Any) -> Callable[..., Any]:
+    """`block` (a block, or its attention sub-layer) as activation checkpointing calls it: computing the shared
+    `bias` module itself (`Bias.own_call`), so that its forward and its recomputation compute the same tensors.
+    `block` itself for no bias, or a bias tensor."""
+    if not isinstance(bias, Bias):
+        return block
+    return functools.partial(_call_with_own_bias, block, bias)
+
+
+def _call_with_own_bias(block: nn.Module, bias: Any, *args: Any) -> Any:
+    with bias.own_call():
+        return block(*args)
 
 
 def _scale(dim: int, layer_scale: float | None) -> nn.Module:
@@ -68,7 +86,7 @@ class TransformerBlock(nn.Module):
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
         """x [B, L, C]; `key_padding_mask` bool [B, L] (True = pad); `bias` a shared precomputed bias."""
         if self.checkpoint_attention and torch.is_grad_enabled():
-            a = checkpoint(self._attend, x, key_padding_mask, bias, use_reentrant=False)
+            a = checkpoint(own_bias(self._attend, bias), x, key_padding_mask, bias, use_reentrant=False)
         else:  # called here, not through _attend: one frame less between the model and the kernel
             a = self.attn(self.norm1(x), key_padding_mask=key_padding_mask, **({} if bias is None else {"bias": bias}))
         x = x + self.drop_path1(self.ls1(a))
@@ -91,7 +109,7 @@ class PostNormBlock(TransformerBlock):
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
         """x [B, L, C]; `key_padding_mask` bool [B, L] (True = pad); `bias` a shared precomputed bias."""
         if self.checkpoint_attention and torch.is_grad_enabled():
-            a = checkpoint(self._attend, x, key_padding_mask, bias, use_reentrant=False)
+            a = checkpoint(own_bias(self._attend, bias), x, key_padding_mask, bias, use_reentrant=False)
         else:
             a = self.attn(x, key_padding_mask=key_padding_mask, **({} if bias is None else {"bias": bias}))
         x = self.norm1(x + self.drop_path1(self.ls1(a)))

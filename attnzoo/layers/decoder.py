@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..attention.cache import BlockCache, DecodingCache
-from .block import _drop, _scale
+from .block import _drop, _scale, own_bias
 from .encoder import Encoder
 
 log = logging.getLogger("attnzoo")
@@ -108,7 +108,7 @@ class DecoderBlock(nn.Module):
         """x [B, L, C] (with a cache: the next L tokens); memory [B, S, Cm] and its padding mask bool [B, S]
         (True = pad) for cross-attention; `bias` a shared bias module; `cache` from `new_cache()`."""
         recompute = self.checkpoint_attention and cache is None and torch.is_grad_enabled()
-        a = self._run(recompute, self._self_attend, x, bias, cache)
+        a = self._run(recompute, own_bias(self._self_attend, bias) if recompute else self._self_attend, x, bias, cache)
         x = self._out(self.norm1, self._residual(x, self.ls1(a), self.drop_path1))
         if self.cross_attn is not None:
             if memory is None and (cache is None or cache.cross_attn.k is None):
@@ -178,7 +178,9 @@ class Decoder(Encoder):
                 layer_cache = None if cache is None else cache.blocks[i]
                 every = self.checkpoint_every
                 if every and i % every == 0 and cache is None and torch.is_grad_enabled():
-                    x = checkpoint(block, x, memory, memory_padding_mask, bias, None, use_reentrant=False)
+                    x = checkpoint(
+                        own_bias(block, bias), x, memory, memory_padding_mask, bias, None, use_reentrant=False
+                    )
                 else:
                     x = block(x, memory, memory_padding_mask, bias, layer_cache)
         return self.norm(x)

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .block import own_bias
+
 Tensor = torch.Tensor
 
 
@@ -59,7 +61,7 @@ class Encoder(nn.Module):
         with bias.once_per_call() if bias is not None else contextlib.nullcontext():
             for i, block in enumerate(self.blocks):
                 if self.checkpoint_every and i % self.checkpoint_every == 0 and torch.is_grad_enabled():
-                    x = checkpoint(block, x, key_padding_mask, bias, use_reentrant=False)
+                    x = checkpoint(own_bias(block, bias), x, key_padding_mask, bias, use_reentrant=False)
                 else:
                     x = block(x, key_padding_mask, bias)
         return self.norm(x)

@@ -58,6 +58,12 @@ def build_without_data(cfg: Config, run_dir: Path) -> tuple[Any, Any, Config]:
     from ..data.tokenizers.subword import run_tokenizer
     from .build import build_net, build_task, resolve
 
+    kind = cfg.section("data")["kind"]
+    if kind not in CONTEXT_LENGTH:  # before its tokenizer is looked for: a classifier's may be a word list
+        raise ConfigError(
+            f"{run_dir} is a {kind!r} run: translate and generate read {sorted(CONTEXT_LENGTH)} runs; for this one "
+            "use python -m attnzoo.evaluate (its metrics) or python -m attnzoo.viz (its attention)"
+        )
     spec = cfg.section("data").get("tokenizer", "bpe")
     try:
         tok = run_tokenizer(run_dir, spec)

@@ -108,6 +108,30 @@ def test_fully_masked_query_gives_zeros_not_nan(backend, autocast):
         assert (t.grad[1] == 0).all()
 
 
+@pytest.mark.parametrize("backend", TRAINS)  # eager among them
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_an_attn_mask_row_that_reads_no_key_gives_zeros_on_every_backend(backend, kind):
+    """timm's `attn_mask` (bool: True = read; float: added to the scores) with a query it leaves no key: that row
+    reads nothing (the output projection's bias), as key padding and patterns do, with finite gradients."""
+    torch.manual_seed(0)
+    allowed = torch.ones(6, 6, dtype=torch.bool)
+    allowed[3] = False  # query 3 reads no key
+    allowed[:, 5] = False  # and no query reads key 5
+    mask = allowed if kind == "bool" else torch.zeros(6, 6).masked_fill(~allowed, float("-inf"))
+    ref, fast = _pair(backend, dict(kv=4, cross=False, causal=False), dim=16)
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    want, got = ref(x, attn_mask=mask), fast(x2, attn_mask=mask)
+    assert torch.isfinite(got).all() and torch.equal(got[:, 3], fast.proj.bias.expand(2, 16))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(got)
+    want.backward(grad)
+    got.backward(grad)
+    for a, b in zip(_grads(fast, x2), _grads(ref, x), strict=True):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("backend", TRAINS)
 def test_causal_first_query_of_cross_length_is_finite(backend):
     # causal with Lq > Lk leaves late queries with keys, and early ones always have key 0: never empty.

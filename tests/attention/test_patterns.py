@@ -107,6 +107,7 @@ def test_key_padding_pattern_is_per_batch_and_composes():
         ({"kind": "dilated", "window": 4, "dilation": 0}, r"dilation must be an integer >= 1, got 0"),
         ({"kind": "global"}, r"needs at least one token"),
         ({"kind": "bigbird", "block": 0}, r"block must be an integer >= 1"),
+        ({"kind": "bigbird", "global_tokens": 1}, r"global tokens: 1 is not a list of token positions; give a list"),
         ({"kind": "slidng_window"}, r"did you mean 'sliding_window'"),
     ],
 )

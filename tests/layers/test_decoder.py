@@ -110,10 +110,16 @@ def test_cache_from_another_decoder_is_refused():
         dec(torch.randn(1, 1, DIM))
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own_biases", "shared_t5"])
 @pytest.mark.parametrize("mode", [{"every": 1}, {"every": 2}, {"every": 1, "attention_only": True}], ids=str)
-def test_grad_checkpointing_gives_identical_outputs_and_grads(mode):
+def test_grad_checkpointing_gives_identical_outputs_and_grads(mode, shared):
+    from attnzoo.attention.biases import T5RelativeBias
+
     torch.manual_seed(0)
     dec = _decoder(attention={"num_kv_heads": 2}).train()  # dropout-free: same outputs on and off
+    if shared:  # one trained T5 bias for every layer (T5's decoder)
+        bias = T5RelativeBias(num_heads=HEADS, bidirectional=False)
+        dec = Decoder(list(dec.blocks), norm=dec.norm, shared_bias=bias).train()
     x, memory, pad = _inputs()
     x.requires_grad_(True)
     memory.requires_grad_(True)

@@ -6,7 +6,8 @@ from timm.models.vision_transformer import Block as TimmBlock
 from torch import nn
 
 from attnzoo.attention import Attention
-from attnzoo.layers import CrossAttentionBlock, Mlp, TransformerBlock
+from attnzoo.attention.biases import T5RelativeBias
+from attnzoo.layers import CrossAttentionBlock, Encoder, Mlp, TransformerBlock
 from attnzoo.layers.encoder import make_encoder
 
 
@@ -23,9 +24,12 @@ def _encoder(**kw):
     return enc.train()  # dropout and drop path on: checkpointing must replay the same randomness
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own_biases", "shared_t5"])
 @pytest.mark.parametrize("mode", [dict(every=1), dict(every=2), dict(every=1, attention_only=True)])
-def test_grad_checkpointing_is_identical(mode):
+def test_grad_checkpointing_is_identical(mode, shared):
     enc = _encoder()
+    if shared:  # one trained T5 bias for every layer, computed once per forward (and by each recomputed block)
+        enc = Encoder(list(enc.blocks), norm=enc.norm, shared_bias=T5RelativeBias(num_heads=4)).train()
     x = torch.randn(2, 11, 32, requires_grad=True)
     pad = torch.zeros(2, 11, dtype=torch.bool)
     pad[1, 7:] = True

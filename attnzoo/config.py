@@ -499,8 +499,10 @@ def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
     for key in DEPTH_KEYS:
         if type_ok(sizes.get(key), int) and sizes[key] < 1:
             raise ConfigError(f"model.{key}: {sizes[key]} ({where(key)}) must be >= 1 (a layer count)")
+    started = bool(given.get("init_from"))  # the checkpoint's head count replaces the recipe's when the run is built
     for key, value in sizes.items():  # grouped-query heads: each key/value head serves num_heads / num_kv_heads
-        kv = value.get("num_kv_heads") if key.endswith("attention") and isinstance(value, Mapping) else None
+        grouped = key.endswith("attention") and isinstance(value, Mapping) and not started
+        kv = value.get("num_kv_heads") if grouped else None
         if type_ok(kv, int) and type_ok(heads, int) and kv >= 1 and heads % kv:
             fits = [k for k in range(1, heads + 1) if heads % k == 0]
             raise ConfigError(
@@ -567,8 +569,9 @@ def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:
         )
     task = cfg.section("task")
     scheduler = task["scheduler"] if "scheduler" in task else "cosine"  # every task's default
-    unbounded = trainer.get("max_epochs") == -1 and trainer.get("max_steps", -1) in (None, -1)
-    if unbounded and scheduler not in (None, "none"):
+    kind = scheduler.get("kind") if isinstance(scheduler, Mapping) else scheduler
+    unbounded = trainer.get("max_epochs") == -1 and trainer.get("max_steps", -1) == -1
+    if unbounded and kind not in (None, "none", False):
         raise ConfigError(
             f"trainer.max_epochs: -1 (no limit, set in {cfg.where('trainer.max_epochs')}) gives the learning-rate "
             f"schedule task.scheduler ({scheduler!r}, set in {cfg.where('task.scheduler')}) no length to follow; "

@@ -75,10 +75,22 @@ def test_bad_override_names_key_origin_and_choices(override, fragments):
 
 
 @pytest.mark.parametrize(
-    "overrides", [["trainer.max_epochs=-1", "trainer.max_steps=100"], ["trainer.max_epochs=-1", "task.scheduler=null"]]
+    "overrides",
+    [
+        ["trainer.max_epochs=-1", "trainer.max_steps=100"],
+        ["trainer.max_epochs=-1", "task.scheduler=null"],
+        ["trainer.max_epochs=-1", "task.scheduler.kind=none"],
+    ],
 )
 def test_no_epoch_limit_is_accepted_with_a_step_limit_or_without_a_schedule(overrides):
     assert load([VIT], overrides).section("trainer")["max_epochs"] == -1
+
+
+def test_kv_heads_are_checked_against_a_checkpoints_heads_only_when_it_is_read(tmp_path):
+    """The recipe's num_heads gives way to model.init_from's: 3 key/value heads may suit a 6-head checkpoint (the
+    built run checks them against its heads)."""
+    cfg = load([VIT], [f"model.init_from={tmp_path / 'six_heads'}", "model.attention.num_kv_heads=3"])
+    assert cfg.section("model")["attention"]["num_kv_heads"] == 3
 
 
 @pytest.mark.parametrize("devices", ["2", "-1", "auto", "[0, 1]", "0,1"])

@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -206,6 +207,12 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
     assert report["metrics"]["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
     assert "test/acc" in capsys.readouterr().out
     assert evaluate([str(run_dir), "--checkpoint", "nope"]) == 2
+    other = tmp_path / "other" / "checkpoints" / "best.ckpt"  # another run's best: a report of its own
+    other.parent.mkdir(parents=True)
+    shutil.copyfile(run_dir / "checkpoints" / "best.ckpt", other)
+    assert evaluate([str(run_dir), "--checkpoint", str(other), "trainer.limit_test_batches=3"]) == 0
+    (named,) = [p.name for p in run_dir.glob("evaluate-best-*.json")]
+    assert json.loads((run_dir / "evaluate-best.json").read_text()) == report and named != "evaluate-best.json"
 
 
 def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):

@@ -170,8 +170,9 @@ class Attention(nn.Module):
         """Raise ValueError for what this kind refuses in a config whatever the model: `options` are its `Attention`
         options (backend, attn_drop, ...), `parts` the specs it is given ("pattern", "bias", "rotary").
         `factory.attention_builder` calls it when a config is checked, before anything is built or trained, and so
-        does every layer's constructor. Plain attention refuses FlexAttention with attention dropout (it has none);
-        its other values are checked when a layer is built."""
+        does every layer's constructor. Plain attention checks the backend's name and that `num_kv_heads` is a count,
+        and refuses FlexAttention with attention dropout (it has none); its other values are checked when a layer is
+        built (whether `num_kv_heads` divides the model's heads: `attnzoo.config.check_model_sizes` too)."""
         backend, drop = options.get("backend", "auto"), options.get("attn_drop", 0.0)
         check_backend_name(backend)
         kv = options.get("num_kv_heads")

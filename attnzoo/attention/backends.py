@@ -222,7 +222,7 @@ class Eager:
         if bias is not None:
             scores = scores + dense_bias(bias, lq, lk, q.device, torch.float32).float()
         allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device)  # [B|1, 1, Lq, Lk] bool, or None
-        if bias is not None and bool((scores == float("-inf")).any()):  # an attn_mask's -inf: masked pairs too
+        if isinstance(bias, Tensor):  # an attn_mask's -inf masks its pairs too (bias modules are finite)
             reachable = scores != float("-inf")
             allowed = reachable if allowed is None else allowed & reachable
         if transform is not None:  # a kind's own weights (sinks, sigmoid): masked pairs score -inf

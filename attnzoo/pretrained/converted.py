@@ -90,6 +90,8 @@ def _read_shards(index: Path) -> dict[str, torch.Tensor]:
             raise ValueError(f"{str(index)!r} names the shard {name!r}; shards are files beside the index")
         if not name.endswith((".safetensors", ".bin")):
             raise ValueError(f"{str(index)!r} names the shard {name!r}, not a .safetensors or .bin file")
+        if not (index.parent / name).is_file():
+            raise ValueError(f"{str(index)!r} names the shard {name!r}, which is not a file beside it")
         state.update(read_weights(index.parent / name))
     absent = [key for key in weight_map if key not in state]
     if absent:

@@ -10,7 +10,7 @@ its constructor left it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import torch
 from torch import nn
@@ -82,7 +82,7 @@ def changes(
     new: list[str],
     *,
     source_kind: str = "mha",
-    source_bias: str | None = None,
+    source_biases: Collection[str] = (),
 ) -> list[str]:
     """What loading `state` (the checkpoint's tensors, before load hooks) into `net` carried over and what started
     fresh in its attention layers, one line per kind of change with its layer count; empty when nothing changed.
@@ -90,8 +90,8 @@ def changes(
     Args:
         new: keys of `net` that did not come from `state` (`Transfer.new`).
         source_kind: the attention kind the checkpoint was trained with.
-        source_bias: the `BIASES` name of the bias it was trained with, if any (a bias without tensors, ALiBi,
-            changes the function without any tensor starting fresh).
+        source_biases: the `BIASES` names of the biases it was trained with (a bias without tensors, ALiBi,
+            changes the function without any tensor starting fresh; one the checkpoint had is not named).
     """
     regrouped: Counter[tuple[int, int]] = Counter()
     kinds: Counter[tuple[str, tuple[str, ...]]] = Counter()
@@ -102,7 +102,7 @@ def changes(
         bias = layer.bias
         if bias is not None and not bias.state_dict():  # tensors of a bias: named below when they start fresh
             name = next((n for n, cls in BIASES.items() if type(bias) is cls), type(bias).__name__)
-            added[name] += name != source_bias
+            added[name] += name not in source_biases
         name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
         heads = loaded_kv_heads(layer, state[name]) if name in state else None
         if heads is not None and heads != layer.num_kv_heads:

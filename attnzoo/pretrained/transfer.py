@@ -9,7 +9,7 @@ own tensors set to start from the checkpoint's attention, positions resampled.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -61,12 +61,16 @@ def source_kind(options: Mapping[str, object]) -> str:
     return str(attention.get("kind") or "mha") if isinstance(attention, Mapping) else "mha"
 
 
-def source_bias(options: Mapping[str, object]) -> str | None:
-    """The bias name ("alibi", "t5", ...) of a converted checkpoint's attention options, if it has one."""
-    attention = options.get("attention")
-    bias = attention.get("bias") if isinstance(attention, Mapping) else None
-    bias = bias.get("kind") if isinstance(bias, Mapping) else bias
-    return None if bias is None else str(bias)
+def source_biases(options: Mapping[str, object]) -> set[str]:
+    """The bias names ("alibi", "t5", ...) of a converted checkpoint's attention sections (`attention`,
+    `decoder_attention`, `cross_attention`, ...)."""
+    names = set()
+    for key, section in options.items():
+        bias = section.get("bias") if key.endswith("attention") and isinstance(section, Mapping) else None
+        bias = bias.get("kind") if isinstance(bias, Mapping) else bias
+        if bias not in (None, "none", False):
+            names.add(str(bias))
+    return names
 
 
 def transfer(
@@ -99,9 +103,9 @@ def transfer(
     for module in expecting:
         module.expect_checkpoint(dict(options or {}))
     try:
-        bias = source_bias(options or {})
+        biases = source_biases(options or {})
         return _transfer(
-            net, own, state, source=source, fresh=fresh, keep_fresh=keep_fresh, source_kind=source_kind, bias=bias
+            net, own, state, source=source, fresh=fresh, keep_fresh=keep_fresh, source_kind=source_kind, biases=biases
         )
     finally:
         for module in expecting:  # a later load (a resume, load_state_dict) reads the network's own sizes
@@ -117,7 +121,7 @@ def _transfer(
     fresh: Sequence[str],
     keep_fresh: bool,
     source_kind: str,
-    bias: str | None = None,
+    biases: Collection[str] = (),
 ) -> Transfer:
     original, state = state, adapted(net, state)
     is_fresh = tuple(fresh)
@@ -149,5 +153,5 @@ def _transfer(
     taken = {k for k in take if k in original}  # the rest a load hook made (a gate starting at identity)
     new = [k for k in own if k not in taken]
     dropped = [k for k in original if k not in taken]
-    notes = surgery.changes(net, original, new, source_kind=source_kind, source_bias=bias)
+    notes = surgery.changes(net, original, new, source_kind=source_kind, source_biases=biases)
     return Transfer([k for k in take if k in taken], new, dropped, notes)

@@ -246,15 +246,17 @@ def _filled(
     cfg: Config, section: str, opts: Mapping[str, Any], fn: Callable[..., Any], inputs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The `inputs` that `fn` (the section's builder) accepts, to add to `section`; a config value that contradicts
-    the data raises, except a `vocab_size` above the tokenizer's (spare embedding rows)."""
+    the data raises, except a `vocab_size` above the tokenizer's in a run started from a checkpoint (the spare rows
+    of its embedding)."""
     accepted = parameters(fn)
     filled = {}
     for key, value in inputs.items():
         if key not in accepted or value is None:
             continue
         if key in opts and opts[key] != value:
-            if key == "vocab_size" and isinstance(opts[key], int) and opts[key] > value:
-                continue  # embedding rows the tokenizer never gives (a checkpoint's table padded past it)
+            spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
+            if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
+                continue
             raise ConfigError(
                 f"{section}.{key}: {opts[key]!r} (set in {cfg.where(f'{section}.{key}')}) contradicts the data, "
                 f"which gives {value!r}; remove it or change the data section"

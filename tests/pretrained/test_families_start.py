@@ -132,6 +132,11 @@ def test_an_embedding_padded_past_the_tokenizer_keeps_its_rows_and_one_short_of_
         _built("lm", short)
 
 
+def test_a_vocab_size_above_the_tokenizers_is_refused_without_a_checkpoint():
+    with pytest.raises(ConfigError, match=r"model.vocab_size: 5000 .* contradicts the data"):
+        build(load([ROOT / "recipes" / "lm.yaml"], [*PINNED, "model.vocab_size=5000"]))
+
+
 def test_an_ast_directory_on_audio_files_normalizes_as_its_weights_were_trained(tmp_path, caplog):
     """Audio files would get each clip's own normalization (model.feature_norm: auto -> clip); a Hugging Face AST
     was trained with its extractor's one mean and std, so the run keeps them."""

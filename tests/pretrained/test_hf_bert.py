@@ -121,6 +121,20 @@ def test_a_long_text_cut_to_max_len_keeps_its_final_sep(tmp_path):
     assert truncate(tok, ids, len(ids)) == ids
 
 
+def test_a_tokenizer_file_that_appends_nothing_and_knows_no_unknown_token_reads(tmp_path):
+    """A closed vocabulary (DNA bases, no [UNK]) and no post-processor: nothing to keep at the end of a cut text."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from attnzoo.data.tokenizers.factory import make_tokenizer
+    from attnzoo.data.tokenizers.tokenize import truncate
+
+    tok = Tokenizer(models.WordLevel({"[PAD]": 0, "A": 1, "C": 2, "G": 3, "T": 4}))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "dna.json"))
+    dna = make_tokenizer(str(tmp_path / "dna.json"))
+    assert dna.tail == 0 and truncate(dna, dna.encode("A C G T G"), 3) == [1, 2, 3]
+
+
 def test_a_sequence_classifiers_head_follows_the_names_of_its_labels(tmp_path, caplog):
     """config.json's id2label against the data's labels (neg, neu, pos): the same names in another order reorder
     the head's rows, other names start a new head, placeholders (LABEL_0, ...) keep the head by class id."""
@@ -217,7 +231,10 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
     recipe = ROOT / "recipes" / "text_cls.yaml"
     small = ["data.listops.num_train=32", "data.listops.num_val=8", "data.listops.num_test=8", "run.baseline=false"]
     with caplog.at_level(logging.INFO, logger="attnzoo"):
-        _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", "data.max_len=10"]))
+        start = f"model.init_from={tmp_path / 'bert'}"
+        data, task, cfg = build(load_config([recipe], [*small, start, "data.max_len=10"]))
+    cut = [ids for ids in data.datasets["train"].ids if len(ids) == 10]
+    assert cut and all(ids[-1] == data.tokenizer.tok.token_to_id("[SEP]") for ids in cut)  # as BERT cuts its texts
     table = hf.embeddings.position_embeddings.weight
     torch.testing.assert_close(task.net.pos_embed.table[0], table[:10], rtol=0, atol=0)
     assert cfg.section("model")["max_len"] == 10 and "kept the first 10 of 24 loaded positions" in caplog.text

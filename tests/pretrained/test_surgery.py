@@ -235,3 +235,12 @@ def test_a_users_own_kind_is_named_and_not_claimed_to_start_equal():
     ]
     assert surgery.kind_name(Attention.configure(qkv_bias=True)(32, 4)) == "mha"  # timm's attn_layer wrappers
     assert surgery.kind_name(attention_layer({"kind": "gated"})(32, 4)) == "gated"
+
+
+def test_the_checkpoints_biases_are_read_from_each_of_its_attention_sections():
+    """A seq2seq checkpoint's ALiBi sits in its decoder's section: loading it into the same model notes no change."""
+    from attnzoo.pretrained.transfer import source_biases
+
+    options = {"attention": {"kind": "mha"}, "decoder_attention": {"bias": "alibi"}, "cross_attention": {"bias": None}}
+    assert source_biases(options) == {"alibi"}
+    assert source_biases({"attention": {"bias": {"kind": "t5", "num_buckets": 8}}}) == {"t5"}

@@ -390,7 +390,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.slow  # ~15 s; one Ctrl-C's save and exact resume run by default (the SIGTERM test above)
+@pytest.mark.slow  # ~15 s; a signal's save and exact resume run by default (the SIGTERM test above; Ctrl-C: -m slow)
 def test_a_second_ctrl_c_stops_at_once_exits_130_and_the_run_resumes_from_its_last_checkpoint(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-c", _TWO_CTRL_C, "--config", str(VIT), *TINY, f"run.dir={tmp_path}"]

@@ -8,7 +8,8 @@ A tokenizer has `name`, `vocab_size`, `pad_id`, `encode(text) -> list[int]`, `de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -113,9 +114,7 @@ class FileTokenizer:
         self.name = str(self.path)
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(padding)
-        mask = self.tok.encode("x").special_tokens_mask  # the post-processor's special tokens (BERT's [CLS] x [SEP])
-        ends = len(mask) - len("".join(map(str, mask)).rstrip("1"))
-        self.tail = ends if ends < len(mask) else 0  # how many it appends after the text ([SEP], </s>)
+        self.tail = appended_tokens(json.loads(self.tok.to_str()).get("post_processor"))  # [SEP], </s>: how many
 
     def _pad_id(self, padding: dict | None) -> int:
         if padding and padding.get("pad_id") is not None:
@@ -137,6 +136,28 @@ class FileTokenizer:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path), "vocab_size": self.vocab_size, "pad_id": self.pad_id}
+
+
+def appended_tokens(processor: Mapping[str, Any] | None) -> int:
+    """How many ids a `tokenizers` post-processor (its JSON) appends after a single text: BERT's and RoBERTa's one
+    ([SEP], </s>), a template's special tokens after `$A`, none for the others (GPT-2's byte-level one)."""
+    if not processor:
+        return 0
+    kind = processor.get("type")
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        return 1
+    if kind == "Sequence":
+        return sum(appended_tokens(p) for p in processor.get("processors") or [])
+    if kind != "TemplateProcessing":
+        return 0
+    ids = {name: len(entry.get("ids") or [None]) for name, entry in (processor.get("special_tokens") or {}).items()}
+    after = 0
+    for piece in processor.get("single") or []:
+        if "Sequence" in piece:
+            after = 0
+        elif "SpecialToken" in piece:
+            after += ids.get(piece["SpecialToken"].get("id"), 1)
+    return after
 
 
 def truncate(tok: Any, ids: list[int], max_len: int) -> list[int]:

@@ -67,10 +67,12 @@ def audio_input(data: Any, path: Path) -> dict[str, Tensor]:
 
 def text_input(data: Any, text: str) -> dict[str, Tensor]:
     """A text encoded by the run's tokenizer, cut to its `max_len`: {"tokens": [1, L], "padding_mask": [1, L]}."""
+    from .data.formats.text_files import one_line
     from .data.tokenizers.subword import encode_user_text, unknown_note
     from .data.tokenizers.tokenize import truncate
 
     unknown: list[str] = []
+    text = one_line(text)  # as training reads its texts: whitespace runs (newlines, tabs) as one space
     ids = encode_user_text(data.tokenizer, text, unknown)  # "[CLS]" typed in the text is plain text, not a special id
     if unknown:
         log.warning("viz: --text holds %s", unknown_note(unknown))
@@ -140,16 +142,19 @@ def visualize(
     """
     from .run import load_run
 
+    if not 0.0 <= residual <= 1.0:  # before anything is drawn
+        raise ConfigError(f"--residual ({residual}) must be in [0, 1]")
     run = load_run(run_dir, checkpoint)
     data, net, kind = run.data, run.net, run.data_kind
     if kind == "translation":
         if input_path is not None:
             raise ConfigError("--input: translation runs take a sentence with --text (or --index of the val split)")
+        name = "text" if text is not None else f"val-{index}"  # as the other kinds name their folders
         if text is None:
             if not 0 <= index < len(data.pairs["val"]):
                 raise ConfigError(f"--index {index}: the validation split has {len(data.pairs['val'])} pairs")
             text = data.pairs["val"][index][0]
-        return [translation_alignment(run, text, out or run_dir / "viz" / ("text" if index == 0 else f"val-{index}"))]
+        return [translation_alignment(run, text, out or run_dir / "viz" / name)]
     label = None
     if text is not None:
         if kind != "text" or input_path is not None:
@@ -214,9 +219,11 @@ def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path
 
     task, data = run.task.eval(), run.data
     unknown: list[list[str]] = []
-    src, mask, _ = source_batch(data.tokenizer, [text], data.max_len, unknown)  # [1, S]
+    src, mask, lengths = source_batch(data.tokenizer, [text], data.max_len, unknown)  # [1, S]
     if unknown[0]:
         log.warning("viz: --text holds %s", unknown_note(unknown[0]))
+    if lengths[0] > data.max_len:
+        log.warning("viz: --text has %d tokens; cut to the model's %d (data.max_len)", lengths[0], data.max_len)
     hyp = task.translate(src, mask, beam_size=beam)[0]  # [T]
     hyp = hyp[hyp != data.tokenizer.pad_id]
     # teacher-forced pass over bos + the hypothesis: row t is what generated token t read

@@ -1,6 +1,7 @@
 """`attnzoo.translate` and `attnzoo.generate` on tiny saved runs; `load_run` reuses the run's tokenizer; viz draws
 the cross-attention alignment of a translation."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,16 @@ def test_generate_continues_the_prompt_greedily_and_refuses_translation_runs(lm_
     assert capsys.readouterr().out.strip()
     assert generate_main([str(translation_run), "--prompt", "x"]) == 2
     assert "use python -m attnzoo.translate" in capsys.readouterr().err
+
+
+def test_viz_of_a_text_and_of_the_first_pair_go_to_their_own_folders_and_a_cut_is_named(translation_run, caplog):
+    long = "The meeting is on 3 March. " * 40
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        assert viz_main([str(translation_run), "--text", long]) == 0
+    assert "viz: --text has" in caplog.text and "(data.max_len)" in caplog.text
+    assert viz_main([str(translation_run)]) == 0  # --index 0: the first validation pair
+    assert (translation_run / "viz" / "text" / "alignment.png").is_file()
+    assert (translation_run / "viz" / "val-0" / "alignment.png").is_file()
 
 
 def test_viz_draws_the_cross_attention_alignment_of_a_translation(translation_run, tmp_path):

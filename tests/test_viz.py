@@ -1,5 +1,6 @@
 """`attnzoo.viz`: attention rollout against its definition, captured maps, and the command on a saved run."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,26 @@ def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):
     assert len(saved["maps"]) == 2 and saved["maps"][0].shape[-1] in (tokens, tokens + 1)  # (+ a class token)
     assert main([str(run), "--text", expression, "--input", str(tmp_path / "x.png")]) == 2
     assert "--text: for runs with data kind 'text'" in capsys.readouterr().err
+
+
+def test_a_text_is_read_as_training_reads_a_file_and_its_unknown_characters_are_named(tmp_path, capsys, caplog):
+    """A learned tokenizer (text files): tabs and newlines are one space, as in training; a character the tokenizer
+    never saw is named, as translate and generate name it."""
+    lines = ["text,label"] + [f"{w} film number {i},{i % 2}" for i, w in enumerate(["good", "bad"] * 20)]
+    for split in ("train", "val"):
+        (tmp_path / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    files = [f"data.train={tmp_path / 'train.csv'}", f"data.val={tmp_path / 'val.csv'}", "run.baseline=false"]
+    (tmp_path / "run").mkdir()
+    run = _saved_run(tmp_path / "run", ROOT / "recipes" / "text_cls.yaml", [*files, "model.dim=16", "model.depth=1"])
+    logits = []
+    for i, text in enumerate(["good film", "good\tfilm", "good \n film"]):
+        assert main([str(run), "--text", text, "--out", str(tmp_path / f"out{i}")]) == 0
+        logits.append(torch.load(tmp_path / f"out{i}" / "maps.pt")["logits"])
+    torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=0)
+    torch.testing.assert_close(logits[2], logits[0], rtol=0, atol=0)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        assert main([str(run), "--text", "good \u2603 film", "--out", str(tmp_path / "snow")]) == 0
+    assert "'\u2603', which the run's tokenizer cannot encode" in caplog.text
 
 
 def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys):

@@ -86,8 +86,9 @@ class FileTokenizer:
     """A Hugging Face `tokenizers` JSON file the user already has (needs `pip install tokenizers`).
 
     The padding id is the tokenizer's own padding token when it defines one, else the first of `PAD_TOKENS`
-    (the padding names `SubwordTokenizer` reads too) in its vocabulary; special tokens ([CLS], [SEP], ...) are
-    added as the file's post-processor says.
+    (the padding names `SubwordTokenizer` reads too) in its vocabulary, and its unknown token the first of
+    `ALIASES["unk"]` it has (user text that becomes it is named); special tokens ([CLS], [SEP], ...) are added as the
+    file's post-processor says, and a text cut to a length keeps those it appends (`tail`, `truncate`).
     """
 
     PAD_TOKENS = ALIASES["pad"]
@@ -114,6 +115,7 @@ class FileTokenizer:
         self.name = str(self.path)
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(padding)
+        self.unk_id = next((i for t in ALIASES["unk"] if (i := self.tok.token_to_id(t)) is not None), None)
         self.tail = appended_tokens(json.loads(self.tok.to_str()).get("post_processor"))  # [SEP], </s>: how many
 
     def _pad_id(self, padding: dict | None) -> int:

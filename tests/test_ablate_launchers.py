@@ -129,6 +129,15 @@ def _submitted(state: Path, command: str = "sbatch") -> int:
     return len(log.read_text().splitlines()) if log.is_file() else 0
 
 
+def test_a_slurm_ablation_directory_sbatch_cannot_hold_is_refused_before_it_is_made(tmp_path, capsys):
+    grid = write_grid(tmp_path, AXES)
+    out = tmp_path / "with space"
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--dry-run"]
+    assert main(args) == 2
+    assert "has a space or '%', which #SBATCH paths cannot hold" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, capsys):
     grid = write_grid(tmp_path, AXES)
     out = tmp_path / "out"

@@ -130,12 +130,13 @@ class SlurmLauncher:
 
     def write_scripts(self, configs: Sequence[str | Path], out: Path, runs: Sequence[Planned]) -> list[Path]:
         """Write the job script of every run into `<out>/slurm/`; returns their paths."""
+        scripts = {run.variant.id: self.script(configs, out, run) for run in runs}  # checked before anything is made
         folder = out / "slurm"
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
-        for run in runs:
-            path = folder / f"{run.variant.id}.sbatch"
-            path.write_text(self.script(configs, out, run))
+        for variant, text in scripts.items():
+            path = folder / f"{variant}.sbatch"
+            path.write_text(text)
             paths.append(path)
         return paths
 

@@ -245,9 +245,10 @@ def fixed_options(start: Start | None, inputs: Mapping[str, Any], cfg: Config) -
     if own and isinstance(rows, int) and isinstance(tokens, int) and rows != tokens:
         if rows < tokens:
             raise ConfigError(
-                f"model.init_from: {start.converted.source} has an embedding of {rows} rows, and the tokenizer this "
-                f"run reads with has {tokens} tokens: ids {rows} to {tokens - 1} would have no row. Tokenize with the "
-                f"checkpoint's own tokenizer ({start.converted.tokenizer or 'the one its weights were trained with'})"
+                f"model.init_from: {start.converted.source} has an embedding of {rows} rows, and its tokenizer "
+                f"({_start_tokenizer(start, cfg)}) has {tokens} tokens: ids {rows} to {tokens - 1} would have no "
+                "row. Its weights and its tokenizer do not belong together; put the tokenizer.json its weights were "
+                "trained with beside them"
             )
         # a table padded past the tokenizer (resize_token_embeddings(pad_to_multiple_of=...)): the model keeps its rows
         log.info("model.vocab_size: %d (the tokenizer's tokens) -> %d (the rows of model.init_from's embedding; the "

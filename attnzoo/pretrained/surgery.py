@@ -102,7 +102,8 @@ def changes(
         bias = layer.bias
         if bias is not None and not bias.state_dict():  # tensors of a bias: named below when they start fresh
             name = next((n for n, cls in BIASES.items() if type(bias) is cls), type(bias).__name__)
-            added[name] += name not in source_biases
+            if name not in source_biases:
+                added[name] += 1
         name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
         heads = loaded_kv_heads(layer, state[name]) if name in state else None
         if heads is not None and heads != layer.num_kv_heads:
@@ -136,8 +137,7 @@ def changes(
         how = f" ({cls.mha_start})" if cls.mha_start else ""
         lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
     for name, n in added.items():
-        if n:
-            lines.append(f"bias {name!r} added in {_layers(n)} (it has no tensors); it changes the function")
+        lines.append(f"bias {name!r} added in {_layers(n)} (it has no tensors); it changes the function")
     for names, n in shared.items():
         lines.append(
             f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh in {_layers(n)}; it changes the function"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .specials import ALIASES, SPECIALS
-from .tokenize import ByteTokenizer
+from .tokenize import ByteTokenizer, token_id
 
 log = logging.getLogger("attnzoo")
 
@@ -65,7 +65,7 @@ class SubwordTokenizer:
         self.tok.no_truncation()  # the DataModules cut or drop long texts, and log how many
         self.name, self.kind = name, kind
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
-        ids = {role: self._find(names) for role, names in ALIASES.items()}
+        ids = {role: token_id(self.tok, names) for role, names in ALIASES.items()}
         borrowed = [role for role in ("pad", "bos") if ids[role] is None and ids["eos"] is not None]
         if borrowed:  # GPT-2's convention: one end-of-text token starts, ends and pads (padding is masked by position)
             log.info("%s: no %s token; its end-of-text token %r stands in", name, " or ".join(borrowed),
@@ -81,13 +81,6 @@ class SubwordTokenizer:
         self.bos_id: int | None = ids["bos"]
         self.eos_id: int | None = ids["eos"]
         self.cls_id: int | None = ids["cls"]
-
-    def _find(self, names: Sequence[str]) -> int | None:
-        for token in names:
-            token_id = self.tok.token_to_id(token)
-            if token_id is not None:
-                return token_id
-        return None
 
     def require(self, *roles: str, what: str) -> None:
         """Raise unless the tokenizer has a token for each role ("bos", "eos", ...) that `what` needs."""

@@ -115,16 +115,15 @@ class FileTokenizer:
         self.name = str(self.path)
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         self.pad_id = self._pad_id(padding)
-        self.unk_id = next((i for t in ALIASES["unk"] if (i := self.tok.token_to_id(t)) is not None), None)
+        self.unk_id = token_id(self.tok, ALIASES["unk"])
         self.tail = appended_tokens(json.loads(self.tok.to_str()).get("post_processor"))  # [SEP], </s>: how many
 
     def _pad_id(self, padding: dict | None) -> int:
         if padding and padding.get("pad_id") is not None:
             return int(padding["pad_id"])
-        for token in self.PAD_TOKENS:
-            token_id = self.tok.token_to_id(token)
-            if token_id is not None:
-                return token_id
+        found = token_id(self.tok, self.PAD_TOKENS)
+        if found is not None:
+            return found
         raise ValueError(
             f"{self.path}: the tokenizer has no padding token (none of {list(self.PAD_TOKENS)} and no padding "
             "settings); add one to the file"
@@ -138,6 +137,11 @@ class FileTokenizer:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path), "vocab_size": self.vocab_size, "pad_id": self.pad_id}
+
+
+def token_id(tok: Any, names: Sequence[str]) -> int | None:
+    """The id of the first of `names` that the `tokenizers.Tokenizer` `tok` has, or None."""
+    return next((i for name in names if (i := tok.token_to_id(name)) is not None), None)
 
 
 def appended_tokens(processor: Mapping[str, Any] | None) -> int:

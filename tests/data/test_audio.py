@@ -305,3 +305,38 @@ def test_time_shift_moves_training_clips_and_fills_with_silence():
     assert len(seen) > 5 and torch.equal(wave, torch.arange(1.0, 101.0))  # the cached clip is unchanged
     unshifted = ClipDataset(targets=[0], num_samples=100, sample_rate=1000, crop="start", waves=[wave])
     assert torch.equal(unshifted[0]["audio"], wave)
+
+
+def test_hidden_files_are_not_clips_and_unmatched_list_lines_are_named(tmp_path, caplog):
+    # macOS's ._clip.wav copies of a file's metadata stopped the run as unreadable clips; list lines matching no
+    # clip (./go/x.wav, backslashes) left the val split empty with no word about them
+    speech_commands(tmp_path)
+    (tmp_path / "go" / "._spk0_nohash_0.wav").write_bytes(b"\x00\x05\x16\x07 metadata")
+    (tmp_path / "go" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "go" / ".ipynb_checkpoints" / "x.wav").write_bytes(b"not a wav")
+    with open(tmp_path / "validation_list.txt", "a") as f:
+        f.write("./go/spk1_nohash_0.wav\nyes\\spk1_nohash_0.wav\n")
+    dm = small(source="folder", root=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        dm.setup()
+    assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 12, "val": 3, "test": 3} and not dm.skipped
+    assert "2 of 5 line(s) of" in caplog.text and "./go/spk1_nohash_0.wav" in caplog.text
+    assert "not .wav" not in caplog.text  # the hidden files are not named as files of another format
+
+
+def test_a_csv_row_with_too_few_or_too_many_fields_is_named(tmp_path):
+    # a short row stopped setup with AttributeError: 'NoneType' object has no attribute 'strip'
+    for body, fields in (("a.wav,x,1\nb.wav\n", "1 field"), ("a.wav,x,1\nb.wav,x\n", "2 field"),
+                         ("a.wav,x,1\nb.wav,x,1,2\n", "4 field")):  # fmt: skip
+        (tmp_path / "r.csv").write_text("path,label,fold\n" + body)
+        with pytest.raises(ValueError, match=rf"r\.csv:3: {fields}\(s\) where the header has 3 \(path, label, fold\)"):
+            small(source="csv", csv=str(tmp_path / "r.csv"), val_folds=[1]).setup()
+
+
+def test_skipping_every_clip_of_a_class_is_an_error_naming_it(tmp_path):
+    speech_commands(tmp_path)
+    (tmp_path / "owl").mkdir()
+    for i in range(3):
+        (tmp_path / "owl" / f"{i}.wav").write_bytes(b"not a wav")
+    with pytest.raises(ValueError, match=r"class\(es\) owl have no training clip left"):
+        small(source="folder", root=str(tmp_path), on_bad_file="skip").setup()

@@ -332,3 +332,55 @@ def test_augment_false_turns_off_every_augmentation_left_to_auto(tmp_path):
     assert chosen["data.trivial_augment"] is False and chosen["data.mixup_alpha"] == 0.0
     assert "data.augment is false" in data.auto_values()["data.trivial_augment"][1]
     assert chosen["data.ink"] is True  # not an augmentation: the input as the model reads it
+
+
+def test_what_tools_leave_beside_the_data_is_neither_a_class_nor_an_image(tmp_path):
+    # a Jupyter .ipynb_checkpoints/ folder was trained on as a third class, and macOS's ._0.png copies of a file's
+    # metadata stopped the run as unreadable images
+    _write_folder(tmp_path)
+    for folder in (".ipynb_checkpoints", "__MACOSX", "cat/.ipynb_checkpoints"):
+        (tmp_path / folder).mkdir()
+        Image.new("RGB", (8, 8)).save(tmp_path / folder / "9.png")
+    (tmp_path / "dog" / "._0.png").write_bytes(b"\x00\x05\x16\x07 not an image")
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.25)
+    data.setup()
+    assert data.class_names == ["cat", "dog"]
+    assert len(data.splits["train"]) + len(data.splits["val"]) == 8 and not data.skipped
+
+
+def test_an_empty_class_folder_is_a_class_val_lacks_and_an_error_in_train(tmp_path, caplog):
+    # an empty val/dog/ stopped the run ("Found no valid file for the classes dog"), which a val folder lacking dog
+    # does not; an empty train class got the same message, not naming the split nor the .gif files it held
+    _write_folder(tmp_path / "train")
+    _write_folder(tmp_path / "val", classes=("cat",), n=2)
+    (tmp_path / "val" / "dog").mkdir()
+    (tmp_path / "val" / "owl").mkdir()  # a class train lacks, but empty: nothing to refuse
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
+    data.setup()
+    assert data.class_names == ["cat", "dog"] and len(data.splits["val"]) == 2
+    (tmp_path / "train" / "fox").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "train" / "fox" / "0.gif")
+    with pytest.raises(ValueError, match=r"train/fox'?\]? of the train split hold no image .*there: 0\.gif"):
+        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8).setup()
+
+
+def test_skipping_every_image_of_a_class_is_an_error_naming_it(tmp_path):
+    _write_folder(tmp_path)
+    (tmp_path / "fox").mkdir()
+    (tmp_path / "fox" / "0.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=r"fox'?\]? of the train split hold no image that can be read"):
+        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, on_bad_image="skip").setup()
+
+
+def test_an_image_of_too_many_pixels_is_named_and_can_be_skipped(tmp_path, monkeypatch):
+    # PIL's DecompressionBombError is no OSError: it left setup as a traceback naming no file, skip or not
+    import PIL.Image
+
+    _write_folder(tmp_path, size=(8, 8))
+    Image.new("1", (64, 64)).save(tmp_path / "cat" / "huge.png")
+    monkeypatch.setattr(PIL.Image, "MAX_IMAGE_PIXELS", 1000)  # 4096 pixels: more than twice the limit
+    with pytest.raises(ValueError, match=r"huge\.png \(DecompressionBombError"):
+        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8).setup()
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, on_bad_image="skip")
+    data.setup()
+    assert data.skipped == [str(tmp_path / "cat" / "huge.png")]

@@ -15,6 +15,10 @@ from PIL import Image, UnidentifiedImageError
 
 from ...util.names import shortened
 
+# what PIL raises on a file it cannot decode; DecompressionBombError: more pixels than twice PIL's
+# Image.MAX_IMAGE_PIXELS (~179 M), a guard against files made to exhaust memory
+DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
 
 class ImageFileError(ValueError):
     """An image file cannot be read."""
@@ -36,7 +40,7 @@ def load_rgb(path: str) -> Image.Image:
         with open(path, "rb") as f:
             img = Image.open(f)
             img.load()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+    except DECODE_ERRORS as err:
         raise ImageFileError(f"{path}: truncated or corrupt image ({err}); remove or replace the file") from None
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
         img = _to_8bit(img)
@@ -51,7 +55,7 @@ def unreadable_images(paths: Sequence[str]) -> dict[str, str]:
         try:
             with Image.open(path) as img:
                 img.load()
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        except DECODE_ERRORS as err:
             bad[path] = f"{type(err).__name__}: {err}"
     return bad
 

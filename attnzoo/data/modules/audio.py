@@ -29,6 +29,7 @@ from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
+from ..formats.folders import hidden, under_hidden
 from ..formats.text_files import read_utf8
 from . import defaults
 from .base import DataModule
@@ -290,6 +291,14 @@ class AudioDataModule(DataModule):
                     "data.on_bad_file=skip to leave them out"
                 )
             log.warning("data: skipped %d unreadable audio files (on_bad_file=skip): %s", len(self.skipped), shown)
+            trained = {name for target in per_split["train"][1] for name in self._names(target)}
+            left = [name for name in names if name not in trained]
+            if trained and left:
+                raise ValueError(
+                    f"data: class(es) {shortened(left)} have no training clip left: every one was unreadable and "
+                    "skipped (data.on_bad_file=skip); a model cannot predict a class it never saw in training: "
+                    "replace the files, or remove the class"
+                )
         if not per_split["val"][0]:
             log.warning(
                 "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
@@ -299,6 +308,11 @@ class AudioDataModule(DataModule):
             paths = [path for path, _ in items]
             waves = [wave for _, wave in items] if self.cache else None
             self.datasets[split] = self._dataset(split, targets, paths=paths, waves=waves)
+
+    def _names(self, target: Any) -> list[str]:
+        """The class names of a `_target`."""
+        indices = target.nonzero().flatten().tolist() if self.multilabel else [target]
+        return [self.class_names[i] for i in indices]
 
     def _target(self, indices: list[int]) -> Any:
         if not self.multilabel:
@@ -317,7 +331,7 @@ class AudioDataModule(DataModule):
         root = Path(self.root)
         if not root.is_dir():
             raise ValueError(f"data.root: {root} is not a directory")
-        classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_")
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
         self.class_names = classes
@@ -327,16 +341,33 @@ class AudioDataModule(DataModule):
                 lists[split] = {line.strip() for line in read_utf8(root / name).splitlines() if line.strip()}
         log.info("data: %s split by %s", root, ", ".join(lists) + " lists" if lists else "file-name hash")
         entries, other = [], []
+        listed = {}  # relative path -> split, of the clips the lists name
         for name in classes:
             for path in sorted((root / name).rglob("*")):
+                if under_hidden(path, root) or not path.is_file():
+                    continue  # .DS_Store, macOS's ._clip.wav, .ipynb_checkpoints/
                 if path.suffix.lower() != ".wav":
-                    other += [str(path)] if path.is_file() and not path.name.startswith(".") else []
+                    other.append(str(path))
                     continue
                 rel = path.relative_to(root).as_posix()
                 split = next((s for s, files in lists.items() if rel in files), None)
                 if split is None:
                     split = "train" if lists else self._hash_split(path.name)
+                else:
+                    listed[rel] = split
                 entries.append((path, [name], split))
+        for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
+            unmatched = sorted(set(lists.get(split, ())) - set(listed))
+            if unmatched:
+                log.warning(
+                    "data: %d of %d line(s) of %s name no .wav file of a class folder, so they are in no split: %s; "
+                    "a line is a path relative to %s, with forward slashes (dog/0a2b_nohash_0.wav)",
+                    len(unmatched),
+                    len(lists[split]),
+                    root / name,
+                    shortened(unmatched),
+                    root,
+                )
         if other:
             log.warning(
                 "data: %d file(s) in the class folders are not .wav and are not read: %s; convert them to WAV to "
@@ -364,6 +395,12 @@ class AudioDataModule(DataModule):
                 raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
             entries = []
             for line, row in enumerate(reader, start=2):
+                short = [key for key in ("path", "label", "fold") if key in header and row[key] is None]
+                if short or None in row:  # DictReader: None for the fields a row lacks, key None for extra ones
+                    raise ValueError(
+                        f"{csv_path}:{line}: {len(header) + len(row.get(None) or ()) - len(short)} field(s) where "
+                        f"the header has {len(header)} ({', '.join(header)}); quote a field that holds a comma"
+                    )
                 labels = (
                     [s.strip() for s in row[self.columns["label"]].split(self.label_sep)]
                     if self.multilabel

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +20,7 @@ from torchvision.transforms import v2
 
 from attnzoo.data.modules.base import DataModule, given_class_names
 
-from ...util.names import suggest
+from ...util.names import shortened, suggest
 from . import defaults
 from .batching import EpochShuffle, run_seed
 
@@ -31,19 +32,61 @@ EMBEDDED = "mnist5k"
 SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
 
 
-def _not_images(datasets: dict[str, Any], split_dirs: dict[str, Path]) -> list[str]:
-    """Files in the class folders that ImageFolder's extension filter passed over (hidden files and folders left
-    out)."""
-    read = {path for d in datasets.values() for path, _ in d.samples}
-    out = []
-    for s, d in datasets.items():
-        for name in d.classes:
-            folder = split_dirs[s] / name
-            for path in sorted(folder.rglob("*")):
-                hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
-                if path.is_file() and not hidden and str(path) not in read:
-                    out.append(str(path))
-    return out
+def _image_folder(directory: Path) -> Any:
+    """torchvision's `ImageFolder` of `directory` read through `load_rgb`, without what is not data (hidden files and
+    folders: `.ipynb_checkpoints/`, macOS's `._x.png`, `__MACOSX/`; `attnzoo.data.formats.folders.hidden`). A class
+    folder without an image is kept with no sample (a val or test folder may lack a class); the train split's are
+    an error (`_empty_classes`)."""
+    from torchvision.datasets import ImageFolder
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    from ..formats.folders import hidden, under_hidden
+    from ..formats.image_io import load_rgb
+
+    class Folder(ImageFolder):
+        def find_classes(self, root: str) -> tuple[list[str], dict[str, int]]:
+            classes = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not hidden(p.name))
+            if not classes:
+                raise FileNotFoundError(f"no class folder in {root}")
+            return classes, {name: i for i, name in enumerate(classes)}
+
+    def is_image(path: str) -> bool:
+        return has_file_allowed_extension(path, IMG_EXTENSIONS) and not under_hidden(path, directory)
+
+    return Folder(str(directory), loader=load_rgb, is_valid_file=is_image, allow_empty=True)
+
+
+def _not_images(folder: Path) -> list[str]:
+    """The files under `folder` (a class folder) that ImageFolder's extension filter passes over (not hidden ones)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    from ..formats.folders import under_hidden
+
+    return [
+        str(path)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+        and not under_hidden(path, folder)
+        and not has_file_allowed_extension(str(path), IMG_EXTENSIONS)
+    ]
+
+
+def _empty_classes(data: Any, folder: Path, why: str) -> None:
+    """Raise naming the class folders of `data` (the train split, read from `folder`) that hold no image."""
+    counts = Counter(target for _, target in data.samples)
+    empty = [name for i, name in enumerate(data.classes) if not counts[i]]
+    if not empty:
+        return
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    other = [path for name in empty for path in _not_images(folder / name)]
+    raise ValueError(
+        f"data.root: class folder(s) {shortened([str(folder / name) for name in empty])} of the train split hold no "
+        f"image {why}; a model cannot predict a class it never saw in training. Images are read from "
+        f"{', '.join(IMG_EXTENSIONS)} files"
+        + (f" (there: {shortened([Path(p).name for p in other])}: convert them)" if other else "")
+        + "; add training images, or remove the folder"
+    )
 
 
 def split_folders(root: Path) -> dict[str, Path]:
@@ -381,21 +424,24 @@ class ImageDataModule(DataModule):
         return out
 
     def _folders(self) -> dict[str, Dataset]:
-        from torchvision.datasets import ImageFolder
         from torchvision.datasets.folder import IMG_EXTENSIONS
 
-        from ..formats.image_io import ImageFileError, describe, load_rgb, unreadable_images
+        from ..formats.image_io import ImageFileError, describe, unreadable_images
 
         split_dirs = split_folders(self.root)
         if "train" not in split_dirs:
             split_dirs = {"train": self.root}
-        try:
-            out = {s: ImageFolder(str(d), loader=load_rgb) for s, d in split_dirs.items()}
-        except (FileNotFoundError, RuntimeError) as err:
-            raise ValueError(
-                f"data.root {str(self.root)!r}: expected one subfolder of images per class: {err}"
-            ) from err
-        ignored = _not_images(out, split_dirs)
+        out = {}
+        for s, d in split_dirs.items():
+            try:
+                out[s] = _image_folder(d)
+            except (FileNotFoundError, RuntimeError) as err:
+                raise ValueError(
+                    f"data.root {str(self.root)!r}: expected one subfolder of images per class in {d}: {err}"
+                ) from err
+        if self.labels is None:  # the run's own classes (evaluate passes labels: another folder may lack some)
+            _empty_classes(out["train"], split_dirs["train"], "ImageFolder reads")
+        ignored = [path for s, d in out.items() for name in d.classes for path in _not_images(split_dirs[s] / name)]
         if ignored:
             log.warning(
                 "data: %d file(s) in the class folders are not read (torchvision's ImageFolder reads only %s): %s; "
@@ -420,12 +466,15 @@ class ImageDataModule(DataModule):
                 d.imgs, d.targets = d.samples, [target for _, target in d.samples]
                 if not d.samples:
                     raise ValueError(f"data.root: no readable image left in {split_dirs[s]}")
+            if self.labels is None:
+                _empty_classes(out["train"], split_dirs["train"], "that can be read (data.on_bad_image=skip left out)")
         self.class_names = self.labels or list(out["train"].classes)
         index = {name: i for i, name in enumerate(self.class_names)}
         for s, d in out.items():
             if d.classes == self.class_names:
                 continue
-            unknown = [name for name in d.classes if name not in index]
+            held = {d.classes[target] for _, target in d.samples}  # an empty class folder is a class it lacks
+            unknown = [name for name in d.classes if name not in index and name in held]
             if unknown:
                 lacks, known = (
                     ("the run's model was not trained on", "the model's")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .config import ConfigError, load
 from .fit import check_rank_format, parser
+from .util.files import write_json
 from .util.imports import allow_imports
 
 
@@ -34,10 +35,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_log()
     allow_imports(args.allow_imports)
     try:
+        from .run.lock import refuse_links
+
         configs = list(args.config)
         if args.run_dir is not None:
             if not (args.run_dir / "config.yaml").is_file():
                 raise ConfigError(f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml)")
+            refuse_links(args.run_dir, "--run-dir (the baseline is written into its summary.json)")
             configs = [args.run_dir / "config.yaml", *configs]
         cfg = load(configs, args.overrides)
         if args.print_config:
@@ -64,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.run_dir is not None:
         path = args.run_dir / "summary.json"
         summary = json.loads(path.read_text()) if path.is_file() else {}
-        path.write_text(json.dumps({**summary, "baseline": result}, indent=2) + "\n")
+        write_json(path, {**summary, "baseline": result})  # a new file renamed over the old: no link followed
         print(f"attnzoo baseline: added to {path}", file=sys.stderr)
     return 0
 

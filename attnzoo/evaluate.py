@@ -66,9 +66,11 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     import lightning as L
 
     from .run import load_run
+    from .run.lock import refuse_links
     from .run.signals import StopAtOnce
     from .run.splits import test_split
 
+    refuse_links(Path(run_dir), "run directory (evaluate writes its report into it)")
     run = load_run(run_dir, checkpoint, configs, overrides)
     asked = split
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")

@@ -141,9 +141,12 @@ def visualize(
     `split`, where each word looks in the image (`<out>/cross_attention/`).
     """
     from .run import load_run
+    from .run.lock import refuse_links
 
     if not 0.0 <= residual <= 1.0:  # before anything is drawn
         raise ConfigError(f"--residual ({residual}) must be in [0, 1]")
+    if out is None:  # drawings go into <run>/viz/
+        refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)")
     run = load_run(run_dir, checkpoint)
     data, net, kind = run.data, run.net, run.data_kind
     if kind == "translation":

@@ -54,6 +54,7 @@ class RunLock:
         if self._fd is not None:
             return
         make_writable_dir(self.directory, self.what)
+        refuse_links(self.directory, self.what)
         for _ in range(10):  # a holder may release (and remove the file) between our open and our flock
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -132,6 +133,25 @@ def make_writable_dir(directory: Path, what: str = "run directory") -> None:
         raise ConfigError(f"{what} {str(directory)!r} is not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"{what} {str(directory)!r} is not writable")
+
+
+def refuse_links(directory: Path, what: str = "run directory") -> None:
+    """Raise ConfigError naming the symbolic links inside `directory` (at any depth; `directory` itself may be one).
+
+    attnzoo writes into run directories (reports, drawings, summary.json, .lock, checkpoints), and a run directory may
+    come from someone else: a link in it (`evaluate-best.json -> ~/.bashrc`) would have a command write through it,
+    outside the directory. Commands that write into an existing directory call this first; reading one does not.
+    """
+    links = []
+    for parent, folders, files in os.walk(directory):  # does not descend into linked folders
+        links += [Path(parent, name) for name in [*folders, *files] if os.path.islink(os.path.join(parent, name))]
+    if links:
+        shown = ", ".join(f"{link.relative_to(directory)} -> {os.readlink(link)}" for link in sorted(links)[:5])
+        more = f" and {len(links) - 5} more" if len(links) > 5 else ""
+        raise ConfigError(
+            f"{what} {str(directory)!r} holds {len(links)} symbolic link(s): {shown}{more}; attnzoo writes into it "
+            "and never through a link that could lead out of it: replace each link by a copy of its file, or remove it"
+        )
 
 
 def _read_record(fd: int) -> dict[str, Any]:

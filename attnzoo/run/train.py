@@ -102,6 +102,19 @@ def fit(
                 shutil.rmtree(run_dir, ignore_errors=True)  # stopped before training: leave no run that never ran
 
 
+# what a resumed run that trains no step keeps from the summary.json before it
+KEPT_UNTRAINED = ("metrics", "train_samples_per_second", "train_seconds", "data_wait_share", "stopped", "best_epoch")
+
+
+def _previous_summary(run_dir: Path) -> dict[str, Any]:
+    """The run's summary.json as a dict ({} when missing or unreadable)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def _build_resumed(cfg: Config, run_dir: Path) -> Any:
     """`build` of a resumed run that started from a checkpoint (`model.init_from`), from the run directory alone: the
     checkpoint is not read again (its architecture and tokenizer are in config.yaml, its weights in the checkpoint
@@ -173,6 +186,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     else:
         data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
     resumes = read_resumes(run_dir)
+    resumed_step, before = None, {}
     if ckpt_path is not None:
         from .checkpoint_io import check_checkpoint_shapes
         from .metrics import check_history
@@ -180,9 +194,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
         check_history(run_dir / "metrics.csv")
         try:
-            step = check_checkpoint_shapes(ckpt_path, task)
+            step = resumed_step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
+        before = _previous_summary(run_dir)
         tokenizer = data.tokenizer
         if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
             from .checkpoint_io import read_checkpoint
@@ -240,6 +255,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))
+    if resumed_step is not None and trainer.global_step == resumed_step and before.get("metrics"):
+        # nothing trained (a finished run resumed, a SLURM requeue, a stop during the test): what training measured
+        # is the earlier process's, not the empty numbers of this one
+        result.update({key: before[key] for key in KEPT_UNTRAINED if key in before})
     started_from = getattr(task.net, "started_from", None)  # model.init_from: the checkpoint it started from
     if started_from is not None:
         result["init_from"] = {k: v for k, v in started_from.items() if v is not None}

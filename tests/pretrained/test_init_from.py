@@ -208,3 +208,27 @@ def test_a_vit_run_gives_its_patches_and_pooling_and_the_next_run_loads_every_te
     assert (model["global_pool"], model["patch_size"]) == ("avg", 4)  # avg pooling: a norm of its own (fc_norm)
     assert task.net.started_from["new"] == [] and task.net.started_from["dropped"] == []
     assert "model.global_pool: 'token' (set in" in caplog.text
+
+
+def test_an_import_path_in_the_start_runs_config_is_named_as_coming_from_it(run_a, tmp_path, monkeypatch):
+    # a downloaded run's config.yaml with pattern.kind: subprocess.getoutput was refused as "set in
+    # recipes/text_cls.yaml": a user trusting their own recipe would pass --allow-imports and run its code
+    import shutil
+
+    import yaml
+
+    from attnzoo.util.imports import ALLOW_IMPORTS_ENV
+
+    monkeypatch.delenv(ALLOW_IMPORTS_ENV, raising=False)
+    hostile = tmp_path / "downloaded"
+    shutil.copytree(run_a, hostile)
+    config = yaml.safe_load((hostile / "config.yaml").read_text())
+    config["model"]["attention"]["pattern"] = {"kind": "subprocess.getoutput", "cmd": f"touch {tmp_path}/pwned"}
+    (hostile / "config.yaml").write_text(yaml.safe_dump(config))
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b"]), f"model.init_from={hostile}"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    text = str(err.value)
+    assert "model.attention.pattern.kind: 'subprocess.getoutput' is an import path in model.init_from's" in text
+    assert f"{hostile}/config.yaml" in text and "text_cls.yaml" not in text
+    assert not (tmp_path / "pwned").exists()

@@ -428,3 +428,48 @@ def test_a_signal_during_the_test_beam_search_exits_non_zero_and_resume_finishes
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is True and "test/bleu" in summary["test"] and summary["global_step"] == 2
+
+
+def test_resuming_a_finished_run_trains_nothing_and_keeps_what_its_training_measured(tmp_path):
+    # the summary's metrics became {} and its throughput None (a SLURM requeue of a finished job takes this path)
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    first = _summary(run_dir)
+    assert first["metrics"] and first["train_seconds"] > 0
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    again = _summary(run_dir)
+    assert again["global_step"] == first["global_step"]
+    for key in ("metrics", "train_samples_per_second", "train_seconds", "data_wait_share", "stopped", "best_epoch"):
+        assert again[key] == first[key], key
+
+
+@pytest.mark.parametrize("command", ["evaluate", "viz", "resume", "baseline"])
+def test_no_command_writes_through_a_link_in_a_run_directory(command, tmp_path, capsys):
+    """A run directory from someone else with `evaluate-best.json -> ~/.bashrc` (or a linked viz/, .lock or
+    summary.json) had evaluate, viz and --resume write over the file the link named."""
+    from attnzoo.baseline import main as baseline_main
+    from attnzoo.evaluate import main as evaluate_main
+    from attnzoo.fit import main as fit_main
+    from attnzoo.viz import main as viz_main
+
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path / 'runs'}"]))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    name = {"evaluate": "evaluate-best.json", "viz": "viz", "resume": "summary.json", "baseline": "summary.json"}
+    target = run_dir / name[command]
+    if target.is_file():
+        target.unlink()
+    (tmp_path / "elsewhere").mkdir()
+    if command == "viz":
+        target.symlink_to(tmp_path / "elsewhere")
+    else:
+        target.symlink_to(victim)
+    run = {
+        "evaluate": lambda: evaluate_main([str(run_dir)]),
+        "viz": lambda: viz_main([str(run_dir), "--index", "0"]),
+        "resume": lambda: fit_main(["--resume", str(run_dir), "trainer.max_epochs=2"]),
+        "baseline": lambda: baseline_main(["--run-dir", str(run_dir)]),
+    }[command]
+    assert run() == 2
+    err = capsys.readouterr().err
+    assert "holds 1 symbolic link(s)" in err and f"{name[command]} -> " in err
+    assert victim.read_text() == "mine\n" and not any((tmp_path / "elsewhere").iterdir())

@@ -309,8 +309,6 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     """
     import lightning as L
     from lightning.fabric.utilities.exceptions import MisconfigurationException
-    from lightning.pytorch.callbacks import EarlyStopping
-
     from . import callbacks as run_callbacks
     from .checkpoint_io import AtomicCheckpointIO, RunCheckpoint
     from .cluster import slurm_job
@@ -344,7 +342,12 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             monitor, mode, stopping["min_delta"], stopping["patience"], cfg.section("trainer").get("max_epochs"),
         )  # fmt: skip
         # checked after each validation only: a run stopped mid-epoch (max_steps) has no val metric to check
-        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, check_on_train_epoch_end=False, **stopping))
+        floor = getattr(task, "monitor_floor", None) if monitor == f"val/{task.monitor}" else None
+        callbacks.append(
+            run_callbacks.RunEarlyStopping(
+                monitor=monitor, mode=mode, check_on_train_epoch_end=False, floor=floor, **stopping
+            )
+        )
     if run.get("save_every_n_steps"):
         callbacks.append(
             RunCheckpoint(

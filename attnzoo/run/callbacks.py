@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import EarlyStopping
 
 from .nan_guard import FiniteLoss
 from .resume_position import ResumeDataPosition
 from .signals import GracefulStop
 from .tokenizer_stamp import TokenizerStamp
+
+log = logging.getLogger("attnzoo")
 
 
 def callbacks(checkpoint: str | Path, *, slurm_job: str | None = None) -> list[L.Callback]:
@@ -21,3 +26,24 @@ def callbacks(checkpoint: str | Path, *, slurm_job: str | None = None) -> list[L
         ResumeDataPosition(),
         TokenizerStamp(),
     ]
+
+
+class RunEarlyStopping(EarlyStopping):
+    """Lightning's EarlyStopping, except that patience does not count down while the score has never left `floor`,
+    the value of a model that has learned nothing it measures yet: BLEU is exactly 0 until a hypothesis shares a
+    4-gram with its reference, which on small data takes a model more epochs than the patience (a translation run
+    stopped at epoch 11 with chrF rising and tested its epoch-0 weights). `floor=None`: Lightning's behaviour."""
+
+    def __init__(self, *args: Any, floor: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.floor = floor
+        self._said = False
+
+    def _evaluate_stopping_criteria(self, current: Any) -> tuple[bool, str | None]:
+        if self.floor is not None and float(current) == self.floor and not bool(abs(self.best_score) < float("inf")):
+            if not self._said:
+                log.info("run.early_stopping: %s is still %g: patience counts from its first other value",
+                         self.monitor, self.floor)  # fmt: skip
+                self._said = True
+            return False, None
+        return super()._evaluate_stopping_criteria(current)

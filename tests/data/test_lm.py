@@ -177,3 +177,21 @@ def test_val_given_as_the_train_file_warns_that_val_is_the_test_split(tmp_path, 
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         LMDataModule(train=str(path), val=str(tmp_path / "val.txt"), vocab_size=200, block_size=16).setup()
     assert "identical" not in caplog.text
+
+
+def test_a_folders_txt_files_in_any_letter_case_are_read_and_a_csv_is_refused(tmp_path, caplog):
+    # C.TXT was left out without a word; a CSV given to the LM recipe trained on its header and label column
+    (tmp_path / "d" / "sub").mkdir(parents=True)
+    (tmp_path / "d" / "a.txt").write_text("first line\n")
+    (tmp_path / "d" / "sub" / "b.txt").write_text("second line\n")
+    (tmp_path / "d" / "C.TXT").write_text("third line\n")
+    (tmp_path / "d" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "d" / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("a copy\n")
+    (tmp_path / "d" / "notes.md").write_text("not read\n")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        docs = read_documents(str(tmp_path / "d"), documents="lines")
+    assert sorted(docs) == ["first line", "second line", "third line"]
+    assert "3 .txt file(s) under" in caplog.text and "not read (not .txt): notes.md" in caplog.text
+    (tmp_path / "t.csv").write_text("text,label\nhello there,pos\n")
+    with pytest.raises(ValueError, match=r"data.train: '.*t\.csv' is a \.csv file of columns.*data.text_column"):
+        read_documents(str(tmp_path / "t.csv"), documents="lines")

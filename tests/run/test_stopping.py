@@ -78,3 +78,43 @@ def test_a_signal_leaves_an_unfinished_summary_saying_where_it_stopped(tmp_path,
 def test_bad_early_stopping_options_are_config_errors_before_training(value, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)):
         load([VIT], [f"run.early_stopping={value}"])
+
+
+def _stops(floor, scores, patience=2):
+    """The index of the validation at which early stopping (mode max) stops, or None."""
+    import torch
+
+    from attnzoo.run.callbacks import RunEarlyStopping
+
+    stopping = RunEarlyStopping(monitor="val/bleu", mode="max", patience=patience, floor=floor)
+    for i, score in enumerate(scores):
+        if stopping._evaluate_stopping_criteria(torch.tensor(float(score)))[0]:
+            return i
+    return None
+
+
+def test_patience_waits_for_a_score_that_has_never_left_its_floor():
+    # BLEU is exactly 0 until a hypothesis shares a 4-gram with its reference: a translation run on 300 pairs
+    # stopped at epoch 11 while chrF rose, and tested its epoch-0 weights
+    assert _stops(None, [0, 0, 0, 0, 0]) == 2  # Lightning's own: two validations without improvement
+    assert _stops(0.0, [0, 0, 0, 0, 0, 0, 0]) is None
+    assert _stops(0.0, [0, 0, 0, 3.5, 3.5, 3.5]) == 5  # counts from the first other value
+    assert _stops(0.0, [0, 2.0, 0, 0]) == 3  # a fall back to the floor after it moved counts as usual
+
+
+def test_a_translation_run_stops_early_with_bleus_floor(tmp_path):
+    from attnzoo.run import build
+    from attnzoo.run.build import make_trainer
+    from attnzoo.run.callbacks import RunEarlyStopping
+
+    recipe = ROOT / "recipes" / "translation.yaml"
+    cfg = load([recipe], ["trainer.precision=32-true", "model.encoder_depth=1", "model.decoder_depth=1"])
+    _, task, cfg = build(cfg)
+    trainer, _ = make_trainer(cfg, tmp_path, task)
+    (stopping,) = [c for c in trainer.callbacks if isinstance(c, RunEarlyStopping)]
+    assert stopping.monitor == "val/bleu" and stopping.floor == 0.0
+    cfg = load([recipe], ["trainer.precision=32-true", "model.encoder_depth=1", "run.monitor=val/chrf"])
+    _, task, cfg = build(cfg)
+    trainer, _ = make_trainer(cfg, tmp_path, task)
+    (stopping,) = [c for c in trainer.callbacks if isinstance(c, RunEarlyStopping)]
+    assert stopping.floor is None  # another metric than the task's own: Lightning's rule

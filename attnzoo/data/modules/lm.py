@@ -35,6 +35,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ...util.names import shortened
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, save_run_tokenizer
 from . import defaults
@@ -61,15 +62,32 @@ def embedded_documents() -> list[str]:
 
 
 def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
+    """The files of `spec`: each file as given, and the .txt files (any letter case, hidden ones left out) under each
+    folder, which the log names with the files it leaves out. A CSV/TSV/JSONL file is an error: read as text, its
+    header and labels would become text."""
+    from ..formats.folders import under_hidden
+    from ..formats.text_files import FORMATS
+
     specs = [spec] if isinstance(spec, str) else list(spec)
     files: list[Path] = []
     for s in specs:
         path = Path(s)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            every = [p for p in sorted(path.rglob("*")) if p.is_file() and not under_hidden(p, path)]
+            found = [p for p in every if p.suffix.lower() == ".txt"]
             if not found:
                 raise ValueError(f"data.{what}: no .txt files under {str(path)!r}")
+            other = [str(p.relative_to(path)) for p in every if p.suffix.lower() != ".txt"]
+            log.info("data.%s: %d .txt file(s) under %s%s", what, len(found), path,
+                     f"; not read (not .txt): {shortened(other)}" if other else "")  # fmt: skip
             files += found
+        elif path.is_file() and path.suffix.lower() in FORMATS:
+            raise ValueError(
+                f"data.{what}: {str(path)!r} is a {path.suffix.lower()} file of columns, and this data reads plain "
+                "text (.txt files or folders of them; each non-blank line a document): its header and every column "
+                "would become text. Write its text column to a .txt file (recipes/mlm.yaml reads a column itself: "
+                "data.text_column)"
+            )
         elif path.is_file():
             files.append(path)
         else:

@@ -309,6 +309,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     """
     import lightning as L
     from lightning.fabric.utilities.exceptions import MisconfigurationException
+
     from . import callbacks as run_callbacks
     from .checkpoint_io import AtomicCheckpointIO, RunCheckpoint
     from .cluster import slurm_job

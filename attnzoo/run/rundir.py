@@ -190,7 +190,15 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
         raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
     ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
     if not ckpt.is_file():
-        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}")
+        hint = ""
+        if checkpoint == "best" and (run_dir / "checkpoints" / "last.ckpt").is_file():
+            hint = (
+                ": the run has no best checkpoint yet (it stopped before its first validation, or none ran); "
+                "--checkpoint last uses the weights it saved last"
+            )
+        elif checkpoint not in ("best", "last"):
+            hint = "; valid: best, last, or the path of a .ckpt file"
+        raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}{hint}")
     return ckpt
 
 

@@ -148,3 +148,17 @@ def test_only_data_paths_that_exist_are_made_absolute(tmp_path, monkeypatch):
     got = absolute_paths({"train": ["a.txt"], "val": "missing.csv", "labels": ["cat", "dog"], "tokenizer": "bpe",
                           "root": "cat", "test": str(tmp_path / "a.txt")})  # fmt: skip
     assert got == {"data.train": [str(tmp_path / "a.txt")], "data.root": str(tmp_path / "cat")}  # class names stay
+
+
+def test_a_missing_best_checkpoint_points_to_last_and_an_unknown_name_lists_the_valid_ones(tmp_path):
+    # a run stopped before its first validation has last.ckpt only: evaluate and translate said "no checkpoint file"
+    from attnzoo.run.rundir import run_checkpoint
+
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"best\.ckpt': the run has no best checkpoint yet .*--checkpoint last"):
+        run_checkpoint(tmp_path, "best")
+    with pytest.raises(ConfigError, match=r"no checkpoint file at 'lats'; valid: best, last, or the path"):
+        run_checkpoint(tmp_path, "lats")
+    assert run_checkpoint(tmp_path, "last") == tmp_path / "checkpoints" / "last.ckpt"

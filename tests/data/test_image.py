@@ -317,6 +317,17 @@ def test_an_odd_folder_size_is_resized_to_a_multiple_of_8(tmp_path):
     assert chosen["data.img_size"] == 96 and chosen["model.patch_size"] == 12  # an 8x8 grid
 
 
+@pytest.mark.parametrize("side, fitted, patch", [(31, 30, 5), (29, 28, 4), (23, 21, 3), (17, 16, 2), (9, 8, 1),
+                                                 (28, 28, 4), (25, 25, 5)])  # fmt: skip
+def test_a_small_side_without_a_patch_grid_is_resized_to_one_that_has_it(tmp_path, side, fitted, patch):
+    # 31 px images got model.patch_size 31: a 1x1 grid, one token for the whole image
+    _symbols(tmp_path, size=side, n=2)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.25, batch_size=4, **AUTO)
+    chosen = {k: v for k, (v, _) in data.auto_values().items()}
+    assert (chosen["data.img_size"], chosen["model.patch_size"]) == (fitted, patch)
+    assert 4 <= fitted // patch <= 8
+
+
 def test_tiny_images_get_gentle_augmentation_only():
     data = ImageDataModule(augment="auto", crop_scale="auto", trivial_augment="auto", mixup_alpha="auto")
     data.setup()

@@ -165,6 +165,12 @@ def test_missing_or_unreadable_image(tmp_path):
         ('{"image": "train/00000.png", "label": "red"}', r"bad\.jsonl:2: missing key\(s\) \['text'\]"),
         ('["a", "b"]', r"bad\.jsonl:2: expected an object"),
         ('{"image": "train/00000.png", "text": "hi", "label": "pink"}', r"bad\.jsonl:2: label 'pink' is not an answer"),
+        # a null or list label became a class "None" or "['red', 'green']"
+        ('{"image": "train/00000.png", "text": "hi", "label": null}', r"bad\.jsonl:2: label None is not a label"),
+        (
+            '{"image": "train/00000.png", "text": "hi", "label": ["red"]}',
+            r"bad\.jsonl:2: label \['red'\] is not a label",
+        ),
     ],
 )
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, message):

@@ -348,6 +348,11 @@ class ImageDataModule(DataModule):
         if side > defaults.TINY_IMAGE and side % 8:  # an 8x8 patch grid needs a multiple of 8
             side -= side % 8
             why += f", resized to {side}x{side} (a multiple of 8)"
+        grid = side // defaults.patch_size(side)
+        if side <= defaults.TINY_IMAGE and side > 8 and grid < 4:  # 31 px: only a 31-pixel patch divides it
+            side = next(s for s in range(side - 1, 7, -1) if s // defaults.patch_size(s) >= 4)
+            fitted = side // defaults.patch_size(side)
+            why += f", resized to {side}x{side} (a {fitted}x{fitted} patch grid; the side it had gives {grid}x{grid})"
         return side, why
 
     def _choose_augmentation(self, train: Dataset) -> None:

@@ -376,6 +376,11 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{line_no}: missing key(s) {missing}; each line needs image, text, label")
             if not isinstance(rec["image"], str) or not isinstance(rec["text"], str):
                 raise ValueError(f"{path}:{line_no}: image and text must be strings")
+            if rec["label"] is None or isinstance(rec["label"], list | dict):  # would become a class "None"
+                raise ValueError(
+                    f"{path}:{line_no}: label {rec['label']!r} is not a label: give one string, number or true/false "
+                    "per line (a question with several answers is one line per answer)"
+                )
             records.append({**rec, "line": line_no})
     if not records:
         raise ValueError(f"{path}: no records")

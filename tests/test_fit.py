@@ -226,6 +226,8 @@ def test_evaluate_takes_the_class_names_a_run_saved(tmp_path):
     assert _saved_labels(cfg, tmp_path) == {}  # the config's own choice wins
     cfg = load([VIT])
     assert _saved_labels(cfg, tmp_path) == {"data.labels": str(tmp_path / "labels.json")}  # image folders too
+    cfg = load([ROOT / "recipes" / "ast.yaml"])
+    assert _saved_labels(cfg, tmp_path) == {"data.labels": str(tmp_path / "labels.json")}  # and audio
 
 
 def test_summary_reports_the_backends_training_ran_on():

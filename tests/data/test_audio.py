@@ -340,3 +340,27 @@ def test_skipping_every_clip_of_a_class_is_an_error_naming_it(tmp_path):
         (tmp_path / "owl" / f"{i}.wav").write_bytes(b"not a wav")
     with pytest.raises(ValueError, match=r"class\(es\) owl have no training clip left"):
         small(source="folder", root=str(tmp_path), on_bad_file="skip").setup()
+
+
+def test_another_folder_is_matched_to_the_runs_classes_by_name(tmp_path):
+    # evaluate on a folder whose high/ was renamed zzz/ scored zzz as the model's high (same sorted position), and a
+    # folder with two of the three classes was refused as "num_classes 3 contradicts the data, which gives 2"
+    speech_commands(tmp_path / "run_data")
+    trained = small(source="folder", root=str(tmp_path / "run_data"))
+    trained.setup()
+    trained.save_artifacts(tmp_path / "run")
+    saved = tmp_path / "run" / "labels.json"
+    assert json.loads(saved.read_text())["class_names"] == ["down", "go", "yes"]
+    other = tmp_path / "other"
+    speech_commands(other)
+    import shutil
+
+    shutil.rmtree(other / "down")
+    dm = small(source="folder", root=str(other), labels=str(saved))
+    dm.setup()
+    assert dm.class_names == ["down", "go", "yes"] and dm.num_classes == 3
+    targets = sorted(t for ds in dm.datasets.values() for t in ds.targets)
+    assert targets == [1] * 6 + [2] * 6  # go and yes keep the model's numbers
+    (other / "yes").rename(other / "zzz")
+    with pytest.raises(ValueError, match=r"class\(es\) that the run's model was not trained on: zzz"):
+        small(source="folder", root=str(other), labels=str(saved)).setup()

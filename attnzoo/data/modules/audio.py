@@ -26,13 +26,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ...layers.audio_features import FEATURE_KINDS, LogMel
+from ...util.files import write_json
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 from ..formats.folders import hidden, under_hidden
 from ..formats.text_files import read_utf8
 from . import defaults
-from .base import DataModule
+from .base import DataModule, given_class_names
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -131,6 +132,9 @@ class AudioDataModule(DataModule):
         time_shift_ms: training clips are shifted in time by up to this much either way (0 = off).
         stats_clips: at most this many train clips for the normalization statistics.
         stats_file: reuse statistics from an `audio_stats.json` of an earlier run instead of computing them.
+        labels: the class names in the model's order (a list, or a run's `labels.json`); default: the data's, sorted.
+            `evaluate` passes the run's own, so another folder's or CSV's classes are matched by name (a class the
+            run never trained on is an error naming it; one the data lacks is fine).
         synthetic: options of the synthetic set: per_class ({train, val, test} clips per class), vowels, snr_db.
     """
 
@@ -160,6 +164,7 @@ class AudioDataModule(DataModule):
         time_shift_ms: float | Literal["auto"] = 0.0,
         stats_clips: int = 2000,
         stats_file: str | None = None,
+        labels: str | Sequence[str] | None = None,
         synthetic: dict[str, Any] | None = None,
         batch_size: int = 32,
         num_workers: int = 0,
@@ -207,6 +212,7 @@ class AudioDataModule(DataModule):
             raise ValueError(f"data.clip_seconds ({clip_seconds}) is shorter than one {win_ms} ms analysis window")
         self.cache, self.on_bad_file, self.mixup_alpha = cache, on_bad_file, mixup_alpha
         self.stats_clips, self.stats_file = stats_clips, stats_file
+        self.labels = None if labels is None else given_class_names(labels)
         self.synthetic = _synthetic_options(synthetic)
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.datasets: dict[str, ClipDataset] = {}
@@ -225,6 +231,10 @@ class AudioDataModule(DataModule):
             return
         if self.source == "synthetic":
             self._setup_synthetic()
+            if self.labels is not None and self.labels != self.class_names:
+                raise ValueError(
+                    f"data.labels {self.labels} are not the classes of the synthetic data: {self.class_names}"
+                )
         else:
             entries = self._folder_entries() if self.source == "folder" else self._csv_entries()
             self._setup_files(entries)
@@ -257,6 +267,15 @@ class AudioDataModule(DataModule):
             names = sorted({labels[0] for _, labels, _ in entries} | set(self.class_names))
         trained = {name for _, labels, split in entries if split == "train" for name in labels}
         unseen = [name for name in names if name not in trained]
+        if self.labels is not None:  # the run's model's classes: the data's are matched to them by name
+            unknown = sorted({name for _, labels, _ in entries for name in labels} - set(self.labels))
+            if unknown:
+                raise ValueError(
+                    f"data: {self.root or self.csv} has class(es) that the run's model was not trained on: "
+                    f"{shortened(unknown)} (the model's: {shortened(self.labels)}); a model cannot predict a class it "
+                    "never saw in training"
+                )
+            names, unseen = list(self.labels), []
         if trained and unseen:  # a class no training clip has could never be predicted (.flac-only folders too)
             where = sorted({split for _, labels, split in entries if set(labels) & set(unseen)})
             raise ValueError(
@@ -293,7 +312,7 @@ class AudioDataModule(DataModule):
             log.warning("data: skipped %d unreadable audio files (on_bad_file=skip): %s", len(self.skipped), shown)
             trained = {name for target in per_split["train"][1] for name in self._names(target)}
             left = [name for name in names if name not in trained]
-            if trained and left:
+            if trained and left and self.labels is None:
                 raise ValueError(
                     f"data: class(es) {shortened(left)} have no training clip left: every one was unreadable and "
                     "skipped (data.on_bad_file=skip); a model cannot predict a class it never saw in training: "
@@ -503,6 +522,8 @@ class AudioDataModule(DataModule):
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
         }
         out.write_text(json.dumps(record, indent=2))
+        source = str(self.root or self.csv or self.source)  # evaluate matches another folder's classes to these
+        write_json(out.parent / "labels.json", {"class_names": self.class_names, "source": source})
         return out
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:

@@ -195,7 +195,9 @@ def test_a_pickled_payload_in_a_checkpoint_is_never_run(lm_run, tmp_path, monkey
     for name in ("best", "last"):
         torch.save({"state_dict": {}, "payload": _Payload(marker)}, run / "checkpoints" / f"{name}.ckpt")
     assert evaluate_main([str(run)]) == 2
-    assert "is not a checkpoint that can be read" in capsys.readouterr().err
+    # it said torch's text cut at 300 characters, which mostly suggested weights_only=False
+    err = capsys.readouterr().err
+    assert "holds Python objects besides tensors and plain values (posix.system)" in err and "refused" in err
     assert fit_main(["--resume", str(run)]) == 2
     # Lightning's own loads (resume, testing the best checkpoint) go through the run's checkpoint IO: data only,
     # even where the environment asks torch.load for full unpickling

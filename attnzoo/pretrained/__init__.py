@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import nn
 
+from ..util.names import suggest
 from .converted import Converted, read_hf_config, read_weights
 
 log = logging.getLogger("attnzoo")
@@ -96,6 +97,17 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     if isinstance(converted.options.get("attention"), dict) and isinstance(overrides.get("attention"), dict):
         options["attention"] = {**converted.options["attention"], **overrides["attention"]}
     builder = MODELS[converted.model_kind]
+    takes = inspect.signature(builder).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        unknown = sorted(set(options) - set(takes))
+        if unknown:  # a run's config.yaml of another attnzoo version, or a misspelled override
+            given = [k for k in unknown if k in overrides]
+            raise ValueError(
+                f"{converted.source}: model option(s) {unknown} "
+                + (f"(given to load: {given}) " if given else "(in its config) ")
+                + f"are not options of model kind {converted.model_kind!r}; valid: {sorted(takes)}"
+                + "".join(suggest(k, list(takes)) for k in unknown[:1])
+            )
     missing = [
         name
         for name, p in inspect.signature(builder).parameters.items()

@@ -175,6 +175,25 @@ def test_python_load_builds_the_runs_network_with_its_weights(run_a):
     other = load_pretrained(run_a, num_classes=5)  # another label count: a new head, the same backbone
     assert other.head.out_features == 5
     torch.testing.assert_close(other.embed.weight, saved["net.embed.weight"], rtol=0, atol=0)
+    # an unknown option raised a bare TypeError (TextClassifier.__init__() got an unexpected keyword argument)
+    with pytest.raises(ValueError, match=r"\['num_clases'\] \(given to load: \['num_clases'\]\) are not .*num_classes"):
+        load_pretrained(run_a, num_clases=5)
+
+
+def test_python_load_names_an_option_of_the_runs_config_that_its_model_does_not_take(run_a, tmp_path):
+    import shutil
+
+    import yaml
+
+    from attnzoo.pretrained import load as load_pretrained
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_a, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["model"]["mlp_ratio_x"] = 2.0
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match=r"model option\(s\) \['mlp_ratio_x'\] \(in its config\) are not options"):
+        load_pretrained(copy)
 
 
 def test_a_run_of_the_same_kind_gives_its_architecture_and_the_data_keeps_its_sizes(tmp_path, caplog):

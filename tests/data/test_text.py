@@ -384,3 +384,18 @@ def test_text_recipe_on_a_user_csv_saves_its_label_vocabulary(tmp_path):
     assert load([run_dir / "config.yaml"]).tree.model.num_classes == 3  # derived from the data, recorded
     with pytest.raises(ConfigError, match=r"no label column 'lable'; columns found: \['sentence', 'label'\]"):
         fit(load([recipe], [*files, "data.label_column=lable", *quick]))
+
+
+def test_a_row_with_fewer_or_more_fields_than_the_header_is_named(tmp_path):
+    # "just text" under text,label was reported as "empty label"
+    (tmp_path / "short.csv").write_text("text,label\nhello there,pos\njust text\n")
+    with pytest.raises(ValueError, match=r"short\.csv line 3: fewer fields than the header's columns .*\['label'\]"):
+        read_text_file(tmp_path / "short.csv", text_column="text", label_column="label")
+    (tmp_path / "long.csv").write_text("text,label\nhello, there,pos\n")
+    with pytest.raises(ValueError, match=r"long\.csv line 2: more fields than the header's columns"):
+        read_text_file(tmp_path / "long.csv", text_column="text", label_column="label")
+    (tmp_path / "unused.csv").write_text("text,label,note\nhello there,pos\n")  # an unused column may be left out
+    assert read_text_file(tmp_path / "unused.csv", text_column="text", label_column="label") == (
+        ["hello there"],
+        ["pos"],
+    )

@@ -54,6 +54,12 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
         for record in reader:
             if None in record:  # more fields than the header
                 raise ValueError(f"{path} line {reader.line_num}: more fields than the header's columns {columns}")
+            short = [c for c in used if c in record and record[c] is None]  # DictReader: None for a missing field
+            if short:
+                raise ValueError(
+                    f"{path} line {reader.line_num}: fewer fields than the header's columns {columns}, none for "
+                    f"{short}" + (" (a text holding a comma needs double quotes)" if suffix == ".csv" else "")
+                )
             yield reader.line_num, record, columns
 
 

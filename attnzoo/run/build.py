@@ -257,9 +257,17 @@ def _filled(
             spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
             if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
                 continue
+            where = Path(cfg.where(f"{section}.{key}"))
+            if where.name == "config.yaml" and (where.parent / "checkpoints").is_dir():  # a run's own config
+                raise ConfigError(
+                    f"{section}.{key}: the run's {where} records {opts[key]!r}, and the data read now gives "
+                    f"{value!r}: the data changed since the run was trained (a resumed or evaluated run reads its data "
+                    "again, and learns a tokenizer from it again unless it has a file). Give it the data it was "
+                    "trained on, or start a new run"
+                )
             raise ConfigError(
-                f"{section}.{key}: {opts[key]!r} (set in {cfg.where(f'{section}.{key}')}) contradicts the data, "
-                f"which gives {value!r}; remove it or change the data section"
+                f"{section}.{key}: {opts[key]!r} (set in {where}) contradicts the data, which gives {value!r}; "
+                "remove it or change the data section"
             )
         filled[key] = value
     return filled

@@ -473,3 +473,22 @@ def test_no_command_writes_through_a_link_in_a_run_directory(command, tmp_path, 
     err = capsys.readouterr().err
     assert "holds 1 symbolic link(s)" in err and f"{name[command]} -> " in err
     assert victim.read_text() == "mine\n" and not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_resuming_after_the_training_file_changed_says_so_not_to_remove_a_key(tmp_path):
+    # "model.vocab_size: 165 (set in <run>/config.yaml) contradicts the data ...; remove it or change the data
+    # section": neither is possible on a resume
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    lines = ["text,label", *(f"{words[i % 12]} {words[(i * 5) % 12]} {i},{'a' if i % 2 else 'b'}" for i in range(40))]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    files = [f"data.train={tmp_path / 'train.csv'}", "data.tokenizer=unigram", "data.vocab_size=500", "run.test=false",
+             "run.baseline=false"]  # fmt: skip
+    run_dir = fit(load([TEXT], [*TINY_TEXT, "trainer.max_epochs=1", *files, f"run.dir={tmp_path / 'runs'}"]))
+    more = [f"{w}x{i} quux{i} {w}zz,a" for i, w in enumerate(words * 3)]  # new words: a larger vocabulary learned
+    (tmp_path / "train.csv").write_text("\n".join([*lines, *more]) + "\n")
+    saved = (run_dir / "config.yaml").read_text()
+    with pytest.raises(ConfigError) as err:
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    text = str(err.value)
+    assert "the data changed since the run was trained" in text and "remove it" not in text, text
+    assert (run_dir / "config.yaml").read_text() == saved

@@ -62,6 +62,14 @@ def checkpoint_name(run_dir: Path, file: Path) -> str:
     return f"{file.stem}-{hashlib.sha256(str(file).encode()).hexdigest()[:8]}"
 
 
+def _count(loader: Any) -> int | None:
+    """How many examples a split's loader reads (None for a dataset without a length)."""
+    try:
+        return len(loader.dataset)
+    except TypeError:
+        return None
+
+
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
 
@@ -84,11 +92,13 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     else:  # no test examples: the test pass scores the validation split, as fit's does (test/* metrics)
         split = "val"
         results = trainer.test(run.task, dataloaders=run.data.val_dataloader(), verbose=False)
+    loader = run.data.val_dataloader() if split == "val" else run.data.test_dataloader()  # to count its examples
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     data = run.cfg.section("data")
     report = {
         "checkpoint": str(run.checkpoint),
         "split": split,
+        "split_examples": _count(loader),  # the split's size (trainer.limit_*_batches may score fewer)
         "data": {k: data[k] for k in DATA_KEYS if data.get(k) is not None},
         "configs": [str(c) for c in configs],
         "overrides": list(overrides),
@@ -136,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the pass (loading the run, its data)
         print("attnzoo evaluate: interrupted before the evaluation started; nothing written", file=sys.stderr)
         return 130
+    size = f", of {report['split_examples']} examples," if report["split_examples"] is not None else ""
+    print(f"attnzoo evaluate: the {report['split']} split{size} scored with {report['checkpoint']}", file=sys.stderr)
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
     if "not_written" in report:

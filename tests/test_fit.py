@@ -206,6 +206,8 @@ def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
     report = json.loads((run_dir / "evaluate-best.json").read_text())
     assert report["metrics"]["test/acc"] == pytest.approx(summary["test"]["test/acc"], abs=1e-6)
     assert "test/acc" in capsys.readouterr().out
+    # the split's size is said (an image folder without test/ is scored on its val fraction, which users took for all)
+    assert report["split"] == "val" and report["split_examples"] == 500  # the embedded digits: no test split
     assert evaluate([str(run_dir), "--checkpoint", "nope"]) == 2
     other = tmp_path / "other" / "checkpoints" / "best.ckpt"  # another run's best: a report of its own
     other.parent.mkdir(parents=True)

@@ -7,8 +7,8 @@ training files are not read). Each sentence is encoded with the run's tokenizer 
 "[EOS]" in it are plain text) and decoded greedily (`--beam 1`) or with beam search (`--beam K`, default the run's
 `task.beam_size`). One translation per line on stdout.
 
-`--file` is read as `fit` reads text (UTF-8, a byte-order mark dropped; other bytes stop with the file and line)
-and translated in batches of `--batch-size` lines, each printed as soon as it is done, with progress on stderr.
+`--file` (`-`: standard input) is read as `fit` reads text (UTF-8, a byte-order mark dropped; other bytes stop with
+the file and line) and translated in batches of `--batch-size` lines, each printed as soon as it is done, with progress on stderr.
 Output lines match input lines: a blank line gives a blank line. A sentence longer than the model's `data.max_len`
 tokens is cut, and the command says so. Language-model runs continue a prompt with `python -m attnzoo.generate`.
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -134,28 +136,29 @@ def translate(
     return Translator(run, beam)(texts)
 
 
-def read_lines(path: Path) -> Iterator[str]:
+def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
     """The lines of a text file as `fit` reads text: UTF-8, a byte-order mark dropped, line ends removed; a byte
-    that is not UTF-8 (or a NUL: a binary file) raises ConfigError naming the file and line."""
+    that is not UTF-8 (or a NUL: a binary file) raises ConfigError naming the file (`name`, else `path`) and line."""
+    path_shown = name or path
     with path.open("rb") as f:
         for n, raw in enumerate(f, start=1):
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
                 raw = raw[3:]
             if b"\0" in raw:
-                raise ConfigError(f"--file {path} line {n}: a NUL byte: this is a binary file, not UTF-8 text")
+                raise ConfigError(f"--file {path_shown} line {n}: a NUL byte: this is a binary file, not UTF-8 text")
             try:
                 yield raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as err:
                 bad = raw[err.start : err.end].hex(" ")
                 raise ConfigError(
-                    f"--file {path} line {n}, column {err.start + 1}: byte(s) {bad} are not UTF-8 ({err.reason}); "
+                    f"--file {path_shown} line {n}, column {err.start + 1}: byte(s) {bad} are not UTF-8 ({err.reason}); "
                     "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
                 ) from None
 
 
-def count_lines(path: Path) -> int:
+def count_lines(path: Path, name: str | None = None) -> int:
     """The number of lines of `path`, every line checked by `read_lines` (so a bad byte stops before any output)."""
-    return sum(1 for _ in read_lines(path))
+    return sum(1 for _ in read_lines(path, name))
 
 
 def translate_file(
@@ -197,7 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo translate", description="Translate sentences with a trained run.")
     p.add_argument("run_dir", type=Path, help="a translation run directory written by attnzoo fit")
     p.add_argument("--text", action="append", default=[], help="a sentence to translate (repeatable)")
-    p.add_argument("--file", type=Path, help="a UTF-8 file of sentences, one per line (translated after --text)")
+    p.add_argument(
+        "--file", type=Path, help="a UTF-8 file of sentences, one per line, or - for standard input (after --text)"
+    )
     p.add_argument("--beam", type=int, default=None, help="beam size (1: greedy; default: the run's task.beam_size)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences of --file translated at a time")
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
@@ -213,14 +218,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .run import show_log
 
     show_log()
+    piped = None
     try:
+        if str(args.file) == "-":  # standard input, kept whole: its lines are checked before any is translated
+            piped = tempfile.NamedTemporaryFile(prefix="attnzoo-translate-", suffix=".txt", delete=False)
+            with piped:
+                shutil.copyfileobj(sys.stdin.buffer, piped)
+            args.file = Path(piped.name)
         if args.file is not None and not args.file.is_file():
             raise ConfigError(f"--file: no file at {str(args.file)!r}")
         if not args.text and args.file is None:
             raise ConfigError("translate: give at least one sentence (--text or --file)")
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
-        total = count_lines(args.file) if args.file is not None else 0
+        shown = "-" if piped is not None else None  # messages name standard input as the user gave it
+        total = count_lines(args.file, shown) if args.file is not None else 0
         from .run import load_run
 
         run = load_run(args.run_dir, args.checkpoint, overrides=args.overrides, with_data=False)
@@ -233,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo translate: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        if piped is not None:
+            Path(piped.name).unlink(missing_ok=True)
     return 0
 
 

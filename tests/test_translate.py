@@ -310,3 +310,24 @@ def test_generate_checks_its_sampling_options_by_their_flags_before_loading_the_
     assert generate_main([str(tmp_path / "no-run"), *args]) == 2  # not a run directory: the option comes first
     err = capsys.readouterr().err
     assert f"{args[0]} ({args[1]}) must be" in err and "not a run directory" not in err
+
+
+def test_translate_reads_piped_lines_with_file_dash(translation_run, tmp_path, capsys, monkeypatch):
+    # --file - and --file /dev/stdin were refused: "no file at '-'"
+    import io
+    import sys
+
+    lines = ["The meeting is on 3 March.", "", "5 May 2021"]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n")
+    assert translate_main([str(translation_run), "--file", str(path), "--beam", "1"]) == 0
+    from_file = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    assert translate_main([str(translation_run), "--file", "-", "--beam", "1"]) == 0
+    assert capsys.readouterr().out == from_file and from_file.count("\n") == 3
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\nPreis: 5\xa4\n")))
+    assert translate_main([str(translation_run), "--file", "-"]) == 2
+    assert "--file - line 2, column 9" in capsys.readouterr().err
+    import tempfile
+
+    assert not list(Path(tempfile.gettempdir()).glob("attnzoo-translate-*"))  # nothing left in the temp folder

@@ -8,7 +8,8 @@ training files are not read). Each sentence is encoded with the run's tokenizer 
 `task.beam_size`). One translation per line on stdout.
 
 `--file` (`-`: standard input) is read as `fit` reads text (UTF-8, a byte-order mark dropped; other bytes stop with
-the file and line) and translated in batches of `--batch-size` lines, each printed as soon as it is done, with progress on stderr.
+the file and line) and translated in batches of `--batch-size` lines, each printed as soon as it is done, with
+progress on stderr.
 Output lines match input lines: a blank line gives a blank line. A sentence longer than the model's `data.max_len`
 tokens is cut, and the command says so. Language-model runs continue a prompt with `python -m attnzoo.generate`.
 
@@ -151,8 +152,8 @@ def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
             except UnicodeDecodeError as err:
                 bad = raw[err.start : err.end].hex(" ")
                 raise ConfigError(
-                    f"--file {path_shown} line {n}, column {err.start + 1}: byte(s) {bad} are not UTF-8 ({err.reason}); "
-                    "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                    f"--file {path_shown} line {n}, column {err.start + 1}: byte(s) {bad} are not UTF-8 "
+                    f"({err.reason}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
                 ) from None
 
 

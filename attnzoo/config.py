@@ -184,13 +184,15 @@ def read_yaml(path: str | Path) -> Any:
         problem = err.problem or err.context or "invalid YAML"
         if err.context and err.problem and err.context_mark is not None:
             problem += f" ({err.context} at line {err.context_mark.line + 1})"
+        what = "YAML syntax error"
+        if isinstance(err, yaml.constructor.ConstructorError) and "python/" in str(problem):
+            # `!!python/object/apply:os.system [...]`: a tag that would construct Python objects (run code)
+            what, problem = "refused", f"{problem}: a tag that builds Python objects (code) is never read from a config"
         if mark is None:
-            raise ConfigError(f"{path}: YAML syntax error: {problem}") from None
+            raise ConfigError(f"{path}: {what}: {problem}") from None
         lines = path.read_text(errors="replace").splitlines()
         text = f": {lines[mark.line].strip()!r}" if mark.line < len(lines) and lines[mark.line].strip() else ""
-        raise ConfigError(
-            f"{path}, line {mark.line + 1}, column {mark.column + 1}: YAML syntax error: {problem}{text}"
-        ) from None
+        raise ConfigError(f"{path}, line {mark.line + 1}, column {mark.column + 1}: {what}: {problem}{text}") from None
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}: {err.reason})") from None
     except (yaml.YAMLError, OmegaConfBaseException, ValueError) as err:

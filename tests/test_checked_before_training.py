@@ -238,3 +238,13 @@ def test_a_config_error_before_training_leaves_no_run(tmp_path):
 class _FailBeforeTraining(L.Callback):
     def setup(self, trainer, module, stage):
         raise ValueError("refused in setup")
+
+
+def test_a_model_size_the_data_gives_names_the_data_key_it_came_from():
+    # "model (kind 'text_image'): img_size (50) must be divisible by patch_size (16)": the user set data.image_size
+    from attnzoo.run import build
+
+    with pytest.raises(ConfigError) as err:
+        build(load([str(ROOT / "recipes" / "text_image.yaml")], ["data.image_size=50"]))
+    assert "img_size (50) must be divisible by patch_size (16)" in str(err.value)
+    assert "model.img_size (50) comes from the data (data.image_size)" in str(err.value)

@@ -10,6 +10,7 @@ is what the run saves as config.yaml; the network and the task are built from it
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -90,6 +91,12 @@ def build(
     except ValueError as err:  # a builder's own check; name the section when the message does not
         text = str(err)
         named = text.startswith((f"{section}.", f"{section}:", f"{section} ")) or section == "data"
+        if section == "model":  # a size the data gave (img_size from data.image_size): say where it came from
+            inputs, options = data.model_inputs(), cfg.section("data")
+            for key in [k for k, v in inputs.items() if v is not None and re.search(rf"\b{k}\b", text)]:
+                source = [f"data.{k}" for k, v in options.items() if v == inputs[key] and not isinstance(v, bool)]
+                text += f"; model.{key} ({inputs[key]}) comes from the data"
+                text += f" ({', '.join(source)})" if source else ""
         raise ConfigError(text if named else f"{section} (kind {cfg.section(section).get('kind')!r}): {text}") from err
     return Built(data, task, cfg)
 

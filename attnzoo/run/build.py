@@ -239,6 +239,16 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
     if undeclared:
         raise TypeError(f"{type(data).__name__}.auto_values() proposes {undeclared}, which are not in its AUTO_KEYS")
     taken = {}
+    patience, epochs = "run.early_stopping.patience", "trainer.max_epochs"
+    budget = cfg.section("trainer").get("max_epochs")
+    if patience in wanted and epochs in proposed and epochs not in wanted and isinstance(budget, int) and budget > 0:
+        # a patience proposed as a share of the data's epoch budget follows the budget the config sets instead
+        (value, _), (theirs, _) = proposed[patience], proposed[epochs]
+        value = min(value, theirs)
+        proposed[patience] = (
+            max(10, -(-budget * value // theirs)),  # the same share of the budget, rounded up
+            f"{value / theirs:.0%} of the {budget}-epoch budget trainer.max_epochs sets (at least 10)",
+        )
     for key, (value, why) in proposed.items():
         if (key.startswith("data.") and key not in fixed) or key in wanted:
             log.info("%s: auto -> %s (%s)", key, value, why)

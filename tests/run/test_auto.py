@@ -134,3 +134,22 @@ def test_the_epoch_budget_aims_at_a_step_count_within_bounds():
     assert defaults.epoch_budget(1000, 64, steps=2000, low=10, high=200)[0] == 125  # 16 steps an epoch
     assert defaults.epoch_budget(50000, 64, steps=2000, low=10, high=200)[0] == 10
     assert defaults.epoch_budget(10, 64, steps=2000, low=10, high=200)[0] == 200
+
+
+def test_a_patience_proposed_from_the_datas_budget_follows_a_budget_the_config_sets(caplog):
+    # text-image files: patience auto -> 34 (a third of the 100-epoch budget) with trainer.max_epochs=30 set, so
+    # early stopping could never stop the run
+    import logging
+    from types import SimpleNamespace
+
+    from attnzoo.run.build import _proposals
+
+    recipe = ROOT / "recipes" / "text_image.yaml"
+    proposed = {"trainer.max_epochs": (100, "data"), "run.early_stopping.patience": (34, "a third")}
+    data = SimpleNamespace(auto_values=lambda: dict(proposed), AUTO_KEYS=tuple(proposed))
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        taken = _proposals(load([recipe], ["trainer.max_epochs=300"]), data)
+    assert taken == {"run.early_stopping.patience": 102}  # 34% of 300
+    assert "34% of the 300-epoch budget trainer.max_epochs sets" in caplog.text
+    assert _proposals(load([recipe], ["trainer.max_epochs=12"]), data) == {"run.early_stopping.patience": 10}
+    assert _proposals(load([recipe]), data) == {"trainer.max_epochs": 100, "run.early_stopping.patience": 34}

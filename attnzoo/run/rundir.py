@@ -268,9 +268,10 @@ def load_run(
 
 
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:
-    """{"data.labels": the run's `labels.json`} (its class names in training order), unless the config sets it:
-    the data read now may hold other classes, or the same ones in another order."""
-    return _saved_file(cfg, run_dir, "labels", "labels.json")
+    """{"data.labels": the run's `labels.json`} (its class names in training order; `data.classes` for the
+    text-image data), unless the config sets it: the data read now may hold other classes, or the same ones in
+    another order."""
+    return _saved_file(cfg, run_dir, "labels", "labels.json") or _saved_file(cfg, run_dir, "classes", "labels.json")
 
 
 def _saved_stats(cfg: Config, run_dir: Path) -> dict[str, str]:

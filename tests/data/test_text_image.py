@@ -278,12 +278,30 @@ def test_learned_tokenizer_keeps_question_words_whole_and_is_saved_with_the_run(
     assert inputs["vocab_size"] == tok.vocab_size < 300 and inputs["pad_id"] == tok.pad_id
     ids = tok.encode("how many circles are there?")
     assert len(ids) <= 6  # "how", "many", "circles", "are", "there", "?": a word is one token
-    (saved,) = dm.save_artifacts(tmp_path)
-    assert saved == tmp_path / "tokenizer.json"
+    labels, saved = dm.save_artifacts(tmp_path)
+    assert saved == tmp_path / "tokenizer.json" and labels == tmp_path / "labels.json"
     again = _dm(tokenizer=str(saved))  # what a command loading the run does
     again.setup()
     assert again.datasets["val"].tokens == dm.datasets["val"].tokens
-    assert _dm().save_artifacts(tmp_path / "bytes") == []  # nothing learned, nothing to keep
+    assert _dm().save_artifacts(tmp_path / "bytes") == [tmp_path / "bytes" / "labels.json"]  # no tokenizer to keep
+
+
+def test_other_data_numbers_its_answers_as_the_run_did(tmp_path):
+    # evaluate rebuilt the answer order from the train.jsonl the config names: a file edited since (or other data
+    # holding a subset of the answers) silently renumbered them
+    gen, paths = _write(tmp_path)
+    run = _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
+    (saved, *_) = run.save_artifacts(tmp_path / "run")
+    assert json.loads(saved.read_text())["class_names"] == run.class_names
+    lines = paths["train"].read_text().splitlines()
+    first = json.loads(lines[0])["label"]
+    subset = tmp_path / "subset.jsonl"
+    subset.write_text("\n".join(line for line in lines if json.loads(line)["label"] == first) + "\n")
+    other = _dm(train=str(subset), val=str(subset), classes=str(saved))  # what evaluate passes: data.classes
+    assert other.class_names == run.class_names
+    assert set(other.datasets["val"].labels) == {run.class_names.index(first)}
+    with pytest.raises(ValueError, match=r"data.classes: no such file"):
+        _dm(train=str(subset), val=str(subset), classes=str(tmp_path / "nope.json"))
 
 
 @pytest.mark.parametrize("damage", ["cut_short", "bad_checksum"])

@@ -79,21 +79,21 @@ class DataModule(L.LightningDataModule):
         raise ValueError(f"{type(self).__name__} has no translation-memory baseline; set run.baseline=false")
 
 
-def given_class_names(labels: str | Sequence[Any]) -> list[str]:
-    """The class names of `data.labels`: a list, or a run's `labels.json` (its "class_names"); ValueError naming
-    the key when the file is missing or not such a record, or a name repeats."""
+def given_class_names(labels: str | Sequence[Any], key: str = "data.labels") -> list[str]:
+    """The class names of `key`: a list, or a run's `labels.json` (its "class_names"); ValueError naming the key
+    when the file is missing or not such a record, or a name repeats."""
     names: Any = labels
     if isinstance(labels, str):
         path = Path(labels)
         if not path.is_file():
-            raise ValueError(f"data.labels: no such file {labels!r} (give a list of class names or a labels.json)")
+            raise ValueError(f"{key}: no such file {labels!r} (give a list of class names or a labels.json)")
         try:
             names = json.loads(path.read_text(encoding="utf-8"))["class_names"]
         except (ValueError, KeyError, TypeError):
-            raise ValueError(f"data.labels: {labels!r} is not a labels.json of class names") from None
+            raise ValueError(f"{key}: {labels!r} is not a labels.json of class names") from None
     if not isinstance(names, (list, tuple)) or not names:
-        raise ValueError(f"data.labels: expected a list of class names, got {names!r}")
+        raise ValueError(f"{key}: expected a list of class names, got {names!r}")
     names = [str(n) for n in names]
     if len(set(names)) != len(names):
-        raise ValueError(f"data.labels has repeated class names: {names}")
+        raise ValueError(f"{key} has repeated class names: {names}")
     return names

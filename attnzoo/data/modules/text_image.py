@@ -31,7 +31,7 @@ from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
-from .base import DataModule
+from .base import DataModule, given_class_names
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -122,7 +122,9 @@ class TextImageDataModule(DataModule):
     Args:
         task: "vqa" (answer classification) or "match" (image-text matching).
         train, val, test: JSONL files; all None for generated scenes. `train` needs `val`.
-        classes: the answer vocabulary for `vqa` JSONL (default: the sorted labels of `train`).
+        classes: the answer vocabulary for `vqa` JSONL, a list or a run's `labels.json` (default: the sorted labels of
+            `train`). A run saves its own as `labels.json`, which `evaluate` passes, so other data's answers keep
+            the model's numbering.
         image_size: images are resized to this square size.
         tokenizer: "bytes" (UTF-8 bytes), a subword kind learned from the train split's texts ("bpe", "wordpiece",
             "unigram"; saved with a run as `tokenizer.json`) or a `tokenizers` JSON file
@@ -148,7 +150,7 @@ class TextImageDataModule(DataModule):
         train: str | None = None,
         val: str | None = None,
         test: str | None = None,
-        classes: list[str] | None = None,
+        classes: str | list[str] | None = None,
         image_size: int = 48,
         tokenizer: str = "bytes",
         vocab_size: int = 2000,
@@ -181,6 +183,7 @@ class TextImageDataModule(DataModule):
         self.tokenizer_spec, self.vocab_size, self.lowercase = tokenizer, vocab_size, lowercase
         # a learned kind is learned in setup, from the train split's texts
         self.tokenizer = None if tokenizer in SUBWORD_KINDS else make_tokenizer(tokenizer)
+        classes = None if classes is None else given_class_names(classes, "data.classes")
         self.classes, self.image_size, self.max_len = classes, image_size, max_len
         self.on_bad_image, self.blank_image, self.augment = on_bad_image, blank_image, augment
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
@@ -313,12 +316,18 @@ class TextImageDataModule(DataModule):
         return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image, shift=shift)
 
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
-        """A tokenizer learned from the train split, as `run_dir/tokenizer.json` (what every command that loads the
-        run reads: the weights need exactly these ids)."""
+        """The answers in the model's order (`labels.json`: evaluate on other data numbers its answers alike, not
+        from that data's train file), and a tokenizer learned from the train split as `run_dir/tokenizer.json` (what
+        every command that loads the run reads: the weights need exactly these ids)."""
+        from ...util.files import write_json
+
         self.setup()
+        labels = Path(run_dir) / "labels.json"
+        labels.parent.mkdir(parents=True, exist_ok=True)
+        write_json(labels, {"class_names": self.class_names, "source": str(self.files.get("train") or "embedded")})
         if self.tokenizer_spec not in SUBWORD_KINDS:
-            return []
-        return save_run_tokenizer(self.tokenizer, Path(run_dir))[0]
+            return [labels]
+        return [labels, *save_run_tokenizer(self.tokenizer, Path(run_dir))[0]]
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
         """The split's texts and pixels ([N, S * S * 3], as the model sees them) and class indices, for a classical

@@ -39,6 +39,9 @@ class RunEarlyStopping(EarlyStopping):
         self.floor = floor
         self._said = False
 
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"EarlyStopping{kwargs!r}"  # Lightning's own key: runs saved before this class resume their state
+
     def _evaluate_stopping_criteria(self, current: Any) -> tuple[bool, str | None]:
         if self.floor is not None and float(current) == self.floor and not bool(abs(self.best_score) < float("inf")):
             if not self._said:

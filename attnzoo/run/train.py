@@ -258,7 +258,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if resumed_step is not None and trainer.global_step == resumed_step and before.get("metrics"):
         # nothing trained (a finished run resumed, a SLURM requeue, a stop during the test): what training measured
         # is the earlier process's, not the empty numbers of this one
-        result.update({key: before[key] for key in KEPT_UNTRAINED if key in before})
+        kept = [k for k in KEPT_UNTRAINED if k in before and (k != "stopped" or before.get("finished") is True)]
+        result.update({key: before[key] for key in kept})  # a stop during the test is no reason training stopped
     started_from = getattr(task.net, "started_from", None)  # model.init_from: the checkpoint it started from
     if started_from is not None:
         result["init_from"] = {k: v for k, v in started_from.items() if v is not None}

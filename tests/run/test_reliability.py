@@ -428,6 +428,7 @@ def test_a_signal_during_the_test_beam_search_exits_non_zero_and_resume_finishes
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] is True and "test/bleu" in summary["test"] and summary["global_step"] == 2
+    assert summary["stopped"]["reason"] == "budget" and summary["metrics"]  # not the signal during the test
 
 
 def test_resuming_a_finished_run_trains_nothing_and_keeps_what_its_training_measured(tmp_path):

@@ -118,3 +118,14 @@ def test_a_translation_run_stops_early_with_bleus_floor(tmp_path):
     trainer, _ = make_trainer(cfg, tmp_path, task)
     (stopping,) = [c for c in trainer.callbacks if isinstance(c, RunEarlyStopping)]
     assert stopping.floor is None  # another metric than the task's own: Lightning's rule
+
+
+def test_early_stoppings_state_keeps_lightnings_key_so_earlier_runs_resume_it():
+    # RunEarlyStopping filed its state as "RunEarlyStopping{...}": a run saved before it resumed with its patience
+    # count and best score reset, and Lightning warned of a callback state it could not place
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from attnzoo.run.callbacks import RunEarlyStopping
+
+    ours = RunEarlyStopping(monitor="val/acc", mode="max", patience=3, floor=0.0)
+    assert ours.state_key == EarlyStopping(monitor="val/acc", mode="max", patience=3).state_key

@@ -315,12 +315,13 @@ def test_hidden_files_are_not_clips_and_unmatched_list_lines_are_named(tmp_path,
     (tmp_path / "go" / ".ipynb_checkpoints").mkdir()
     (tmp_path / "go" / ".ipynb_checkpoints" / "x.wav").write_bytes(b"not a wav")
     with open(tmp_path / "validation_list.txt", "a") as f:
-        f.write("./go/spk1_nohash_0.wav\nyes\\spk1_nohash_0.wav\n")
+        f.write("./go/spk1_nohash_0.wav\nyes\\spk1_nohash_0.wav\nbed/spk1_nohash_0.wav\n")  # bed: not copied
     dm = small(source="folder", root=str(tmp_path))
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         dm.setup()
     assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 12, "val": 3, "test": 3} and not dm.skipped
-    assert "2 of 5 line(s) of" in caplog.text and "./go/spk1_nohash_0.wav" in caplog.text
+    assert "2 of 6 line(s) of" in caplog.text and "./go/spk1_nohash_0.wav" in caplog.text
+    assert "bed/" not in caplog.text
     assert "not .wav" not in caplog.text  # the hidden files are not named as files of another format
 
 
@@ -331,6 +332,11 @@ def test_a_csv_row_with_too_few_or_too_many_fields_is_named(tmp_path):
         (tmp_path / "r.csv").write_text("path,label,fold\n" + body)
         with pytest.raises(ValueError, match=rf"r\.csv:3: {fields}\(s\) where the header has 3 \(path, label, fold\)"):
             small(source="csv", csv=str(tmp_path / "r.csv"), val_folds=[1]).setup()
+    # the columns named by data.columns (ESC-50's filename, category), and a header with a column no row fills
+    (tmp_path / "esc.csv").write_text("filename,fold,category,extra\na.wav,1,dog,x\n\nb.wav\n")
+    columns = {"path": "filename", "label": "category"}
+    with pytest.raises(ValueError, match=r"esc\.csv:4: 1 field\(s\) where the header has 4"):
+        small(source="csv", csv=str(tmp_path / "esc.csv"), columns=columns).setup()
 
 
 def test_skipping_every_clip_of_a_class_is_an_error_naming_it(tmp_path):

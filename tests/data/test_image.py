@@ -369,6 +369,12 @@ def test_an_empty_class_folder_is_a_class_val_lacks_and_an_error_in_train(tmp_pa
     data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
     data.setup()
     assert data.class_names == ["cat", "dog"] and len(data.splits["val"]) == 2
+    for name in ("cat", "dog"):  # every class folder of test/ empty: no test split, not a crash in stacking
+        (tmp_path / "test" / name).mkdir(parents=True)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
+        data.setup()
+    assert "test" not in data.splits and "holds no image (its class folders are empty)" in caplog.text
     (tmp_path / "train" / "fox").mkdir()
     Image.new("RGB", (8, 8)).save(tmp_path / "train" / "fox" / "0.gif")
     with pytest.raises(ValueError, match=r"train/fox'?\]? of the train split hold no image .*there: 0\.gif"):

@@ -376,7 +376,7 @@ class AudioDataModule(DataModule):
                     listed[rel] = split
                 entries.append((path, [name], split))
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
-            unmatched = sorted(set(lists.get(split, ())) - set(listed))
+            unmatched = sorted(line for line in set(lists.get(split, ())) - set(listed) if not _dropped(line, root))
             if unmatched:
                 log.warning(
                     "data: %d of %d line(s) of %s name no .wav file of a class folder, so they are in no split: %s; "
@@ -413,12 +413,15 @@ class AudioDataModule(DataModule):
             if (self.val_folds or self.test_folds) and not has_fold:
                 raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
             entries = []
-            for line, row in enumerate(reader, start=2):
-                short = [key for key in ("path", "label", "fold") if key in header and row[key] is None]
-                if short or None in row:  # DictReader: None for the fields a row lacks, key None for extra ones
+            for row in reader:
+                line = reader.line_num  # the row's last line (a quoted field may span lines)
+                used = [self.columns[k] for k in ("path", "label", "fold") if self.columns[k] in header]
+                if None in row or any(row[column] is None for column in used):
+                    # DictReader: None for each field a row lacks, the extra fields under the key None
+                    fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or ())
                     raise ValueError(
-                        f"{csv_path}:{line}: {len(header) + len(row.get(None) or ()) - len(short)} field(s) where "
-                        f"the header has {len(header)} ({', '.join(header)}); quote a field that holds a comma"
+                        f"{csv_path}:{line}: {fields} field(s) where the header has {len(header)} "
+                        f"({', '.join(header)}); quote a field that holds a comma"
                     )
                 labels = (
                     [s.strip() for s in row[self.columns["label"]].split(self.label_sep)]
@@ -568,6 +571,13 @@ class AudioDataModule(DataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", False)
+
+
+def _dropped(line: str, root: Path) -> bool:
+    """Whether a validation/testing list line names a clip of a class folder `root` does not have (Speech
+    Commands' lists with a subset of its keywords copied: no mistake), rather than a path written another way."""
+    first, _, rest = line.partition("/")
+    return bool(rest) and "\\" not in first and first not in (".", "..") and not (root / first).is_dir()
 
 
 def _check_choice(key: str, value: Any, valid: Sequence[str]) -> None:

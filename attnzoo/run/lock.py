@@ -135,15 +135,24 @@ def make_writable_dir(directory: Path, what: str = "run directory") -> None:
         raise ConfigError(f"{what} {str(directory)!r} is not writable")
 
 
-def refuse_links(directory: Path, what: str = "run directory") -> None:
-    """Raise ConfigError naming the symbolic links inside `directory` (at any depth; `directory` itself may be one).
+# entries of a run directory that may be links: checkpoint files are written to a new file renamed over the old
+# (a link is replaced, never written through), and `checkpoints -> /scratch/...` is a usual setup on clusters
+LINKS_ALLOWED = ("checkpoints",)
 
-    attnzoo writes into run directories (reports, drawings, summary.json, .lock, checkpoints), and a run directory may
-    come from someone else: a link in it (`evaluate-best.json -> ~/.bashrc`) would have a command write through it,
-    outside the directory. Commands that write into an existing directory call this first; reading one does not.
+
+def refuse_links(directory: Path, what: str = "run directory") -> None:
+    """Raise ConfigError naming the symbolic links among the files and folders attnzoo writes in place in
+    `directory`: its own entries (summary.json, metrics.csv, .lock, evaluate-*.json, ...; not `LINKS_ALLOWED`) and
+    everything under its `viz/` drawings. `directory` itself may be a link.
+
+    A run directory may come from someone else: a link in it (`evaluate-best.json -> ~/.bashrc`) would have a command
+    write through it, outside the directory. Commands that write into an existing directory call this first; reading
+    one does not.
     """
-    links = []
-    for parent, folders, files in os.walk(directory):  # does not descend into linked folders
+    if not directory.is_dir():
+        return
+    links = [p for p in directory.iterdir() if p.is_symlink() and p.name not in LINKS_ALLOWED]
+    for parent, folders, files in os.walk(directory / "viz"):  # does not descend into linked folders
         links += [Path(parent, name) for name in [*folders, *files] if os.path.islink(os.path.join(parent, name))]
     if links:
         shown = ", ".join(f"{link.relative_to(directory)} -> {os.readlink(link)}" for link in sorted(links)[:5])

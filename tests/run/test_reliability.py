@@ -493,3 +493,17 @@ def test_resuming_after_the_training_file_changed_says_so_not_to_remove_a_key(tm
     text = str(err.value)
     assert "the data changed since the run was trained" in text and "remove it" not in text, text
     assert (run_dir / "config.yaml").read_text() == saved
+
+
+def test_a_checkpoints_folder_linked_to_other_storage_is_not_refused(tmp_path, capsys):
+    # checkpoints -> /scratch/... is a usual setup on clusters; checkpoint files are replaced, never written through
+    import shutil
+
+    from attnzoo.evaluate import main as evaluate_main
+
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_epochs=1", f"run.dir={tmp_path / 'runs'}"]))
+    shutil.move(run_dir / "checkpoints", tmp_path / "scratch")
+    (run_dir / "checkpoints").symlink_to(tmp_path / "scratch")
+    assert evaluate_main([str(run_dir), "trainer.limit_test_batches=1", "trainer.limit_val_batches=1"]) == 0
+    fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert (run_dir / "checkpoints").is_symlink() and _summary(run_dir)["global_step"] > 0

@@ -447,8 +447,9 @@ class ImageDataModule(DataModule):
         if self.labels is None:  # the run's own classes (evaluate passes labels: another folder may lack some)
             _empty_classes(out["train"], split_dirs["train"], "ImageFolder reads")
         for s in [s for s in ("val", "test") if s in out and not out[s].samples]:
-            log.warning("data: %s holds no image (its class folders are empty): it is no %s split; %s", split_dirs[s],
-                        s, "the val split is drawn from train" if s == "val" else "the val split is tested")  # fmt: skip
+            instead = "the val split is drawn from train" if s == "val" else "the val split is tested"
+            log.warning("data: %s holds no image (its class folders are empty): no %s split; %s", split_dirs[s], s,
+                        instead)  # fmt: skip
             del out[s]
         ignored = [path for s, d in out.items() for name in d.classes for path in _not_images(split_dirs[s] / name)]
         if ignored:

@@ -91,6 +91,13 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     from .transfer import source_kind, transfer
 
     converted = convert(path, timm_name=timm_name)
+    heads, stated = converted.options.get("num_heads"), Path(str(path)).is_dir() or timm_name is not None
+    if stated and "num_heads" in overrides and overrides["num_heads"] != heads:  # as fit's model.init_from refuses
+        raise ValueError(
+            f"num_heads={overrides['num_heads']}, but {converted.source} has {heads} heads: its tensors would load "
+            "split into other heads and compute another function. Leave num_heads out (key/value heads: "
+            "attention={'num_kv_heads': ...})"
+        )
     if converted.model_kind not in MODELS:
         raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
     options = {**converted.options, **overrides}
@@ -102,10 +109,11 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
         unknown = sorted(set(options) - set(takes))
         if unknown:  # a run's config.yaml of another attnzoo version, or a misspelled override
             given = [k for k in unknown if k in overrides]
+            saved = [k for k in unknown if k not in overrides]
+            whence = [f"given to load: {given}"] * bool(given) + [f"in its config: {saved}"] * bool(saved)
             raise ValueError(
-                f"{converted.source}: model option(s) {unknown} "
-                + (f"(given to load: {given}) " if given else "(in its config) ")
-                + f"are not options of model kind {converted.model_kind!r}; valid: {sorted(takes)}"
+                f"{converted.source}: model option(s) {unknown} ({'; '.join(whence)}) are not options of model kind "
+                f"{converted.model_kind!r}; valid: {sorted(takes)}"
                 + "".join(suggest(k, list(takes)) for k in unknown[:1])
             )
     missing = [

@@ -278,9 +278,10 @@ def _filled(
             if where.name == "config.yaml" and (where.parent / "checkpoints").is_dir():  # a run's own config
                 raise ConfigError(
                     f"{section}.{key}: the run's {where} records {opts[key]!r}, and the data read now gives "
-                    f"{value!r}: the data changed since the run was trained (a resumed or evaluated run reads its data "
-                    "again, and learns a tokenizer from it again unless it has a file). Give it the data it was "
-                    "trained on, or start a new run"
+                    f"{value!r}: this is not the data the run was trained on, or it changed since (a resumed or "
+                    "evaluated run reads its data again, and learns a tokenizer from it again unless it has a file). "
+                    "To resume or evaluate the run, give it the data it was trained on; for a new run from its "
+                    f"config, remove {section}.{key} from a copy of it (the data then sets it)"
                 )
             raise ConfigError(
                 f"{section}.{key}: {opts[key]!r} (set in {where}) contradicts the data, which gives {value!r}; "

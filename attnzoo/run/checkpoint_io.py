@@ -98,15 +98,14 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise ValueError(f"{what}: it is not a PyTorch checkpoint file (torch.save writes a zip archive)")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as err:  # torch's weights-only unpickler met something else than tensors and values
-        found = re.search(r"(?:GLOBAL|Unsupported global:?|global) ([\w.]+)", str(err))
-        raise ValueError(
-            f"{what} attnzoo loads: it holds Python objects besides tensors and plain values"
-            + (f" ({found.group(1)})" if found else "")
-            + ", and unpickling them could run code of the file's own choosing, so it was refused (nothing of it "
-            "was run). attnzoo's own checkpoints hold none; if you made this file yourself, save its state_dict"
-        ) from None
     except Exception as err:  # noqa: BLE001 (a damaged archive fails in many ways; each gets this message)
+        found = re.search(r"GLOBAL ([\w.]+)", str(err)) if isinstance(err, pickle.UnpicklingError) else None
+        if found:  # torch's weights-only unpickler met a global: an object to build, not tensors and values
+            raise ValueError(
+                f"{what} attnzoo loads: it holds Python objects besides tensors and plain values ({found.group(1)}), "
+                "and unpickling them could run code of the file's own choosing, so it was refused (nothing of it "
+                "was run). attnzoo's own checkpoints hold none; if you made this file yourself, save its state_dict"
+            ) from None
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ValueError(f"{what} that can be read ({type(err).__name__}: {first[:300]})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):

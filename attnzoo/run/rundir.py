@@ -2,8 +2,9 @@
 
 A run directory `<run.dir>/<run.name>/<timestamp>/` (`.../slurm-<job id>/` in a SLURM job) holds `config.yaml`
 (resolved, with derived values), `checkpoints/` (`last.ckpt`, `best.ckpt`), `metrics.csv`, `summary.json`, and what
-the DataModule's `save_artifacts(run_dir)` writes (the class names of text and image data, `labels.json`; a learned
-tokenizer, `tokenizer.json`), which `load_run` reads back. Only global rank 0 writes into it.
+the DataModule's `save_artifacts(run_dir)` writes (the class names of text, image, audio and text-image data,
+`labels.json`; a learned tokenizer, `tokenizer.json`), which `load_run` reads back. Only global rank 0 writes into
+it.
 """
 
 from __future__ import annotations
@@ -196,8 +197,8 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
                 ": the run has no best checkpoint yet (it stopped before its first validation, or none ran); "
                 "--checkpoint last uses the weights it saved last"
             )
-        elif checkpoint not in ("best", "last"):
-            hint = "; valid: best, last, or the path of a .ckpt file"
+        elif checkpoint not in ("best", "last") and "/" not in checkpoint and not checkpoint.endswith(".ckpt"):
+            hint = "; valid: best, last, or the path of a .ckpt file"  # a misspelled name, not a missing file
         raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}{hint}")
     return ckpt
 

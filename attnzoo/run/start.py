@@ -23,6 +23,7 @@ reads instead of the checkpoint (`attnzoo.run.train`).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -96,26 +97,33 @@ def read_start(cfg: Config) -> Start | None:
     preset = _tokenizer(cfg, converted)
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
-        _refuse_imports(architecture, f"{own_run}/config.yaml")
+        _refuse_imports(cfg, architecture, f"{own_run}/config.yaml")
     # a folder's config.json, a run's config.yaml and a timm name state the head count; else it comes from the width
     stated = attnzoo_run or Path(str(given)).is_dir() or timm_name is not None
     options = _options(cfg, architecture, preset, heads_stated=stated)
     return Start(str(given), converted, own_run, preset, options)
 
 
-def _refuse_imports(options: Mapping[str, Any], origin: str, prefix: str = "model") -> None:
-    """ConfigError naming the first `kind` that is an import path (`package.module.Name`: code of its own) among the
-    options a start takes over from another run's config (`origin`), unless imports are allowed. The error would
-    otherwise come later, blaming the recipe the options were merged into."""
+SPEC_KEYS = ("kind", "pattern", "bias", "rotary", "position")  # options whose string names a class (kind tables)
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def _refuse_imports(cfg: Config, options: Mapping[str, Any], origin: str, prefix: str = "model") -> None:
+    """ConfigError naming the first spec that is an import path (`package.module.Name`: code of its own; as a `kind`
+    or a spec's short string form) among the options a start takes over from another run's config (`origin`), unless
+    imports are allowed; an entry the command line replaces is not taken over. The error would otherwise come later,
+    blaming the recipe the options were merged into."""
     from ..util.imports import ALLOW_IMPORTS_ENV, OWN_PATHS, imports_allowed
 
     if imports_allowed():
         return
     for key, value in options.items():
         full = f"{prefix}.{key}"
+        if _stays(cfg, full):
+            continue
         if isinstance(value, Mapping):
-            _refuse_imports(value, origin, full)
-        elif key == "kind" and isinstance(value, str) and "." in value and value not in OWN_PATHS:
+            _refuse_imports(cfg, value, origin, full)
+        elif key in SPEC_KEYS and isinstance(value, str) and DOTTED.fullmatch(value) and value not in OWN_PATHS:
             raise ConfigError(
                 f"{full}: {value!r} is an import path in model.init_from's {origin}, and this run takes it over: "
                 f"importing it would run code from {value.rpartition('.')[0]!r}. attnzoo imports code a config names "

@@ -176,6 +176,9 @@ def test_python_load_builds_the_runs_network_with_its_weights(run_a):
     assert other.head.out_features == 5
     torch.testing.assert_close(other.embed.weight, saved["net.embed.weight"], rtol=0, atol=0)
     # an unknown option raised a bare TypeError (TextClassifier.__init__() got an unexpected keyword argument)
+    # another head count loaded the same tensors split into other heads (fit's model.init_from refuses it)
+    with pytest.raises(ValueError, match=r"num_heads=1, but .* has 2 heads: its tensors would load split"):
+        load_pretrained(run_a, num_heads=1)
     with pytest.raises(ValueError, match=r"\['num_clases'\] \(given to load: \['num_clases'\]\) are not .*num_classes"):
         load_pretrained(run_a, num_clases=5)
 
@@ -192,7 +195,9 @@ def test_python_load_names_an_option_of_the_runs_config_that_its_model_does_not_
     config = yaml.safe_load((copy / "config.yaml").read_text())
     config["model"]["mlp_ratio_x"] = 2.0
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(ValueError, match=r"model option\(s\) \['mlp_ratio_x'\] \(in its config\) are not options"):
+    with pytest.raises(
+        ValueError, match=r"model option\(s\) \['mlp_ratio_x'\] \(in its config: \['mlp_ratio_x'\]\) are not options"
+    ):
         load_pretrained(copy)
 
 
@@ -250,4 +255,9 @@ def test_an_import_path_in_the_start_runs_config_is_named_as_coming_from_it(run_
     text = str(err.value)
     assert "model.attention.pattern.kind: 'subprocess.getoutput' is an import path in model.init_from's" in text
     assert f"{hostile}/config.yaml" in text and "text_cls.yaml" not in text
+    config["model"]["attention"]["pattern"] = "subprocess.Popen"  # a spec's short form: the kind as a string
+    (hostile / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=r"model.attention.pattern: 'subprocess.Popen' is an import path in model"):
+        build(load([TEXT], overrides))
+    build(load([TEXT], [*overrides, "model.attention.pattern=none"]))  # replaced on the command line: not taken over
     assert not (tmp_path / "pwned").exists()

@@ -34,12 +34,23 @@ def _to_8bit(img: Image.Image) -> Image.Image:
     return Image.fromarray(scaled, mode="L")
 
 
+def _too_large(err: Exception) -> str:
+    """What a DecompressionBombError means: a whole image, with more pixels than PIL decodes unasked."""
+    return (
+        f"DecompressionBombError: {err} (the file may be whole: PIL refuses more than twice Image.MAX_IMAGE_PIXELS "
+        "pixels, a guard against files made to exhaust memory; downscale it, or raise PIL.Image.MAX_IMAGE_PIXELS "
+        "in your own code if you trust it)"
+    )
+
+
 def load_rgb(path: str) -> Image.Image:
     """The image at `path` as an 8-bit RGB PIL image (raises `ImageFileError` naming the file)."""
     try:
         with open(path, "rb") as f:
             img = Image.open(f)
             img.load()
+    except Image.DecompressionBombError as err:
+        raise ImageFileError(f"{path}: {_too_large(err)}") from None
     except DECODE_ERRORS as err:
         raise ImageFileError(f"{path}: truncated or corrupt image ({err}); remove or replace the file") from None
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
@@ -55,6 +66,8 @@ def unreadable_images(paths: Sequence[str]) -> dict[str, str]:
         try:
             with Image.open(path) as img:
                 img.load()
+        except Image.DecompressionBombError as err:
+            bad[path] = _too_large(err)
         except DECODE_ERRORS as err:
             bad[path] = f"{type(err).__name__}: {err}"
     return bad

@@ -513,7 +513,8 @@ class AudioDataModule(DataModule):
         return {**self.chosen, **chosen}
 
     def save_artifacts(self, run_dir: str | Path) -> Path:
-        """Write the normalization statistics, feature settings, classes and skipped files to `audio_stats.json`."""
+        """Write the normalization statistics, feature settings, classes and skipped files to `audio_stats.json`,
+        and the class names to `labels.json` (what `evaluate` matches other data's classes to); returns the first."""
         stats = self.stats or self.compute_stats()
         out = Path(run_dir) / STATS_FILE
         out.parent.mkdir(parents=True, exist_ok=True)

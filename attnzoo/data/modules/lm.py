@@ -86,7 +86,7 @@ def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
                 f"data.{what}: {str(path)!r} is a {path.suffix.lower()} file of columns, and this data reads plain "
                 "text (.txt files or folders of them; each non-blank line a document): its header and every column "
                 "would become text. Write its text column to a .txt file (recipes/mlm.yaml reads a column itself: "
-                "data.text_column)"
+                "data.text_column), or rename the file to .txt to read its lines as they are"
             )
         elif path.is_file():
             files.append(path)

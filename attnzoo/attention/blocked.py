@@ -246,7 +246,11 @@ class Blocked:
                 all_alive = alive is None
             else:
                 allowed = self._allowed(bound, g, keep, b)  # [B * nb, 1, bq, K * bk]
-                alive = allowed.any(dim=-1, keepdim=True)  # [B * nb, 1, bq, 1]
+                if add is not None:  # -inf in the bias (a bool attn_mask): masked pairs, a row of them is dead
+                    barred = torch.isneginf(add)
+                    if bool(barred.any()):
+                        allowed, add = allowed & ~barred, add.masked_fill(barred, 0.0)  # [B * nb, H | 1, ...]
+                alive = allowed.any(dim=-1, keepdim=True)  # [B * nb, 1 | H, bq, 1]
                 all_alive = bool(alive.all())
                 if not all_alive:
                     allowed = allowed | ~alive  # keep kernels finite; those rows are zeroed below

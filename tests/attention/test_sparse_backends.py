@@ -199,6 +199,28 @@ def test_fully_masked_rows_are_zero_not_nan(backend):
         assert all(torch.isfinite(t.grad).all() and (t.grad[1] == 0).all() for t in (q, k, v))
 
 
+@pytest.mark.parametrize("learned", [False, True])
+def test_blocked_rows_a_bias_masks_whole_are_zero_as_in_eager(learned):
+    # a bool attn_mask reaches blocked as -inf in the bias: a row it emptied gave NaN there (its alive rows were
+    # those of the pattern and the padding only), zeros on eager and sdpa
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16, requires_grad=True)
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    mask[2], mask[4, :3] = False, False
+    outs = {}
+    for backend in ("eager", "blocked"):
+        torch.manual_seed(1)
+        layer = Attention(16, 2, bias=T5RelativeBias(num_heads=2), backend=backend)
+        with torch.set_grad_enabled(learned):
+            out = layer(x, attn_mask=mask)
+        grads = torch.autograd.grad(out.square().sum(), [x, *layer.parameters()]) if learned else ()
+        outs[backend] = (out, grads)
+    assert layer.backend_used == ("blocked[bias_grad]" if learned else "blocked")
+    torch.testing.assert_close(outs["blocked"][0], outs["eager"][0], atol=1e-5, rtol=1e-5)
+    for mine, ref in zip(outs["blocked"][1], outs["eager"][1], strict=True):
+        torch.testing.assert_close(mine, ref, atol=1e-5, rtol=1e-5)
+
+
 def test_blocked_dense_tensor_bias_and_no_pattern():
     q, k, v, pad = inputs(300)
     bias = torch.randn(2, 1, 300, 300)  # per batch, shared by heads

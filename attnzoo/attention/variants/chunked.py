@@ -66,11 +66,17 @@ def chunked_attention(
         rows = slice(start, start + q_rows.shape[-2])
         q_idx = torch.arange(lq, device=q.device)[rows]
         scores = (q_rows.float() @ k.float().transpose(-2, -1)) * scale  # [B, H, c, Lk]
+        allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device, rows)
         if bias is not None:
-            scores = scores + _bias_rows(bias, rows, q_idx, kv_idx, lq).float()
+            values = _bias_rows(bias, rows, q_idx, kv_idx, lq).float()
+            barred = torch.isneginf(values)  # a bool attn_mask turned into -inf: masked pairs, not scores to mix
+            if bool(barred.any()):  # the pre hook mixes heads: -inf in it would make NaN of every pair it touches
+                values = values.masked_fill(barred, 0.0)
+                allowed = ~barred if allowed is None else allowed & ~barred
+            scores = scores + values
         if pre is not None:
             scores = pre(scores, rows)
-        weights = masked_softmax(scores, allowed_mask(pattern, key_padding_mask, lq, lk, q.device, rows))
+        weights = masked_softmax(scores, allowed)
         if post is not None:
             weights = post(weights, rows)
         weights = weights.to(q.dtype)

@@ -123,6 +123,22 @@ def test_padding_equals_the_unpadded_sequence(kind, cross):
     assert (padded == 0).all()
 
 
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "linformer"])  # linformer takes no mask at call time
+def test_a_bool_attn_mask_equals_the_same_mask_as_a_pattern_and_a_row_it_empties_is_finite(kind):
+    # talking heads and DCMHA mixed the -inf of a bool attn_mask across heads before masking: NaN in every row the
+    # mask touched once their mixing weights left the identity, and in a row the mask emptied even at the identity
+    layer = build(kind, seq_len=6, chunk_size=4)
+    randomize_extras(layer)
+    x = torch.randn(2, 6, DIM, requires_grad=True)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    torch.testing.assert_close(layer(x, attn_mask=causal), layer(x, is_causal=True), atol=1e-5, rtol=1e-5)
+    empty = torch.ones(6, 6, dtype=torch.bool)
+    empty[2] = False
+    out = layer(x, attn_mask=empty)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("autocast", [False, True])
 def test_fully_padded_sequence_is_finite(kind, autocast):

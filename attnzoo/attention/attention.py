@@ -126,6 +126,16 @@ class Attention(nn.Module):
             raise ValueError(f"unsupported Attention arguments: {sorted(unsupported)}")
         check_backend_name(backend)
         type(self).check_config({"backend": backend, "attn_drop": attn_drop})  # what the kind refuses, too
+        if isinstance(pattern, str | Mapping):  # a config's spec ("causal", {kind: sliding_window, window: 64})
+            from .patterns import PATTERNS
+            from .specs import build as build_spec
+
+            pattern = build_spec(pattern, PATTERNS, "pattern")
+        elif pattern is not None and not hasattr(pattern, "mask_mod"):
+            raise TypeError(
+                f"pattern: expected a pattern (attnzoo.attention.Causal(), SlidingWindow(window=...), ...), a kind "
+                f"name or a {{kind: ...}} mapping; got {type(pattern).__name__} {pattern!r}"
+            )
         dd = {"device": device, "dtype": dtype}
 
         self.num_heads = num_heads
@@ -244,6 +254,10 @@ class Attention(nn.Module):
                 the cache and reads everything it keeps, cross-attention projects `context` on the first call
                 only (later calls may pass context=None).
         """
+        if x.dim() != 3 or x.shape[-1] != self.proj.in_features:
+            raise ValueError(f"x: expected [B, L, {self.proj.in_features}] (batch first), got {list(x.shape)}")
+        if context is not None and self.is_cross and (context.dim() != 3 or context.shape[-1] != self.kv.in_features):
+            raise ValueError(f"context: expected [B, Lk, {self.kv.in_features}], got {list(context.shape)}")
         b, lq, _ = x.shape
         pattern = self.pattern
         if is_causal:
@@ -263,6 +277,15 @@ class Attention(nn.Module):
                 )
             q, k, v, pattern, bias = self._read_cache(cache, x, context, pattern, bias)
         if attn_mask is not None:
+            want = (b, self.num_heads, lq, k.shape[-2])
+            try:
+                torch.broadcast_shapes(attn_mask.shape, want)
+            except RuntimeError:
+                raise ValueError(
+                    f"attn_mask: shape {list(attn_mask.shape)} does not broadcast to [B, H, Lq, Lk] = {list(want)} "
+                    "([Lq, Lk], [B, 1, Lq, Lk] or [B, H, Lq, Lk]; nn.MultiheadAttention's [B * H, Lq, Lk]: reshape "
+                    "it to [B, H, Lq, Lk])"
+                ) from None
             extra = (
                 attn_mask
                 if attn_mask.dtype != torch.bool

@@ -216,6 +216,26 @@ def test_bad_masks(mask, match):
         Attention(32, 4)(torch.randn(2, 7, 32), key_padding_mask=mask)
 
 
+def test_inputs_of_the_wrong_shape_are_named():
+    # each raised from deep inside: "not enough values to unpack", "mat1 and mat2 shapes cannot be multiplied", a
+    # broadcast RuntimeError, "'str' object has no attribute 'batch_size'"
+    layer = Attention(32, 4)
+    with pytest.raises(ValueError, match=r"x: expected \[B, L, 32\] \(batch first\), got \[5, 32\]"):
+        layer(torch.randn(5, 32))
+    with pytest.raises(ValueError, match=r"x: expected \[B, L, 32\] .*got \[2, 5, 16\]"):
+        layer(torch.randn(2, 5, 16))
+    with pytest.raises(ValueError, match=r"context: expected \[B, Lk, 8\], got \[2, 4, 9\]"):
+        Attention(32, 4, context_dim=8)(torch.randn(2, 5, 32), torch.randn(2, 4, 9))
+    mha_style = torch.ones(8, 5, 5, dtype=torch.bool)  # nn.MultiheadAttention's [B * H, Lq, Lk]
+    with pytest.raises(ValueError, match=r"attn_mask: shape \[8, 5, 5\] does not broadcast to .*\[2, 4, 5, 5\]"):
+        layer(torch.randn(2, 5, 32), attn_mask=mha_style)
+    with pytest.raises(TypeError, match=r"pattern: expected a pattern .*got int 3"):
+        Attention(32, 4, pattern=3)
+    by_name = Attention(32, 4, pattern="causal")  # a config's spec forms build the pattern
+    window = Attention(32, 4, pattern={"kind": "sliding_window", "window": 2})
+    assert isinstance(by_name.pattern, Causal) and window.pattern.window == 2
+
+
 def test_explicit_sdpa_with_weights_is_an_error():
     with pytest.raises(ValueError, match="'sdpa' cannot run.*weights"):
         Attention(32, 4, backend="sdpa")(torch.randn(1, 3, 32), return_weights=True)

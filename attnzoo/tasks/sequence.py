@@ -64,9 +64,17 @@ class _SequenceTask(L.LightningModule):
         self.schedule = build(scheduler, SCHEDULES, "task.scheduler")
         self.num_examples = num_examples
         self.examples: dict[str, list[dict[str, str]]] = {}
+        self._made_at: dict[str, tuple[int, int]] = {}  # split -> (epoch, step) of the weights its examples show
+        self._loaded_at: tuple[int, int] | None = None  # (epoch, step) of the checkpoint last loaded (a test's)
         # where examples.txt / examples.json go: the run directory (`attnzoo.run.make_trainer` sets it); None writes
         # no file (`attnzoo.evaluate` puts the examples in its report instead of the run's files or the working dir)
         self.examples_dir: Path | None = None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._loaded_at = (int(checkpoint.get("epoch", 0)), int(checkpoint.get("global_step", 0)))
+
+    def on_fit_end(self) -> None:
+        self._loaded_at = None  # the checkpoint a resume started from: a test of the final weights is not it
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # before the first step: a backend the device cannot train
@@ -88,6 +96,8 @@ class _SequenceTask(L.LightningModule):
         if not rows or self.trainer.sanity_checking:
             return
         self.examples[split] = rows
+        testing = self.trainer.testing and self._loaded_at is not None  # the best checkpoint's weights, not the last
+        self._made_at[split] = self._loaded_at if testing else (self.current_epoch, self.global_step)
         if not self.trainer.is_global_zero:
             return
         for row in rows:
@@ -97,7 +107,8 @@ class _SequenceTask(L.LightningModule):
             return
         lines = []
         for name, kept in self.examples.items():
-            lines.append(f"# {name} (epoch {self.current_epoch}, step {self.global_step})")
+            epoch, step = self._made_at.get(name, (self.current_epoch, self.global_step))
+            lines.append(f"# {name} (epoch {epoch}, step {step})")
             for row in kept:
                 lines.extend(f"{k}: {v}" for k, v in row.items())
                 lines.append("")

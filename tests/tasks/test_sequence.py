@@ -170,3 +170,15 @@ def test_lm_generation_is_greedy_at_temperature_zero_and_stops_at_the_context_le
 def test_batch_samples_counts_classification_and_sequence_batches():
     assert batch_samples({"image": torch.zeros(5, 3), "label": torch.zeros(4)}) == 4
     assert batch_samples({"src_text": ["a", "b"], "src": torch.zeros(2, 7), "labels": torch.zeros(2, 7)}) == 2
+
+
+def test_the_test_examples_are_headed_with_the_step_of_the_checkpoint_they_come_from(tmp_path, monkeypatch):
+    # "# test (epoch 40, step 160)" headed hypotheses of best.ckpt from step 152: the trainer's last step
+    data, task = WordData(), _seq2seq_task(beam_size=2)
+    monkeypatch.setattr(task, "translate", lambda src, mask, *, beam_size: data.batch["labels"].clamp_min(PAD))
+    task.examples_dir = tmp_path
+    _trainer(tmp_path).validate(task, datamodule=data, verbose=False)
+    task.on_load_checkpoint({"epoch": 3, "global_step": 7})  # what Lightning calls when test loads best.ckpt
+    _trainer(tmp_path).test(task, datamodule=data, verbose=False)
+    text = (tmp_path / "examples.txt").read_text()
+    assert "# test (epoch 3, step 7)" in text and "# val (epoch 0, step 0)" in text

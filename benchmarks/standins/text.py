@@ -7,6 +7,7 @@
     python benchmarks/standins/text.py debian OUT       # Debian package descriptions by archive section
                                                         #   (the apt package lists of a Debian system)
     python benchmarks/standins/text.py corpus OUT       # OUT/corpus.txt: unlabeled docstrings for pretraining
+    python benchmarks/standins/text.py corpus OUT --from debian   # ... every other Debian package description
 
 - docstrings: the first paragraph of every documented class, function and method of the 10 standard-library
   packages with the most of them (tkinter, idlelib, asyncio, email, distutils, logging, xml, turtle,
@@ -218,15 +219,35 @@ def write_splits(out: Path, classes: dict[str, list[str]], seed: int) -> dict[st
     return {split: len(items) for split, items in rows.items()}
 
 
-def write_corpus(out: Path, *, packages: bool) -> int:
-    """OUT/corpus.txt, one text a line: the docstring corpus without OUT/val.csv's and OUT/test.csv's texts, plus
-    OUT/train.csv's texts (unlabeled). The number of texts."""
+def debian_corpus(exclude: set[str]) -> list[str]:
+    """Every package description of the apt lists (the one-line description, and the paragraphs of a long one where
+    the lists hold it), of any section, sorted and unique, leaving out every package whose one-line description is
+    in `exclude` (compared lowercased): ~59k texts on Debian bookworm."""
+    banned = {t.strip().lower() for t in exclude}
+    found: set[str] = set()
+    for text in _package_lists():
+        for stanza in text.split("\n\n"):
+            match = re.search(r"^Description: (.*)\n((?:[ \t].*\n?)*)", stanza, flags=re.MULTILINE)
+            if not match or match.group(1).strip().lower() in banned:
+                continue
+            if len(match.group(1).strip()) > 10:
+                found.add(match.group(1).strip())
+            for paragraph in re.split(r"\n[ \t]\.\s*\n", match.group(2)):
+                if len(" ".join(paragraph.split())) > 30:
+                    found.add(" ".join(paragraph.split()))
+    return sorted(found)
+
+
+def write_corpus(out: Path, *, packages: bool, source: str = "docstrings") -> int:
+    """OUT/corpus.txt, one text a line: the docstring corpus (`source` "debian": every package description) without
+    OUT/val.csv's and OUT/test.csv's texts, plus OUT/train.csv's texts (unlabeled). The number of texts."""
     splits = {}
     for split in ("train", "val", "test"):
         with open(out / f"{split}.csv", newline="", encoding="utf-8") as f:
             splits[split] = [row["text"] for row in csv.DictReader(f)]
     held_out = set(splits["val"]) | set(splits["test"])
-    texts = sorted(set(docstring_corpus(held_out, packages=packages)) | set(splits["train"]))
+    unlabeled = debian_corpus(held_out) if source == "debian" else docstring_corpus(held_out, packages=packages)
+    texts = sorted(set(unlabeled) | set(splits["train"]))
     (out / "corpus.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
     return len(texts)
 
@@ -240,9 +261,11 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packages", action="store_true", help="corpus: the installed packages' docstrings too")
+    p.add_argument("--from", dest="origin", choices=["docstrings", "debian"], default="docstrings",
+                   help="corpus: the unlabeled text (debian: every package description of the apt lists)")  # fmt: skip
     args = p.parse_args()
     if args.source == "corpus":
-        print("corpus", write_corpus(args.out, packages=args.packages), "texts")
+        print("corpus", write_corpus(args.out, packages=args.packages, source=args.origin), "texts")
         return
     classes = SOURCES[args.source]()
     counts = write_splits(args.out, classes, args.seed)

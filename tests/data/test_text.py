@@ -316,7 +316,8 @@ def test_file_errors_name_file_row_and_column(tmp_path):
         TextDataModule(train=empty, text_column="sentence").setup()
     train = _write(tmp_path / "t.csv", ROWS)
     val = _write(tmp_path / "v.csv", [("x", "pos"), ("y", "meh")])
-    with pytest.raises(ValueError, match=r"v.csv: labels \['meh'\] in column 'label' never occur in the train split"):
+    # the line of the first unseen label is named too (the README promised it)
+    with pytest.raises(ValueError, match=r"v.csv line 3: labels \['meh'\] in column 'label' never occur in the train"):
         TextDataModule(train=train, val=val, text_column="sentence").setup()
     bad = tmp_path / "t.txt"
     bad.write_text("x")

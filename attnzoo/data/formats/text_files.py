@@ -167,7 +167,10 @@ def check_labels(labels: Sequence[str], class_names: Sequence[str], *, path: str
     unknown = sorted(set(labels) - set(class_names))
     if unknown:
         shown = unknown[:10] + (["..."] if len(unknown) > 10 else [])
+        first = next(  # read again, on this error only: where the first of them is
+            (n for n, record, _ in _rows(Path(path)) if str(record.get(column, "")).strip() in set(unknown)), None
+        )
         raise ValueError(
-            f"{path}: labels {shown} in column {column!r} never occur in {source}; "
-            f"known labels: {list(class_names)[:50]}"
+            f"{path}{'' if first is None else f' line {first}'}: labels {shown} in column {column!r} never occur in "
+            f"{source}; known labels: {list(class_names)[:50]}"
         )

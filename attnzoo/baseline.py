@@ -35,13 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_log()
     allow_imports(args.allow_imports)
     try:
-        from .run.lock import refuse_links
-
         configs = list(args.config)
         if args.run_dir is not None:
             if not (args.run_dir / "config.yaml").is_file():
                 raise ConfigError(f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml)")
-            refuse_links(args.run_dir, "--run-dir (the baseline is written into its summary.json)")
             configs = [args.run_dir / "config.yaml", *configs]
         cfg = load(configs, args.overrides)
         if args.print_config:
@@ -67,7 +64,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.run_dir is not None:
         path = args.run_dir / "summary.json"
-        summary = json.loads(path.read_text()) if path.is_file() else {}
+        try:
+            summary = json.loads(path.read_text()) if path.is_file() and not path.is_symlink() else {}
+        except ValueError:
+            summary = {}
+        if not isinstance(summary, dict):
+            summary = {}
+        if not summary and path.exists():
+            print(f"attnzoo baseline: {path} held no run summary (not a JSON object); it is replaced", file=sys.stderr)
         write_json(path, {**summary, "baseline": result})  # a new file renamed over the old: no link followed
         print(f"attnzoo baseline: added to {path}", file=sys.stderr)
     return 0

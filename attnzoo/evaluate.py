@@ -74,11 +74,10 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     import lightning as L
 
     from .run import load_run
-    from .run.lock import refuse_links
     from .run.signals import StopAtOnce
     from .run.splits import test_split
+    from .util.files import write_json
 
-    refuse_links(Path(run_dir), "run directory (evaluate writes its report into it)")
     run = load_run(run_dir, checkpoint, configs, overrides)
     asked = split
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
@@ -109,7 +108,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     name = checkpoint if checkpoint in ("best", "last") else checkpoint_name(run_dir, Path(run.checkpoint))
     path = run_dir / report_name(run_dir, name, asked, report["data"], configs, overrides)
     try:
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(path, report)  # a new file renamed over the old: a link there is replaced, not written through
     except OSError as err:  # a read-only run directory (a shared copy), a full disk: the metrics still count
         report["not_written"] = f"{path}: {err.strerror or err}"
     report["path"] = str(path)

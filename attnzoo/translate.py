@@ -222,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     piped = None
     try:
         if str(args.file) == "-":  # standard input, kept whole: its lines are checked before any is translated
+            if sys.stdin.isatty():
+                raise ConfigError("--file -: standard input is a terminal; pipe the lines in, or give --file FILE")
             piped = tempfile.NamedTemporaryFile(prefix="attnzoo-translate-", suffix=".txt", delete=False)
             with piped:
                 shutil.copyfileobj(sys.stdin.buffer, piped)
@@ -234,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
         shown = "-" if piped is not None else None  # messages name standard input as the user gave it
         total = count_lines(args.file, shown) if args.file is not None else 0
+        if args.file is not None and not total and not args.text:
+            raise ConfigError(f"--file {shown or args.file}: no line to translate (the input is empty)")
         from .run import load_run
 
         run = load_run(args.run_dir, args.checkpoint, overrides=args.overrides, with_data=False)

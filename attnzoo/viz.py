@@ -146,7 +146,7 @@ def visualize(
     if not 0.0 <= residual <= 1.0:  # before anything is drawn
         raise ConfigError(f"--residual ({residual}) must be in [0, 1]")
     if out is None:  # drawings go into <run>/viz/
-        refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)")
+        refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)", entries=("viz",))
     run = load_run(run_dir, checkpoint)
     data, net, kind = run.data, run.net, run.data_kind
     if kind == "translation":

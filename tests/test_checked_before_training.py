@@ -244,7 +244,11 @@ def test_a_model_size_the_data_gives_names_the_data_key_it_came_from():
     # "model (kind 'text_image'): img_size (50) must be divisible by patch_size (16)": the user set data.image_size
     from attnzoo.run import build
 
+    recipe = str(ROOT / "recipes" / "text_image.yaml")
     with pytest.raises(ConfigError) as err:
-        build(load([str(ROOT / "recipes" / "text_image.yaml")], ["data.image_size=50"]))
+        build(load([recipe], ["data.image_size=50", "data.batch_size=50"]))  # one key of that value is named
     assert "img_size (50) must be divisible by patch_size (16)" in str(err.value)
     assert "model.img_size (50) comes from the data (data.image_size)" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # set in the model section: nothing to point at
+        build(load([recipe], ["data.image_size=50", "model.img_size=50"]))
+    assert "comes from the data" not in str(err.value)

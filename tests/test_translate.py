@@ -328,6 +328,9 @@ def test_translate_reads_piped_lines_with_file_dash(translation_run, tmp_path, c
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\nPreis: 5\xa4\n")))
     assert translate_main([str(translation_run), "--file", "-"]) == 2
     assert "--file - line 2, column 9" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert translate_main([str(translation_run), "--file", "-"]) == 2
+    assert "--file -: no line to translate" in capsys.readouterr().err
     import tempfile
 
     assert not list(Path(tempfile.gettempdir()).glob("attnzoo-translate-*"))  # nothing left in the temp folder

@@ -191,7 +191,8 @@ def ablate(
         grid.seeds = list(seeds)
     out = Path(out)
     runs = plan(configs, grid, overrides, out)
-    with RunLock(out, what="ablation directory"):  # one ablation at a time in `out`
+    # one ablation at a time in `out`; its runs/ may be a link (each run checks its own directory)
+    with RunLock(out, what="ablation directory", links=("runs",)):
         launcher = launcher or Runner(configs, slots)
         return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line)
 

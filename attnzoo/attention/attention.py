@@ -248,7 +248,8 @@ class Attention(nn.Module):
             bias: a precomputed additive bias broadcastable to [B, H, Lq, Lk], used instead of the bias
                 module (to share one bias across layers, computed once per forward); with a cache, a bias module.
             attn_mask, is_causal: timm's calling convention; a float `attn_mask` adds to scores, a bool one
-                marks allowed pairs with True.
+                marks allowed pairs with True. It broadcasts to [B, H, Lq, Lk]: a 3-dim mask is read as [H, Lq, Lk]
+                (give a per-example one as [B, 1, Lq, Lk]).
             cache: incremental decoding (`new_cache()`, `attnzoo.attention.cache`): x holds the next tokens,
                 whose positions continue where the cache ends; self-attention appends their keys and values to
                 the cache and reads everything it keeps, cross-attention projects `context` on the first call

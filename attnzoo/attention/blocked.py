@@ -246,7 +246,7 @@ class Blocked:
                 all_alive = alive is None
             else:
                 allowed = self._allowed(bound, g, keep, b)  # [B * nb, 1, bq, K * bk]
-                if add is not None:  # -inf in the bias (a bool attn_mask): masked pairs, a row of them is dead
+                if add is not None and isinstance(bias, Tensor):  # -inf (a bool attn_mask): masked pairs
                     barred = torch.isneginf(add)
                     if bool(barred.any()):
                         allowed, add = allowed & ~barred, add.masked_fill(barred, 0.0)  # [B * nb, H | 1, ...]

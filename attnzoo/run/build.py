@@ -9,6 +9,7 @@ is what the run saves as config.yaml; the network and the task are built from it
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -93,10 +94,12 @@ def build(
         named = text.startswith((f"{section}.", f"{section}:", f"{section} ")) or section == "data"
         if section == "model":  # a size the data gave (img_size from data.image_size): say where it came from
             inputs, options = data.model_inputs(), cfg.section("data")
-            for key in [k for k, v in inputs.items() if v is not None and re.search(rf"\b{k}\b", text)]:
-                source = [f"data.{k}" for k, v in options.items() if v == inputs[key] and not isinstance(v, bool)]
+            given = [k for k, v in inputs.items() if v is not None and re.search(rf"\b{k}\b", text)]
+            for key in [k for k in given if f"model.{k}" not in cfg.origins]:  # not one the model section sets
+                same = [k for k, v in options.items() if v == inputs[key] and not isinstance(v, bool)]
+                source = difflib.get_close_matches(key, same, n=1, cutoff=0.0)  # image_size for img_size
                 text += f"; model.{key} ({inputs[key]}) comes from the data"
-                text += f" ({', '.join(source)})" if source else ""
+                text += f" (data.{source[0]})" if source else ""
         raise ConfigError(text if named else f"{section} (kind {cfg.section(section).get('kind')!r}): {text}") from err
     return Built(data, task, cfg)
 
@@ -242,13 +245,8 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
     patience, epochs = "run.early_stopping.patience", "trainer.max_epochs"
     budget = cfg.section("trainer").get("max_epochs")
     if patience in wanted and epochs in proposed and epochs not in wanted and isinstance(budget, int) and budget > 0:
-        # a patience proposed as a share of the data's epoch budget follows the budget the config sets instead
-        (value, _), (theirs, _) = proposed[patience], proposed[epochs]
-        value = min(value, theirs)
-        proposed[patience] = (
-            max(10, -(-budget * value // theirs)),  # the same share of the budget, rounded up
-            f"{value / theirs:.0%} of the {budget}-epoch budget trainer.max_epochs sets (at least 10)",
-        )
+        # a patience the data proposes from its own epoch budget follows the budget the config sets instead
+        proposed[patience] = data.patience_for(budget) or proposed[patience]
     for key, (value, why) in proposed.items():
         if (key.startswith("data.") and key not in fixed) or key in wanted:
             log.info("%s: auto -> %s (%s)", key, value, why)

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,10 @@ from ..config import ConfigError
 log = logging.getLogger("attnzoo")
 LOCK_FILE = ".lock"
 
+# entries of a run directory that may be links: checkpoint files are written to a new file renamed over the old
+# (a link is replaced, never written through), and `checkpoints -> /scratch/...` is a usual setup on clusters
+LINKS_ALLOWED = ("checkpoints",)
+
 
 class RunLock:
     """Exclusive use of a directory; `acquire()` creates the directory (checking it can be written) if needed.
@@ -32,10 +37,13 @@ class RunLock:
     Use as a context manager, or `acquire()` ... `release()` (release is safe to call more than once).
     """
 
-    def __init__(self, directory: str | Path, *, what: str = "run directory") -> None:
+    def __init__(
+        self, directory: str | Path, *, what: str = "run directory", links: Collection[str] = LINKS_ALLOWED
+    ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / LOCK_FILE
         self.what = what
+        self.links = links  # entries of the directory that may be links (`refuse_links`)
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
@@ -54,7 +62,7 @@ class RunLock:
         if self._fd is not None:
             return
         make_writable_dir(self.directory, self.what)
-        refuse_links(self.directory, self.what)
+        refuse_links(self.directory, self.what, allowed=self.links)
         for _ in range(10):  # a holder may release (and remove the file) between our open and our flock
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -135,25 +143,28 @@ def make_writable_dir(directory: Path, what: str = "run directory") -> None:
         raise ConfigError(f"{what} {str(directory)!r} is not writable")
 
 
-# entries of a run directory that may be links: checkpoint files are written to a new file renamed over the old
-# (a link is replaced, never written through), and `checkpoints -> /scratch/...` is a usual setup on clusters
-LINKS_ALLOWED = ("checkpoints",)
+def refuse_links(
+    directory: Path,
+    what: str = "run directory",
+    *,
+    entries: Collection[str] | None = None,
+    allowed: Collection[str] = LINKS_ALLOWED,
+) -> None:
+    """Raise ConfigError naming the symbolic links among what attnzoo writes in place in `directory`: its own
+    entries (summary.json, metrics.csv, .lock, ...; only `entries` when given; never `allowed`), and everything
+    under a folder among them (`viz/`). `directory` itself may be a link.
 
-
-def refuse_links(directory: Path, what: str = "run directory") -> None:
-    """Raise ConfigError naming the symbolic links among the files and folders attnzoo writes in place in
-    `directory`: its own entries (summary.json, metrics.csv, .lock, evaluate-*.json, ...; not `LINKS_ALLOWED`) and
-    everything under its `viz/` drawings. `directory` itself may be a link.
-
-    A run directory may come from someone else: a link in it (`evaluate-best.json -> ~/.bashrc`) would have a command
-    write through it, outside the directory. Commands that write into an existing directory call this first; reading
-    one does not.
+    A run directory may come from someone else: a link in it (`summary.json -> ~/.bashrc`) would have a command
+    write through it, outside the directory. Commands that write into an existing directory in place call this
+    first; reading one does not, and files written whole (`attnzoo.util.files.write_json`) replace a link.
     """
     if not directory.is_dir():
         return
-    links = [p for p in directory.iterdir() if p.is_symlink() and p.name not in LINKS_ALLOWED]
-    for parent, folders, files in os.walk(directory / "viz"):  # does not descend into linked folders
-        links += [Path(parent, name) for name in [*folders, *files] if os.path.islink(os.path.join(parent, name))]
+    names = [p.name for p in directory.iterdir()] if entries is None else [n for n in entries if n not in allowed]
+    links = [directory / n for n in names if n not in allowed and (directory / n).is_symlink()]
+    for name in [n for n in names if n not in allowed and (directory / n).is_dir()]:
+        for parent, folders, files in os.walk(directory / name):  # does not descend into linked folders
+            links += [Path(parent, f) for f in [*folders, *files] if os.path.islink(os.path.join(parent, f))]
     if links:
         shown = ", ".join(f"{link.relative_to(directory)} -> {os.readlink(link)}" for link in sorted(links)[:5])
         more = f" and {len(links) - 5} more" if len(links) > 5 else ""

@@ -74,7 +74,10 @@ class _SequenceTask(L.LightningModule):
         self._loaded_at = (int(checkpoint.get("epoch", 0)), int(checkpoint.get("global_step", 0)))
 
     def on_fit_end(self) -> None:
-        self._loaded_at = None  # the checkpoint a resume started from: a test of the final weights is not it
+        # a test of the final weights (no best checkpoint) shows those of the last validation, when it saw them;
+        # not the checkpoint a resume started from, nor current_epoch, which counts the epoch just ended
+        last = self._made_at.get("val")
+        self._loaded_at = last if last is not None and last[1] == self.global_step else None
 
     def setup(self, stage: str) -> None:
         if stage == "fit":  # before the first step: a backend the device cannot train

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 
 def write_json(path: Path, data: Any) -> None:
-    """`data` as indented JSON at `path`, written to a temporary file beside it and renamed over it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    """`data` as indented JSON at `path`, written to a new temporary file beside it and renamed over it: a link at
+    `path` (or at any name beside it) is replaced, never written through, so a folder from elsewhere cannot send the
+    write outside it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # a new file, never a link
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the file from the others who read the run
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -137,19 +137,28 @@ def test_the_epoch_budget_aims_at_a_step_count_within_bounds():
 
 
 def test_a_patience_proposed_from_the_datas_budget_follows_a_budget_the_config_sets(caplog):
-    # text-image files: patience auto -> 34 (a third of the 100-epoch budget) with trainer.max_epochs=30 set, so
-    # early stopping could never stop the run
+    # text-image files: patience auto -> 34 (a third of the 100-epoch budget) with trainer.max_epochs=300 set, so
+    # early stopping waited far less than a third; a share taken from a floored proposal (10 of 10 epochs) would
+    # have turned early stopping off
     import logging
     from types import SimpleNamespace
 
+    from attnzoo.data.modules.text_image import TextImageDataModule
     from attnzoo.run.build import _proposals
 
     recipe = ROOT / "recipes" / "text_image.yaml"
-    proposed = {"trainer.max_epochs": (100, "data"), "run.early_stopping.patience": (34, "a third")}
-    data = SimpleNamespace(auto_values=lambda: dict(proposed), AUTO_KEYS=tuple(proposed))
-    with caplog.at_level(logging.INFO, logger="attnzoo"):
-        taken = _proposals(load([recipe], ["trainer.max_epochs=300"]), data)
-    assert taken == {"run.early_stopping.patience": 102}  # 34% of 300
-    assert "34% of the 300-epoch budget trainer.max_epochs sets" in caplog.text
-    assert _proposals(load([recipe], ["trainer.max_epochs=12"]), data) == {"run.early_stopping.patience": 10}
-    assert _proposals(load([recipe]), data) == {"trainer.max_epochs": 100, "run.early_stopping.patience": 34}
+    files = SimpleNamespace(files={"train": "train.jsonl"})
+    for theirs in (100, 10):  # the data's own budget: large, and at the floor of 10 epochs
+        proposed = dict([("trainer.max_epochs", (theirs, "data")),
+                         ("run.early_stopping.patience", defaults.text_image_patience(theirs))])  # fmt: skip
+        data = SimpleNamespace(auto_values=lambda p=proposed: dict(p), AUTO_KEYS=tuple(proposed),
+                               patience_for=lambda e: TextImageDataModule.patience_for(files, e))  # fmt: skip
+        with caplog.at_level(logging.INFO, logger="attnzoo"):
+            taken = _proposals(load([recipe], ["trainer.max_epochs=300"]), data)
+        assert taken == {"run.early_stopping.patience": 100}  # a third of 300
+        assert _proposals(load([recipe], ["trainer.max_epochs=12"]), data) == {"run.early_stopping.patience": 10}
+        assert _proposals(load([recipe]), data) == {"trainer.max_epochs": theirs, "run.early_stopping.patience":
+                                                    max(10, -(-theirs // 3))}  # fmt: skip
+    assert "a third of the 300-epoch budget trainer.max_epochs sets (at least 10)" in caplog.text
+    embedded = SimpleNamespace(files={"train": None})
+    assert TextImageDataModule.patience_for(embedded, 30)[0] == 30  # the embedded scenes: the whole budget

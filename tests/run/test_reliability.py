@@ -470,9 +470,13 @@ def test_no_command_writes_through_a_link_in_a_run_directory(command, tmp_path, 
         "resume": lambda: fit_main(["--resume", str(run_dir), "trainer.max_epochs=2"]),
         "baseline": lambda: baseline_main(["--run-dir", str(run_dir)]),
     }[command]
-    assert run() == 2
-    err = capsys.readouterr().err
-    assert "holds 1 symbolic link(s)" in err and f"{name[command]} -> " in err
+    if command in ("evaluate", "baseline"):  # a report written whole: the link is replaced, not written through
+        assert run() == 0
+        assert not target.is_symlink() and json.loads(target.read_text())
+    else:  # drawings and a training run write in place: refused, naming the link
+        assert run() == 2
+        err = capsys.readouterr().err
+        assert "holds 1 symbolic link(s)" in err and f"{name[command]} -> " in err
     assert victim.read_text() == "mine\n" and not any((tmp_path / "elsewhere").iterdir())
 
 
@@ -507,3 +511,31 @@ def test_a_checkpoints_folder_linked_to_other_storage_is_not_refused(tmp_path, c
     assert evaluate_main([str(run_dir), "trainer.limit_test_batches=1", "trainer.limit_val_batches=1"]) == 0
     fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
     assert (run_dir / "checkpoints").is_symlink() and _summary(run_dir)["global_step"] > 0
+
+
+def test_a_file_written_whole_never_writes_through_a_link_beside_it(tmp_path):
+    # its temporary file had a fixed name (.summary.json.tmp): a link planted there was written through
+    from attnzoo.util.files import write_json
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    (tmp_path / "run").mkdir()
+    for name in ("summary.json", ".summary.json.tmp"):
+        (tmp_path / "run" / name).symlink_to(victim)
+    write_json(tmp_path / "run" / "summary.json", {"a": 1})
+    assert victim.read_text() == "mine\n" and json.loads((tmp_path / "run" / "summary.json").read_text()) == {"a": 1}
+    assert not (tmp_path / "run" / "summary.json").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".summary.json.tmp", "summary.json"]
+
+
+def test_an_ablation_directory_whose_runs_folder_is_a_link_is_not_refused(tmp_path):
+    from attnzoo.run.lock import RunLock
+
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "runs").symlink_to(tmp_path / "scratch")
+    with RunLock(tmp_path / "out", what="ablation directory", links=("runs",)):
+        pass
+    (tmp_path / "out" / "report.md").symlink_to(tmp_path / "scratch" / "x")
+    with pytest.raises(ConfigError, match=r"ablation directory .* holds 1 symbolic link\(s\): report.md ->"):
+        RunLock(tmp_path / "out", what="ablation directory", links=("runs",)).acquire()

@@ -6,6 +6,7 @@ write is made to fail as the file system would."""
 import builtins
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,17 @@ def _read_only(monkeypatch, directory: Path) -> None:
             refuse(self)
         return real_mkdir(self, *args, **kwargs)
 
+    real_mkstemp = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):  # files written whole (attnzoo.util.files.write_json) start here
+        if dir is not None:
+            refuse(Path(dir) / "new")
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
     monkeypatch.setattr(builtins, "open", open_)
     monkeypatch.setattr(Path, "open", path_open)
     monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
 
 
 def test_evaluate_on_a_read_only_run_dir_prints_the_metrics_then_says_what_it_could_not_write(

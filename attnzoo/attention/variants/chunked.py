@@ -69,16 +69,19 @@ def chunked_attention(
         allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device, rows)
         if bias is not None:
             values = _bias_rows(bias, rows, q_idx, kv_idx, lq).float()
-            barred = torch.isneginf(values)  # a bool attn_mask turned into -inf: masked pairs, not scores to mix
-            if bool(barred.any()):  # the pre hook mixes heads: -inf in it would make NaN of every pair it touches
-                values = values.masked_fill(barred, 0.0)
-                allowed = ~barred if allowed is None else allowed & ~barred
+            if isinstance(bias, Tensor):  # a bool attn_mask as -inf (bias modules are finite): masked pairs
+                barred = torch.isneginf(values)
+                if bool(barred.any()):  # the pre hook mixes heads: -inf in it would make NaN of every pair it touches
+                    values = values.masked_fill(barred, 0.0)
+                    allowed = ~barred if allowed is None else allowed & ~barred
             scores = scores + values
         if pre is not None:
             scores = pre(scores, rows)
         weights = masked_softmax(scores, allowed)
         if post is not None:
             weights = post(weights, rows)
+            if allowed is not None and allowed.dim() == 4 and allowed.shape[1] > 1:  # a mask of each head's own
+                weights = weights.masked_fill(~allowed, 0.0)  # mixing heads would carry weight onto its pairs
         weights = weights.to(q.dtype)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         return dropped @ v.to(q.dtype), (weights if return_weights else None)  # [B, H, c, D]

@@ -49,6 +49,11 @@ class DataModule(L.LightningDataModule):
         """{dotted key: (value, why)}: `data.*` options resolved from the data, and a value for each `AUTO_KEYS`."""
         return {}
 
+    def patience_for(self, epochs: int) -> tuple[int, str] | None:
+        """(value, why) of `run.early_stopping.patience` for a `trainer.max_epochs` the config sets, for data that
+        proposes the patience from its own epoch budget; None: its proposal stands (the default)."""
+        return None
+
     def save_artifacts(self, run_dir: str | Path) -> Path | list[Path]:
         """Write what a run must keep to be loaded again into `run_dir`; the files written."""
         return []

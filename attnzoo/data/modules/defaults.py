@@ -256,11 +256,15 @@ def text_image_run(*, embedded: bool, num_train: int, batch_size: int) -> Chosen
             "run.early_stopping.patience": (EMBEDDED_SCENE_EPOCHS, why + "; best.ckpt is tested"),
         }
     epochs, why = epoch_budget(num_train, batch_size, steps=TEXT_IMAGE_STEPS, low=10, high=100)
-    patience = max(10, math.ceil(epochs / 3))
-    return {
-        "trainer.max_epochs": (epochs, why),
-        "run.early_stopping.patience": (patience, f"a third of the {epochs}-epoch budget (at least 10)"),
-    }
+    return {"trainer.max_epochs": (epochs, why), "run.early_stopping.patience": text_image_patience(epochs)}
+
+
+def text_image_patience(epochs: int, *, embedded: bool = False, given: bool = False) -> tuple[int, str]:
+    """(patience, why) for an epoch budget of the text-image recipe (`given`: the one trainer.max_epochs sets)."""
+    budget = f"{epochs}-epoch budget" + (" trainer.max_epochs sets" if given else "")
+    if embedded:
+        return epochs, f"the whole {budget} (the embedded scenes: counting shapes is found after 30-50 epochs)"
+    return max(10, math.ceil(epochs / 3)), f"a third of the {budget} (at least 10)"
 
 
 EMBEDDED_SCENE_EPOCHS = 60

@@ -315,6 +315,9 @@ class TextImageDataModule(DataModule):
         shift = max(1, self.image_size // 16) if self.augment and split == "train" else 0
         return PairDataset(images, texts, ids, labels, image_size=self.image_size, blank=self.blank_image, shift=shift)
 
+    def patience_for(self, epochs: int) -> tuple[int, str]:
+        return defaults.text_image_patience(epochs, embedded=self.files["train"] is None, given=True)
+
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """The answers in the model's order (`labels.json`: evaluate on other data numbers its answers alike, not
         from that data's train file), and a tokenizer learned from the train split as `run_dir/tokenizer.json` (what

@@ -137,6 +137,10 @@ def test_a_bool_attn_mask_equals_the_same_mask_as_a_pattern_and_a_row_it_empties
     out = layer(x, attn_mask=empty)
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+    per_head = torch.ones(1, HEADS, 6, 6, dtype=torch.bool)
+    per_head[0, 0, :, 3] = False  # key 3 barred for head 0 only: mixing heads after the softmax carried weight onto it
+    _, weights = layer(x.detach(), attn_mask=per_head, return_weights=True)
+    assert (weights[:, 0, :, 3] == 0).all()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -63,13 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.run_dir is not None:
-        path = args.run_dir / "summary.json"
-        try:
-            summary = json.loads(path.read_text()) if path.is_file() and not path.is_symlink() else {}
-        except ValueError:
-            summary = {}
-        if not isinstance(summary, dict):
-            summary = {}
+        from .run.rundir import read_summary
+
+        path, summary = args.run_dir / "summary.json", read_summary(args.run_dir)
         if not summary and path.exists():
             print(f"attnzoo baseline: {path} held no run summary (not a JSON object); it is replaced", file=sys.stderr)
         write_json(path, {**summary, "baseline": result})  # a new file renamed over the old: no link followed

@@ -45,18 +45,18 @@ def generate(
     """The prompt and its continuation by the run in `run_dir`; options left out keep the run's task settings."""
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
-    if temperature is not None and temperature < 0:  # the options are checked before the run is loaded
-        raise ConfigError(f"--temperature ({temperature}) must be >= 0 (0: greedy)")
-    if (
-        top_k is not UNSET
-        and top_k is not None
-        and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1)
-    ):
-        raise ConfigError(f"--top-k ({top_k}) must be an integer >= 1 (the k most likely tokens are kept)")
-    if top_p is not UNSET and top_p is not None and not (isinstance(top_p, int | float) and 0.0 < top_p <= 1.0):
-        raise ConfigError(f"--top-p ({top_p}) must be in (0, 1] (the smallest set of tokens of that probability)")
     from .data.tokenizers.subword import decode_generated, encode_user_text, unknown_note
     from .run import load_run
+    from .tasks.sequence import LanguageModelTask
+
+    given = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    try:  # the task's own rules, before the run is loaded
+        LanguageModelTask.check_config(
+            {k: v for k, v in given.items() if v is not UNSET and v is not None},
+            named={"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p"},
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
     run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
     check_kind(run, "lm", "generate")

@@ -145,6 +145,16 @@ def allowed_mask(
     return allowed
 
 
+def barred_pairs(values: Tensor, allowed: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """A bias tensor's -inf entries (a bool `attn_mask` that `Attention` turned into a bias) as masked pairs:
+    (`values` with 0 there, `allowed` without them), for engines that transform the scores before masking them
+    (head mixing) or must know the rows left with no key; unchanged when there is no -inf."""
+    barred = torch.isneginf(values)
+    if not bool(barred.any()):
+        return values, allowed
+    return values.masked_fill(barred, 0.0), ~barred if allowed is None else allowed & ~barred
+
+
 def dense_bias(bias: Tensor | Any | None, lq: int, lk: int, device, dtype) -> Tensor | None:
     """A bias module or tensor as an additive 4-D tensor broadcastable to [B, H, Lq, Lk].
 

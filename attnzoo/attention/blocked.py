@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .backends import Request, register_backend, trains
+from .backends import Request, barred_pairs, register_backend, trains
 from .band import band_attention, band_reason
 from .lasting import lasting
 from .patterns import Pattern, num_blocks, right_padded, unpadded
@@ -247,9 +247,7 @@ class Blocked:
             else:
                 allowed = self._allowed(bound, g, keep, b)  # [B * nb, 1, bq, K * bk]
                 if add is not None and isinstance(bias, Tensor):  # -inf (a bool attn_mask): masked pairs
-                    barred = torch.isneginf(add)
-                    if bool(barred.any()):
-                        allowed, add = allowed & ~barred, add.masked_fill(barred, 0.0)  # [B * nb, H | 1, ...]
+                    add, allowed = barred_pairs(add, allowed)  # allowed: [B * nb, H | 1, bq, K * bk]
                 alive = allowed.any(dim=-1, keepdim=True)  # [B * nb, 1 | H, bq, 1]
                 all_alive = bool(alive.all())
                 if not all_alive:

@@ -176,6 +176,16 @@ def record_resume(run_dir: Path, checkpoint: Path, step: int, changes: dict[str,
     return records
 
 
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """The run's `summary.json` as a dict; {} when it is missing, a link (not the run's own) or no JSON object."""
+    path = run_dir / "summary.json"
+    try:
+        summary = json.loads(path.read_text()) if path.is_file() and not path.is_symlink() else {}
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def read_resumes(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / RESUMES_FILE
     try:

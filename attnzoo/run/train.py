@@ -28,6 +28,7 @@ from .rundir import (
     claim_new_run_dir,
     new_run_dir,
     read_resumes,
+    read_summary,
     record_resume,
     resume_changes,
     resume_target,
@@ -106,15 +107,6 @@ def fit(
 KEPT_UNTRAINED = ("metrics", "train_samples_per_second", "train_seconds", "data_wait_share", "stopped", "best_epoch")
 
 
-def _previous_summary(run_dir: Path) -> dict[str, Any]:
-    """The run's summary.json as a dict ({} when missing or unreadable)."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
 def _build_resumed(cfg: Config, run_dir: Path) -> Any:
     """`build` of a resumed run that started from a checkpoint (`model.init_from`), from the run directory alone: the
     checkpoint is not read again (its architecture and tokenizer are in config.yaml, its weights in the checkpoint
@@ -146,10 +138,7 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
     """(checkpoint to continue from, finished) for the run a requeued SLURM job finds in its directory; `clear`
     (global rank 0) removes what a run that stopped before its first checkpoint wrote, which starts again."""
     job, restarts = slurm_job(), slurm_restarts()
-    try:
-        finished = json.loads((run_dir / "summary.json").read_text()).get("finished") is True
-    except (OSError, ValueError, AttributeError):
-        finished = False
+    finished = read_summary(run_dir).get("finished") is True
     speak = log.info if is_rank_zero() else log.debug
     if finished:
         speak(
@@ -197,7 +186,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             step = resumed_step = check_checkpoint_shapes(ckpt_path, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
-        before = _previous_summary(run_dir)
+        before = read_summary(run_dir)
         tokenizer = data.tokenizer
         if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
             from .checkpoint_io import read_checkpoint

@@ -323,24 +323,26 @@ class LanguageModelTask(_SequenceTask):
         self.ppl = nn.ModuleDict({s: Perplexity(ignore_index=IGNORE_INDEX) for s in ("val", "test")})
 
     @classmethod
-    def check_config(cls, options: Mapping[str, Any]) -> None:
+    def check_config(cls, options: Mapping[str, Any], named: Mapping[str, str] | None = None) -> None:
         """Raise ValueError for a sampling option (`task.temperature`, `sample_tokens`, `top_k`, `top_p`) the first
-        sample would refuse after an epoch of training; config validation calls it with the `task:` options."""
+        sample would refuse after an epoch of training; config validation calls it with the `task:` options, and
+        `generate` with its flags' (`named`: option -> the name an error gives it, e.g. "--top-k")."""
+        name = {k: f"task.{k}" for k in ("temperature", "sample_tokens", "top_k", "top_p")} | dict(named or {})
         temperature, tokens = options.get("temperature", 0.8), options.get("sample_tokens", 48)
         top_k, top_p = options.get("top_k"), options.get("top_p")
         if _number(temperature) and temperature < 0:
-            raise ValueError(f"task.temperature ({temperature}) must be >= 0 (0: greedy)")
+            raise ValueError(f"{name['temperature']} ({temperature}) must be >= 0 (0: greedy)")
         if _number(tokens) and tokens < 1:
-            raise ValueError(f"task.sample_tokens ({tokens}) must be >= 1")
+            raise ValueError(f"{name['sample_tokens']} ({tokens}) must be >= 1")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(
-                f"task.top_k ({top_k!r}) must be an int >= 1 (the most likely tokens kept when sampling), or null "
-                "for no top-k cut"
+                f"{name['top_k']} ({top_k!r}) must be an int >= 1 (the most likely tokens kept when sampling), or "
+                "null for no top-k cut"
             )
         if top_p is not None and not (_number(top_p) and 0 < top_p <= 1):
             raise ValueError(
-                f"task.top_p ({top_p!r}) must be in (0, 1] (the probability the kept tokens reach), or null for no "
-                "nucleus cut"
+                f"{name['top_p']} ({top_p!r}) must be in (0, 1] (the probability the kept tokens reach), or null for "
+                "no nucleus cut"
             )
         _check_examples(options)
 

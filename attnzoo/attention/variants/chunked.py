@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as checkpointed
 
-from ..backends import allowed_mask, masked_softmax, repeat_kv
+from ..backends import allowed_mask, barred_pairs, masked_softmax, repeat_kv
 
 Tensor = torch.Tensor
 Hook = Callable[[Tensor, slice], Tensor]  # (a [B, H, c, Lk], the chunk's query rows) -> [B, H, c, Lk]
@@ -69,11 +69,8 @@ def chunked_attention(
         allowed = allowed_mask(pattern, key_padding_mask, lq, lk, q.device, rows)
         if bias is not None:
             values = _bias_rows(bias, rows, q_idx, kv_idx, lq).float()
-            if isinstance(bias, Tensor):  # a bool attn_mask as -inf (bias modules are finite): masked pairs
-                barred = torch.isneginf(values)
-                if bool(barred.any()):  # the pre hook mixes heads: -inf in it would make NaN of every pair it touches
-                    values = values.masked_fill(barred, 0.0)
-                    allowed = ~barred if allowed is None else allowed & ~barred
+            if isinstance(bias, Tensor):  # bias modules are finite; the pre hook mixing -inf would make NaN
+                values, allowed = barred_pairs(values, allowed)
             scores = scores + values
         if pre is not None:
             scores = pre(scores, rows)

@@ -15,9 +15,9 @@ from PIL import Image, UnidentifiedImageError
 
 from ...util.names import shortened
 
-# what PIL raises on a file it cannot decode; DecompressionBombError: more pixels than twice PIL's
-# Image.MAX_IMAGE_PIXELS (~179 M), a guard against files made to exhaust memory
-DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+# what PIL raises on a file it cannot decode (its DecompressionBombError, a whole file over its pixel limit, is
+# caught apart: `_too_large`)
+DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError)
 
 
 class ImageFileError(ValueError):

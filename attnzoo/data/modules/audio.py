@@ -26,14 +26,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ...layers.audio_features import FEATURE_KINDS, LogMel
-from ...util.files import write_json
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 from ..formats.folders import hidden, under_hidden
 from ..formats.text_files import read_utf8
 from . import defaults
-from .base import DataModule, given_class_names
+from .base import DataModule, given_class_names, save_class_names
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -526,8 +525,7 @@ class AudioDataModule(DataModule):
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
         }
         out.write_text(json.dumps(record, indent=2))
-        source = str(self.root or self.csv or self.source)  # evaluate matches another folder's classes to these
-        write_json(out.parent / "labels.json", {"class_names": self.class_names, "source": source})
+        save_class_names(run_dir, self.class_names, str(self.root or self.csv or self.source))  # evaluate reads them
         return out
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:

@@ -84,6 +84,17 @@ class DataModule(L.LightningDataModule):
         raise ValueError(f"{type(self).__name__} has no translation-memory baseline; set run.baseline=false")
 
 
+def save_class_names(run_dir: str | Path, class_names: Sequence[str], source: str, **extra: Any) -> Path:
+    """Write `run_dir/labels.json`: the class names in the model's order (what `given_class_names` reads back when
+    `evaluate` passes it), where they come from, and `extra`; returns its path."""
+    from ...util.files import write_json
+
+    path = Path(run_dir) / "labels.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"class_names": list(class_names), "source": source, **extra})
+    return path
+
+
 def given_class_names(labels: str | Sequence[Any], key: str = "data.labels") -> list[str]:
     """The class names of `key`: a list, or a run's `labels.json` (its "class_names"); ValueError naming the key
     when the file is missing or not such a record, or a name repeats."""

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
 
-from attnzoo.data.modules.base import DataModule, given_class_names
+from attnzoo.data.modules.base import DataModule, given_class_names, save_class_names
 
 from ...util.names import shortened, suggest
 from . import defaults
@@ -315,14 +315,8 @@ class ImageDataModule(DataModule):
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """The class names in the model's order (`labels.json`): `evaluate` on another folder matches its classes
         to them by name."""
-        from ...util.files import write_json
-
         self.setup()
-        path = Path(run_dir) / "labels.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        source = str(self.root) if self.root is not None else self.dataset
-        write_json(path, {"class_names": self.class_names, "source": source})
-        return [path]
+        return [save_class_names(run_dir, self.class_names, str(self.root) if self.root is not None else self.dataset)]
 
     def _common_size(self, data: Dataset) -> tuple[int, str]:
         """The side of the most common image size (the shorter side, at most 224), and why."""

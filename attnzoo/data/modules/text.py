@@ -6,7 +6,6 @@ longest sequence of the batch, with batches of similar lengths (`bucket`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -23,7 +22,7 @@ from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.tokenize import truncate
 from . import defaults
-from .base import DataModule, given_class_names
+from .base import DataModule, given_class_names, save_class_names
 from .batching import PadCollate, TokenDataset, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -282,18 +281,11 @@ class TextDataModule(DataModule):
         """Write the label vocabulary and tokenizer description (`labels.json`) into `run_dir`, and a tokenizer
         learned from the train split (`tokenizer.json`, which `data.tokenizer=<run>/tokenizer.json` reloads)."""
         self._require_setup()
-        path = Path(run_dir) / "labels.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        saved = [path]
+        label_column = self.label_column if self.files["train"] else None
+        saved = [save_class_names(run_dir, self.class_names, self.files["train"] or "listops",
+                                  label_column=label_column, tokenizer=self.tokenizer.describe())]  # fmt: skip
         if self.tokenizer.name in SUBWORD_KINDS:  # learned here (not loaded from a file)
             saved.append(self.tokenizer.save(Path(run_dir) / "tokenizer.json"))
-        record = {
-            "class_names": self.class_names,
-            "label_column": self.label_column if self.files["train"] else None,
-            "source": self.files["train"] or "listops",
-            "tokenizer": self.tokenizer.describe(),
-        }
-        path.write_text(json.dumps(record, indent=2) + "\n")
         return saved
 
     def _require_setup(self) -> None:

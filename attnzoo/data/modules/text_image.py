@@ -31,7 +31,7 @@ from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
-from .base import DataModule, given_class_names
+from .base import DataModule, given_class_names, save_class_names
 from .batching import EpochShuffle, run_seed
 
 log = logging.getLogger("attnzoo")
@@ -322,12 +322,8 @@ class TextImageDataModule(DataModule):
         """The answers in the model's order (`labels.json`: evaluate on other data numbers its answers alike, not
         from that data's train file), and a tokenizer learned from the train split as `run_dir/tokenizer.json` (what
         every command that loads the run reads: the weights need exactly these ids)."""
-        from ...util.files import write_json
-
         self.setup()
-        labels = Path(run_dir) / "labels.json"
-        labels.parent.mkdir(parents=True, exist_ok=True)
-        write_json(labels, {"class_names": self.class_names, "source": str(self.files.get("train") or "embedded")})
+        labels = save_class_names(run_dir, self.class_names, str(self.files.get("train") or "embedded"))
         if self.tokenizer_spec not in SUBWORD_KINDS:
             return [labels]
         return [labels, *save_run_tokenizer(self.tokenizer, Path(run_dir))[0]]

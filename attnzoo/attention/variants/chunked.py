@@ -34,6 +34,7 @@ def chunked_attention(
     post: Hook | None = None,
     pattern: Any | None = None,
     bias: Tensor | Any | None = None,
+    attn_mask: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
@@ -44,11 +45,13 @@ def chunked_attention(
     """Attention of q [B, H, Lq, D] over k, v [B, Hkv, Lk, D]; returns (out [B, H, Lq, D], weights or None).
 
     Args:
-        pre: applied to the scores (after the bias, before masking and the softmax).
+        pre: applied to the scores (after the bias, before `attn_mask`, masking and the softmax).
         post: applied to the weights after the softmax (masked pairs are 0 there); it must map zeros to zeros
             for masked keys to stay ignored (linear head mixing does).
         pattern, bias, key_padding_mask: as in `attend()`; patterns and bias modules are evaluated per chunk
             (`Pattern.mask_at` of the bound pattern, `values`), so nothing of size Lq x Lk is built.
+        attn_mask: an additive mask broadcastable to [B, H, Lq, Lk] (-inf or large negatives where masked), added to
+            the scores after `pre`: a mask is not mixed across heads as the bias is.
         chunk_size: queries per chunk; None computes all queries at once.
         checkpoint: recompute each chunk in the backward pass (only when there is more than one chunk).
         return_weights: also return the final weights [B, H, Lq, Lk] (post-hook, pre-dropout).
@@ -74,6 +77,9 @@ def chunked_attention(
             scores = scores + values
         if pre is not None:
             scores = pre(scores, rows)
+        if attn_mask is not None:
+            mask, allowed = barred_pairs(_bias_rows(attn_mask, rows, q_idx, kv_idx, lq).float(), allowed)
+            scores = scores + mask
         weights = masked_softmax(scores, allowed)
         if post is not None:
             weights = post(weights, rows)

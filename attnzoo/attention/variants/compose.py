@@ -274,6 +274,7 @@ class ComposedAttention(Attention):
             post=lambda a, rows: self.post(a, rows, post_state),
             pattern=call.pattern,
             bias=call.bias,
+            attn_mask=call.attn_mask,
             key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale,

@@ -143,6 +143,24 @@ def test_a_bool_attn_mask_equals_the_same_mask_as_a_pattern_and_a_row_it_empties
     assert (weights[:, 0, :, 3] == 0).all()
 
 
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "linformer"])
+@pytest.mark.parametrize("masked", [-1e9, torch.finfo(torch.float32).min])
+def test_a_float_attn_mask_of_large_negatives_masks_as_the_bool_one(kind, masked):
+    # a float mask in Hugging Face's style (a large finite negative where masked, 0 elsewhere): talking heads and
+    # DCMHA mixed it across heads with the scores, so a masked key kept weight (or the row overflowed to NaN)
+    layer = build(kind, seq_len=6, chunk_size=4)
+    randomize_extras(layer)
+    x = torch.randn(2, 6, DIM)
+    keep = torch.rand(2, 1, 6, 6) > 0.4
+    keep[..., 0] = True  # every row keeps a key
+    floats = torch.zeros(2, 1, 6, 6).masked_fill(~keep, masked)
+    want, want_w = layer(x, attn_mask=keep, return_weights=True)
+    got, got_w = layer(x, attn_mask=floats, return_weights=True)
+    assert torch.isfinite(got).all()
+    assert (got_w.masked_select(~keep.expand_as(got_w)).abs() < 1e-6).all()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("autocast", [False, True])
 def test_fully_padded_sequence_is_finite(kind, autocast):

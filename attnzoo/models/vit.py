@@ -49,7 +49,10 @@ class ViT(nn.Module):
     Args:
         attention: the `model.attention` config (`attnzoo.attention.factory.attention_builder`); its parts
             receive `grid_size` (gh, gw), `num_prefix_tokens` and `seq_len` (tokens per image) as their layer shape.
-        global_pool: "token" (class token) or "avg" (mean of patch tokens, with `fc_norm` as in timm).
+        global_pool: "token" (class token) or "avg" (mean of patch tokens).
+        fc_norm: normalize the pooled token (`fc_norm`) instead of every token after the last block (the encoder's
+            final norm), as timm; None: with "avg" pooling only (timm's default). A timm checkpoint's choice follows
+            from its tensors (`fc_norm.weight` or `norm.weight`).
         pos_embed: "learned" absolute position embedding, or "none" (e.g. with rotary or relative biases).
         layer_scale: initial LayerScale value, None for none.
         norm_eps: epsilon of every LayerNorm (timm's ViT: 1e-6; Hugging Face's: 1e-12).
@@ -74,6 +77,7 @@ class ViT(nn.Module):
         mlp_ratio: float = 4.0,
         class_token: bool = True,
         global_pool: Literal["token", "avg"] = "token",
+        fc_norm: bool | None = None,
         pos_embed: Literal["learned", "none"] = "learned",
         drop_rate: float = 0.0,
         pos_drop_rate: float = 0.0,
@@ -97,6 +101,9 @@ class ViT(nn.Module):
             raise ValueError(f"pos_embed must be 'learned' or 'none', got {pos_embed!r}")
         if img_size % patch_size:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
+        if fc_norm not in (None, True, False):
+            raise ValueError(f"fc_norm must be true, false or null (with avg pooling only), got {fc_norm!r}")
+        use_fc_norm = global_pool == "avg" if fc_norm is None else fc_norm
         norm_layer = partial(nn.LayerNorm, eps=norm_eps)
         self.num_classes, self.global_pool = num_classes, global_pool
         self.num_prefix_tokens = 1 if class_token else 0
@@ -119,11 +126,11 @@ class ViT(nn.Module):
             drop_path_rate=drop_path_rate,
             layer_scale=layer_scale,
             proj_drop=proj_drop_rate,
-            final_norm=global_pool == "token",
+            final_norm=not use_fc_norm,
             norm_layer=norm_layer,
             layer_shape=shape,
         )
-        self.fc_norm = norm_layer(embed_dim) if global_pool == "avg" else nn.Identity()
+        self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         if self.cls_token is not None:

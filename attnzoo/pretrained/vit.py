@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from torch import nn
 
 from ..models.vit import timm_to_attnzoo
 from .converted import Converted, read_hf_config, read_weights
@@ -171,8 +172,18 @@ def _strip_module(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return state
 
 
-def _heads(timm_name: str | None, width: int, patch: int, file: str) -> tuple[int, str]:
-    """(heads, architecture name) from the timm name, or from the width when no name is given."""
+class _Arch(NamedTuple):
+    """What a timm ViT architecture is, as far as its checkpoint's tensors cannot tell or must agree."""
+
+    name: str
+    heads: int
+    global_pool: str | None  # None: not known (no timm name), read from the tensors
+    class_token: bool | None = None
+    fc_norm: bool | None = None
+
+
+def _arch(timm_name: str | None, width: int, patch: int, file: str) -> _Arch:
+    """The architecture from the timm name, or its head count from the width when no name is given."""
     by_width = {w: (size, h) for size, (w, h) in TIMM_SIZES.items()}
     if timm_name is None:
         if width not in by_width:
@@ -182,21 +193,23 @@ def _heads(timm_name: str | None, width: int, patch: int, file: str) -> tuple[in
                 "it was trained as, e.g. vit_medium_patch16_gap_256 for width 512: it gives the head count)"
             )
         size, heads = by_width[width]
-        return heads, f"vit_{size}_patch{patch} (inferred from the width)"
+        return _Arch(f"vit_{size}_patch{patch} (inferred from the width)", heads, None)
     name = timm_name.split(".", 1)[0]
-    want_width, want_patch, heads = _timm_shape(name, timm_name)
+    arch, (want_width, want_patch) = _timm_arch(name, timm_name)
     if (want_width, want_patch) != (width, patch):
         raise ValueError(
             f"{file} does not hold a {name}: its patch embedding is width {width}, patch {patch} "
             f"(a {name} has width {want_width}, patch {want_patch})"
         )
-    return heads, name
+    return arch
 
 
-def _timm_shape(name: str, given: str) -> tuple[int, int, int]:
-    """(width, patch size, heads) of the timm ViT architecture `name`, built on the meta device (no weights)."""
+def _timm_arch(name: str, given: str) -> tuple[_Arch, tuple[int, int]]:
+    """The timm ViT architecture `name`, built on the meta device (no weights), and its (width, patch size).
+    ValueError naming what attnzoo's ViT does not compute as the architecture does (blocks, activation, pooling):
+    such options leave no tensor of their own, so the checkpoint cannot tell them."""
     import timm
-    from timm.models.vision_transformer import VisionTransformer
+    from timm.models.vision_transformer import Block, VisionTransformer
 
     if not (TIMM_NAME.fullmatch(name) and timm.is_model(name)):
         raise ValueError(
@@ -213,7 +226,25 @@ def _timm_shape(name: str, given: str) -> tuple[int, int, int]:
             f"timm_name {given!r} is not a supported timm ViT: timm builds it as {type(model).__name__}, "
             "not a VisionTransformer"
         )
-    return int(model.embed_dim), int(model.patch_embed.patch_size[0]), int(model.blocks[0].attn.num_heads)
+    block, pool = model.blocks[0], model.global_pool
+    act = getattr(getattr(block, "mlp", None), "act", None)
+    unlike = (
+        f"its blocks are timm's {type(block).__name__} (attnzoo's ViT: pre-norm blocks, timm's Block)"
+        if type(block) is not Block
+        else f"its MLP activation is {act!r} (attnzoo's ViT: GELU, exact)"
+        if not (type(act) is torch.nn.GELU and act.approximate == "none")
+        else f"it pools with global_pool={pool!r} (attnzoo's ViT: 'token' or 'avg')"
+        if pool not in ("token", "avg")
+        else "its average pool includes the class token (pool_include_prefix)"
+        if getattr(model, "pool_include_prefix", False)
+        else None
+    )
+    if unlike:
+        raise ValueError(f"timm_name {given!r} is not a supported timm ViT: {unlike}")
+    arch = _Arch(
+        name, int(block.attn.num_heads), pool, model.cls_token is not None, not isinstance(model.fc_norm, nn.Identity)
+    )
+    return arch, (int(model.embed_dim), int(model.patch_embed.patch_size[0]))
 
 
 def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, path: Path) -> Converted:
@@ -224,8 +255,18 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
         if any(k.startswith(key) for k in state):
             raise ValueError(f"{file}: tensor {key!r}: timm ViTs with {what} are not supported")
     width, chans, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])
-    heads, name = _heads(timm_name, width, patch, file)
+    arch = _arch(timm_name, width, patch, file)
+    heads, name, pool = arch.heads, arch.name, arch.global_pool
     prefix = 1 if "cls_token" in state else 0
+    fc_norm = "fc_norm.weight" in state  # else the final norm of every token (`norm.weight`; without: refused)
+    if (arch.class_token, arch.fc_norm) != (bool(prefix), fc_norm):  # no name, or a file built with other options
+        pool = "avg" if fc_norm or not prefix else "token"  # timm's default for those tensors
+        log.info(
+            "%s: pooled as global_pool=%r, read from its tensors (%s; pre-norm blocks and exact GELU assumed)",
+            file,
+            pool,
+            "no model.timm_name" if timm_name is None else f"its class token and norms are not {name}'s",
+        )
     pos = state.get("pos_embed")
     if pos is None or pos.dim() != 3:
         raise ValueError(f"{file}: tensor 'pos_embed' is missing (timm ViTs without learned positions: unsupported)")
@@ -248,7 +289,8 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
         num_heads=heads,
         mlp_ratio=state["blocks.0.mlp.fc1.weight"].shape[0] / width,
         class_token=bool(prefix),
-        global_pool="avg" if "fc_norm.weight" in state else "token",
+        global_pool=pool,
+        fc_norm=fc_norm,
         attention={"qkv_bias": "blocks.0.attn.qkv.bias" in state},
         layer_scale=1e-5 if "blocks.0.ls1.gamma" in state else None,  # the checkpoint's scales replace the value
     )

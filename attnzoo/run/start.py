@@ -43,7 +43,8 @@ FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
 # a pretraining model kind -> the model kind its encoder starts (the tensors share their names; the head starts new)
 ENCODER_OF = {"mlm": "text"}
 # an attnzoo run's model options that are training choices, not its weights' architecture: the new recipe's stay
-# (and dropout rates); pooling options that make tensors of their own (`pooler`, `global_pool`, `head_norm`) follow
+# (and dropout rates); pooling options that make tensors of their own (`pooler`, `global_pool`, `fc_norm`, `head_norm`)
+# follow
 TRAINING_CHOICES = ("spec_augment", "freeze_pad_embedding")
 ATTENTION_CHOICES = ("backend",)  # the same for the keys of its attention sections (`attention`, `cross_attention`)
 # a converted checkpoint's training choices (its dropout): they fill a key the config leaves to the data (auto) or

@@ -12,6 +12,7 @@ from timm.layers import resample_abs_pos_embed
 
 from attnzoo import pretrained
 from attnzoo.models import MODELS
+from attnzoo.models.vit import timm_to_attnzoo
 from attnzoo.pretrained import vit as vit_family
 from attnzoo.pretrained.transfer import transfer
 
@@ -83,7 +84,8 @@ def test_hf_wrong_tensor_names_file_and_tensor(tmp_path):
 
 
 def _timm(name="vit_tiny_patch16_224", **kw):
-    return _randomize(timm.create_model(name, pretrained=False, img_size=32, depth=2, num_classes=10, **kw))
+    kw = {"img_size": 32, "depth": 2, "num_classes": 10, **kw}
+    return _randomize(timm.create_model(name, pretrained=False, **kw))
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "pth"])
@@ -242,3 +244,49 @@ def test_timm_parity_for_both_poolings(global_pool, tmp_path):
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "kw", "timm_name"),
+    [
+        ("vit_medium_patch16_gap_256", {}, "vit_medium_patch16_gap_256"),  # the architecture's own pooling: avg of
+        ("vit_base_patch16_gap_224", {}, "vit_base_patch16_gap_224"),  # the normed tokens, no fc_norm
+        ("vit_tiny_patch16_224", dict(class_token=False, global_pool="avg", fc_norm=False), None),
+    ],
+)
+def test_timm_pooling_with_the_final_norm_or_fc_norm_equals_timm(tmp_path, name, kw, timm_name):
+    # a "gap" architecture (avg pooling of the final norm's tokens, no fc_norm) was built as token pooling and
+    # refused; a class token with fc_norm was pooled as avg
+    theirs = _timm(name, **{"depth": 1, **kw})
+    file = tmp_path / "vit.safetensors"
+    save_file(theirs.state_dict(), file)
+    c = vit_family.convert(file, timm_name=timm_name)
+    assert (c.options["global_pool"], c.options["fc_norm"]) == (theirs.global_pool, "fc_norm.weight" in c.state_dict)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
+
+
+def test_a_class_token_with_fc_norm_equals_timm():
+    theirs = _timm(fc_norm=True)  # the class token pooled, then normed: no timm architecture's default
+    ours = MODELS["vit"](img_size=32, patch_size=16, num_classes=10, depth=2, fc_norm=True)
+    ours.load_state_dict(timm_to_attnzoo(theirs.state_dict()))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(x), theirs(x), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("timm_name", "kw", "why"),
+    [
+        ("vit_base_patch16_rpn_224", {}, "its blocks are timm's ResPostBlock"),  # post-norm: the same tensors
+        ("vit_base_patch32_siglip_gap_256", {}, r"its MLP activation is GELUTanh\(\)"),
+        ("vit_base_patch16_clip_quickgelu_224", {"pre_norm": False}, r"its MLP activation is QuickGELU\(\)"),
+    ],
+)
+def test_a_timm_architecture_the_tensors_cannot_tell_apart_is_refused_by_name(tmp_path, timm_name, kw, why):
+    theirs = _timm(timm_name, depth=1, **kw)
+    file = tmp_path / "vit.safetensors"
+    save_file(theirs.state_dict(), file)
+    with pytest.raises(ValueError, match=f"timm_name '{timm_name}' is not a supported timm ViT: {why}"):
+        vit_family.convert(file, timm_name=timm_name)

@@ -66,6 +66,12 @@ def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict
     act = cfg.get("hidden_act", "gelu")
     if act != "gelu":
         raise ValueError(f"{file}: hidden_act {act!r} is not supported (attnzoo's text MLP uses exact 'gelu')")
+    for key in ("is_decoder", "add_cross_attention"):  # a causal decoder (cross-attending): another function
+        if cfg.get(key):
+            raise ValueError(
+                f"{file}: {key}: true is not supported (a {family} decoder; attnzoo's text classifier is its "
+                "encoder, reading every token both ways)"
+            )
     positions = cfg.get("position_embedding_type", "absolute")
     if positions != "absolute":
         raise ValueError(f"{file}: position_embedding_type {positions!r} is not supported (only 'absolute')")
@@ -150,6 +156,11 @@ def convert(path: str | Path) -> Converted:
         state["pooler.weight"], state["pooler.bias"] = take("pooler.dense.weight"), take("pooler.dense.bias")
     if family == "bert" and "classifier.weight" in hf:  # BertForSequenceClassification: a head for its labels
         state["head.weight"], state["head.bias"] = take("classifier.weight"), take("classifier.bias")
+        options["num_classes"] = int(state["head.weight"].shape[0])
+    if family == "roberta" and "classifier.out_proj.weight" in hf:  # RobertaForSequenceClassification: dense and
+        options["pooler"] = True  # tanh on <s>, then the head for its labels, as BERT's pooler and classifier
+        state["pooler.weight"], state["pooler.bias"] = take("classifier.dense.weight"), take("classifier.dense.bias")
+        state["head.weight"], state["head.bias"] = take("classifier.out_proj.weight"), take("classifier.out_proj.bias")
         options["num_classes"] = int(state["head.weight"].shape[0])
     left = sorted(k for k in hf if k not in used and not k.endswith("position_ids"))
     if left:

@@ -32,7 +32,7 @@ def tokenizer(family: str, words: list[str] = (), *, processor: bool = True):
 
 
 def save_encoder(family: str, path: Path, *, classes: int | None = None, words: list[str] = (), processor: bool = True):
-    """A random `transformers` BERT or RoBERTa (eval mode; `classes`: BertForSequenceClassification) saved with its
+    """A random `transformers` BERT or RoBERTa (eval mode; `classes`: its ForSequenceClassification) saved with its
     tokenizer.json (`tokenizer(family, words, processor=processor)`) into `path`."""
     import transformers
 
@@ -45,7 +45,11 @@ def save_encoder(family: str, path: Path, *, classes: int | None = None, words: 
         )
     if classes is not None:
         config.num_labels = classes
-        model = transformers.BertForSequenceClassification(config)
+        model = (
+            transformers.BertForSequenceClassification
+            if family == "bert"
+            else transformers.RobertaForSequenceClassification
+        )(config)
     else:
         model = transformers.BertModel(config) if family == "bert" else transformers.RobertaModel(config)
     with torch.no_grad():  # BERT's LayerNorms start at 1 / 0; random ones check every parameter lands where it should

@@ -56,15 +56,25 @@ def test_hidden_states_equal_transformers(family, processor, attention, tmp_path
     torch.testing.assert_close(pooled, want.pooler_output, rtol=0, atol=1e-5)
 
 
-def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path):
-    hf = save_encoder("bert", tmp_path, classes=3)
-    ids, mask, tokens, padding = _inputs("bert", tmp_path)
+@pytest.mark.parametrize("family", ["bert", "roberta"])  # RoBERTa's head (dense, tanh, out_proj) started new
+def test_a_sequence_classifier_keeps_its_head_for_the_same_labels(tmp_path, family):
+    hf = save_encoder(family, tmp_path, classes=3)
+    ids, mask, tokens, padding = _inputs(family, tmp_path)
     with torch.no_grad():
         want = hf(input_ids=ids, attention_mask=mask).logits
         got = load(tmp_path, num_classes=3).eval()(tokens, padding)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     new = load(tmp_path, num_classes=5)  # another label set: the head starts new, the rest is BERT's
     assert new.head.weight.shape == (5, SIZES["hidden_size"])
+
+
+@pytest.mark.parametrize("key", ["is_decoder", "add_cross_attention"])
+def test_a_bert_decoder_is_refused_naming_the_key(tmp_path, key):
+    save_encoder("bert", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, key: True}))  # BertModel masks causally then
+    with pytest.raises(ValueError, match=f"config.json: {key}: true is not supported \\(a bert decoder"):
+        load(tmp_path, num_classes=2)
 
 
 def test_load_takes_the_label_count_from_a_classifiers_head_and_asks_for_it_without_one(tmp_path):

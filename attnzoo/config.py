@@ -109,8 +109,15 @@ def _flatten(node: Any, prefix: str = "") -> list[str]:
     return []
 
 
-def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config:
-    """Merge `configs` in order (later wins), then the dotlist `overrides` (`key=value`); validate."""
+def load(
+    configs: Sequence[str | Path], overrides: Sequence[str] = (), *, given_in: Mapping[str, str] | None = None
+) -> Config:
+    """Merge `configs` in order (later wins), then the dotlist `overrides` (`key=value`); validate.
+
+    Args:
+        given_in: where an override item comes from when it is not the command line (item -> e.g. "grid g.yaml,
+            fixed"), for messages.
+    """
     if not configs:
         raise ConfigError("no config given: pass --config recipes/<recipe>.yaml")
     merged, origins = OmegaConf.create({}), {}
@@ -137,7 +144,7 @@ def load(configs: Sequence[str | Path], overrides: Sequence[str] = ()) -> Config
                 f"override {item!r}: the value is not YAML ({' '.join(str(err).split())}); a mapping is written "
                 "key={kind: sliding_window, window: 4}, a space after each colon"
             ) from err
-        origins.update(dict.fromkeys(_flatten(layer), f"{COMMAND_LINE} ({item!r})"))
+        origins.update(dict.fromkeys(_flatten(layer), f"{(given_in or {}).get(item, COMMAND_LINE)} ({item!r})"))
         try:
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as err:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnzoo.ablation.grid import axis_labels, load_grid
+from attnzoo.ablation.grid import Grid, axis_labels, load_grid
 from attnzoo.ablation.runner import ablate, plan, status
 from attnzoo.config import ConfigError, load
 from attnzoo.run.build import build_data, build_net, resolve
@@ -92,7 +92,17 @@ def test_axis_labels_are_the_shortest_distinct_suffix(keys, labels):
         ("axes: {model.depth: [1, 1]}", "distinct label"),
         ("axes: {model.depth: [1]}\nseeds: [0, 0]", "repeats a seed"),
         ("axes: {model.depth: [1]}\nseeds: 3", "seeds: expected a non-empty list"),
-        ("axes: {model.depth: [1]}\nfixed: {model.depth: 2}", "set both in fixed and in axes"),
+        ("axes: {model.depth: [1]}\nfixed: {model.depth: 2}", "fixed: ['model.depth (axis key model.depth)'] set again"),
+        (  # a key inside an axis' key: the axis value replaced it whole, silently
+            "axes: {model.attention: {mha: {kind: mha}}}\nfixed: {model.attention.backend: eager}",
+            "fixed: ['model.attention.backend (axis key model.attention)'] set again by the axes",
+        ),
+        (  # both labelled "attention": two variants shared a run directory, counted twice in the report
+            "axes: {model.attention.kind: [mha, sinks], model.attention: {x: {kind: gated}}}",
+            "axis keys model.attention.kind and model.attention overlap",
+        ),
+        ("", "nothing to vary"),  # an empty file trained the recipe as it is
+        ("axes: {}", "nothing to vary"),
         ("axes: {seed: [1, 2]}", "seeds:"),
         ("axes: {model.depth: [1]}\nmode: best", "mode: 'best'"),
         ("[1, 2]", "expected a mapping"),
@@ -113,9 +123,33 @@ def test_a_variant_with_an_invalid_config_stops_the_plan_naming_it(tmp_path):
     grid = load_grid(write_grid(tmp_path, {"model.attention.kind": ["mha", "mah"]}))
     with pytest.raises(ConfigError, match=r"variant attention=mah,seed=0: .*did you mean 'mha'"):
         plan([VIT], grid, [], tmp_path / "out")
+    grid = load_grid(write_grid(tmp_path, {"model.attention.kind": ["mha", None]}))  # a TypeError from difflib
+    with pytest.raises(ConfigError, match=r"variant attention=none,seed=0: model.attention.kind: expected a name of "
+                                          r"\['mha', .*got None \(set in the grid's axes"):  # fmt: skip
+        plan([VIT], grid, [], tmp_path / "out")
     grid = load_grid(write_grid(tmp_path, {"model.patch_size": [7, 14]}))
     with pytest.raises(ConfigError, match="axes of the grid"):
         plan([VIT], grid, ["model.patch_size=4"], tmp_path / "out")
+
+
+def test_overrides_an_axis_would_replace_or_a_seed_are_refused_and_fixed_errors_name_the_grid(tmp_path):
+    # under an axis that sets the whole mapping, the overrides were dropped without a word; seed=5 too
+    grid = load_grid(write_grid(tmp_path, {"model.attention": {"mha": {"kind": "mha"}, "mqa": {"num_kv_heads": 1}}}))
+    with pytest.raises(ConfigError, match=r"overrides \['model.attention.backend'\] set keys that axes of the grid"):
+        plan([VIT], grid, ["model.attention.backend=eager"], tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"override 'seed=5': an ablation sets each run's seed; use --seeds"):
+        plan([VIT], grid, ["seed=5"], tmp_path / "out")
+    grid = load_grid(write_grid(tmp_path, {"model.patch_size": [8]}, fixed={"trainer.max_epoch": 1}))
+    with pytest.raises(ConfigError, match=rf"trainer.max_epoch: unknown key \(set in grid {re.escape(str(grid.path))}, "
+                                          r"fixed \('trainer.max_epoch=1'\)\)"):  # fmt: skip
+        plan([VIT], grid, [], tmp_path / "out")
+
+
+def test_variants_that_would_share_a_run_directory_are_refused(tmp_path):
+    axes = {"model.patch_size": {"a": 4, "b": 8}, "model.img_size": {"a": 32, "b": 64}}  # two axes, one label
+    grid = Grid(tmp_path / "grid.yaml", axes, {"model.patch_size": "x", "model.img_size": "x"}, seeds=[0])
+    with pytest.raises(ConfigError, match=r"variants \['x=a,seed=0', 'x=b,seed=0'\] would share an id"):
+        grid.variants()
 
 
 def _grid_cases():
@@ -185,9 +219,11 @@ def test_a_failing_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path,
     assert sorted(states.values()) == ["failed", "failed", "ok", "ok"]
     ablate([VIT], grid, out, skip_failed=True)
     assert (out / "runs" / "backend=sdpa,seed=0" / "ablate.json").read_text() == kept
-    # a finished run made from another config is not silently reused
+    # a finished run made from another config is not silently reused, and the refused plan leaves ablation.json
+    recorded = (out / "ablation.json").read_text()
     with pytest.raises(ConfigError, match="different config"):
         ablate([VIT], grid, out, ["model.mlp_ratio=2.0"])
+    assert (out / "ablation.json").read_text() == recorded
 
 
 def _png_ok(path: Path) -> bool:

@@ -81,6 +81,10 @@ class Grid:
             for seed in self.seeds if self.seeds is not None else [default_seed]:
                 full = f"{name},seed={seed}" if name else f"seed={seed}"
                 out.append(Variant(safe_id(full), safe_id(name or "base"), values, seed, (*overrides, f"seed={seed}")))
+        ids = [v.id for v in out]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:  # they would share a run directory (labels that differ in characters a directory name drops)
+            raise _fail(self.path, f"variants {twice} would share an id: give the values labels that differ")
         return out
 
     def fixed_overrides(self) -> list[str]:
@@ -90,6 +94,11 @@ class Grid:
 def is_named(axis: str) -> bool:
     """An axis whose name is not a dotted config key: its values are sets of overrides."""
     return "." not in axis
+
+
+def inside(key: str, outer: str) -> bool:
+    """Whether dotted `key` is `outer` or a key within it (which an override of `outer` replaces)."""
+    return key == outer or key.startswith(outer + ".")
 
 
 def _set_keys(values: dict[str, Any]) -> list[str]:
@@ -166,6 +175,11 @@ def load_grid(path: str | Path) -> Grid:
     axes_raw = raw.get("axes") or {}
     if not isinstance(axes_raw, dict):
         raise _fail(path, "axes: expected a mapping of dotted config keys to lists (or mappings) of values")
+    if not axes_raw and raw.get("seeds") is None:
+        raise _fail(
+            path,
+            "nothing to vary: no axes (e.g. axes: {model.attention.kind: [mha, talking_heads]}) and no seeds: list",
+        )
     if "seed" in axes_raw or "seed" in (raw.get("fixed") or {}):
         raise _fail(path, "set seeds with the `seeds:` list, not as an axis or fixed override")
     axes: dict[str, dict[str, Any]] = {}
@@ -207,11 +221,19 @@ def load_grid(path: str | Path) -> Grid:
     if recipes is not None and not (isinstance(recipes, list) and all(isinstance(r, str) for r in recipes)):
         raise _fail(path, f"recipes: expected a list of recipe names (e.g. [vit, ast]), got {recipes!r}")
     grid = Grid(path, axes, axis_labels(list(axes)), seeds, fixed, raw.get("metric"), mode, recipes)
-    both = sorted(set(fixed) & grid.keys())
+    both = sorted(f"{f} (axis key {k})" for f in fixed for k in grid.keys() if inside(str(f), k))
     if both:
-        raise _fail(path, f"{both} set both in fixed and in axes")
+        raise _fail(path, f"fixed: {both} set again by the axes (an axis value replaces all of its key)")
     counts = [k for axis, values in axes.items() for k in (_set_keys(values) if is_named(axis) else [axis])]
     twice = sorted({k for k in counts if counts.count(k) > 1})
     if twice:
         raise _fail(path, f"{twice} set by more than one axis")
+    nested = sorted({(a, b) for a in counts for b in counts if a != b and inside(a, b)})
+    if nested:
+        a, b = nested[0]
+        raise _fail(
+            path,
+            f"axis keys {a} and {b} overlap: a value of {b} replaces {a} whole; vary them together in one axis "
+            f"({b}: {{label: {{...}}}}) or in a named axis of override sets",
+        )
     return grid

@@ -21,7 +21,7 @@ from ..config import ConfigError, load
 from ..run.lock import RunLock
 from ..util.files import write_json
 from ..util.imports import imports_allowed
-from .grid import Grid, Variant, load_grid
+from .grid import Grid, Variant, inside, load_grid
 from .job import finished, read_record, run_one
 
 log = logging.getLogger("attnzoo")
@@ -38,15 +38,22 @@ class Planned:
 
 def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path) -> list[Planned]:
     """Every run of the grid, each config validated (an invalid one raises ConfigError naming the variant)."""
-    base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides])
-    clash = sorted(k for k in grid.keys() if any(o.split("=", 1)[0] == k for o in overrides))
+    keys = [o.split("=", 1)[0] for o in overrides]
+    if "seed" in keys:  # each run's own seed= comes after them: it would be dropped
+        raise ConfigError(f"override {overrides[keys.index('seed')]!r}: an ablation sets each run's seed; use --seeds")
+    clash = sorted({k for k in keys for axis in grid.keys() if inside(k, axis)})
     if clash:
-        raise ConfigError(f"overrides {clash} set keys that are axes of the grid {grid.path}")
+        raise ConfigError(
+            f"overrides {clash} set keys that axes of the grid {grid.path} set again (an axis value replaces all of "
+            "its key): vary them in the grid, or change the grid's values"
+        )
+    given_in = {o: f"grid {grid.path}, fixed" for o in grid.fixed_overrides()}
+    base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
     runs = []
     for variant in grid.variants(default_seed=int(base.tree.get("seed", 0))):
         items = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
         try:
-            cfg = load(configs, items)
+            cfg = load(configs, items, given_in={**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")})
         except ConfigError as err:
             raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
         sha = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:16]
@@ -221,8 +228,8 @@ def _ablate(
         "variants": [{"id": r.variant.id, "name": r.variant.name, "values": r.variant.values,
                       "seed": r.variant.seed} for r in runs],
     }  # fmt: skip
+    states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was
     write_json(out / "ablation.json", info)
-    states = {r.variant.id: status(r) for r in runs}
     todo = [
         r for r in runs if states[r.variant.id] == "missing" or states[r.variant.id] == "failed" and not skip_failed
     ]

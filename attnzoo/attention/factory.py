@@ -70,6 +70,8 @@ def attention_builder(cfg: Mapping[str, Any] | None, what: str = "model.attentio
 
     cfg = dict(cfg or {})
     kind = cfg.pop("kind", "mha")
+    if not isinstance(kind, str):
+        raise ValueError(f"{what}.kind: expected a name of {list(ATTENTION_KINDS)}, got {kind!r}")
     if kind in ATTENTION_KINDS:
         base = ATTENTION_KINDS[kind]
     elif "." in str(kind):

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 def suggest(word: str, choices: list[str]) -> str:
     """ "; did you mean 'x'?" for the closest of `choices`, or "" when none is close; of equally close ones, the
     first in `choices` (registries list their defaults first: "mah" suggests "mha", not "mla")."""
+    if not isinstance(word, str):  # a YAML null or number where a name belongs
+        return ""
     close = difflib.get_close_matches(word, choices, n=len(choices), cutoff=0.6)
     if not close:
         return ""

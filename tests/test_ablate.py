@@ -35,15 +35,15 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 def test_variants_are_every_combination_times_seeds_with_readable_safe_ids(tmp_path):
     axes = {
-        "model.attention.backend": ["eager", "sdpa"],
+        "model.pos_embed": ["learned", "none"],
         "model.attention": {"mha": {"kind": "mha"}, "mqa/1": {"kind": "mha", "num_kv_heads": 1}},
         "trainer.precision": ["32-true"],
     }
     grid = load_grid(write_grid(tmp_path, axes, seeds=(0, 1)))
     variants = grid.variants()
     assert len(variants) == 2 * 2 * 1 * 2
-    assert variants[0].id == "backend=eager,attention=mha,precision=32-true,seed=0"
-    assert variants[-1].id == "backend=sdpa,attention=mqa_1,precision=32-true,seed=1"  # "/" is not filesystem-safe
+    assert variants[0].id == "pos_embed=learned,attention=mha,precision=32-true,seed=0"
+    assert variants[-1].id == "pos_embed=none,attention=mqa_1,precision=32-true,seed=1"  # "/" is not filesystem-safe
     assert len({v.id for v in variants}) == len(variants) and all(SAFE.match(v.id) for v in variants)
     assert {v.name for v in variants if v.seed == 0} == {v.name for v in variants if v.seed == 1}
     mqa = variants[-1].overrides

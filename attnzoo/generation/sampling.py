@@ -94,6 +94,7 @@ def filter_logits(logits: Tensor, *, top_k: int | None = None, top_p: float | No
     if top_p is not None:
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if top_p is not None and top_p < 1:  # 1 keeps every token (an fp32 running sum reaches 1 before the tail)
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # probability of the tokens ranked above each

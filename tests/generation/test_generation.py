@@ -276,6 +276,9 @@ def test_filter_logits_keeps_the_top_k_and_the_nucleus():
     assert kept(filter_logits(logits, top_p=float(probs[4] + probs[0]) - 0.01)) == {4, 0}
     assert kept(filter_logits(logits, top_p=float(probs[4] + probs[0]) + 0.01)) == {4, 0, 1}
     assert kept(filter_logits(logits, top_k=3, top_p=1.0)) == {4, 0, 1}
+    # top_p 1 keeps every token: over a GPT-2-sized vocabulary an fp32 running sum reached 1 before the tail
+    wide = torch.randn(2, 50257, generator=torch.Generator().manual_seed(0)) * 3
+    assert filter_logits(wide, top_p=1.0).isfinite().all()
     for bad in (dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
         with pytest.raises(ValueError):
             filter_logits(logits, **bad)

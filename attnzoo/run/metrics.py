@@ -237,6 +237,7 @@ def stop_reason(trainer: L.Trainer) -> dict[str, Any]:
 
     `epoch` counts the epochs trained (a stop mid-epoch counts the started one).
     """
+    from lightning.pytorch.callbacks import Timer
     from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
     epoch = trainer.current_epoch
@@ -248,6 +249,9 @@ def stop_reason(trainer: L.Trainer) -> dict[str, Any]:
     max_steps, max_epochs = getattr(trainer, "max_steps", -1), getattr(trainer, "max_epochs", -1)
     if max_steps not in (None, -1) and trainer.global_step >= max_steps:
         return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_steps ({max_steps}) reached"}
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    if timer is not None and timer.time_remaining() is not None and timer.time_remaining() <= 0:
+        return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_time ({timer._duration:.0f} s) reached"}
     if max_epochs not in (None, -1) and epoch >= max_epochs:
         return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_epochs ({max_epochs}) reached"}
     return {"reason": "budget", "epoch": epoch, "message": "a trainer limit was reached (e.g. trainer.max_time)"}

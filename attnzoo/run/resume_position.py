@@ -58,6 +58,21 @@ class ResumeDataPosition(L.Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._rng = state.get("rng")
 
+    def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint written when `trainer.max_steps` or `max_time` cut an epoch short is saved as a mid-epoch
+        one. Lightning ends the epoch at such a stop, and would resume at the next epoch: the rest of the cut one
+        (and its validation) lost, and the batches done counted against the next. Saved as a stop mid-epoch, a
+        resume with a larger budget goes on as the uninterrupted run does."""
+        loop = checkpoint.get("loops", {}).get("fit_loop", {})
+        epochs, batches = loop.get("epoch_progress"), loop.get("epoch_loop.batch_progress")
+        if not epochs or not batches:
+            return
+        done, total = batches["current"]["processed"], trainer.num_training_batches
+        ended = epochs["current"]["processed"] > epochs["current"]["completed"]
+        if ended and 0 < done < total < float("inf"):
+            for counts in (epochs["current"], epochs["total"]):
+                counts["processed"] = counts["completed"]
+
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._skip_trained_batches(trainer)
         if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here

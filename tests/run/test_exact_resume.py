@@ -87,6 +87,35 @@ def test_a_signal_inside_a_gradient_accumulation_window_stops_at_its_optimizer_s
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
+def test_a_run_cut_by_max_steps_mid_epoch_resumes_with_a_larger_budget_as_the_uninterrupted_run(tmp_path):
+    """Lightning ends the epoch at a max_steps (or max_time) stop: a resume started the next epoch, skipping as
+    many of its batches as the cut one had done, and the rest of the cut epoch and its validation were lost."""
+    path = ROOT / "recipes" / "text_cls.yaml"
+    constant = ["task.scheduler={kind: constant}"]  # an lr that does not follow the budget
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], *constant]
+    reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
+    cut = fit(load([path], [*overrides, f"trainer.max_steps={AT}", f"run.dir={tmp_path / 'cut'}"]))
+    assert sorted(_losses(cut)) == list(range(AT))
+    fit(load([cut / "config.yaml"], ["trainer.max_steps=-1"]), resume=cut)
+    assert _losses(cut) == _losses(reference)
+    with open(cut / "metrics.csv", newline="") as f:  # both epochs validated, the cut one too
+        assert sorted({r["epoch"] for r in csv.DictReader(f) if r.get("val/loss")}) == ["0", "1"]
+
+
+def test_a_max_time_stop_is_named_as_such_not_as_the_epoch_budget():
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import Timer
+
+    from attnzoo.run.metrics import stop_reason
+
+    trainer = SimpleNamespace(  # after a stop mid-epoch, Lightning counts the cut epoch as done
+        callbacks=[Timer(duration=timedelta(seconds=0))], current_epoch=2, max_epochs=2, max_steps=-1, global_step=9
+    )
+    assert stop_reason(trainer) == {"reason": "budget", "epoch": 2, "message": "trainer.max_time (0 s) reached"}
+
+
 @pytest.mark.parametrize(("bucket", "workers"), [(False, 0), (False, 2), (True, 2)])
 def test_a_resume_skips_the_trained_batches_of_this_epoch_only_whole_epochs_with_or_without_workers(
     bucket, workers, tmp_path, monkeypatch, caplog

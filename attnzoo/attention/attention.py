@@ -35,20 +35,16 @@ class Call:
     x: Tensor  # the layer's input [B, Lq, C]
     context: Tensor | None  # cross-attention's source [B, Lk, Cc], or None
     pattern: Any | None  # which (query, key) pairs interact (the layer's, with is_causal and the cache applied)
-    bias: Any | None  # a bias module or an additive tensor, or None (without `attn_mask`)
+    bias: Any | None  # what adds to the scores: a bias module or an additive tensor (with `attn_mask` added), or None
     key_padding_mask: Tensor | None  # bool [B, Lk], True marks padding
     backend: str  # "auto" or a name in `backends.BACKENDS`
     return_weights: bool
     cache: Cache | None = None  # when decoding: the layer's cache (k and v already come from it)
-    # the caller's `attn_mask` as an additive tensor (-inf where a bool one is False), or None; kept apart from the
-    # bias for kinds that transform scores before masking them (head mixing must not mix a mask across heads)
+    # the same in two parts, for kinds that transform scores before masking them (head mixing must not mix a mask
+    # across heads): the caller's `attn_mask` as an additive tensor (-inf where a bool one is False), and the bias
+    # without it; `attn_mask` None: `layer_bias` is `bias`
     attn_mask: Tensor | None = None
-
-    def scores_bias(self, q: Tensor, k: Tensor) -> Any | None:
-        """What adds to the scores: the bias with `attn_mask` added (a dense tensor then), for q and k [B, H, L, D]."""
-        if self.attn_mask is None:
-            return self.bias
-        return self.attn_mask if self.bias is None else _dense(self.bias, q, k) + self.attn_mask
+    layer_bias: Any | None = None
 
 
 class Attention(nn.Module):
@@ -298,10 +294,14 @@ class Attention(nn.Module):
                 ) from None
             if attn_mask.dtype == torch.bool:
                 attn_mask = torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
+        layer_bias = bias
+        if attn_mask is not None:
+            bias = attn_mask if bias is None else _dense(bias, q, k) + attn_mask
 
         capturing = bool(_capture)
         backend = "auto" if capturing else self.backend
-        call = Call(x, context, pattern, bias, key_padding_mask, backend, return_weights or capturing, cache, attn_mask)
+        returns = return_weights or capturing
+        call = Call(x, context, pattern, bias, key_padding_mask, backend, returns, cache, attn_mask, layer_bias)
         out, weights = self.attend_heads(q, k, v, call)  # [B, H, Lq, D], [B, H, Lq, Lk] or None
         if capturing:
             _capture[-1].append(weights.detach())
@@ -424,7 +424,7 @@ class Attention(nn.Module):
             k,
             v,
             pattern=call.pattern,
-            bias=call.scores_bias(q, k),
+            bias=call.bias,
             key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.scale,
@@ -448,7 +448,6 @@ class Attention(nn.Module):
         return (
             call.pattern is None
             and call.bias is None
-            and call.attn_mask is None
             and call.key_padding_mask is None
             and not call.return_weights
             and self.transform_class is None

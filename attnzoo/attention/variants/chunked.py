@@ -77,14 +77,21 @@ def chunked_attention(
             scores = scores + values
         if pre is not None:
             scores = pre(scores, rows)
+        mask = None
         if attn_mask is not None:
             mask, allowed = barred_pairs(_bias_rows(attn_mask, rows, q_idx, kv_idx, lq).float(), allowed)
             scores = scores + mask
         weights = masked_softmax(scores, allowed)
         if post is not None:
+            # a mask of each head's own: mixing heads would carry weight onto its pairs, so the pairs it barred (and
+            # those a float mask's large negatives left at zero weight in their own head) stay at zero
+            barred = None if allowed is None or allowed.dim() < 4 or allowed.shape[1] == 1 else ~allowed
+            if mask is not None and mask.dim() == 4 and mask.shape[1] > 1:
+                silenced = (weights == 0) & (mask < 0)
+                barred = silenced if barred is None else barred | silenced
             weights = post(weights, rows)
-            if allowed is not None and allowed.dim() == 4 and allowed.shape[1] > 1:  # a mask of each head's own
-                weights = weights.masked_fill(~allowed, 0.0)  # mixing heads would carry weight onto its pairs
+            if barred is not None:
+                weights = weights.masked_fill(barred, 0.0)
         weights = weights.to(q.dtype)
         dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
         return dropped @ v.to(q.dtype), (weights if return_weights else None)  # [B, H, c, D]

@@ -273,7 +273,7 @@ class ComposedAttention(Attention):
             pre=lambda a, rows: self.pre(a, rows, pre_state),
             post=lambda a, rows: self.post(a, rows, post_state),
             pattern=call.pattern,
-            bias=call.bias,
+            bias=call.layer_bias,
             attn_mask=call.attn_mask,
             key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,

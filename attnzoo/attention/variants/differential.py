@@ -86,7 +86,7 @@ class DifferentialAttention(Attention):
         odd = torch.arange(q.shape[-1], device=q.device) % 2  # [D]: 0 for the first half's channels
         options = dict(
             pattern=call.pattern,
-            bias=call.scores_bias(q, k),
+            bias=call.bias,
             key_padding_mask=call.key_padding_mask,
             dropout_p=self.attn_drop if self.training else 0.0,
             scale=self.map_scale,

@@ -98,7 +98,7 @@ class LinformerAttention(Attention):
         return super().cannot_decode(pattern)
 
     def attend_heads(self, q: Tensor, k: Tensor, v: Tensor, call: Call) -> tuple[Tensor, Tensor | None]:
-        if call.pattern is not None or call.scores_bias(q, k) is not None:
+        if call.pattern is not None or call.bias is not None:
             raise ValueError(
                 "attention kind 'linformer' cannot take a pattern, is_causal or attn_mask at call time: keys are "
                 "projected along the sequence (use key_padding_mask for padding)"

@@ -150,10 +150,13 @@ def test_a_float_attn_mask_of_large_negatives_masks_as_the_bool_one(kind, masked
     # DCMHA mixed it across heads with the scores, so a masked key kept weight (or the row overflowed to NaN)
     layer = build(kind, seq_len=6, chunk_size=4)
     randomize_extras(layer)
+    if kind == "talking_heads":  # mixing rows of a negative sum turned the mask's large negatives into large positives
+        with torch.no_grad():
+            layer.pre.static.copy_(-layer.pre.static.abs())
     x = torch.randn(2, 6, DIM)
-    keep = torch.rand(2, 1, 6, 6) > 0.4
+    keep = torch.rand(2, HEADS, 6, 6) > 0.4  # a mask of each head's own: head mixing after the softmax too
     keep[..., 0] = True  # every row keeps a key
-    floats = torch.zeros(2, 1, 6, 6).masked_fill(~keep, masked)
+    floats = torch.zeros(2, HEADS, 6, 6).masked_fill(~keep, masked)
     want, want_w = layer(x, attn_mask=keep, return_weights=True)
     got, got_w = layer(x, attn_mask=floats, return_weights=True)
     assert torch.isfinite(got).all()

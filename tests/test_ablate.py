@@ -101,8 +101,8 @@ def test_axis_labels_are_the_shortest_distinct_suffix(keys, labels):
             "axes: {model.attention.kind: [mha, sinks], model.attention: {x: {kind: gated}}}",
             "axis keys model.attention.kind and model.attention overlap",
         ),
-        ("", "nothing to vary"),  # an empty file trained the recipe as it is
-        ("axes: {}", "nothing to vary"),
+        ("", "is empty: a grid lists axes"),  # an empty file trained the recipe as it is
+        ("axes: {model.depth: [1]}\nfixed: {trainer: {max_epochs: 1}}", "fixed: expected a mapping of dotted"),
         ("axes: {seed: [1, 2]}", "seeds:"),
         ("axes: {model.depth: [1]}\nmode: best", "mode: 'best'"),
         ("[1, 2]", "expected a mapping"),
@@ -137,12 +137,28 @@ def test_overrides_an_axis_would_replace_or_a_seed_are_refused_and_fixed_errors_
     grid = load_grid(write_grid(tmp_path, {"model.attention": {"mha": {"kind": "mha"}, "mqa": {"num_kv_heads": 1}}}))
     with pytest.raises(ConfigError, match=r"overrides \['model.attention.backend'\] set keys that axes of the grid"):
         plan([VIT], grid, ["model.attention.backend=eager"], tmp_path / "out")
-    with pytest.raises(ConfigError, match=r"override 'seed=5': an ablation sets each run's seed; use --seeds"):
+    with pytest.raises(ConfigError, match=r"override 'seed=5': the runs take their seeds from the grid's seeds: list"):
         plan([VIT], grid, ["seed=5"], tmp_path / "out")
     grid = load_grid(write_grid(tmp_path, {"model.patch_size": [8]}, fixed={"trainer.max_epoch": 1}))
     with pytest.raises(ConfigError, match=rf"trainer.max_epoch: unknown key \(set in grid {re.escape(str(grid.path))}, "
                                           r"fixed \('trainer.max_epoch=1'\)\)"):  # fmt: skip
         plan([VIT], grid, [], tmp_path / "out")
+
+
+def test_alternatives_of_a_named_axis_and_a_seed_study_plan(tmp_path):
+    # one named axis' values never apply together: keys of two of them may nest (they were refused as overlapping)
+    variant = {"mha": {"model.attention.kind": "mha"}, "mqa": {"model.attention": {"kind": "mha", "num_kv_heads": 1}}}
+    runs = plan([VIT], load_grid(write_grid(tmp_path, {"variant": variant})), [], tmp_path / "out")
+    assert [r.variant.id for r in runs] == ["variant=mha,seed=0", "variant=mqa,seed=0"]
+    inner_first = {"a": {"model.attention.pattern": "none", "model.attention": {"kind": "mha"}}}
+    with pytest.raises(ConfigError, match="axis keys model.attention.pattern and model.attention overlap"):
+        load_grid(write_grid(tmp_path, {"variant": inner_first}))
+    # no axes: the seeds given to the ablation (--seeds) are what varies; without any, nothing does
+    study = load_grid(write_grid(tmp_path, {}, seeds=None))
+    with pytest.raises(ConfigError, match="nothing to vary: no axes and no seeds"):
+        plan([VIT], study, [], tmp_path / "out")
+    study.seeds = [0, 1]
+    assert [r.variant.id for r in plan([VIT], study, [], tmp_path / "out")] == ["seed=0", "seed=1"]
 
 
 def test_variants_that_would_share_a_run_directory_are_refused(tmp_path):

@@ -167,6 +167,8 @@ def load_grid(path: str | Path) -> Grid:
         raw = OmegaConf.to_container(read_yaml(path), resolve=True)
     except OmegaConfBaseException as err:
         raise _fail(path, f"cannot parse: {err}") from err
+    if not raw:
+        raise _fail(path, "is empty: a grid lists axes (e.g. axes: {model.attention.kind: [mha, talking_heads]})")
     if not isinstance(raw, dict):
         raise _fail(path, f"expected a mapping with keys {list(GRID_KEYS)}")
     for key in raw:
@@ -175,11 +177,6 @@ def load_grid(path: str | Path) -> Grid:
     axes_raw = raw.get("axes") or {}
     if not isinstance(axes_raw, dict):
         raise _fail(path, "axes: expected a mapping of dotted config keys to lists (or mappings) of values")
-    if not axes_raw and raw.get("seeds") is None:
-        raise _fail(
-            path,
-            "nothing to vary: no axes (e.g. axes: {model.attention.kind: [mha, talking_heads]}) and no seeds: list",
-        )
     if "seed" in axes_raw or "seed" in (raw.get("fixed") or {}):
         raise _fail(path, "set seeds with the `seeds:` list, not as an axis or fixed override")
     axes: dict[str, dict[str, Any]] = {}
@@ -212,8 +209,10 @@ def load_grid(path: str | Path) -> Grid:
     if seeds is not None and len(set(seeds)) != len(seeds):
         raise _fail(path, f"seeds: {seeds} repeats a seed")
     fixed = raw.get("fixed") or {}
-    if not isinstance(fixed, dict):
-        raise _fail(path, f"fixed: expected a mapping of dotted config keys to values, got {fixed!r}")
+    if not isinstance(fixed, dict) or not all("." in str(k) for k in fixed):
+        raise _fail(
+            path, f"fixed: expected a mapping of dotted config keys to values (trainer.max_epochs: 3), got {fixed!r}"
+        )
     mode = raw.get("mode")
     if mode not in (None, "max", "min"):
         raise _fail(path, f"mode: {mode!r} is not 'max' or 'min'")
@@ -224,16 +223,22 @@ def load_grid(path: str | Path) -> Grid:
     both = sorted(f"{f} (axis key {k})" for f in fixed for k in grid.keys() if inside(str(f), k))
     if both:
         raise _fail(path, f"fixed: {both} set again by the axes (an axis value replaces all of its key)")
-    counts = [k for axis, values in axes.items() for k in (_set_keys(values) if is_named(axis) else [axis])]
+    own = {axis: _set_keys(values) if is_named(axis) else [axis] for axis, values in axes.items()}
+    counts = [k for keys in own.values() for k in keys]
     twice = sorted({k for k in counts if counts.count(k) > 1})
     if twice:
         raise _fail(path, f"{twice} set by more than one axis")
-    nested = sorted({(a, b) for a in counts for b in counts if a != b and inside(a, b)})
+    nested = sorted(  # keys of two axes, one inside the other (the values of one axis are alternatives)
+        (a, b) for x in own for y in own if x != y for a in own[x] for b in own[y] if a != b and inside(a, b)
+    )
+    for axis, values in axes.items():  # within one set of overrides: a key before the key it is inside
+        sets = values.values() if is_named(axis) else []
+        nested += [(a, b) for one in sets for i, a in enumerate(one) for b in list(one)[i + 1 :] if inside(a, b)]
     if nested:
         a, b = nested[0]
         raise _fail(
             path,
             f"axis keys {a} and {b} overlap: a value of {b} replaces {a} whole; vary them together in one axis "
-            f"({b}: {{label: {{...}}}}) or in a named axis of override sets",
+            f"({b}: {{label: {{...}}}}) or in a named axis of override sets (the outer key first)",
         )
     return grid

@@ -38,9 +38,14 @@ class Planned:
 
 def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path) -> list[Planned]:
     """Every run of the grid, each config validated (an invalid one raises ConfigError naming the variant)."""
+    if not grid.axes and grid.seeds is None:
+        raise ConfigError(f"grid {grid.path}: nothing to vary: no axes and no seeds (a seeds: list, or --seeds)")
     keys = [o.split("=", 1)[0] for o in overrides]
-    if "seed" in keys:  # each run's own seed= comes after them: it would be dropped
-        raise ConfigError(f"override {overrides[keys.index('seed')]!r}: an ablation sets each run's seed; use --seeds")
+    if "seed" in keys and grid.seeds is not None:  # each run's own seed= comes after them: it would be dropped
+        raise ConfigError(
+            f"override {overrides[keys.index('seed')]!r}: the runs take their seeds from the grid's seeds: list (or "
+            "--seeds); use --seeds"
+        )
     clash = sorted({k for k in keys for axis in grid.keys() if inside(k, axis)})
     if clash:
         raise ConfigError(

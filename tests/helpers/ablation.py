@@ -21,9 +21,10 @@ TINY_VIT = {
 
 
 def write_grid(tmp_path: Path, axes: dict, seeds=(0,), fixed=None, name="grid.yaml") -> Path:
-    """A grid file of `axes` with `seeds`, its fixed overrides the tiny ViT's plus `fixed`."""
+    """A grid file of `axes` with `seeds` (None: no seeds: list), its fixed overrides the tiny ViT's plus `fixed`."""
     path = tmp_path / name
-    path.write_text(json.dumps({"seeds": list(seeds), "fixed": {**TINY_VIT, **(fixed or {})}, "axes": axes}))
+    grid = {"fixed": {**TINY_VIT, **(fixed or {})}, "axes": axes}
+    path.write_text(json.dumps(grid if seeds is None else {"seeds": list(seeds), **grid}))
     return path
 
 

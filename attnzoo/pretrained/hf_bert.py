@@ -7,8 +7,10 @@ GELU MLPs and tanh pooler. A tokenizer.json whose post-processor starts every te
 the ones `transformers` saves do, gives the model BERT's own token stream ([CLS] ... [SEP]): the model pools the
 first token (`pooling: first`). A tokenizer without one adds no special tokens, so the [CLS] embedding becomes the
 model's cls token (`pooling: cls`), prepended at position 0 as BERT sees it. RoBERTa numbers positions from
-`pad_token_id + 1`; its table is cut to start there. A `BertForSequenceClassification` classifier
-becomes `head` (kept when the recipe's label count matches); MLM heads and buffers are left out.
+`pad_token_id + 1`; its table is cut to start there (batches padded at the end number as RoBERTa does). A
+`BertForSequenceClassification` classifier becomes `head`, a `RobertaForSequenceClassification` one the pooler
+(`dense`) and `head` (`out_proj`), kept when the recipe's label count matches; MLM heads and buffers are left out.
+A decoder's config (`is_decoder`, `add_cross_attention`) is refused.
 
 Notation: C width, P position rows.
 """

@@ -102,6 +102,50 @@ def test_split_folders_are_found_in_any_letter_case_and_validation_is_val(tmp_pa
         ImageDataModule(dataset="folder", root=str(tmp_path / "loose"), img_size=8).setup()
 
 
+def test_kaggle_split_names_are_splits_and_split_folders_without_train_are_refused(tmp_path):
+    # training/ validation/ test/ (and Training/ Testing/) were read as the classes: the model learned the split
+    for split, n in (("Training", 4), ("Testing", 3)):
+        _write_folder(tmp_path / "kaggle" / split, n=n)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path / "kaggle"), img_size=8)
+    data.setup()
+    assert data.class_names == ["cat", "dog"] and len(data.splits["test"]) == 6
+    for split in ("VALID", "test"):
+        _write_folder(tmp_path / "no_train" / split, n=2)
+    with pytest.raises(ValueError, match=r"holds split folders \(VALID/ \(val\), test/ \(test\)\) but no train split"):
+        ImageDataModule(dataset="folder", root=str(tmp_path / "no_train"), img_size=8).setup()
+
+
+def test_evaluate_on_a_folder_of_test_alone_or_of_one_image_scores_it(tmp_path):
+    # test/ alone was read as a class named "test"; a folder of one image crashed with an IndexError
+    _write_folder(tmp_path / "run_data", n=2)
+    (saved,) = ImageDataModule(dataset="folder", root=str(tmp_path / "run_data"), img_size=8).save_artifacts(tmp_path)
+    _write_folder(tmp_path / "only_test" / "test", n=2)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path / "only_test"), img_size=8, labels=str(saved))
+    data.setup()
+    assert sorted(int(data.splits["test"][i]["label"]) for i in range(4)) == [0, 0, 1, 1]
+    _write_folder(tmp_path / "one", classes=("dog",), n=1)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path / "one"), img_size=8, labels=str(saved))
+    data.setup()
+    assert [int(data.splits["val"][i]["label"]) for i in range(len(data.splits["val"]))] == [1]
+
+
+def test_transparent_and_exif_turned_images_are_read_as_viewers_show_them(tmp_path):
+    from attnzoo.data.formats.image_io import load_rgb
+
+    ink = Image.new("RGBA", (8, 8), (0, 0, 0, 0))  # black ink on a transparent background (icons, signatures)
+    ink.putpixel((3, 3), (0, 0, 0, 255))
+    ink.save(tmp_path / "ink.png")
+    got = np.asarray(load_rgb(str(tmp_path / "ink.png")))
+    assert (got[3, 3] == 0).all() and (got[0, 0] == 255).all()  # dropping alpha made every pixel black
+    photo = Image.new("RGB", (4, 2), (0, 0, 255))
+    photo.paste((255, 0, 0), (0, 0, 2, 2))  # stored: red left half
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned a quarter clockwise: red on top
+    photo.save(tmp_path / "turned.jpg", exif=exif, quality=100)
+    shown = np.asarray(load_rgb(str(tmp_path / "turned.jpg")))
+    assert shown.shape == (4, 2, 3) and shown[0, :, 0].min() > 200 and shown[-1, :, 0].max() < 60
+
+
 def test_files_of_other_formats_in_class_folders_are_named_in_a_warning(tmp_path, caplog):
     # .gif and .jfif files were left out without a word (18 of 36 images in one user's folder)
     _write_folder(tmp_path)

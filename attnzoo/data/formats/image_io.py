@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ...util.names import shortened
 
 # what PIL raises on a file it cannot decode (its DecompressionBombError, a whole file over its pixel limit, is
 # caught apart: `_too_large`)
 DECODE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError)
+ORIENTATION = 0x0112  # the EXIF tag of how the stored pixels are turned (1: as stored; 5-8: a quarter turn)
 
 
 class ImageFileError(ValueError):
@@ -53,9 +54,21 @@ def load_rgb(path: str) -> Image.Image:
         raise ImageFileError(f"{path}: {_too_large(err)}") from None
     except DECODE_ERRORS as err:
         raise ImageFileError(f"{path}: truncated or corrupt image ({err}); remove or replace the file") from None
+    img = ImageOps.exif_transpose(img)  # a phone photo stored sideways, turned as viewers show it
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
         img = _to_8bit(img)
-    return img.convert("RGB")  # drops alpha, converts CMYK / palette / grayscale
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
+        # transparent pixels as viewers show them, on white: dropping alpha kept whatever colour they store (often
+        # black, so dark ink on a transparent background became a black image)
+        rgba = img.convert("RGBA")
+        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return img.convert("RGB")  # converts CMYK / palette / grayscale
+
+
+def oriented_size(img: Image.Image) -> tuple[int, int]:
+    """(width, height) of an opened image as `load_rgb` turns it (EXIF orientation), from its header alone."""
+    w, h = img.size
+    return (h, w) if img.getexif().get(ORIENTATION) in (5, 6, 7, 8) else (w, h)  # a quarter turn
 
 
 def unreadable_images(paths: Sequence[str]) -> dict[str, str]:

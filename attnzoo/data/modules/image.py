@@ -29,7 +29,11 @@ Tensor = torch.Tensor
 
 EMBEDDED = "mnist5k"
 # split folder names, in any letter case (Train/, VALIDATION/); such a folder is a split when it holds class folders
-SPLIT_NAMES = {"train": "train", "val": "val", "valid": "val", "validation": "val", "test": "test"}
+SPLIT_NAMES = {  # a split folder's name, in any letter case -> the split
+    **{name: "train" for name in ("train", "training")},
+    **{name: "val" for name in ("val", "valid", "validation", "dev")},
+    **{name: "test" for name in ("test", "testing")},
+}
 
 
 def _image_folder(directory: Path) -> Any:
@@ -327,6 +331,8 @@ class ImageDataModule(DataModule):
 
         from PIL import Image
 
+        from ..formats.image_io import oriented_size
+
         samples = getattr(base, "samples", None)
         if not samples:  # a torchvision dataset: its first image
             first = data[0][0]
@@ -335,7 +341,7 @@ class ImageDataModule(DataModule):
         sizes = Counter()
         for path in paths:
             with Image.open(path) as img:
-                sizes[img.size] += 1
+                sizes[oriented_size(img)] += 1
         (w, h), n = sizes.most_common(1)[0]
         side = min(w, h, 224)
         why = f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
@@ -428,8 +434,14 @@ class ImageDataModule(DataModule):
         from ..formats.image_io import ImageFileError, describe, unreadable_images
 
         split_dirs = split_folders(self.root)
-        if "train" not in split_dirs:
-            split_dirs = {"train": self.root}
+        if split_dirs and "train" not in split_dirs and self.labels is None:  # they would be read as the classes
+            found = ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items())
+            raise ValueError(
+                f"data.root {str(self.root)!r} holds split folders ({found}) but no train split: name the folder of "
+                f"the training images train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
+            )
+        if "train" not in split_dirs:  # class folders; or (evaluate) test/ or val/ alone, read as train too
+            split_dirs = {"train": next(iter(split_dirs.values()), self.root), **split_dirs}
         out = {}
         for s, d in split_dirs.items():
             try:
@@ -498,6 +510,9 @@ class ImageDataModule(DataModule):
     def _split(self, data: Dataset) -> tuple[Dataset, Dataset]:
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(self.seed)).tolist()
         n_val = max(1, round(self.val_fraction * len(data)))
+        if len(data) < 2:  # one image (evaluate on a small folder): it is both
+            return data, data
+        n_val = min(n_val, len(data) - 1)
         return Subset(data, order[n_val:]), Subset(data, order[:n_val])
 
     @property

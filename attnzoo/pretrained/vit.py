@@ -8,9 +8,9 @@ number of heads and the pooling are not in the shapes: they come from the timm n
 `VisionTransformer` of pre-norm `Block`s with exact GELU and token or avg pooling, e.g. `vit_medium_patch16_gap_256`;
 read from timm's registry, built on the meta device: nothing is downloaded or allocated; other architectures are
 refused by name), or the heads from the width of the classic sizes (192 tiny, 384 small, 768 base, 1024 large) and
-the pooling as timm's default for the tensors (also when they do not fit the named architecture's, logged). Hugging Face ViT uses LayerNorm eps 1e-12 (timm: 1e-6)
-and separate q/k/v projections, fused here into `qkv`. A `ViTModel`'s pooler (dense + tanh on the class token) has
-no attnzoo counterpart and is dropped (logged).
+the pooling as timm's default for the tensors (also when they do not fit the named architecture's, logged).
+Hugging Face ViT uses LayerNorm eps 1e-12 (timm: 1e-6) and separate q/k/v projections, fused here into `qkv`. A
+`ViTModel`'s pooler (dense + tanh on the class token) has no attnzoo counterpart and is dropped (logged).
 Loading into a model of another image size resamples `pos_embed` (`ViT` does it on load).
 """
 

@@ -3,15 +3,17 @@
 
 Translations of sentences by a trained translation run (data kind `translation`), from the run directory alone: the
 model is built from its `config.yaml` and `tokenizer.json` (`attnzoo.run.load_run(..., with_data=False)`; the
-training files are not read). Each sentence is encoded with the run's tokenizer (special-token strings such as
-"[EOS]" in it are plain text) and decoded greedily (`--beam 1`) or with beam search (`--beam K`, default the run's
-`task.beam_size`). One translation per line on stdout.
+training files are not read). Each sentence is stripped of surrounding whitespace, as training strips its pairs,
+and encoded with the run's tokenizer (special-token strings such as "[EOS]" in it are plain text), then decoded
+greedily (`--beam 1`) or with beam search (`--beam K`, default the run's `task.beam_size`). One translation per line
+on stdout.
 
-`--file` (`-`: standard input) is read as `fit` reads text (UTF-8, a byte-order mark dropped; other bytes stop with
-the file and line) and translated in batches of `--batch-size` lines, each printed as soon as it is done, with
-progress on stderr.
-Output lines match input lines: a blank line gives a blank line. A sentence longer than the model's `data.max_len`
-tokens is cut, and the command says so. Language-model runs continue a prompt with `python -m attnzoo.generate`.
+`--file` (`-`: standard input) is read as `fit` reads text (UTF-8, a byte-order mark dropped, lines ending at
+"\\n", "\\r\\n" or a lone "\\r"; other bytes stop with the file and line) and translated in batches of
+`--batch-size` lines, each printed as soon as it is done, with progress on stderr.
+Output lines match input lines: a blank (or whitespace-only) line gives a blank line; a blank `--text` is refused.
+A sentence longer than the model's `data.max_len` tokens is cut, and the command says so. Language-model runs
+continue a prompt with `python -m attnzoo.generate`.
 
 Notation: B sentences, S source tokens.
 """
@@ -43,11 +45,16 @@ PROGRESS_EVERY = 2.0  # seconds between progress lines on stderr
 def source_batch(
     tok: Any, texts: Sequence[str], max_len: int, unknown: list[list[str]] | None = None
 ) -> tuple[Tensor, Tensor, list[int]]:
-    """(src [B, S], src_padding_mask [B, S], lengths before cutting) of `texts`: user text encoded with special-token
-    strings as plain text, cut to `max_len` tokens and right-padded. With `unknown`, each text's pieces that became
-    the unknown token are appended to it as a list."""
+    """(src [B, S], src_padding_mask [B, S], lengths before cutting) of `texts`: user text stripped of surrounding
+    whitespace as training strips its pairs (`attnzoo.data.formats.parallel_files`; a trailing space would be a
+    token the model never saw), encoded with special-token strings as plain text, cut to `max_len` tokens and
+    right-padded. With `unknown`, each text's pieces that became the unknown token are appended to it as a list."""
     from .data.tokenizers.subword import encode_user_text
 
+    for text in texts:
+        if not text.strip():  # stripped, it would have no tokens: say what was given rather than "no tokens"
+            raise ConfigError(f"--text: {text!r} is {'only whitespace' if text else 'empty'}; give a sentence")
+    texts = [text.strip() for text in texts]
     full = []
     for text in texts:
         pieces: list[str] = []
@@ -138,17 +145,25 @@ def translate(
 
 
 def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
-    """The lines of a text file as `fit` reads text: UTF-8, a byte-order mark dropped, line ends removed; a byte
-    that is not UTF-8 (or a NUL: a binary file) raises ConfigError naming the file (`name`, else `path`) and line."""
+    """The lines of a text file as `fit` reads text: UTF-8, a byte-order mark dropped, lines ending at "\\n",
+    "\\r\\n" or a lone "\\r" (`byte_lines`), line ends removed; a byte that is not UTF-8 (or a NUL: a binary file)
+    raises ConfigError naming the file (`name`, else `path`) and line, a UTF-16 or UTF-32 file one saying so."""
+    from .data.formats.parallel_files import byte_lines
+    from .data.formats.text_files import wide_unicode
+
     path_shown = name or path
     with path.open("rb") as f:
-        for n, raw in enumerate(f, start=1):
+        note = wide_unicode(f.read(4), "FILE" if str(path_shown) == "-" else Path(path_shown).name)
+        if note is not None:  # not "a binary file": a NUL is in every other byte of UTF-16
+            raise ConfigError(f"--file {path_shown}: {note}")
+        f.seek(0)
+        for n, raw in enumerate(byte_lines(f), start=1):
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
                 raw = raw[3:]
             if b"\0" in raw:
                 raise ConfigError(f"--file {path_shown} line {n}: a NUL byte: this is a binary file, not UTF-8 text")
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
+                yield raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 bad = raw[err.start : err.end].hex(" ")
                 raise ConfigError(

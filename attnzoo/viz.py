@@ -109,14 +109,31 @@ def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> 
 
 
 def example_input(run: Any, index: int) -> tuple[dict[str, Tensor], Any]:
-    """(the net's inputs, label) of validation example `index`, batched as the run's loader does."""
+    """(the net's inputs, label) of validation example `index`, batched as the run's loader does, less the padding
+    at the end of its row (`data.pad_to_multiple`, a short last block): padded positions would be drawn as tokens
+    the example does not have. The net reads right padding as nothing, so its output is the same."""
     loader = run.data.val_dataloader()
     if not 0 <= index < len(loader.dataset):
         raise ConfigError(f"--index {index}: the validation split has {len(loader.dataset)} examples")
-    batch = loader.collate_fn([loader.dataset[index]])
+    batch = _without_padding(loader.collate_fn([loader.dataset[index]]))
     label = batch.pop("label", None)
     net_inputs = getattr(run.task, "net_inputs", None)  # sequence tasks: the batch also holds labels, texts, ...
     return (net_inputs(batch) if net_inputs is not None else batch), None if label is None else label[0]
+
+
+def _without_padding(batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch of one example cut to its real tokens: each tensor of the padding mask's shape [1, L] (tokens, the
+    mask, per-token labels) loses the padded end of its row. Unchanged without padding, or with padding that is not
+    only at the end (cutting it would move tokens)."""
+    from .attention.patterns import right_padded
+
+    mask = batch.get("padding_mask")
+    if not isinstance(mask, Tensor) or mask.dim() != 2 or mask.shape[0] != 1:
+        return batch
+    (real,) = right_padded(mask) or [mask.shape[1]]
+    if real in (0, mask.shape[1]):
+        return batch
+    return {k: v[:, :real] if isinstance(v, Tensor) and v.shape == mask.shape else v for k, v in batch.items()}
 
 
 # ---------------------------------------------------------------------------------------------- command

@@ -228,6 +228,27 @@ def test_a_failure_after_training_started_keeps_the_run_directory(error, tmp_pat
     assert str(error) in summary["stopped"]["message"]
 
 
+class _FailInTest(L.Callback):
+    def on_test_batch_start(self, trainer, module, batch, batch_idx, dataloader_idx=0):
+        raise RuntimeError("kernel failed in the test")
+
+
+def test_a_failure_in_the_test_pass_is_recorded_with_what_training_measured(tmp_path):
+    # only a signal during the test was recorded: any other error left no summary.json at all
+    cfg = load([LM], [*SMOKE_LM, "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", f"run.dir={tmp_path}"])
+    with pytest.raises(RuntimeError, match="kernel failed in the test"):
+        fit(cfg, extra_callbacks=[_FailInTest()])
+    (run_dir,) = (tmp_path / "lm").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is False and "test" not in summary
+    assert summary["stopped"]["reason"] == "error" and summary["stopped"]["phase"] == "test"
+    assert summary["stopped"]["message"] == "RuntimeError: kernel failed in the test"
+    assert summary["metrics"] and summary["global_step"] == 1  # training finished: what it measured is kept
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)  # trains nothing more, and runs the test again
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] is True and "test/ppl" in summary["test"] and summary["global_step"] == 1
+
+
 def test_a_config_error_before_training_leaves_no_run(tmp_path):
     cfg = load([LM], [*SMOKE_LM, f"run.dir={tmp_path}"])
     with pytest.raises(ConfigError, match="before training started"):

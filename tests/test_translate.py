@@ -334,3 +334,36 @@ def test_translate_reads_piped_lines_with_file_dash(translation_run, tmp_path, c
     import tempfile
 
     assert not list(Path(tempfile.gettempdir()).glob("attnzoo-translate-*"))  # nothing left in the temp folder
+
+
+def test_translate_strips_its_input_as_training_strips_its_pairs(translation_run, capsys):
+    # a trailing space was a token training never saw (it strips both sides of each pair), and changed the
+    # translation; "   " was translated while "" was refused
+    tok = SubwordTokenizer.load(translation_run / "tokenizer.json")
+    padded = source_batch(tok, ["  42 kilometres \t", "twelve"], 64)
+    plain = source_batch(tok, ["42 kilometres", "twelve"], 64)
+    assert all(torch.equal(a, b) for a, b in zip(padded[:2], plain[:2], strict=True)) and padded[2] == plain[2]
+    for text, what in (("   ", "only whitespace"), ("", "empty")):
+        assert translate_main([str(translation_run), "--text", "ok", "--text", text]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and f"--text: {text!r} is {what}; give a sentence" in captured.err
+
+
+def test_translate_file_ends_lines_at_a_lone_carriage_return(translation_run, tmp_path, capsys):
+    # old Mac Excel's "Tab delimited text" ends lines with "\r" alone: the whole file was one sentence
+    lines = ["The meeting is on 3 March.", "", "42 kilometres", " \t ", "5 May 2021"]
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r".join(lines).encode() + b"\r")
+    assert translate_main([str(translation_run), "--file", str(path), "--beam", "1"]) == 0
+    captured = capsys.readouterr()
+    full = [line for line in lines if line.strip()]
+    expected = iter(translate(translation_run, full, beam=1))
+    assert captured.out.split("\n")[:-1] == [next(expected) if line.strip() else "" for line in lines]
+    assert f"{len(lines)} lines translated" in captured.err and "never saw" not in captured.err  # no "\r" token
+    path.write_bytes(b"ok\r\nfine\rPreis: 5\xa4\nok\n")  # endings mixed: the bad byte is on line 3
+    assert translate_main([str(translation_run), "--file", str(path)]) == 2
+    assert f"--file {path} line 3, column 9" in capsys.readouterr().err
+    path.write_bytes("ok\r\n".encode("utf-16"))  # Excel's "Unicode Text" was "a binary file"
+    assert translate_main([str(translation_run), "--file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--file {path}: the file is UTF-16 text" in err and "iconv -f utf-16 -t utf-8 in.txt" in err

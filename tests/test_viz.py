@@ -244,3 +244,44 @@ def test_an_input_image_is_read_as_training_reads_files(tmp_path):
     data = SimpleNamespace(in_chans=3, _transform=lambda **kw: to_tensor)
     image = image_input(data, tmp_path / "g16.png")["image"]
     assert image.shape == (1, 3, 8, 8) and 55 / 255 < image.mean().item() < 70 / 255
+
+
+def test_an_example_of_a_padded_batch_is_drawn_over_its_real_tokens_alone(tmp_path, capsys):
+    # data.pad_to_multiple=16: a 14-token example was drawn as 17 x 17 (padded query rows attending, key columns 0)
+    from attnzoo.run import load_run
+
+    small = ["data.listops.num_train=64", "data.listops.num_val=16", "data.listops.num_test=16", "model.dim=16"]
+    (tmp_path / "text").mkdir()
+    padded = [*small, "model.depth=1", "data.pad_to_multiple=16"]
+    run = _saved_run(tmp_path / "text", ROOT / "recipes" / "text_cls.yaml", padded)
+    loaded = load_run(run, "best")
+    loader = loaded.data.val_dataloader()
+    index = next(i for i in range(len(loader.dataset)) if len(loader.dataset[i][0]) % 16)  # an example with padding
+    tokens = len(loader.dataset[index][0])
+    assert main([str(run), "--index", str(index), "--out", str(tmp_path / "out")]) == 0
+    saved = torch.load(tmp_path / "out" / "maps.pt")
+    assert saved["maps"][0].shape[-2:] == (1 + tokens, 1 + tokens)  # the class token and the example's tokens
+    batch = loader.collate_fn([loader.dataset[index]])  # as the loader pads it: the same prediction
+    batch.pop("label")
+    logits, _ = capture(loaded.net, batch)
+    torch.testing.assert_close(saved["logits"], logits, rtol=1e-5, atol=1e-6)
+
+
+def test_negative_weights_are_drawn_on_a_diverging_scale_and_others_from_zero(tmp_path, monkeypatch):
+    # differential attention's negative weights were drawn as 0 (vmin=0)
+    import matplotlib.axes
+
+    from attnzoo.drawing.matrices import plot_matrices
+
+    drawn = []
+    imshow = matplotlib.axes.Axes.imshow
+    monkeypatch.setattr(matplotlib.axes.Axes, "imshow", lambda ax, *a, **kw: drawn.append(imshow(ax, *a, **kw)))
+    signed = torch.tensor([[[[-0.5, 0.0, 1.5], [0.2, 0.3, 0.5], [1.0, 0.0, 0.0]]]])  # [1, 1, 3, 3]
+    plot_matrices([signed], tmp_path / "signed.png", title="differential")
+    (image,) = drawn
+    assert image.norm.vmin == -image.norm.vmax == -1.5  # symmetric about 0
+    assert image.to_rgba(-0.5) != image.to_rgba(0.0) != image.to_rgba(0.5)
+    drawn.clear()
+    plot_matrices([signed.abs().softmax(-1)], tmp_path / "plain.png", title="softmax")
+    (image,) = drawn
+    assert image.norm.vmin == 0.0 and image.get_cmap().name == "viridis"

@@ -85,17 +85,29 @@ def save_figure(fig: Any, path: str | Path, title: str, note: str = "", *, fonts
 
 
 def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int = 0) -> Path:
-    """Layers x heads of [Lq, Lk] attention matrices (example 0), one color scale per panel."""
+    """Layers x heads of [Lq, Lk] attention matrices (example 0), one color scale per panel.
+
+    Weights are drawn from 0 up; when some are negative (differential attention subtracts two maps), every panel
+    takes a diverging scale symmetric about 0 instead, so a negative weight is not drawn as a 0.
+    """
     plt = _pyplot()
     layers, heads = len(maps), maps[0].shape[1]
+    signed = any(bool((m[0] < 0).any()) for m in maps)
     fig, axes = plt.subplots(layers, heads, figsize=(1.9 * heads + 0.8, 1.9 * layers + 0.7), squeeze=False)
     for i, m in enumerate(maps):
         for h in range(heads):
             ax = axes[i, h]
-            ax.imshow(m[0, h].cpu().numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
+            weights = m[0, h].cpu().numpy()  # [Lq, Lk]
+            if signed:
+                reach = max(float(abs(weights).max()), 1e-12)
+                scale = {"cmap": "RdBu_r", "vmin": -reach, "vmax": reach}
+            else:
+                scale = {"cmap": "viridis", "vmin": 0.0}
+            ax.imshow(weights, interpolation="nearest", **scale)
             if prefix:  # separate the prefix tokens (class token) from the patches
-                ax.axhline(prefix - 0.5, color="white", lw=0.6)
-                ax.axvline(prefix - 0.5, color="white", lw=0.6)
+                line = "0.35" if signed else "white"  # white is the diverging scale's 0
+                ax.axhline(prefix - 0.5, color=line, lw=0.6)
+                ax.axvline(prefix - 0.5, color=line, lw=0.6)
             ax.set_xticks([])
             ax.set_yticks([])
             if i == 0:
@@ -104,7 +116,8 @@ def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int
                 ax.set_ylabel(f"layer {i}\nquery", fontsize=9)
             if i == layers - 1:
                 ax.set_xlabel("key", fontsize=8)
-    return save_figure(fig, path, title)
+    note = "negative weights in blue, positive in red, 0 white (scale symmetric about 0 per panel)" if signed else ""
+    return save_figure(fig, path, title, note)
 
 
 def plot_prefix_maps(maps: Sequence[Tensor], canvas: Canvas, prefix: int, path: Path, *, title: str) -> Path:

@@ -120,14 +120,23 @@ def _build_resumed(cfg: Config, run_dir: Path) -> Any:
     return build(cfg, preset=preset or None, init=False, unrecorded=("data.tokenizer",))
 
 
-def _record_failure(trainer: Any, summary: Any, run_dir: Path, err: BaseException) -> None:
+def _record_failure(
+    trainer: Any, summary: Any, run_dir: Path, err: BaseException, *, trained: dict[str, Any] | None = None
+) -> None:
     """A run that failed after training started keeps its directory, with a summary.json saying why (fit removes a
-    new run directory only when training never started in it)."""
-    if not summary.started or not trainer.is_global_zero:
-        return
+    new run directory only when training never started in it).
+
+    Args:
+        trained: the summary of a run whose training finished and whose test pass failed: kept in the record (what
+            training measured is still true), whose `stopped` says the error came in the test (`"phase": "test"`).
+    """
+    if not trainer.is_global_zero or (trained is None and not summary.started):
+        return  # `trained`: training finished, so the run is kept whatever this process itself trained
     stopped = {"reason": "error", "epoch": trainer.current_epoch, "step": trainer.global_step}
+    if trained is not None:
+        stopped["phase"] = "test"
     stopped["message"] = f"{type(err).__name__}: {err}"
-    record = {"run_dir": str(run_dir), "finished": False, "stopped": stopped}
+    record = {**(trained or {"run_dir": str(run_dir)}), "finished": False, "stopped": stopped}
     try:
         (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
     except OSError as write_err:  # the error that stopped training is the one to report
@@ -264,6 +273,9 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
                 stopped = {"reason": "signal", "phase": "test", "step": err.step, "message": str(err)}
                 record = {**result, "finished": False, "stopped": stopped}
                 (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+            raise
+        except Exception as err:  # recorded as an error in training is, with what training measured; --resume tests
+            _record_failure(trainer, summary, run_dir, err, trained=result)
             raise
         scores = {k: float(v) for k, v in (out[0] if out else {}).items()}
         step = scores.pop("test/checkpoint_step", None)

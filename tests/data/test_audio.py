@@ -370,3 +370,49 @@ def test_another_folder_is_matched_to_the_runs_classes_by_name(tmp_path):
     (other / "yes").rename(other / "zzz")
     with pytest.raises(ValueError, match=r"class\(es\) that the run's model was not trained on: zzz"):
         small(source="folder", root=str(other), labels=str(saved)).setup()
+
+
+def _held_out(root: Path) -> Path:
+    """A folder of go/ and yes/ clips whose testing_list.txt names every one: a test set, no train clip."""
+    for name, freq in (("go", 400.0), ("yes", 600.0)):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            write_pcm16(root / name / f"c{i}.wav", tone(RATE, 0.4, freq, 1), RATE)
+    (root / "testing_list.txt").write_text("".join(f"{n}/c{i}.wav\n" for n in ("go", "yes") for i in range(2)))
+    return root
+
+
+def test_a_folder_of_test_clips_alone_is_scored_with_a_runs_classes_and_statistics(tmp_path, caplog):
+    # evaluate refused it ("the train split of ... has no clips"), and warned that early stopping was off
+    speech_commands(tmp_path / "run_data")
+    small(source="folder", root=str(tmp_path / "run_data")).save_artifacts(tmp_path / "run")
+    saved = {"labels": str(tmp_path / "run" / "labels.json"), "stats_file": str(tmp_path / "run" / "audio_stats.json")}
+    other = _held_out(tmp_path / "other")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        dm = small(source="folder", root=str(other), **saved)
+        dm.setup()
+    assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 0, "val": 0, "test": 4}
+    assert sorted(dm.datasets["test"].targets) == [1, 1, 2, 2]  # the run's numbering: down, go, yes
+    assert next(iter(dm.test_dataloader()))["audio"].shape == (4, 4000)
+    assert "val split has no clip" not in caplog.text  # nothing trains, so nothing has no validation
+    with pytest.raises(ValueError, match=r"the train split of .*other has no clips: nothing to train on"):
+        dm.train_dataloader()
+    for given in ("labels", "stats_file"):  # what the train split gives is still needed: refused at setup
+        with pytest.raises(ValueError, match=r"the train split of .*other has no clips$"):
+            small(source="folder", root=str(other), **{given: saved[given]}).setup()
+
+
+def test_evaluate_scores_a_held_out_folder_of_test_clips(tmp_path, caplog):
+    from attnzoo.config import load
+    from attnzoo.evaluate import evaluate
+    from attnzoo.run import fit
+
+    speech_commands(tmp_path / "clips")
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "ast.yaml"
+    extra = ["data.source=folder", f"data.root={tmp_path / 'clips'}", "data.clip_seconds=0.5"]
+    run_dir = fit(load([recipe], [*QUICK_FIT, *extra, f"run.dir={tmp_path / 'runs'}"]))
+    other = _held_out(tmp_path / "other")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        report = evaluate(run_dir, "best", "test", [], [f"data.root={other}"])
+    assert report["split"] == "test" and report["split_examples"] == 4 and "test/acc" in report["metrics"]
+    assert "val split has no clip" not in caplog.text

@@ -400,3 +400,68 @@ def test_a_row_with_fewer_or_more_fields_than_the_header_is_named(tmp_path):
         ["hello there"],
         ["pos"],
     )
+
+
+def test_one_number_written_two_ways_is_refused_not_two_classes(tmp_path):
+    # a pandas file with float labels concatenated with an int-labelled one: "1" and "1.0" were two classes
+    (tmp_path / "mixed.csv").write_text("text,label\ngood,1\nbad,0\nfine,1.0\nawful,0.0\nok,1\n")
+    with pytest.raises(ValueError) as err:
+        read_text_file(tmp_path / "mixed.csv", text_column="text", label_column="label")
+    msg = str(err.value)
+    assert "mixed.csv: column 'label' writes one number in several ways, which would be separate classes" in msg
+    assert "'1' (line 2) and '1.0' (line 4); '0' (line 3) and '0.0' (line 5); write each class one way" in msg
+    (tmp_path / "mixed.jsonl").write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 1.0}\n')
+    with pytest.raises(ValueError, match=r"mixed.jsonl: .*: '1' \(line 1\) and '1.0' \(line 2\); write"):
+        read_text_file(tmp_path / "mixed.jsonl", text_column="text", label_column="label")
+    # across files: the val split's "1.0" is named as the train split's "1"
+    train = _write(tmp_path / "train.csv", [("good", "1"), ("bad", "0")])
+    val = _write(tmp_path / "val.csv", [("bad", "0"), ("fine", "1.0")])
+    with pytest.raises(
+        ValueError,
+        match=r"val.csv line 3: labels \['1.0'\] .*'1.0' is the number the train split \S+ writes '1'; write each",
+    ):
+        TextDataModule(train=train, val=val, text_column="sentence", tokenizer="bytes").setup()
+    # numbers written alike, and words, are classes as before
+    (tmp_path / "fine.csv").write_text("text,label\na,1\nb,10\nc,1e9x\nd,01x\n")
+    labels = read_text_file(tmp_path / "fine.csv", text_column="text", label_column="label")[1]
+    assert labels == ["1", "10", "1e9x", "01x"]
+
+
+def test_a_utf16_file_is_named_utf16_with_the_command_that_converts_it(tmp_path):
+    # Excel's "Unicode Text" was told to convert from Latin-1
+    for encoding, name in (("utf-16", "UTF-16"), ("utf-16-be", "UTF-16"), ("utf-32", "UTF-32")):
+        path = tmp_path / "excel.tsv"
+        path.write_bytes(("\ufefftext\tlabel\nhi\tpos\n").encode(encoding))
+        with pytest.raises(ValueError) as err:
+            read_text_file(path, text_column="text", label_column="label")
+        msg = str(err.value)
+        assert f"excel.tsv: the file is {name} text" in msg and f"iconv -f {name.lower()} -t utf-8" in msg, msg
+        assert "latin1" not in msg
+
+
+def test_whitespace_only_lines_are_skipped_as_blank_lines_are_and_lines_keep_their_numbers(tmp_path):
+    # "   " at the end of a CSV was "fewer fields than the header's columns (a text holding a comma needs quotes)"
+    (tmp_path / "t.csv").write_bytes(b"\r\ntext,label\r\nhi,pos\r\n   \r\n\r\nbye,neg\r\n   \r\n")
+    assert read_text_file(tmp_path / "t.csv", text_column="text", label_column="label") == (
+        ["hi", "bye"],
+        ["pos", "neg"],
+    )
+    (tmp_path / "t.tsv").write_bytes(b"text\tlabel\nhi\tpos\n \t \n\nbye\tneg\n  \n")
+    assert read_text_file(tmp_path / "t.tsv", text_column="text", label_column="label") == (
+        ["hi", "bye"],
+        ["pos", "neg"],
+    )
+    # the lines skipped still count: a bad line after them is named by its own number
+    (tmp_path / "late.csv").write_text("text,label\nhi,pos\n\n  \n\nbad,\n")
+    with pytest.raises(ValueError, match=r"late\.csv line 6: empty label"):
+        read_text_file(tmp_path / "late.csv", text_column="text", label_column="label")
+    (tmp_path / "late.csv").write_text('text,label\nhi,pos\n \n"two\nlines",\n')
+    with pytest.raises(ValueError, match=r"late\.csv line 5: empty label"):  # the line the record ends on, as before
+        read_text_file(tmp_path / "late.csv", text_column="text", label_column="label")
+    (tmp_path / "empties.csv").write_text("text,label\nhi,pos\n,\n")  # a row of empty fields is not a blank line
+    with pytest.raises(ValueError, match=r"empties\.csv line 3: empty text"):
+        read_text_file(tmp_path / "empties.csv", text_column="text", label_column="label")
+    # lines end at a lone "\r" too: a bad byte is named by its line
+    (tmp_path / "mac.csv").write_bytes(b"text,label\rhi,pos\rcaf\xe9,neg\r")
+    with pytest.raises(ValueError, match=r"mac\.csv line 3, column 4: byte\(s\) e9 are not UTF-8"):
+        read_text_file(tmp_path / "mac.csv", text_column="text", label_column="label")

@@ -343,3 +343,21 @@ def test_an_image_several_records_share_is_checked_once(tmp_path, monkeypatch):
     monkeypatch.setattr(text_image, "_check_image", lambda path: calls.append(path) or real(path))
     _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
     assert len(calls) == len(set(calls)) and calls.count((paths["train"].parent / first["image"]).resolve()) == 1
+
+
+def test_answers_are_stripped_as_text_classification_strips_its_labels(tmp_path):
+    # "yes " was a class of its own beside "yes", in the classes collected and in the answers looked up
+    _, paths = _write(tmp_path)
+    rec = json.loads(paths["train"].read_text().splitlines()[0])
+    labels = ["yes", "yes ", " no", "no\t", "red"]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({**rec, "label": y}) + "\n" for y in labels))
+    (tmp_path / "v.jsonl").write_text(json.dumps({**rec, "label": " red "}) + "\n")
+    dm = _dm(train=str(tmp_path / "t.jsonl"), val=str(tmp_path / "v.jsonl"))
+    assert dm.class_names == ["no", "red", "yes"]
+    assert [dm.datasets["train"][i]["label"] for i in range(5)] == [2, 2, 0, 0, 1]
+    assert dm.datasets["val"][0]["label"] == 1
+    other = _dm(train=str(tmp_path / "v.jsonl"), val=str(tmp_path / "t.jsonl"), classes=["no", "red", "yes"])
+    assert [other.datasets["val"][i]["label"] for i in range(5)] == [2, 2, 0, 0, 1]  # as evaluate looks them up
+    (tmp_path / "v.jsonl").write_text(json.dumps({**rec, "label": "  "}) + "\n")  # stripped, it would be a class ""
+    with pytest.raises(ValueError, match=r"v\.jsonl:1: empty label '  '"):
+        _dm(train=str(tmp_path / "t.jsonl"), val=str(tmp_path / "v.jsonl"))

@@ -199,6 +199,25 @@ def test_bad_line_names_file_and_line(tmp_path, fmt, bad, message):
     assert skipped.pairs == [("a", "b"), ("a", "b")] and [n for n, _ in skipped.skipped] == [2]
 
 
+@pytest.mark.parametrize("end", [b"\r", b"\r\n", b"\n"], ids=["cr", "crlf", "lf"])
+def test_every_line_end_ends_a_line_and_lines_keep_their_numbers(tmp_path, end):
+    # old Mac Excel's "Tab delimited text" ends lines with "\r" alone: the whole file was read as one pair
+    lines = [b"\xef\xbb\xbfGo.\tGeh.", b"", b"Hi. \t Hallo!", b"  ", b"Run!\tLauf!"]
+    path = _write(tmp_path / "mac.tsv", end.join(lines) + end)
+    assert read_pairs(path, PairFormat()).pairs == [("Go.", "Geh."), ("Hi.", "Hallo!"), ("Run!", "Lauf!")]
+    _write(path, end.join([*lines, b"no tab", b"caf\xe9\tcoffee"]))
+    with pytest.raises(BadLine, match=r"mac\.tsv line 6: no tab"):
+        read_pairs(path, PairFormat())
+    skipped = read_pairs(path, PairFormat(on_bad_line="skip")).skipped
+    assert skipped == [
+        (6, "no tab; expected at least 2 (source in column 0, target in 1)"),
+        (7, "bytes that are not UTF-8"),
+    ]
+    jsonl = _write(tmp_path / "mac.jsonl", end.join([b'{"src": "a", "tgt": "b"}', b'{"src": "a"}']))
+    with pytest.raises(BadLine, match=r"mac\.jsonl line 2: no key 'tgt'"):
+        read_pairs(jsonl, PairFormat())
+
+
 @pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
 def test_non_utf8_line(tmp_path, fmt):
     good = b"a\tb\n" if fmt == "tsv" else b'{"src": "a", "tgt": "b"}\n'
@@ -206,6 +225,14 @@ def test_non_utf8_line(tmp_path, fmt):
     with pytest.raises(BadLine, match=rf"x\.{fmt} line 2: bytes that are not UTF-8"):
         read_pairs(path, PairFormat())
     assert len(read_pairs(path, PairFormat(on_bad_line="skip")).pairs) == 2
+
+
+@pytest.mark.parametrize("on_bad_line", ["error", "skip"])
+def test_a_utf16_file_is_named_utf16_not_bad_lines(tmp_path, on_bad_line):
+    # Excel's "Unicode Text": line 1 was "not UTF-8", and with skip the others were read with a NUL in every other byte
+    path = _write(tmp_path / "excel.txt", "Go.\tGeh.\nHi.\tHallo!\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"excel\.txt: the file is UTF-16 text .*iconv -f utf-16 -t utf-8"):
+        read_pairs(path, PairFormat(on_bad_line=on_bad_line))
 
 
 def test_skips_are_counted_and_logged(tmp_path, caplog):

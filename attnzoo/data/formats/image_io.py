@@ -59,10 +59,13 @@ def load_rgb(path: str) -> Image.Image:
         img = _to_8bit(img)
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
         # transparent pixels as viewers show them, on white: dropping alpha kept whatever colour they store (often
-        # black, so dark ink on a transparent background became a black image)
+        # black, so dark ink on a transparent background became a black image). Only where the alpha draws a shape:
+        # a uniform one (all 0 from a careless export) carries none, and the stored colours are the image
         rgba = img.convert("RGBA")
-        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-    return img.convert("RGB")  # converts CMYK / palette / grayscale
+        low, high = rgba.getchannel("A").getextrema()
+        if low < high:
+            img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return img.convert("RGB")  # converts CMYK / palette / grayscale; drops a uniform alpha
 
 
 def oriented_size(img: Image.Image) -> tuple[int, int]:

@@ -5,9 +5,10 @@
   downloads `id<TAB>source<TAB>id<TAB>target` with columns 1 and 3.
 - JSONL (`.jsonl`): one object per line, e.g. `{"src": "...", "tgt": "..."}`, with the key names configurable.
 
-Blank lines are ignored. Sides are stripped of surrounding whitespace. A bad line (too few fields, an empty side,
-bad JSON, a missing key, a value that is not a string, bytes that are not UTF-8) raises an error naming the file and
-the line, or, with `on_bad_line="skip"`, is left out, counted and logged.
+Lines end at "\\n", "\\r\\n" or a lone "\\r" (universal newlines). Blank lines are ignored. Sides are stripped of
+surrounding whitespace. A bad line (too few fields, an empty side, bad JSON, a missing key, a value that is not a
+string, bytes that are not UTF-8) raises an error naming the file and the line, or, with `on_bad_line="skip"`, is
+left out, counted and logged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+from .text_files import wide_unicode
 
 log = logging.getLogger("attnzoo")
 
@@ -77,14 +81,26 @@ class PairFormat:
         )
 
 
+def byte_lines(f: BinaryIO) -> Iterator[bytes]:
+    """The lines of a binary file without their ends, which are universal newlines: "\\n", "\\r\\n" and a lone
+    "\\r" (old Mac Excel's "Tab delimited text") each end a line, as Python reads text files. Lines stay bytes, so
+    that a byte that is not UTF-8 can be named by its line (neither "\\r" nor "\\n" occurs inside a UTF-8
+    character, so splitting the bytes is safe)."""
+    for raw in f:  # split at b"\n" only
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        if body.endswith(b"\r"):  # "\r\n" (or a lone "\r" ending the file)
+            body = body[:-1]
+        yield from body.split(b"\r")
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
-    """(line number, text) per line; text is None where the bytes are not UTF-8."""
+    """(line number, text) per line (`byte_lines`); text is None where the bytes are not UTF-8."""
     with path.open("rb") as f:
-        for n, raw in enumerate(f, start=1):
+        for n, raw in enumerate(byte_lines(f), start=1):
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
                 raw = raw[3:]
             try:
-                yield n, raw.decode("utf-8").rstrip("\r\n")
+                yield n, raw.decode("utf-8")
             except UnicodeDecodeError:
                 yield n, None
 
@@ -121,11 +137,16 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
     """The (source, target) pairs of one file.
 
     Raises:
-        ValueError: no such file, an unknown format, a bad line (unless `fmt.on_bad_line == "skip"`), or no pairs.
+        ValueError: no such file, an unknown format, a UTF-16 or UTF-32 file, a bad line (unless
+            `fmt.on_bad_line == "skip"`), or no pairs.
     """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no such parallel text file: {str(path)!r}")
+    with path.open("rb") as f:
+        note = wide_unicode(f.read(4), path.name)
+    if note is not None:  # every line would be "not UTF-8", or text with a NUL in every other byte
+        raise ValueError(f"{path}: {note}")
     parse = _tsv_pair if fmt.format_of(path) == "tsv" else _jsonl_pair
     out = ParallelText(path=path, pairs=[])
     for n, line in _lines(path):

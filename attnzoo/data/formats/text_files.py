@@ -1,7 +1,8 @@
 """Reading labelled text (or only its texts) from CSV, TSV and JSONL files, and the label vocabulary.
 
 CSV has a header row and standard quoting. TSV has a header row and no quoting (GLUE's SST-2 `train.tsv`
-reads as it is). JSONL has one object per line. Every error names the file, the row and the column.
+reads as it is). JSONL has one object per line. Lines end at "\\n", "\\r\\n" or a lone "\\r"; blank and
+whitespace-only lines are skipped. Every error names the file, the row and the column.
 """
 
 from __future__ import annotations
@@ -10,13 +11,21 @@ import csv
 import functools
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from ...util.names import suggest
 
 FORMATS = (".csv", ".tsv", ".jsonl")
+# byte-order marks of the other Unicode encodings (UTF-32's first: UTF-16 LE's is the start of UTF-32 LE's)
+WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
 def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, list[str]]]:
@@ -44,39 +53,65 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
             return
         dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
         csv.field_size_limit(2**31 - 1)  # a long document is one field (the module's default limit is 128 KiB)
-        reader = csv.DictReader(f, **dialect)
-        columns = list(reader.fieldnames or [])
-        twice = sorted({c for c in used if columns.count(c) > 1})
-        if twice:  # DictReader would keep only the last column of each name (unnamed or other columns may repeat)
-            raise ValueError(
-                f"{path}: the header names the column(s) {twice} more than once; give each column its own name"
-            )
-        for record in reader:
-            if None in record:  # more fields than the header
-                raise ValueError(f"{path} line {reader.line_num}: more fields than the header's columns {columns}")
-            short = [c for c in used if c in record and record[c] is None]  # DictReader: None for a missing field
+        reader = csv.reader(f, **dialect)
+        columns: list[str] | None = None  # the header: the first line that is not blank
+        for row in reader:
+            n = reader.line_num  # where the record ends (a quoted field may hold line breaks)
+            if not "".join(row).strip() and (len(row) <= 1 or suffix == ".tsv"):
+                continue  # a blank or whitespace-only line (in a CSV, ",," is a row of empty fields)
+            if columns is None:
+                columns = row
+                twice = sorted({c for c in used if columns.count(c) > 1})
+                if twice:  # a dict keeps only the last column of each name (unnamed or other columns may repeat)
+                    raise ValueError(
+                        f"{path}: the header names the column(s) {twice} more than once; give each column its own name"
+                    )
+                continue
+            if len(row) > len(columns):
+                raise ValueError(f"{path} line {n}: more fields than the header's columns {columns}")
+            padded = [*row, *[None] * (len(columns) - len(row))]  # None for a missing field
+            record: dict[str, str | None] = dict(zip(columns, padded, strict=True))
+            short = [c for c in used if c in record and record[c] is None]
             if short:
                 raise ValueError(
-                    f"{path} line {reader.line_num}: fewer fields than the header's columns {columns}, none for "
+                    f"{path} line {n}: fewer fields than the header's columns {columns}, none for "
                     f"{short}" + (" (a text holding a comma needs double quotes)" if suffix == ".csv" else "")
                 )
-            yield reader.line_num, record, columns
+            yield n, record, columns
 
 
 def read_utf8(path: Path) -> str:
     """The text of a UTF-8 file (a byte-order mark, as Excel writes, is dropped); a byte that is not UTF-8 raises
-    ValueError naming the file, line and column."""
+    ValueError naming the file, line and column (lines ending at "\\n", "\\r\\n" or a lone "\\r"), and a
+    UTF-16 or UTF-32 file (Excel's "Unicode Text") one saying so."""
     raw = path.read_bytes()
+    note = wide_unicode(raw, path.name)
+    if note is not None:  # not the Latin-1 of the hint below: every character would be wrong
+        raise ValueError(f"{path}: {note}")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        line = raw.count(b"\n", 0, err.start) + 1
-        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        before = raw[: err.start]
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
+        column = err.start - (max(before.rfind(b"\n"), before.rfind(b"\r")) + 1) + 1
         bad = raw[err.start : err.end].hex(" ")
         raise ValueError(
             f"{path} line {line}, column {column}: byte(s) {bad} are not UTF-8 ({err.reason}); save the file as "
             "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
         ) from None
+
+
+def wide_unicode(head: bytes, name: str) -> str | None:
+    """What to say of a file (`name`) whose first bytes `head` are a UTF-16 or UTF-32 byte-order mark, as Excel's
+    "Unicode Text" writes; None for any other start."""
+    for bom, encoding in WIDE_BOMS:
+        if head.startswith(bom):
+            return (
+                f"the file is {encoding} text (it starts with the {encoding} byte-order mark {bom.hex(' ')}, as "
+                f'Excel\'s "Unicode Text" saves); save it as UTF-8 (e.g. iconv -f {encoding.lower()} -t utf-8 {name} > '
+                f"utf8-{name})"
+            )
+    return None
 
 
 def _column_error(path: Path, what: str, column: str, columns: Sequence[str], where: str = "") -> ValueError:
@@ -118,6 +153,7 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
     if not path.is_file():
         raise ValueError(f"no such text file: {str(path)!r}")
     texts, labels = [], []
+    first: dict[str, int] = {}  # label -> the line it first occurs on
     for n, record, columns in _rows(path, used=(text_column, label_column)):
         for what, column in (("text", text_column), ("label", label_column)):
             if column not in record:
@@ -129,9 +165,31 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
             raise ValueError(f"{path} line {n}: the label in column {label_column!r} is not one value: {label!r}")
         texts.append(one_line(text))
         labels.append(str(label).strip())
+        first.setdefault(labels[-1], n)
     if not texts:
         raise ValueError(f"{path}: no examples")
+    groups = same_number(first)
+    if groups:  # refused, not merged: which form a run's labels.json would keep is a guess
+        shown = "; ".join(" and ".join(f"{form!r} (line {first[form]})" for form in forms) for forms in groups[:3])
+        raise ValueError(
+            f"{path}: column {label_column!r} writes one number in several ways, which would be separate classes: "
+            f"{shown}{'; ...' * (len(groups) > 3)}; write each class one way (e.g. all {min(groups[0], key=len)!r}; a "
+            "spreadsheet or pandas may have written integers as floats)"
+        )
     return texts, labels
+
+
+def same_number(labels: Iterable[str]) -> list[list[str]]:
+    """The groups of distinct `labels` that write one number ("1", "1.0", "01"), each as ordered in `labels`."""
+    groups: dict[Decimal, list[str]] = {}  # Decimal: exact, where floats would make big integers equal
+    for label in labels:
+        try:
+            value = Decimal(label)
+        except InvalidOperation:
+            continue
+        if value.is_finite():
+            groups.setdefault(value, []).append(label)
+    return [forms for forms in groups.values() if len(forms) > 1]
 
 
 def read_texts(path: str | Path, *, text_column: str) -> list[str]:
@@ -170,7 +228,12 @@ def check_labels(labels: Sequence[str], class_names: Sequence[str], *, path: str
         first = next(  # read again, on this error only: where the first of them is
             (n for n, record, _ in _rows(Path(path)) if str(record.get(column, "")).strip() in set(unknown)), None
         )
+        other = []  # "1.0" here and "1" there: one class written two ways (a file pandas wrote with float labels)
+        for forms in same_number([*unknown, *class_names]):
+            known = [form for form in forms if form in class_names]
+            other += [(form, known[0]) for form in forms if known and form not in class_names]
+        hint = "".join(f"; {a!r} is the number {source} writes {b!r}" for a, b in other[:3])
         raise ValueError(
             f"{path}{'' if first is None else f' line {first}'}: labels {shown} in column {column!r} never occur in "
-            f"{source}; known labels: {list(class_names)[:50]}"
+            f"{source}; known labels: {list(class_names)[:50]}{hint}" + ("; write each class one way" if other else "")
         )

@@ -241,8 +241,15 @@ class AudioDataModule(DataModule):
         log.info(
             "data: audio %s, %d classes, clips %s, %d skipped", self.source, self.num_classes, sizes, len(self.skipped)
         )
-        if not len(self.datasets["train"]):
+        if not len(self.datasets["train"]) and not self.scoring_only:
             raise ValueError(f"data: the train split of {self.root or self.csv} has no clips")
+
+    @property
+    def scoring_only(self) -> bool:
+        """Whether nothing is derived from the train split: the classes (`labels`) and the normalization statistics
+        (`stats_file`) are a trained run's, as `evaluate` passes them. So a held-out folder whose lists put every
+        clip in the test split can be scored; training on it still stops (`train_dataloader`)."""
+        return self.labels is not None and self.stats_file is not None
 
     def _setup_synthetic(self) -> None:
         opts = self.synthetic
@@ -317,7 +324,7 @@ class AudioDataModule(DataModule):
                     "skipped (data.on_bad_file=skip); a model cannot predict a class it never saw in training: "
                     "replace the files, or remove the class"
                 )
-        if not per_split["val"][0]:
+        if not per_split["val"][0] and per_split["train"][0]:  # no train clip: nothing trains that could validate
             log.warning(
                 "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
                 "more clips, a validation_list.txt (folders) or data.val_folds (CSV)"
@@ -560,6 +567,12 @@ class AudioDataModule(DataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
+        self.setup()
+        if not len(self.datasets["train"]):  # set up with a run's classes and statistics (`scoring_only`)
+            raise ValueError(
+                f"data: the train split of {self.root or self.csv} has no clips: nothing to train on (set up only to "
+                "score, as data.labels and data.stats_file were given)"
+            )
         mixup = None
         if self.mixup_alpha > 0:
             mixup = Mixup(alpha=self.mixup_alpha, num_classes=self.num_classes, multilabel=self.multilabel)

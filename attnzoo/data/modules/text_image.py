@@ -2,7 +2,8 @@
 
 JSONL: one object a line, `{"image": "imgs/0001.png", "text": "is there a red circle?", "label": "yes"}`, the
 image path relative to the JSONL file. Two tasks: `vqa` (the label is an answer from a fixed vocabulary) and
-`match` (the label says whether the text fits the image: true/false, 1/0 or "match"/"mismatch").
+`match` (the label says whether the text fits the image: true/false, 1/0 or "match"/"mismatch"). Labels are
+stripped of surrounding whitespace, as text classification strips its labels ("yes " is the answer "yes").
 
 Batches: {"image": [B, C, H, W] float, "tokens": [B, L] long, "padding_mask": [B, L] bool (True = pad),
 "label": [B] long}; texts are tokenized by `data.tokenizer` (UTF-8 bytes by default,
@@ -252,7 +253,7 @@ class TextImageDataModule(DataModule):
         elif self.classes is not None:
             self.class_names = [str(c) for c in self.classes]
         else:
-            self.class_names = sorted({str(r["label"]) for r in records["train"]})
+            self.class_names = sorted({_answer(r["label"]) for r in records["train"]})
         checked: dict[Path, str | None] = {}  # an image several questions or pairs share is decoded once
         for split, recs in records.items():
             path = Path(self.files[split])
@@ -296,10 +297,10 @@ class TextImageDataModule(DataModule):
                     f"{path}:{rec['line']}: match label {label!r} is not one of true/false, 1/0, match/mismatch"
                 )
             return value
-        if str(label) not in self.class_names:
+        if _answer(label) not in self.class_names:
             valid = self.class_names if len(self.class_names) <= 20 else [*self.class_names[:20], "..."]
             raise ValueError(f"{path}:{rec['line']}: label {label!r} is not an answer class; valid: {valid}")
-        return self.class_names.index(str(label))
+        return self.class_names.index(_answer(label))
 
     def _dataset(self, split: str, images: np.ndarray | list[Path], texts: list[str], labels: list[int]) -> PairDataset:
         if self.tokenizer is None:  # a learned kind: the train split comes first
@@ -362,6 +363,12 @@ class TextImageDataModule(DataModule):
         return self._loader("test", shuffle=False)
 
 
+def _answer(label: Any) -> str:
+    """The class name of a JSONL label, stripped as the text-classification reader strips its labels: "yes " is the
+    class "yes", not a class of its own."""
+    return str(label).strip()
+
+
 def _load_jsonl(path: Path) -> list[dict[str, Any]]:
     """Records with `image`, `text`, `label` and their line number; errors name the file and line."""
     if not path.is_file():
@@ -389,6 +396,8 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
                     f"{path}:{line_no}: label {rec['label']!r} is not a label: give one string, number or true/false "
                     "per line (a question with several answers is one line per answer)"
                 )
+            if not _answer(rec["label"]):  # stripped, it would be a class ""
+                raise ValueError(f"{path}:{line_no}: empty label {rec['label']!r}; give each line its answer")
             records.append({**rec, "line": line_no})
     if not records:
         raise ValueError(f"{path}: no records")

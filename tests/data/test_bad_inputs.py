@@ -155,7 +155,11 @@ def test_a_text_longer_than_the_csv_modules_field_limit_is_read(tmp_path):
 
 @pytest.mark.parametrize(
     "override, match",
-    [("data.batch_size=many", "data.batch_size"), ("model.depth=1.5", "model.depth"), ("trainer.max_epochs=[1]", r"trainer.max_epochs: \[1\] is not a valid int")],
+    [
+        ("data.batch_size=many", "data.batch_size"),
+        ("model.depth=1.5", "model.depth"),
+        ("trainer.max_epochs=[1]", r"trainer.max_epochs: \[1\] is not a valid int"),
+    ],
 )
 def test_config_values_of_the_wrong_type(override, match):
     with pytest.raises(ConfigError, match=match):

@@ -51,7 +51,7 @@ def image_input(data: Any, path: Path) -> dict[str, Tensor]:
     """An image file as the run's DataModule prepares validation images: {"image": [1, C, S, S]}."""
     from .data.formats.image_io import load_rgb
 
-    img = load_rgb(str(path))  # as training reads files: 16-bit and float images scaled to 8 bits, alpha dropped
+    img = load_rgb(str(path))  # as training reads files (`load_rgb`: turned, 8 bits, on white)
     if data.in_chans == 1:
         img = img.convert("L")
     image = data._transform(train=False, in_memory=False)(img)  # [C, S, S]

@@ -360,9 +360,9 @@ def test_translate_file_ends_lines_at_a_lone_carriage_return(translation_run, tm
     expected = iter(translate(translation_run, full, beam=1))
     assert captured.out.split("\n")[:-1] == [next(expected) if line.strip() else "" for line in lines]
     assert f"{len(lines)} lines translated" in captured.err and "never saw" not in captured.err  # no "\r" token
-    path.write_bytes(b"ok\r\nfine\rPreis: 5\xa4\nok\n")  # endings mixed: the bad byte is on line 3
+    path.write_bytes(b"ok\r\nfine\rPreis: 5\xa4\nok\n")  # a stray "\r" in a file of "\n" ends stays in its line 2
     assert translate_main([str(translation_run), "--file", str(path)]) == 2
-    assert f"--file {path} line 3, column 9" in capsys.readouterr().err
+    assert f"--file {path} line 2, column 14" in capsys.readouterr().err
     path.write_bytes("ok\r\n".encode("utf-16"))  # Excel's "Unicode Text" was "a binary file"
     assert translate_main([str(translation_run), "--file", str(path)]) == 2
     err = capsys.readouterr().err

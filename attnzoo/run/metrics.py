@@ -254,7 +254,7 @@ def stop_reason(trainer: L.Trainer) -> dict[str, Any]:
         return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_time ({timer._duration:.0f} s) reached"}
     if max_epochs not in (None, -1) and epoch >= max_epochs:
         return {"reason": "budget", "epoch": epoch, "message": f"trainer.max_epochs ({max_epochs}) reached"}
-    return {"reason": "budget", "epoch": epoch, "message": "a trainer limit was reached (e.g. trainer.max_time)"}
+    return {"reason": "budget", "epoch": epoch, "message": "a trainer limit was reached"}
 
 
 def batch_samples(batch: Any) -> int:

@@ -123,10 +123,14 @@ def test_evaluate_on_a_folder_of_test_alone_or_of_one_image_scores_it(tmp_path):
     data = ImageDataModule(dataset="folder", root=str(tmp_path / "only_test"), img_size=8, labels=str(saved))
     data.setup()
     assert sorted(int(data.splits["test"][i]["label"]) for i in range(4)) == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match=r"holds no train split \(test only\): nothing to train on"):
+        data.train_dataloader()  # a fit given data.labels must not train on the test images (review)
     _write_folder(tmp_path / "one", classes=("dog",), n=1)
     data = ImageDataModule(dataset="folder", root=str(tmp_path / "one"), img_size=8, labels=str(saved))
     data.setup()
     assert [int(data.splits["val"][i]["label"]) for i in range(len(data.splits["val"]))] == [1]
+    with pytest.raises(ValueError, match=r"holds one image: nothing to train on"):
+        data.train_dataloader()
 
 
 def test_transparent_and_exif_turned_images_are_read_as_viewers_show_them(tmp_path):

@@ -218,6 +218,13 @@ def test_every_line_end_ends_a_line_and_lines_keep_their_numbers(tmp_path, end):
         read_pairs(jsonl, PairFormat())
 
 
+def test_a_stray_carriage_return_inside_a_line_of_a_newline_file_stays_in_it(tmp_path):
+    # scraped text: a "\r" inside a field split the line (line 3 "no tab", later numbers shifted; skip kept half)
+    path = _write(tmp_path / "x.tsv", b"hello\tbonjour\nI went home\tje suis\r rentre\ngood night\tbonne nuit\r\n")
+    pairs = read_pairs(path, PairFormat()).pairs
+    assert pairs == [("hello", "bonjour"), ("I went home", "je suis\r rentre"), ("good night", "bonne nuit")]
+
+
 @pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
 def test_non_utf8_line(tmp_path, fmt):
     good = b"a\tb\n" if fmt == "tsv" else b'{"src": "a", "tgt": "b"}\n'

@@ -1,9 +1,11 @@
 """Reading image files for folder datasets: any PIL mode to RGB, and errors that name the file.
 
 torchvision's default loader converts with `Image.convert("RGB")`, which clips 16-bit images (most pixels turn
-white) and fails deep inside a DataLoader worker on a corrupt or truncated file. `load_rgb` rescales 16/32-bit
-images, drops alpha and converts CMYK, palette and grayscale images to RGB; `unreadable_images` decodes every
-file at setup and names each one that is corrupt or truncated.
+white), keeps the colour stored under transparent pixels, ignores the EXIF orientation, and fails deep inside a
+DataLoader worker on a corrupt or truncated file. `load_rgb` turns images as their EXIF orientation says,
+rescales 16/32-bit images, composites transparency on white (where the alpha draws a shape) and converts CMYK,
+palette and grayscale images to RGB; `unreadable_images` decodes every file at setup and names each one that is
+corrupt or truncated.
 """
 
 from __future__ import annotations
@@ -69,8 +71,11 @@ def load_rgb(path: str) -> Image.Image:
 
 
 def oriented_size(img: Image.Image) -> tuple[int, int]:
-    """(width, height) of an opened image as `load_rgb` turns it (EXIF orientation), from its header alone."""
+    """(width, height) of an opened image as `load_rgb` turns it (EXIF orientation), from its header alone (a PNG's
+    as stored)."""
     w, h = img.size
+    if img.format not in ("JPEG", "MPO", "TIFF", "WEBP"):  # a PNG's EXIF may follow its pixels: reading it decodes
+        return w, h
     return (h, w) if img.getexif().get(ORIENTATION) in (5, 6, 7, 8) else (w, h)  # a quarter turn
 
 

@@ -82,15 +82,19 @@ class PairFormat:
 
 
 def byte_lines(f: BinaryIO) -> Iterator[bytes]:
-    """The lines of a binary file without their ends, which are universal newlines: "\\n", "\\r\\n" and a lone
-    "\\r" (old Mac Excel's "Tab delimited text") each end a line, as Python reads text files. Lines stay bytes, so
-    that a byte that is not UTF-8 can be named by its line (neither "\\r" nor "\\n" occurs inside a UTF-8
-    character, so splitting the bytes is safe)."""
+    """The lines of a binary file without their ends: "\n" or "\r\n", or a lone "\r" in a file with no "\n" at all
+    (old Mac Excel's "Tab delimited text"). A stray "\r" inside a line of a file that has "\n" line ends (scraped
+    text) stays in its line, so the lines are those `wc -l` counts. Lines stay bytes, so that a byte that is not UTF-8
+    can be named by its line (neither "\r" nor "\n" occurs inside a UTF-8 character)."""
+    ended = False  # whether a "\n" has ended a line
     for raw in f:  # split at b"\n" only
-        body = raw[:-1] if raw.endswith(b"\n") else raw
-        if body.endswith(b"\r"):  # "\r\n" (or a lone "\r" ending the file)
-            body = body[:-1]
-        yield from body.split(b"\r")
+        if raw.endswith(b"\n"):
+            ended = True
+            yield raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+        elif ended:  # the last line, without an end
+            yield raw[:-1] if raw.endswith(b"\r") else raw
+        else:  # no "\n" anywhere: the whole file, its lines ended by a lone "\r"
+            yield from (raw[:-1] if raw.endswith(b"\r") else raw).split(b"\r")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str | None]]:

@@ -11,14 +11,15 @@ import csv
 import functools
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from ...util.names import suggest
 
 FORMATS = (".csv", ".tsv", ".jsonl")
+INTEGRAL = re.compile(r"[+-]?[0-9]+(\.0+)?")  # an integer, or one written as a float with a zero fraction
 # byte-order marks of the other Unicode encodings (UTF-32's first: UTF-16 LE's is the start of UTF-32 LE's)
 WIDE_BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32"),
@@ -180,16 +181,14 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
 
 
 def same_number(labels: Iterable[str]) -> list[list[str]]:
-    """The groups of distinct `labels` that write one number ("1", "1.0", "01"), each as ordered in `labels`."""
-    groups: dict[Decimal, list[str]] = {}  # Decimal: exact, where floats would make big integers equal
+    """The groups of distinct `labels` that write one integer both as an integer and with a zero fraction ("1" and
+    "1.0", as pandas writes an int column holding a NaN), each as ordered in `labels`. Only that: "01" and "1" may be
+    product codes, "1.1" and "1.10" section numbers, which are different classes."""
+    groups: dict[int, list[str]] = {}  # int: exact, where floats would make big integers equal
     for label in labels:
-        try:
-            value = Decimal(label)
-        except InvalidOperation:
-            continue
-        if value.is_finite():
-            groups.setdefault(value, []).append(label)
-    return [forms for forms in groups.values() if len(forms) > 1]
+        if INTEGRAL.fullmatch(label):
+            groups.setdefault(int(label.split(".")[0]), []).append(label)
+    return [forms for forms in groups.values() if len(forms) > 1 and any("." in form for form in forms)]
 
 
 def read_texts(path: str | Path, *, text_column: str) -> list[str]:

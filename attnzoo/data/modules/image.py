@@ -271,6 +271,7 @@ class ImageDataModule(DataModule):
         self.on_bad_image = on_bad_image
         self.labels = None if labels is None else given_class_names(labels)
         self.skipped: list[str] = []  # image files left out (on_bad_image=skip)
+        self.untrainable: str | None = None  # why the folder can be scored but not trained on (no train split)
         self.splits: dict[str, Dataset] | None = None
         self.class_names: list[str] = []
         self.in_chans = 0
@@ -441,6 +442,8 @@ class ImageDataModule(DataModule):
                 f"the training images train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
             )
         if "train" not in split_dirs:  # class folders; or (evaluate) test/ or val/ alone, read as train too
+            if split_dirs:
+                self.untrainable = f"data.root {str(self.root)!r} holds no train split ({', '.join(split_dirs)} only)"
             split_dirs = {"train": next(iter(split_dirs.values()), self.root), **split_dirs}
         out = {}
         for s, d in split_dirs.items():
@@ -511,6 +514,7 @@ class ImageDataModule(DataModule):
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(self.seed)).tolist()
         n_val = max(1, round(self.val_fraction * len(data)))
         if len(data) < 2:  # one image (evaluate on a small folder): it is both
+            self.untrainable = f"data.root {str(self.root)!r} holds one image"
             return data, data
         n_val = min(n_val, len(data) - 1)
         return Subset(data, order[n_val:]), Subset(data, order[:n_val])
@@ -581,6 +585,8 @@ class ImageDataModule(DataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
+        if self.untrainable:  # set up to be scored with a run's classes (evaluate): its train split is another's
+            raise ValueError(f"{self.untrainable}: nothing to train on (give train/ and class folders of images)")
         return self._loader("train")
 
     def val_dataloader(self) -> DataLoader:

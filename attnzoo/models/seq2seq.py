@@ -39,6 +39,9 @@ def _positioned(x: Tensor, pos_embed: nn.Module | None, norm: nn.Module | None, 
     return x if norm is None else norm(x)
 
 
+LAYOUT = ("qkv_bias", "proj_bias")  # attention options that decide which tensors its projections have
+
+
 class TokenEmbedding(nn.Module):
     """Token embedding scaled by sqrt(C), plus absolute positions from `offset`, an optional LayerNorm, then dropout;
     `logits` reads the same table when tied (Press & Wolf, 2017).
@@ -120,7 +123,8 @@ class Seq2Seq(nn.Module):
         position: absolute positions added to embeddings (`POSITIONS` spec): "sinusoidal", "learned", "none".
         attention: the self-attention config of both stacks (`attnzoo.attention.factory.attention_builder`).
         decoder_attention: the decoder's self-attention config, when it differs (default `attention`); made
-            causal (`attnzoo.layers.decoder.causal`).
+            causal (`attnzoo.layers.decoder.causal`). Its projections' layout (`LAYOUT`: qkv_bias, proj_bias) follows
+            `attention`'s where it does not set it, so a checkpoint's biases still have their place.
         cross_attention: the cross-attention config (default: multi-head attention).
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
@@ -139,6 +143,13 @@ class Seq2Seq(nn.Module):
         key = "attention" if options.get("decoder_attention") is None else "decoder_attention"
         sizes = {k: options[k] for k in ("dim", "num_heads") if isinstance(options.get(k), int)}
         check_decoder_attention(options.get(key), f"model.{key}", **sizes)
+        cross = options.get("cross_attention")
+        if isinstance(cross, Mapping) and cross.get("pattern") not in (None, "none"):  # it failed at the 1st decode
+            raise ValueError(
+                f"model.cross_attention.pattern: {cross['pattern']!r}: a translation model decodes with a cache, "
+                "which reads the whole source in cross-attention; patterns apply to self-attention "
+                "(model.attention.pattern, model.decoder_attention.pattern)"
+            )
 
     def __init__(
         self,
@@ -185,6 +196,8 @@ class Seq2Seq(nn.Module):
         self.encoder = make_encoder(
             depth=encoder_depth, attention=attention, proj_drop=drop_rate, layer_shape=shape, post_norm=post, **common
         )
+        if decoder_attention is not None and attention:
+            decoder_attention = {**{k: attention[k] for k in LAYOUT if k in attention}, **decoder_attention}
         self.decoder = make_decoder(
             depth=decoder_depth,
             attention=attention if decoder_attention is None else decoder_attention,

@@ -101,8 +101,9 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     if converted.model_kind not in MODELS:
         raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
     options = {**converted.options, **overrides}
-    if isinstance(converted.options.get("attention"), dict) and isinstance(overrides.get("attention"), dict):
-        options["attention"] = {**converted.options["attention"], **overrides["attention"]}
+    for key, theirs in converted.options.items():  # attention, cross_attention: an override's entries replace theirs
+        if key.endswith("attention") and isinstance(theirs, dict) and isinstance(overrides.get(key), dict):
+            options[key] = {**theirs, **overrides[key]}
     builder = MODELS[converted.model_kind]
     takes = inspect.signature(builder).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):

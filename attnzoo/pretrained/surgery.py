@@ -18,6 +18,7 @@ from torch import nn
 from ..attention.attention import Attention
 from ..attention.biases import BIASES
 from ..attention.kv_heads import loaded_kv_heads
+from ..attention.rotary import ROTARY
 
 PROJECTIONS = ("qkv.", "q.", "kv.", "proj.")  # an attention layer's names that every checkpoint of it holds
 KIND_OF = ("q_norm.", "k_norm.", "bias.", "rotary.", "pattern.")  # parts any kind takes: the rest is the kind's own
@@ -90,8 +91,9 @@ def changes(
     Args:
         new: keys of `net` that did not come from `state` (`Transfer.new`).
         source_kind: the attention kind the checkpoint was trained with.
-        source_biases: the `BIASES` names of the biases it was trained with (a bias without tensors, ALiBi,
-            changes the function without any tensor starting fresh; one the checkpoint had is not named).
+        source_biases: the `BIASES` and `ROTARY` names of the biases and rotary embeddings it was trained with (a
+            bias without tensors, ALiBi, or a rotary embedding changes the function without any tensor starting
+            fresh; one the checkpoint had is not named).
     """
     regrouped: Counter[tuple[int, int]] = Counter()
     kinds: Counter[tuple[str, tuple[str, ...]]] = Counter()
@@ -103,7 +105,11 @@ def changes(
         if bias is not None and not bias.state_dict():  # tensors of a bias: named below when they start fresh
             name = next((n for n, cls in BIASES.items() if type(bias) is cls), type(bias).__name__)
             if name not in source_biases:
-                added[name] += 1
+                added[f"bias {name!r}"] += 1
+        if layer.rotary is not None:  # q and k turned by position: no tensor starts fresh, the function changes
+            name = next((n for n, cls in ROTARY.items() if type(layer.rotary) is cls), type(layer.rotary).__name__)
+            if name not in source_biases:
+                added[f"rotary {name!r}"] += 1
         name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
         heads = loaded_kv_heads(layer, state[name]) if name in state else None
         if heads is not None and heads != layer.num_kv_heads:
@@ -136,8 +142,8 @@ def changes(
         }[same]
         how = f" ({cls.mha_start})" if cls.mha_start else ""
         lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
-    for name, n in added.items():
-        lines.append(f"bias {name!r} added in {_layers(n)} (it has no tensors); it changes the function")
+    for what, n in added.items():
+        lines.append(f"{what} added in {_layers(n)} (it has no tensors); it changes the function")
     for names, n in shared.items():
         lines.append(
             f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh in {_layers(n)}; it changes the function"

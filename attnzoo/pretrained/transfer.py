@@ -9,6 +9,7 @@ own tensors set to start from the checkpoint's attention, positions resampled.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
@@ -16,6 +17,9 @@ import torch
 from torch import nn
 
 from . import surgery
+
+# an attention layer's projection tensors: a checkpoint's that the network has no place for are an error
+PROJECTION = re.compile(r"(^|\.)(attn|cross_attn)\.(qkv|q|k|v|kv|proj)\.(weight|bias)$")
 
 HEAD_PREFIXES = ("head.",)  # the task's output layer in every attnzoo model: the recipe's own when it differs
 
@@ -62,14 +66,15 @@ def source_kind(options: Mapping[str, object]) -> str:
 
 
 def source_biases(options: Mapping[str, object]) -> set[str]:
-    """The bias names ("alibi", "t5", ...) of a converted checkpoint's attention sections (`attention`,
-    `decoder_attention`, `cross_attention`, ...)."""
+    """The bias and rotary names ("alibi", "t5", "rope", ...) of a converted checkpoint's attention sections
+    (`attention`, `decoder_attention`, `cross_attention`, ...)."""
     names = set()
     for key, section in options.items():
-        bias = section.get("bias") if key.endswith("attention") and isinstance(section, Mapping) else None
-        bias = bias.get("kind") if isinstance(bias, Mapping) else bias
-        if bias not in (None, "none", False):
-            names.add(str(bias))
+        for part in ("bias", "rotary"):
+            value = section.get(part) if key.endswith("attention") and isinstance(section, Mapping) else None
+            value = value.get("kind") if isinstance(value, Mapping) else value
+            if value not in (None, "none", False):
+                names.add(str(value))
     return names
 
 
@@ -153,5 +158,11 @@ def _transfer(
     taken = {k for k in take if k in original}  # the rest a load hook made (a gate starting at identity)
     new = [k for k in own if k not in taken]
     dropped = [k for k in original if k not in taken]
+    lost = [k for k in dropped if PROJECTION.search(k) and not k.startswith(is_fresh) and k not in own]
+    if lost:  # an attention option without the checkpoint's tensors (qkv_bias: false): another function, silently
+        raise ValueError(
+            f"{source} does not fit this model: its tensor {lost[0]!r} has no place here ({len(lost)} attention "
+            "projection tensors; an attention option such as qkv_bias: false or proj_bias: false leaves them out)"
+        )
     notes = surgery.changes(net, original, new, source_kind=source_kind, source_biases=biases)
     return Transfer([k for k in take if k in taken], new, dropped, notes)

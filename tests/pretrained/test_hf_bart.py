@@ -179,3 +179,31 @@ def test_fit_starts_from_a_saved_bart_and_the_summary_names_it(tmp_path):
     config = (summary_file.parent / "config.yaml").read_text()
     assert "norm: post" in config and "decoder_positions: true" in config
     assert (summary_file.parent / "tokenizer.json").read_text() == (tmp_path / "bart" / "tokenizer.json").read_text()
+
+
+def test_overrides_of_the_decoder_and_cross_attention_keep_barts_biases_and_start_equal(tmp_path):
+    # decoder_attention / cross_attention overrides replaced the checkpoint's whole section: its q/k/v biases were
+    # dropped (listed, not refused) while the log said the layer starts equal; a qkv_bias: false did the same
+    from attnzoo.pretrained import load
+
+    hf = save_bart(tmp_path, TEXTS)
+    src, _, padding = _source(hf.config.vocab_size)
+    tgt = torch.randint(SPECIALS, hf.config.vocab_size, (3, 7))
+    with torch.no_grad():
+        want = load(tmp_path).eval()(src, tgt, padding)
+        for override in (
+            {"decoder_attention": {"kind": "gated"}},
+            {"decoder_attention": {"pattern": "causal"}},
+            {"cross_attention": {"num_kv_heads": 4}},
+        ):
+            got = load(tmp_path, **override).eval()(src, tgt, padding)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=0, msg=str(override))
+    with pytest.raises(ValueError, match=r"does not fit this model: its tensor 'encoder\.blocks\.0\.attn\.qkv\.bias' "
+                                         r"has no place here .*qkv_bias: false"):  # fmt: skip
+        load(tmp_path, attention={"qkv_bias": False})
+
+
+def test_a_pattern_on_cross_attention_is_refused_before_training():
+    # it trained, then failed at the first validation's beam search (a cache reads the whole source)
+    with pytest.raises(ValueError, match=r"model.cross_attention.pattern: .*decodes with a cache"):
+        MODELS["seq2seq"].check_config({"cross_attention": {"pattern": {"kind": "sliding_window", "window": 2}}})

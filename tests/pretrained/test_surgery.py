@@ -199,6 +199,7 @@ def test_each_kind_starts_equal_to_the_checkpoint_or_the_log_says_it_changes_the
         ),  # fmt: skip
         ({"bias": "t5"}, "bias.table starts fresh in 2 layers; it changes the function"),
         ({"bias": "alibi"}, "bias 'alibi' added in 2 layers (it has no tensors); it changes the function"),
+        ({"rotary": "rope"}, "rotary 'rope' added in 2 layers (it has no tensors); it changes the function"),  # unsaid
         (
             {"num_kv_heads": 1, "kind": "talking_heads"},
             "k/v heads mean-pooled 4 -> 1 in 2 layers (groups of 4 averaged; it changes the function)",
@@ -244,3 +245,4 @@ def test_the_checkpoints_biases_are_read_from_each_of_its_attention_sections():
     options = {"attention": {"kind": "mha"}, "decoder_attention": {"bias": "alibi"}, "cross_attention": {"bias": None}}
     assert source_biases(options) == {"alibi"}
     assert source_biases({"attention": {"bias": {"kind": "t5", "num_buckets": 8}}}) == {"t5"}
+    assert source_biases({"attention": {"rotary": "rope"}}) == {"rope"}  # a rope run into a rope model: no change

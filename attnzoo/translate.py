@@ -9,8 +9,8 @@ greedily (`--beam 1`) or with beam search (`--beam K`, default the run's `task.b
 on stdout.
 
 `--file` (`-`: standard input) is read as `fit` reads text (UTF-8, a byte-order mark dropped, lines ending at
-"\\n", "\\r\\n" or a lone "\\r"; other bytes stop with the file and line) and translated in batches of
-`--batch-size` lines, each printed as soon as it is done, with progress on stderr.
+"\\n" or "\\r\\n", or a lone "\\r" in a file without "\\n"; other bytes stop with the file and line) and translated
+in batches of `--batch-size` lines, each printed as soon as it is done, with progress on stderr.
 Output lines match input lines: a blank (or whitespace-only) line gives a blank line; a blank `--text` is refused.
 A sentence longer than the model's `data.max_len` tokens is cut, and the command says so. Language-model runs
 continue a prompt with `python -m attnzoo.generate`.
@@ -145,9 +145,10 @@ def translate(
 
 
 def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
-    """The lines of a text file as `fit` reads text: UTF-8, a byte-order mark dropped, lines ending at "\\n",
-    "\\r\\n" or a lone "\\r" (`byte_lines`), line ends removed; a byte that is not UTF-8 (or a NUL: a binary file)
-    raises ConfigError naming the file (`name`, else `path`) and line, a UTF-16 or UTF-32 file one saying so."""
+    """The lines of a text file as `fit` reads text: UTF-8, a byte-order mark dropped, lines ending at "\\n" or
+    "\\r\\n", or a lone "\\r" in a file without "\\n" (`byte_lines`), line ends removed; a byte that is not UTF-8 (or
+    a NUL: a binary file) raises ConfigError naming the file (`name`, else `path`) and line, a UTF-16 or UTF-32 file
+    one saying so."""
     from .data.formats.parallel_files import byte_lines
     from .data.formats.text_files import wide_unicode
 

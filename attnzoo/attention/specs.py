@@ -60,9 +60,19 @@ def check_context(context: Mapping[str, Any], valid: Sequence[str], what: str) -
             )
 
 
+def no_spec(spec: Any) -> bool:
+    """Whether a spec names nothing: None, "none", false, or a mapping of kind none."""
+    return (
+        spec is None
+        or spec == "none"
+        or spec is False
+        or (isinstance(spec, Mapping) and spec.get("kind", 0) in (None, "none"))
+    )
+
+
 def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, dict[str, Any], bool] | None:
     """(class, kind, keyword arguments, whether it takes **kwargs) of a spec, or None for an empty one."""
-    if spec is None or spec == "none" or spec is False:
+    if no_spec(spec):
         return None
     if isinstance(spec, str):
         spec = {"kind": spec}

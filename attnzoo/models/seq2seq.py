@@ -25,7 +25,7 @@ from torch import nn
 from ..attention.cache import DecodingCache
 from ..attention.factory import layer_shape
 from ..attention.positions import POSITIONS
-from ..attention.specs import build
+from ..attention.specs import build, no_spec
 from ..layers.decoder import check_decoder_attention, make_decoder
 from ..layers.encoder import make_encoder
 
@@ -40,6 +40,18 @@ def _positioned(x: Tensor, pos_embed: nn.Module | None, norm: nn.Module | None, 
 
 
 LAYOUT = ("qkv_bias", "proj_bias")  # attention options that decide which tensors its projections have
+
+
+def decoder_layout(options: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `decoder_attention` section an override gives a start from a checkpoint (its model `options`): the
+    override's, with the projection layout (`LAYOUT`) of the checkpoint's decoder (its `decoder_attention`, else
+    its `attention`) where the override does not set it, so that its tensors have their place; None when the
+    override sets no `decoder_attention` mapping."""
+    given = overrides.get("decoder_attention")
+    if not isinstance(given, Mapping):
+        return None
+    theirs = options.get("decoder_attention") or options.get("attention") or {}
+    return {**{k: theirs[k] for k in LAYOUT if k in theirs}, **given}
 
 
 class TokenEmbedding(nn.Module):
@@ -123,8 +135,8 @@ class Seq2Seq(nn.Module):
         position: absolute positions added to embeddings (`POSITIONS` spec): "sinusoidal", "learned", "none".
         attention: the self-attention config of both stacks (`attnzoo.attention.factory.attention_builder`).
         decoder_attention: the decoder's self-attention config, when it differs (default `attention`); made
-            causal (`attnzoo.layers.decoder.causal`). Its projections' layout (`LAYOUT`: qkv_bias, proj_bias) follows
-            `attention`'s where it does not set it, so a checkpoint's biases still have their place.
+            causal (`attnzoo.layers.decoder.causal`). A start from a checkpoint fills in its projections' layout
+            from `attention` (`decoder_layout`).
         cross_attention: the cross-attention config (default: multi-head attention).
         tie_embeddings: the output projection reads the embedding table (else a separate linear head).
         drop_rate: dropout on embeddings and in the MLPs; drop_path_rate: stochastic depth.
@@ -144,7 +156,7 @@ class Seq2Seq(nn.Module):
         sizes = {k: options[k] for k in ("dim", "num_heads") if isinstance(options.get(k), int)}
         check_decoder_attention(options.get(key), f"model.{key}", **sizes)
         cross = options.get("cross_attention")
-        if isinstance(cross, Mapping) and cross.get("pattern") not in (None, "none"):  # it failed at the 1st decode
+        if isinstance(cross, Mapping) and not no_spec(cross.get("pattern")):  # it failed at the first decoding
             raise ValueError(
                 f"model.cross_attention.pattern: {cross['pattern']!r}: a translation model decodes with a cache, "
                 "which reads the whole source in cross-attention; patterns apply to self-attention "
@@ -196,8 +208,6 @@ class Seq2Seq(nn.Module):
         self.encoder = make_encoder(
             depth=encoder_depth, attention=attention, proj_drop=drop_rate, layer_shape=shape, post_norm=post, **common
         )
-        if decoder_attention is not None and attention:
-            decoder_attention = {**{k: attention[k] for k in LAYOUT if k in attention}, **decoder_attention}
         self.decoder = make_decoder(
             depth=decoder_depth,
             attention=attention if decoder_attention is None else decoder_attention,

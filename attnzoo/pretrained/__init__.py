@@ -104,6 +104,12 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     for key, theirs in converted.options.items():  # attention, cross_attention: an override's entries replace theirs
         if key.endswith("attention") and isinstance(theirs, dict) and isinstance(overrides.get(key), dict):
             options[key] = {**theirs, **overrides[key]}
+    if converted.model_kind == "seq2seq" and "decoder_attention" not in converted.options:
+        from ..models.seq2seq import decoder_layout
+
+        decoder = decoder_layout(converted.options, overrides)  # the checkpoint's biases keep their place
+        if decoder is not None:
+            options["decoder_attention"] = decoder
     builder = MODELS[converted.model_kind]
     takes = inspect.signature(builder).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in takes.values()):

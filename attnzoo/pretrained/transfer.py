@@ -9,7 +9,6 @@ own tensors set to start from the checkpoint's attention, positions resampled.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
@@ -17,9 +16,6 @@ import torch
 from torch import nn
 
 from . import surgery
-
-# an attention layer's projection tensors: a checkpoint's that the network has no place for are an error
-PROJECTION = re.compile(r"(^|\.)(attn|cross_attn)\.(qkv|q|k|v|kv|proj)\.(weight|bias)$")
 
 HEAD_PREFIXES = ("head.",)  # the task's output layer in every attnzoo model: the recipe's own when it differs
 
@@ -152,17 +148,22 @@ def _transfer(
             f"{len(own)} tensors are missing there; a checkpoint of another architecture)"
         )
     take = [k for k in own if fits(k) and not (keep_fresh and k.startswith(is_fresh))]
+    layers = [prefix for prefix, _ in surgery.attention_layers(net)]
+    lost = [  # a projection tensor of one of the network's attention layers, that the layer has no place for
+        k
+        for k in original
+        if k not in own and any(k.startswith(p) and k[len(p) :].startswith(surgery.PROJECTIONS) for p in layers)
+    ]
+    if lost:  # an attention option without the checkpoint's tensors (qkv_bias: false): another function, silently
+        raise ValueError(
+            f"{source} does not fit this model: its tensor {lost[0]!r} has no place here ({len(lost)} attention "
+            "projection tensors; an attention option such as qkv_bias: false or proj_bias: false leaves them out)"
+        )
     with torch.no_grad():
         for key in take:
             own[key].copy_(state[key].to(own[key].dtype))  # state_dict tensors share the parameters' storage
     taken = {k for k in take if k in original}  # the rest a load hook made (a gate starting at identity)
     new = [k for k in own if k not in taken]
     dropped = [k for k in original if k not in taken]
-    lost = [k for k in dropped if PROJECTION.search(k) and not k.startswith(is_fresh) and k not in own]
-    if lost:  # an attention option without the checkpoint's tensors (qkv_bias: false): another function, silently
-        raise ValueError(
-            f"{source} does not fit this model: its tensor {lost[0]!r} has no place here ({len(lost)} attention "
-            "projection tensors; an attention option such as qkv_bias: false or proj_bias: false leaves them out)"
-        )
     notes = surgery.changes(net, original, new, source_kind=source_kind, source_biases=biases)
     return Transfer([k for k in take if k in taken], new, dropped, notes)

@@ -227,6 +227,14 @@ def _options(
             preset[f"data.{key}"] = max_len
         else:  # the data's shorter length sizes the model; the model's load hook cuts the checkpoint's table
             chosen.pop("model.max_len", None)
+    if model.get("kind") == "seq2seq" and "decoder_attention" not in options:
+        from ..models.seq2seq import decoder_layout
+
+        mine = model.get("decoder_attention")
+        decoder = decoder_layout(options, {"decoder_attention": dict(mine) if isinstance(mine, Mapping) else None})
+        if decoder is not None and decoder != dict(mine):  # a decoder override: the checkpoint's biases keep a place
+            log.info("model.decoder_attention: %s (the projections of model.init_from's decoder)", decoder)
+            chosen["model.decoder_attention"] = decoder
     return chosen
 
 

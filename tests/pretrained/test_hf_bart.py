@@ -207,3 +207,34 @@ def test_a_pattern_on_cross_attention_is_refused_before_training():
     # it trained, then failed at the first validation's beam search (a cache reads the whole source)
     with pytest.raises(ValueError, match=r"model.cross_attention.pattern: .*decodes with a cache"):
         MODELS["seq2seq"].check_config({"cross_attention": {"pattern": {"kind": "sliding_window", "window": 2}}})
+
+
+def test_a_decoder_attention_override_on_the_command_line_keeps_barts_decoder_biases(tmp_path):
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_bart(tmp_path / "bart", TEXTS)
+    recipe = ROOT / "recipes" / "translation.yaml"
+    small = ["data.num_train=64", "data.num_val=8", "data.num_test=8", "run.baseline=false", *QUICK]
+    cfg = load_config([recipe], [*small, f"model.init_from={tmp_path / 'bart'}", "model.decoder_attention.kind=gated"])
+    _, task, built = build(cfg)
+    decoder = built.section("model")["decoder_attention"]
+    assert decoder["kind"] == "gated" and decoder["qkv_bias"] is True
+    assert task.net.started_from["dropped"] == [] and task.net.started_from["new"] == [
+        f"decoder.blocks.{i}.attn.gate.{p}" for i in range(2) for p in ("weight", "bias")
+    ]
+
+
+def test_a_start_with_fewer_layers_loads_the_first_and_a_from_scratch_decoder_keeps_its_own_layout(tmp_path):
+    # the projection refusal fired on the blocks a shallower model leaves out (review); and the decoder's layout
+    # must not follow model.attention in a model built from scratch (runs saved before would not load)
+    from attnzoo.pretrained import load
+
+    save_bart(tmp_path, TEXTS)
+    assert len(load(tmp_path, decoder_depth=1).decoder.blocks) == 1
+    scratch = MODELS["seq2seq"](
+        vocab_size=50, dim=32, num_heads=4, attention={"qkv_bias": True}, decoder_attention={"pattern": "causal"}
+    )
+    assert "decoder.blocks.0.attn.qkv.bias" not in scratch.state_dict()
+    for empty in ({"kind": "none"}, False, "none", None):  # a cross-attention "pattern" that names none is fine
+        MODELS["seq2seq"].check_config({"cross_attention": {"pattern": empty}})

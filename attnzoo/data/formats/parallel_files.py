@@ -5,10 +5,10 @@
   downloads `id<TAB>source<TAB>id<TAB>target` with columns 1 and 3.
 - JSONL (`.jsonl`): one object per line, e.g. `{"src": "...", "tgt": "..."}`, with the key names configurable.
 
-Lines end at "\\n", "\\r\\n" or a lone "\\r" (universal newlines). Blank lines are ignored. Sides are stripped of
-surrounding whitespace. A bad line (too few fields, an empty side, bad JSON, a missing key, a value that is not a
-string, bytes that are not UTF-8) raises an error naming the file and the line, or, with `on_bad_line="skip"`, is
-left out, counted and logged.
+Lines end at "\\n" or "\\r\\n", or at a lone "\\r" in a file without any "\\n" (old Mac Excel); a stray "\\r" inside
+a line stays in it. Blank lines are ignored. Sides are stripped of surrounding whitespace. A bad line (too few
+fields, an empty side, bad JSON, a missing key, a value that is not a string, bytes that are not UTF-8) raises an
+error naming the file and the line, or, with `on_bad_line="skip"`, is left out, counted and logged.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class PairFormat:
 
 
 def byte_lines(f: BinaryIO) -> Iterator[bytes]:
-    """The lines of a binary file without their ends: "\n" or "\r\n", or a lone "\r" in a file with no "\n" at all
+    r"""The lines of a binary file without their ends: "\n" or "\r\n", or a lone "\r" in a file with no "\n" at all
     (old Mac Excel's "Tab delimited text"). A stray "\r" inside a line of a file that has "\n" line ends (scraped
     text) stays in its line, so the lines are those `wc -l` counts. Lines stay bytes, so that a byte that is not UTF-8
     can be named by its line (neither "\r" nor "\n" occurs inside a UTF-8 character)."""

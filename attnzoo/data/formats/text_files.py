@@ -213,8 +213,8 @@ def read_texts(path: str | Path, *, text_column: str) -> list[str]:
 def label_vocabulary(labels: Sequence[str]) -> list[str]:
     """Sorted distinct labels: numerically when all are integers ("2" before "10"), else as strings."""
     distinct = set(labels)
-    try:
-        return sorted(distinct, key=int)
+    try:  # ties ("01" and "1", two codes) by their text: a set's order changes with the process's hash seed
+        return sorted(distinct, key=lambda label: (int(label), label))
     except ValueError:
         return sorted(distinct)
 

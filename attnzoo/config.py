@@ -149,8 +149,14 @@ def load(
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as err:
             raise ConfigError(f"override {item!r}: {err}") from err
-    cfg = Config(*_renamed(merged, origins))
-    validate(cfg)
+    try:
+        cfg = Config(*_renamed(merged, origins))
+        validate(cfg)
+    except OmegaConfBaseException as err:  # a `${...}` that does not resolve: read when a section is first used
+        key = getattr(err, "full_key", None) or ""
+        where = f" (set in {origins[key]})" if key in origins else ""
+        text = str(getattr(err, "msg", None) or err).splitlines()[0]  # OmegaConf's own lines after it name the key
+        raise ConfigError(f"{key or 'config'}: {text}{where}") from None
     return cfg
 
 
@@ -328,8 +334,8 @@ def validate(cfg: Config) -> None:
                 f"{suggest(str(key), list(SECTIONS))}"
             )
     seed = cfg.tree.get("seed", 0)
-    if not type_ok(seed, int):
-        raise ConfigError(f"seed: {seed!r} is not an int (set in {cfg.where('seed')})")
+    if not type_ok(seed, int) or not 0 <= seed < 2**32:  # numpy's generators take no other
+        raise ConfigError(f"seed: {seed!r} is not an int from 0 to 2**32 - 1 (set in {cfg.where('seed')})")
     check_kind(cfg, "data", DATAMODULES)
     auto = set(auto_keys(cfg))  # chosen by the data when the run is built (attnzoo.run.build.resolve)
     for section, table, drop in (
@@ -360,6 +366,12 @@ def validate(cfg: Config) -> None:
         if not str(err).startswith("trainer.precision:"):
             raise
         raise ConfigError(f"{err}, or 'auto' (bf16-mixed where the hardware is fast at it, else 32-true)") from None
+    threads = trainer.get("num_threads")
+    if threads is not None and threads < 1:  # 0 was ignored (every core used), a negative one a torch RuntimeError
+        raise ConfigError(
+            f"trainer.num_threads: {threads} (set in {cfg.where('trainer.num_threads')}): a number of threads >= 1, "
+            "or null for torch's default"
+        )
     check_budget(cfg, trainer)
     check_processes(cfg, trainer)
     if "grad_checkpointing" in trainer:

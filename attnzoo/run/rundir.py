@@ -52,7 +52,8 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
     if os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV]), False
     run = cfg.section("run")
-    root, name = Path(run.get("dir", "runs")), str(run.get("name", cfg.section("model").get("kind", "run")))
+    root = Path(run.get("dir", "runs")).expanduser()  # Lightning's loggers expand "~" themselves: the run would split
+    name = str(run.get("name", cfg.section("model").get("kind", "run")))
     base = root / name
     if Path(name).is_absolute() or ".." in Path(name).parts or not name.strip() or name.strip() in (".",):
         raise ConfigError(

@@ -40,6 +40,10 @@ from .start import TRAINED_FILES, keep_start, recorded_start
 log = logging.getLogger("attnzoo")
 # what a run directory holds once a run has started in it (an ablation's fresh run dir holds only its own logs)
 RUN_FILES = ("config.yaml", *TRAINED_FILES)
+CONFIG_HEADER = "# attnzoo fit: the run's resolved config\n"  # tells the config.yaml a run wrote from a user's own
+# the files a run writes besides: in a folder that holds no run (`--run-dir`), a user's own file of such a name stays
+ARTIFACT_FILES = ("labels.json", "tokenizer.json", "audio_stats.json", "lm.json", "mlm.json", "translation.json",
+                  "init_from.json", "resumes.json", "examples.txt", "examples.json")  # fmt: skip
 
 
 def fit(
@@ -77,6 +81,17 @@ def fit(
         if lock is not None:
             lock.acquire()
         held = [name for name in RUN_FILES if (run_dir / name).exists()] if ckpt_path is None else []
+        if held == ["config.yaml"] and not slurm_restarts() and not _written_by_a_run(run_dir / "config.yaml"):
+            raise ConfigError(
+                f"{run_dir} holds a config.yaml that no attnzoo run wrote (a file of yours?): a run would write its "
+                "own there; give fit another --run-dir (or a new folder)"
+            )
+        theirs = [name for name in ARTIFACT_FILES if (run_dir / name).exists()] if not (held or ckpt_path) else []
+        if theirs and lock is not None:
+            raise ConfigError(
+                f"{run_dir} holds no run but files a run writes ({', '.join(theirs)}): they would be replaced; give "
+                "fit another --run-dir (or a new folder)"
+            )
         if held == ["config.yaml"] and lock is not None and not slurm_restarts():
             # a run that stopped before training wrote anything but its config (killed while it set up): nothing
             # to continue (--resume says so and sends the user here), so it starts again in its own directory
@@ -118,6 +133,15 @@ def _build_resumed(cfg: Config, run_dir: Path) -> Any:
     spec = cfg.section("data").get("tokenizer")
     preset = saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and Path(spec).suffix == ".json" else {}
     return build(cfg, preset=preset or None, init=False, unrecorded=("data.tokenizer",))
+
+
+def _written_by_a_run(path: Path) -> bool:
+    """Whether `path` is the config.yaml a run wrote (its first line is `CONFIG_HEADER`)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return f.readline() == CONFIG_HEADER
+    except OSError:
+        return False
 
 
 def _record_failure(
@@ -210,7 +234,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     tested_split = test_split(data) if cfg.section("run").get("test") else None  # decided before training
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
-        (run_dir / "config.yaml").write_text(cfg.to_yaml())
+        (run_dir / "config.yaml").write_text(CONFIG_HEADER + cfg.to_yaml())
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
         if ckpt_path is None and getattr(task.net, "started_from", None) is not None:
             keep_start(task.net.started_from, run_dir)  # model.init_from: recorded once, when the run starts

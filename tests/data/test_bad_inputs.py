@@ -166,6 +166,21 @@ def test_config_values_of_the_wrong_type(override, match):
         load([VIT], [override])
 
 
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [  # a traceback from numpy's seeding, torch.set_num_threads, or OmegaConf after validation passed them
+        ("seed=-1", r"seed: -1 is not an int from 0 to 2\*\*32 - 1"),
+        ("seed=4294967296", r"seed: 4294967296 is not an int from 0"),
+        ("trainer.num_threads=0", r"trainer.num_threads: 0 .*a number of threads >= 1"),  # 0 was ignored
+        ("trainer.num_threads=-1", r"trainer.num_threads: -1"),
+        ("run.name=${foo}", r"run.name: Interpolation key 'foo' not found \(set in the command line"),
+    ],
+)
+def test_values_that_failed_after_validation_are_config_errors(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load([VIT], [override])
+
+
 @pytest.mark.parametrize("make", [lambda: SlidingWindow(window=-1), lambda: DilatedSlidingWindow(window=-3)])
 def test_negative_windows(make):
     with pytest.raises(ValueError, match="window"):

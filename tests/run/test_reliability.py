@@ -237,7 +237,9 @@ def _fit_main(args: list[str], capsys) -> tuple[int, str]:
 def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_again(tmp_path, capsys):
     run_dir = tmp_path / "vit" / "killed"
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(load([VIT], TINY).to_yaml())  # what fit writes before training
+    from attnzoo.run.train import CONFIG_HEADER
+
+    (run_dir / "config.yaml").write_text(CONFIG_HEADER + load([VIT], TINY).to_yaml())  # what fit writes first
     code, err = _fit_main(["--resume", str(run_dir)], capsys)
     assert code == 2 and "stopped before its first checkpoint" in err, err
     assert f"--config {run_dir / 'config.yaml'}" in err and "Traceback" not in err
@@ -246,6 +248,23 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_
     code, err = _fit_main(["--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), *overrides], capsys)
     assert code == 0, err
     assert _summary(run_dir)["finished"] and (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_run_dir_of_the_users_own_files_is_refused_not_written_over(tmp_path, capsys, monkeypatch):
+    # --run-dir of an experiment folder holding the user's own config.yaml (or labels.json) wrote the run's over it
+    mine = tmp_path / "experiment"
+    mine.mkdir()
+    for name in ("config.yaml", "labels.json"):
+        (mine / name).write_text("# my own\n")
+        code, err = _fit_main(["--config", str(VIT), *TINY, "--run-dir", str(mine)], capsys)
+        assert code == 2 and str(mine) in err and (mine / name).read_text() == "# my own\n", err
+        assert "no attnzoo run wrote" in err if name == "config.yaml" else "holds no run but files a run writes" in err
+        (mine / name).unlink()
+    # run.dir=~/runs: Lightning's loggers expand "~" themselves, so the run was split between ./~ and the home
+    from attnzoo.run import new_run_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert new_run_dir(load([VIT], ["run.dir=~/runs"])).is_relative_to(tmp_path / "home" / "runs")
 
 
 @pytest.mark.parametrize(

@@ -59,11 +59,13 @@ class StoppedAtOnce(Exception):
 
     exit_code = 128 + signal.SIGINT
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, *, trained: bool = True) -> None:
         self.run_dir = run_dir
         super().__init__(
             f"stopped at once by a second Ctrl+C (the batch in progress was not saved); continue from the last "
             f"checkpoint with --resume {run_dir}"
+            if trained  # before training, Lightning's own handler answers the first Ctrl+C so
+            else "stopped by Ctrl+C before training started: nothing was trained; start the run again (same command)"
         )
 
 

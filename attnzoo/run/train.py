@@ -254,7 +254,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             raise
         from .signals import StoppedAtOnce
 
-        raise StoppedAtOnce(run_dir) from None
+        raise StoppedAtOnce(run_dir, trained=summary.started) from None
     except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
         if summary.started or isinstance(err, ConfigError):
             _record_failure(trainer, summary, run_dir, err)

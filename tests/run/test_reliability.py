@@ -558,3 +558,24 @@ def test_an_ablation_directory_whose_runs_folder_is_a_link_is_not_refused(tmp_pa
     (tmp_path / "out" / "report.md").symlink_to(tmp_path / "scratch" / "x")
     with pytest.raises(ConfigError, match=r"ablation directory .* holds 1 symbolic link\(s\): report.md ->"):
         RunLock(tmp_path / "out", what="ablation directory", links=("runs",)).acquire()
+
+
+class _ExitAt(L.Callback):
+    """Lightning's answer to a KeyboardInterrupt (sys.exit(1)), raised in `hook`."""
+
+    def __init__(self, hook: str) -> None:
+        setattr(self, hook, self._exit)
+
+    def _exit(self, *args, **kwargs) -> None:
+        raise SystemExit(1)
+
+
+@pytest.mark.parametrize(("hook", "says"), [("setup", "before training started"), ("on_train_batch_start", "second")])
+def test_a_ctrl_c_before_training_is_not_called_a_second_one_with_a_resume_to_nowhere(hook, says, tmp_path):
+    # before training Lightning's own handler answers the first Ctrl+C with sys.exit(1): the message said "a second
+    # Ctrl+C ... continue with --resume DIR", for a directory removed since (nothing was trained)
+    from attnzoo.run.signals import StoppedAtOnce
+
+    with pytest.raises(StoppedAtOnce) as err:
+        fit(load([VIT], [*TINY, f"run.dir={tmp_path}"]), extra_callbacks=[_ExitAt(hook)])
+    assert says in str(err.value) and ("--resume" in str(err.value)) == (says == "second")

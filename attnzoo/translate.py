@@ -158,9 +158,7 @@ def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
         if note is not None:  # not "a binary file": a NUL is in every other byte of UTF-16
             raise ConfigError(f"--file {path_shown}: {note}")
         f.seek(0)
-        for n, raw in enumerate(byte_lines(f), start=1):
-            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
-                raw = raw[3:]
+        for n, raw in enumerate(byte_lines(f), start=1):  # a byte-order mark dropped
             if b"\0" in raw:
                 raise ConfigError(f"--file {path_shown} line {n}: a NUL byte: this is a binary file, not UTF-8 text")
             try:

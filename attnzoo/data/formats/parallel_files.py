@@ -85,9 +85,12 @@ def byte_lines(f: BinaryIO) -> Iterator[bytes]:
     r"""The lines of a binary file without their ends: "\n" or "\r\n", or a lone "\r" in a file with no "\n" at all
     (old Mac Excel's "Tab delimited text"). A stray "\r" inside a line of a file that has "\n" line ends (scraped
     text) stays in its line, so the lines are those `wc -l` counts. Lines stay bytes, so that a byte that is not UTF-8
-    can be named by its line (neither "\r" nor "\n" occurs inside a UTF-8 character)."""
+    can be named by its line (neither "\r" nor "\n" occurs inside a UTF-8 character). A UTF-8 byte-order mark (as
+    Excel writes) is dropped from the first line."""
     ended = False  # whether a "\n" has ended a line
-    for raw in f:  # split at b"\n" only
+    for n, raw in enumerate(f):  # split at b"\n" only
+        if n == 0 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
         if raw.endswith(b"\n"):
             ended = True
             yield raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -101,8 +104,6 @@ def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
     """(line number, text) per line (`byte_lines`); text is None where the bytes are not UTF-8."""
     with path.open("rb") as f:
         for n, raw in enumerate(byte_lines(f), start=1):
-            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark
-                raw = raw[3:]
             try:
                 yield n, raw.decode("utf-8")
             except UnicodeDecodeError:

@@ -3,6 +3,7 @@ stop when the config is checked, naming the key, the value and what would be val
 started keeps its directory."""
 
 import json
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -154,6 +155,14 @@ def test_a_prompt_longer_than_the_context_stops_before_training(tmp_path, capsys
         assert part in err, (part, err)
     assert not list(tmp_path.rglob("metrics.csv")), "training started"
     assert not (tmp_path / "lm").exists() or not any((tmp_path / "lm").iterdir())  # a run that never ran is not kept
+
+
+def test_a_prompt_the_tokenizer_cannot_encode_is_named_before_training(tmp_path, caplog):
+    """The samples logged at validation left unknown characters of task.prompt out without a word (generate warns)."""
+    argv = ["--config", LM, *SMOKE_LM, f"run.dir={tmp_path}", "task.prompt=☃ The", "trainer.limit_val_batches=1"]
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        assert fit_main(argv) == 0
+    assert "task.prompt ('☃ The') holds '☃', which the run's tokenizer cannot encode" in caplog.text
 
 
 VIT_TINY = [

@@ -89,12 +89,15 @@ def read_start(cfg: Config) -> Start | None:
         raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
     kind = cfg.section("model")["kind"]
     if converted.model_kind and kind not in (converted.model_kind, ENCODER_OF.get(converted.model_kind)):
+        fits = " or ".join(repr(k) for k in (kind, *(k for k, enc in ENCODER_OF.items() if enc == kind)))
         raise ConfigError(
             f"model.init_from: {converted.source} is a {converted.model_kind!r} model, and this run builds model.kind "
-            f"{kind!r} (set in {where}); start from a checkpoint of a {kind!r} model"
+            f"{kind!r} (set in {where}); start from a checkpoint of a {fits} model"
         )
     attnzoo_run = run_dir.matches(given)
     own_run = run_dir.run_of(given) if attnzoo_run else None
+    if own_run is not None and converted.tokenizer is not None:
+        _check_run_tokenizer(own_run, run_dir.checkpoint_file(given), where)
     preset = _tokenizer(cfg, converted)
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
@@ -103,6 +106,18 @@ def read_start(cfg: Config) -> Start | None:
     stated = attnzoo_run or Path(str(given)).is_dir() or timm_name is not None
     options = _options(cfg, architecture, preset, heads_stated=stated)
     return Start(str(given), converted, own_run, preset, options)
+
+
+def _check_run_tokenizer(run: Path, ckpt: Path, where: str) -> None:
+    """ConfigError unless the run's tokenizer.json is the one its checkpoint was trained with (the digest every
+    checkpoint records): another run's tokenizer.json gives other ids to the same rows of the embedding."""
+    from .checkpoint_io import read_checkpoint
+    from .tokenizer_stamp import check_saved_tokenizer
+
+    try:
+        check_saved_tokenizer(run, ckpt, read_checkpoint(ckpt, mmap=True))
+    except (ConfigError, ValueError) as err:
+        raise ConfigError(f"model.init_from (set in {where}): {err}") from None
 
 
 SPEC_KEYS = ("kind", "pattern", "bias", "rotary", "position")  # options whose string names a class (kind tables)

@@ -24,6 +24,7 @@ from torchmetrics.text import CHRFScore, Perplexity, SacreBLEUScore
 
 from ..attention.specs import build
 from ..data.modules.batching import IGNORE_INDEX
+from ..data.tokenizers.subword import unknown_note
 from ..generation import beam_search, greedy, sample
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
 from .preflight import check_trainable_backends
@@ -352,7 +353,11 @@ class LanguageModelTask(_SequenceTask):
         data = getattr(self.trainer, "datamodule", None)
         if stage != "fit" or not self.num_examples or data is None or not hasattr(data, "encode_prompt"):
             return
-        tokens = len(data.encode_prompt(self.prompt))  # bos first
+        unknown: list[str] = []
+        tokens = len(data.encode_prompt(self.prompt, unknown))  # bos first
+        if unknown:
+            log.warning("task.prompt (%s) holds %s, and the samples leave them out", _short(self.prompt),
+                        unknown_note(unknown))  # fmt: skip
         if tokens >= self.max_len:
             raise ValueError(
                 f"task.prompt ({_short(self.prompt)}) is {tokens} tokens with the beginning of document, and the model "

@@ -2,6 +2,7 @@
 the same files as the text and language-model recipes (.txt lines or files, the text column of CSV/TSV/JSONL)."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -138,3 +139,25 @@ def test_the_embedded_text_is_the_language_reference_one_paragraph_a_text():
     texts = embedded_texts()
     assert len(texts) > 1000 and all(t and "\n" not in t for t in texts)
     assert any("for" in t and "statement" in t for t in texts)
+
+
+def test_held_out_texts_seen_in_train_are_removed_and_val_as_the_train_file_warns(tmp_path, caplog):
+    """val/ppl picked the best checkpoint on training text: the embedded reference repeats ~40% of its held-out
+    paragraphs in train, and data.val set to the train file gave no warning (the LM recipe removes and warns)."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(LINES + LINES[:30]) + "\n")  # the first 30 lines twice
+    data = MLMDataModule(train=str(path), vocab_size=60, batch_size=8)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data.setup()
+    seen = set(data.texts["train"])
+    assert data.texts["val"] and data.texts["test"] and not seen & set(data.texts["val"] + data.texts["test"])
+    assert "holding out 8 (val) and 8 (test) of 150 train texts" in caplog.text  # a fixed draw from the seed
+    assert "removed 1 paragraphs of val that occur verbatim in train" in caplog.text
+    assert "removed 2 paragraphs of test that occur verbatim in train" in caplog.text
+    assert (len(data.texts["val"]), len(data.texts["test"])) == (7, 6)
+    caplog.clear()
+    data = MLMDataModule(train=str(path), val=str(path), vocab_size=60, batch_size=8)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        data.setup()
+    assert data.texts["val"] == data.texts["test"]
+    assert "the val split is identical to the test split (data.val is the train file)" in caplog.text

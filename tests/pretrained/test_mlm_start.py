@@ -5,6 +5,7 @@ import csv
 import json
 import logging
 import random
+import shutil
 
 import pytest
 import torch
@@ -66,6 +67,10 @@ def test_the_classifier_loads_the_encoder_and_tokenizer_and_starts_a_new_head(ml
     config = load([run / "config.yaml"])
     assert config.section("data")["tokenizer"] == str(mlm_run / "tokenizer.json")  # the ids the embedding learned
     assert (run / "tokenizer.json").read_text() == (mlm_run / "tokenizer.json").read_text()
+    # nothing learned: not "subwords learned from the train split" (the MLM run's tokenizer lowercases on its own)
+    assert (
+        f"data.lowercase: auto -> False (not used: data.tokenizer '{mlm_run / 'tokenizer.json'}' is not" in caplog.text
+    )
 
 
 def test_the_loaded_encoder_is_the_mlm_runs_to_the_bit(mlm_run, files):
@@ -91,6 +96,28 @@ def test_a_classifier_of_another_width_names_the_mlm_runs_config(mlm_run, files)
 def test_an_mlm_run_starts_no_other_model_kind(mlm_run):
     with pytest.raises(ConfigError, match=r"is a 'mlm' model, and this run builds model.kind 'lm'"):
         build(load([ROOT / "recipes" / "lm.yaml"], [*QUICK, f"model.init_from={mlm_run}"]))
+
+
+def test_a_text_run_refuses_an_lm_start_and_names_both_kinds_it_starts_from(tmp_path):
+    lm_run = fit(load([ROOT / "recipes" / "lm.yaml"], [*QUICK, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    with pytest.raises(ConfigError, match=r"is a 'lm' model.*start from a checkpoint of a 'text' or 'mlm' model"):
+        build(load([TEXT], [*QUICK, f"model.init_from={lm_run}"]))
+
+
+def test_a_run_whose_tokenizer_json_was_replaced_is_refused_as_a_start(mlm_run, files, tmp_path):
+    """Another run's tokenizer.json (fewer tokens than the embedding has rows) was loaded with the weights: a log
+    line about unused rows was all, and every id meant another token."""
+    train, val = files
+    copy = tmp_path / "copy"
+    shutil.copytree(mlm_run, copy)
+    other = fit(load([MLM], [*COMMON, "data.vocab_size=30", f"data.train={val}", f"run.dir={tmp_path / 'o'}"]))
+    shutil.copy(other / "tokenizer.json", copy / "tokenizer.json")
+    overrides = [*COMMON, f"data.train={train}", f"data.val={val}", f"model.init_from={copy}"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    assert str(err.value).startswith("model.init_from (set in the command line")
+    assert f"is not the one '{copy / 'checkpoints' / 'best.ckpt'}' was trained with" in str(err.value)
+    assert "Put the run's own tokenizer.json back" in str(err.value)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..tokenizers.subword import KINDS as SUBWORD_KINDS
+
 Chosen = dict[str, tuple[Any, str]]
 
 IMAGE_KEYS = (
@@ -181,11 +183,16 @@ def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, ba
     }
 
 
-def text_data(*, listops: bool) -> Chosen:
-    """The tokenizer: ListOps words for the embedded ListOps, a subword vocabulary learned from a file's train split."""
+def text_data(*, listops: bool, tokenizer: Any = "auto") -> Chosen:
+    """The tokenizer: ListOps words for the embedded ListOps, a subword vocabulary learned from a file's train split.
+    Lowercasing is a choice of a vocabulary learned here only: a tokenizer file (e.g. the one `model.init_from` brings)
+    or a fixed one normalizes text its own way."""
     if listops:
         why = "the embedded ListOps: its own words"
         return {"data.tokenizer": ("listops", why), "data.lowercase": (False, why)}
+    if tokenizer != "auto" and tokenizer not in SUBWORD_KINDS:
+        return {"data.lowercase": (False, f"not used: data.tokenizer {str(tokenizer)!r} is not learned here, and "
+                                          "normalizes text its own way")}  # fmt: skip
     why = "text files: subwords learned from the train split (data.vocab_size)"
     return {"data.tokenizer": ("unigram", why), "data.lowercase": (True, why)}
 

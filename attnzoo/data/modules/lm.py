@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ...util.names import shortened
 from ..tokenizers.factory import make_tokenizer
-from ..tokenizers.subword import decode_generated, save_run_tokenizer
+from ..tokenizers.subword import decode_generated, encode_user_text, save_run_tokenizer
 from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
@@ -131,6 +131,31 @@ def remove_seen_paragraphs(docs: list[str], train: list[str]) -> tuple[list[str]
         if kept:
             out.append("\n\n".join(kept))
     return out, removed
+
+
+def unseen_held_out(
+    given: dict[str, list[str]], train: list[str], sources: dict[str, str], *, val_is_train: bool
+) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """({"train": train, "val": ..., "test": ...}, paragraphs removed per split): the val and test texts of `given`
+    without the paragraphs that occur verbatim in `train` (logged), so held-out scores are not scores of training text;
+    ValueError naming the split's source (`sources`) when nothing is left. A warning when val and test end up the same
+    (`val_is_train`: data.val is the train file, and what train lacks is its held-out test part)."""
+    out, counts = {"train": train}, {}
+    for split in ("val", "test"):
+        docs, removed = remove_seen_paragraphs(given[split], train)
+        if removed:
+            log.info("data: removed %d paragraphs of %s that occur verbatim in train", removed, split)
+        if not docs:
+            raise ValueError(f"data.{split}: every paragraph of {sources[split]} occurs in train")
+        out[split], counts[split] = docs, removed
+    if out["val"] == out["test"]:
+        same = " (data.val is the train file)" if val_is_train else ""
+        log.warning(
+            "data: the val split is identical to the test split%s: the best checkpoint would be picked on test "
+            "data; give data.val a file of its own",
+            same,
+        )
+    return out, counts
 
 
 class BlockDataset(Dataset):
@@ -263,21 +288,9 @@ class LMDataModule(DataModule):
         if missing:
             held, train = self._hold_out(train, missing)
             given.update(held)
-        out = {"train": train}
-        for split in ("val", "test"):
-            docs, removed = remove_seen_paragraphs(given[split], train)
-            if removed:
-                log.info("data: removed %d paragraphs of %s that occur verbatim in train", removed, split)
-            if not docs:
-                raise ValueError(f"data.{split}: every paragraph of {self.sources[split]} occurs in train")
-            out[split], self.removed[split] = docs, removed
-        if out["val"] == out["test"]:  # e.g. data.val is the train file: what train lacks is the held-out test part
-            same = " (data.val is the train file)" if self.files["val"] == self.files["train"] else ""
-            log.warning(
-                "data: the val split is identical to the test split%s: the best checkpoint would be picked on test "
-                "data; give data.val a file of its own",
-                same,
-            )
+        out, self.removed = unseen_held_out(
+            given, train, self.sources, val_is_train=self.files["val"] == self.files["train"]
+        )
         return out
 
     def _hold_out(self, docs: list[str], missing: list[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -330,10 +343,11 @@ class LMDataModule(DataModule):
             "max_len": self.block_size,
         }
 
-    def encode_prompt(self, text: str) -> list[int]:
-        """Ids that start a document with `text` (bos first), to generate its continuation."""
+    def encode_prompt(self, text: str, unknown: list[str] | None = None) -> list[int]:
+        """Ids that start a document with `text` (bos first), to generate its continuation; the text is the user's
+        (`encode_user_text`: "[EOS]" in it is plain text), and pieces the tokenizer cannot encode go to `unknown`."""
         self._require_setup()
-        return [self.tokenizer.bos_id, *self.tokenizer.encode(text)]
+        return [self.tokenizer.bos_id, *encode_user_text(self.tokenizer, text, unknown)]
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""

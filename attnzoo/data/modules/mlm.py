@@ -7,9 +7,11 @@ any, is left unread: a classification train split serves as it is). With no `tra
 Reference of `recipes/lm.yaml` (`attnzoo.data.modules.lm.embedded_documents`), one text per paragraph.
 
 Splits: the given files, or texts held out of train (`val_fraction`, `test_fraction` of them, a fixed draw from
-`seed`). Tokenizer: as text classification chooses it for files (a lowercased unigram vocabulary learned from the
-train split, `attnzoo.data.modules.defaults.text_data`), saved with the run as tokenizer.json, so a classifier that
-starts from the run (`model.init_from`) reads the same ids. A text longer than `max_len` tokens is cut into pieces
+`seed`); any paragraph of a val or test text that occurs verbatim in train is removed from it (counted in the
+log), as the language-model recipe does (the embedded reference repeats ~40% of its held-out paragraphs elsewhere).
+Tokenizer: as text classification chooses it for files (a lowercased unigram vocabulary learned from the train
+split, `attnzoo.data.modules.defaults.text_data`), saved with the run as tokenizer.json, so a classifier that starts
+from the run (`model.init_from`) reads the same ids. A text longer than `max_len` tokens is cut into pieces
 of `max_len` (counted in the log).
 
 Batches (masking: `attnzoo.data.modules.masking`; B batch, L the longest text in the batch):
@@ -38,7 +40,7 @@ from ..tokenizers.subword import save_run_tokenizer
 from . import defaults
 from .base import DataModule
 from .batching import TokenDataset, sequence_loader
-from .lm import DOCUMENTS, PARAGRAPH, embedded_documents, read_documents
+from .lm import DOCUMENTS, PARAGRAPH, embedded_documents, read_documents, unseen_held_out
 from .masking import MaskingCollate, mask_token_id, special_ids
 
 log = logging.getLogger("attnzoo")
@@ -134,7 +136,7 @@ class MLMDataModule(DataModule):
         if self.datasets:
             return
         self.texts = self._splits()
-        for key, (value, why) in defaults.text_data(listops=False).items():
+        for key, (value, why) in defaults.text_data(listops=False, tokenizer=self.tokenizer_spec).items():
             name = key.split(".")[1]
             if getattr(self, "tokenizer_spec" if name == "tokenizer" else name) == "auto":
                 self.chosen[key] = (value, why)
@@ -187,7 +189,9 @@ class MLMDataModule(DataModule):
             self.sources["train"] += " (train part)"
             log.info("data: holding out %s of %d train texts", " and ".join(f"{n} ({s})" for s, n in sizes.items()),
                      len(train))  # fmt: skip
-        return {s: texts[s] for s in SPLITS}
+        val_is_train = self.files["val"] is not None and self.files["val"] == self.files["train"]
+        out, _ = unseen_held_out(texts, texts["train"], self.sources, val_is_train=val_is_train)
+        return out
 
     def _pieces(self, texts: list[str]) -> tuple[list[torch.Tensor], int]:
         """Each text's ids as pieces of at most `max_len` tokens, and how many texts were cut."""

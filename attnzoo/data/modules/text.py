@@ -140,7 +140,7 @@ class TextDataModule(DataModule):
         if self.datasets:
             return
         use_listops = self.files["train"] is None
-        for key, (value, why) in defaults.text_data(listops=use_listops).items():
+        for key, (value, why) in defaults.text_data(listops=use_listops, tokenizer=self.tokenizer_spec).items():
             name = key.split(".")[1]
             if getattr(self, "tokenizer_spec" if name == "tokenizer" else name) == "auto":
                 self.chosen[key] = (value, why)

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, parameters, validate
 from ..tasks.stopping import early_stopping_options
 from .paths import PATH_KEYS
+from .start import NORMALIZED_AS
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
@@ -261,8 +262,8 @@ def _filled(
     cfg: Config, section: str, opts: Mapping[str, Any], fn: Callable[..., Any], inputs: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The `inputs` that `fn` (the section's builder) accepts, to add to `section`; a config value that contradicts
-    the data raises, except a `vocab_size` above the tokenizer's in a run started from a checkpoint (the spare rows
-    of its embedding)."""
+    the data raises, except in a run started from a checkpoint a `vocab_size` above the tokenizer's (the spare rows
+    of its embedding) and the checkpoint's feature statistics (`NORMALIZED_AS`)."""
     accepted = parameters(fn)
     filled = {}
     for key, value in inputs.items():
@@ -271,6 +272,8 @@ def _filled(
         if key in opts and opts[key] != value:
             spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
             if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
+                continue
+            if key in NORMALIZED_AS and opts.get("init_from"):  # the checkpoint's statistics, not this data's
                 continue
             where = Path(cfg.where(f"{section}.{key}"))
             if where.name == "config.yaml" and (where.parent / "checkpoints").is_dir():  # a run's own config

@@ -40,6 +40,8 @@ FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data giv
 # data options that follow a converted model's value where the config leaves them to the data (None or auto): images
 # resized to its image size, audio resampled and binned as its features were
 FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
+# model inputs the data measures (an AST's log-mel statistics) that a checkpoint's buffers set instead
+NORMALIZED_AS = ("feature_mean", "feature_std")
 # a pretraining model kind -> the model kind its encoder starts (the tensors share their names; the head starts new)
 ENCODER_OF = {"mlm": "text"}
 # an attnzoo run's model options that are training choices, not its weights' architecture: the new recipe's stay
@@ -54,6 +56,12 @@ CHECKPOINT_DEFAULTS = ("drop_rate",)
 # from scratch would size them (a position grid is resampled on load); but a learned table of positions holds only as
 # many as the run's `max_len`, to which the new data's is cut
 DATA_SIZED = ("max_len", "img_size", "sample_rate", "n_mels")
+DEPTHS = ("depth", "encoder_depth", "decoder_depth")  # fewer blocks than a checkpoint's drop its last ones (logged)
+# the peak learning rate of `task.optimizer.lr: auto` from a Hugging Face or timm checkpoint: pretrained weights are
+# fine-tuned two orders of magnitude below the recipes' rates for their small models from random weights (3e-3 would
+# overwrite what a BERT-base learned in the first steps). 5e-5: the Hugging Face Trainer's default, the top of the
+# BERT paper's 2e-5..5e-5; an attnzoo run keeps the recipe's rate (`...data.modules.defaults.SCRATCH_LR`)
+FINETUNE_LR = 5e-5
 
 
 class Start(NamedTuple):
@@ -64,6 +72,7 @@ class Start(NamedTuple):
     own_run: Path | None  # the attnzoo run directory it comes from, if any
     preset: dict[str, Any]  # data options the weights need ({"data.tokenizer": ...}), applied before data is read
     options: dict[str, Any]  # model options the weights fix ({"model.dim": 768, ...})
+    tuning: dict[str, Any] = {}  # training choices for the weights where the config leaves them to auto (the lr)
 
 
 def read_start(cfg: Config) -> Start | None:
@@ -105,7 +114,12 @@ def read_start(cfg: Config) -> Start | None:
     # a folder's config.json, a run's config.yaml and a timm name state the head count; else it comes from the width
     stated = attnzoo_run or Path(str(given)).is_dir() or timm_name is not None
     options = _options(cfg, architecture, preset, heads_stated=stated)
-    return Start(str(given), converted, own_run, preset, options)
+    tuning = {}
+    if not attnzoo_run and (cfg.section("task").get("optimizer") or {}).get("lr") == AUTO:
+        log.info("task.optimizer.lr: auto -> %g (fine-tuning %s's pretrained weights; from random weights the recipe "
+                 "would take a rate for its small model)", FINETUNE_LR, converted.source)  # fmt: skip
+        tuning["task.optimizer.lr"] = FINETUNE_LR
+    return Start(str(given), converted, own_run, preset, options, tuning)
 
 
 def _check_run_tokenizer(run: Path, ckpt: Path, where: str) -> None:
@@ -217,6 +231,11 @@ def _options(
                     f"{value} heads: its tensors would load split into other heads and compute another function. "
                     f"Leave model.num_heads out (key/value heads: model.attention.num_kv_heads)"
                 )
+            if key in DEPTHS and isinstance(value, int) and isinstance(model[key], int) and model[key] < value:
+                cut = f"block {value - 1} is" if model[key] == value - 1 else f"blocks {model[key]} to {value - 1} are"
+                log.warning("%s: %d (set in %s), and model.init_from's weights have %d blocks: the first %d are "
+                            "loaded, %s dropped", full, model[key], cfg.where(full), value, model[key],
+                            cut)  # fmt: skip
             continue
         if model.get(key) != value:
             if key in model:
@@ -290,11 +309,18 @@ def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str
 def fixed_options(start: Start | None, inputs: Mapping[str, Any], cfg: Config) -> dict[str, Any]:
     """The model options `start` fixes, less those the data gives (`DataModule.model_inputs()`: the vocabulary,
     the image size, ...): the data's values build the model, and the checkpoint's tensors must fit them (a learned
-    grid of positions is resampled on load). One exception: an embedding with more rows than the checkpoint's own
-    tokenizer has tokens keeps them (`model.vocab_size`); one with fewer is a ConfigError."""
+    grid of positions is resampled on load). Exceptions: an embedding with more rows than the checkpoint's own
+    tokenizer has tokens keeps them (`model.vocab_size`; one with fewer is a ConfigError), and the checkpoint's
+    feature statistics replace the data's (`NORMALIZED_AS`). With them, the start's training choices (`tuning`)."""
     if start is None:
         return {}
-    fixed = {k: v for k, v in start.options.items() if k.split(".", 1)[1] not in inputs}
+    fixed = {k: v for k, v in start.options.items() if k.split(".", 1)[1] not in inputs} | start.tuning
+    for key in NORMALIZED_AS:  # the data measures its own; the checkpoint's buffers, loaded over them, are what counts
+        value = start.options.get(f"model.{key}")
+        if value is not None and key in inputs:
+            log.info("model.%s: %.4f (this data's) -> %.4f (model.init_from's: its weights were trained on features so "
+                     "normalized)", key, inputs[key], value)  # fmt: skip
+            fixed[f"model.{key}"] = value
     rows, tokens = start.converted.options.get("vocab_size"), inputs.get("vocab_size")
     own = _start_tokenizer(start, cfg) is not None  # another tokenizer's ids do not match: the embedding is named
     if own and isinstance(rows, int) and isinstance(tokens, int) and rows != tokens:

@@ -43,6 +43,24 @@ def test_the_registry_finds_each_family(tmp_path):
         pretrained.convert(tmp_path / "bert", timm_name="vit_tiny_patch16_224")
 
 
+SAVERS = {"vit": save_vit, "ast": save_ast, "lm": lambda p: save_gpt2(p, TEXTS),
+          "text_cls": lambda p: save_encoder("bert", p), "translation": lambda p: save_bart(p, TEXTS)}  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", list(SAVERS))
+def test_pretrained_weights_are_fine_tuned_at_a_low_learning_rate_unless_one_is_set(recipe, tmp_path, caplog):
+    """Every recipe fine-tuned a BERT, ViT, AST, GPT-2 or BART at the rate of its small model from random weights
+    (2e-3 to 3e-3): tens of times what pretrained weights are fine-tuned at, so the first steps overwrote them."""
+    source = tmp_path / recipe
+    SAVERS[recipe](source)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, cfg = _built(recipe, source)
+    assert cfg.section("task")["optimizer"]["lr"] == task.optimizer_spec["lr"] == 5e-5
+    assert f"task.optimizer.lr: auto -> 5e-05 (fine-tuning {task.net.started_from['source']}" in caplog.text
+    _, task, cfg = _built(recipe, source, "task.optimizer.lr=1e-4")
+    assert cfg.section("task")["optimizer"]["lr"] == task.optimizer_spec["lr"] == 1e-4
+
+
 def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):
     source = tmp_path / "vit"
     save_vit(source)
@@ -66,8 +84,11 @@ def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_t
     save_ast(source)
     converted = pretrained.convert(source)
     with caplog.at_level(logging.INFO, logger="attnzoo"):
-        _, task, _ = _built("ast", source)
+        _, task, cfg = _built("ast", source)
     net = task.net
+    for key in ("feature_mean", "feature_std"):  # the config recorded this data's, which the checkpoint's replaced
+        assert cfg.section("model")[key] == converted.options[key] == pytest.approx(float(getattr(net, key)))
+        assert f"model.{key}: " in caplog.text and "(model.init_from's: its weights were trained on" in caplog.text
     assert "data.sample_rate: auto -> 16000" in caplog.text and "data.n_mels: auto -> 128" in caplog.text
     assert (net.logmel.sample_rate, net.logmel.n_mels) == (16000, 128)  # features as the weights were trained on
     assert "resampled from 5 x 12 to 9 x 12 " in caplog.text  # the checkpoint's 64 frames, the recipe's longer clips

@@ -376,3 +376,18 @@ def test_a_recorded_start_is_read_as_data_with_only_its_own_keys(tmp_path):
     for broken in ("[1, 2]", "{not json", json.dumps({"source": 3})):
         (tmp_path / START_FILE).write_text(broken)
         assert recorded_start(tmp_path) is None
+
+
+def test_fewer_blocks_than_the_checkpoint_has_load_the_first_ones_and_say_so(tmp_path, caplog):
+    """model.depth=1 on a 2-block checkpoint dropped its last block with nothing but the list of dropped tensors."""
+    import logging
+
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    overrides = [*QUICK, f"model.init_from={tmp_path / 'bert'}", "model.depth=1"]
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        _, task, _ = build(load_config([ROOT / "recipes" / "text_cls.yaml"], overrides))
+    assert len(task.net.encoder.blocks) == 1 and SIZES["num_hidden_layers"] == 2
+    assert "model.init_from's weights have 2 blocks: the first 1 are loaded, block 1 is dropped" in caplog.text

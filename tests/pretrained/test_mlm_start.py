@@ -67,6 +67,7 @@ def test_the_classifier_loads_the_encoder_and_tokenizer_and_starts_a_new_head(ml
     config = load([run / "config.yaml"])
     assert config.section("data")["tokenizer"] == str(mlm_run / "tokenizer.json")  # the ids the embedding learned
     assert (run / "tokenizer.json").read_text() == (mlm_run / "tokenizer.json").read_text()
+    assert config.section("task")["optimizer"]["lr"] == 3e-3  # an attnzoo run's small model: the recipe's own rate
     # nothing learned: not "subwords learned from the train split" (the MLM run's tokenizer lowercases on its own)
     assert (
         f"data.lowercase: auto -> False (not used: data.tokenizer '{mlm_run / 'tokenizer.json'}' is not" in caplog.text

@@ -20,12 +20,19 @@ IMAGE_KEYS = (
     "model.stem",
     "model.drop_path_rate",
     "task.objective.label_smoothing",
+    "task.optimizer.lr",
     "trainer.max_epochs",
 )
-TEXT_KEYS = ("model.pooling", "model.drop_rate", "task.objective.label_smoothing", "trainer.max_epochs")
+TEXT_KEYS = ("model.pooling", "model.drop_rate", "task.objective.label_smoothing", "task.optimizer.lr",
+             "trainer.max_epochs")  # fmt: skip
 AUDIO_KEYS = ("model.feature_norm", "model.fstride", "model.tstride", "model.spec_augment", "model.drop_path_rate",
               "task.optimizer.lr", "trainer.max_epochs")  # fmt: skip
-SEQUENCE_KEYS = ("trainer.max_epochs",)  # translation and language models
+SEQUENCE_KEYS = ("task.optimizer.lr", "trainer.max_epochs")  # translation and language models
+# the peak learning rate of AdamW for a recipe's model from random weights (or from an attnzoo run of the same small
+# size: fine-tuning an MLM run at 1e-3 or 3e-4 instead of 3e-3 lost 1-4 points, benchmarks/results/mlm_finetune.md);
+# a pretrained Hugging Face or timm checkpoint is fine-tuned at `FINETUNE_LR` instead (attnzoo/run/start.py)
+SCRATCH_LR = {"text": 3e-3, "image": 3e-3, "sequence": 2e-3}
+SCRATCH_WHY = "a small model from random weights (the recipe's measured rate)"
 TINY_IMAGE = 32  # sides up to this get gentle augmentation (digits, icons)
 # data.* keys that only size or shape a DataModule's embedded default data, by data.kind: (the key that selects
 # files, its value for the embedded data, the embedded-only keys). With files they mean nothing: set in a recipe,
@@ -119,11 +126,12 @@ def image_data(*, embedded: bool, img_size: int, drawing: bool = False, mixed_po
 
 
 def image_model(*, embedded: bool, img_size: int, num_train: int, batch_size: int) -> Chosen:
-    """Patch size for a token budget, regularization and epoch budget of a ViT."""
+    """Patch size for a token budget, regularization, learning rate and epoch budget of a ViT."""
     if embedded:
         why = "the embedded MNIST subset: the recipe's measured settings"
         return {"model.patch_size": (7, why), "model.stem": ("patch", why), "model.drop_path_rate": (0.0, why),
-                "task.objective.label_smoothing": (0.0, why), "trainer.max_epochs": (10, why)}  # fmt: skip
+                "task.objective.label_smoothing": (0.0, why), "task.optimizer.lr": (SCRATCH_LR["image"], why),
+                "trainer.max_epochs": (10, why)}  # fmt: skip
     p = patch_size(img_size)
     grid = img_size // p
     regular = "files: regularization for 1k-50k images"
@@ -135,6 +143,7 @@ def image_model(*, embedded: bool, img_size: int, num_train: int, batch_size: in
         "model.stem": image_stem(img_size, p),
         "model.drop_path_rate": (0.1, regular),
         "task.objective.label_smoothing": (0.1, regular),
+        "task.optimizer.lr": (SCRATCH_LR["image"], SCRATCH_WHY),
         # larger images: ~1,200 steps of 64 tokens, about 4 minutes of one CPU core for the recipe's model
         "trainer.max_epochs": epoch_budget(
             num_train, batch_size, steps=2000 if img_size <= TINY_IMAGE else 1200, low=10, high=200
@@ -198,11 +207,12 @@ def text_data(*, listops: bool, tokenizer: Any = "auto") -> Chosen:
 
 
 def text_model(*, listops: bool, num_train: int, batch_size: int) -> Chosen:
-    """Pooling, dropout and epoch budget of the text classifier."""
+    """Pooling, dropout, learning rate and epoch budget of the text classifier."""
     if listops:
         why = "the embedded ListOps: the recipe's measured settings"
         return {"model.pooling": ("cls", why), "model.drop_rate": (0.0, why),
-                "task.objective.label_smoothing": (0.0, why), "trainer.max_epochs": (6, why)}  # fmt: skip
+                "task.objective.label_smoothing": (0.0, why), "task.optimizer.lr": (SCRATCH_LR["text"], why),
+                "trainer.max_epochs": (6, why)}  # fmt: skip
     # dropout 0.4 and label smoothing 0.1 (0.2 and 0 before) raised mean test accuracy 0.6-1.9 points on three
     # stand-ins from scratch and 2.8 fine-tuned from an MLM run (benchmarks/results/mlm_finetune.md, "Regularization")
     regular = "text files: regularization for 1k-50k texts"
@@ -210,6 +220,7 @@ def text_model(*, listops: bool, num_train: int, batch_size: int) -> Chosen:
         "model.pooling": ("mean", "text files: the mean of the tokens (a bag of subwords to start from)"),
         "model.drop_rate": (0.4, regular),
         "task.objective.label_smoothing": (0.1, regular),
+        "task.optimizer.lr": (SCRATCH_LR["text"], SCRATCH_WHY),
         "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2000, low=10, high=100),
     }
 
@@ -225,19 +236,25 @@ def sequence_data(*, embedded: bool, what: str) -> Chosen:
 
 
 def translation_model(*, embedded: bool, num_train: int, batch_size: int) -> Chosen:
-    """The epoch budget of a translation model: the ceiling under which early stopping on val BLEU works, long
-    enough that the cosine schedule anneals on a few thousand pairs."""
+    """The learning rate (`SCRATCH_LR`) and epoch budget of a translation model: the budget is the ceiling under
+    which early stopping on val BLEU works, long enough that the cosine schedule anneals on a few thousand pairs."""
+    lr = {"task.optimizer.lr": (SCRATCH_LR["sequence"], SCRATCH_WHY)}
     if embedded:
-        return {"trainer.max_epochs": (6, "the embedded CLDR phrases: the recipe's measured settings")}
-    return {"trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2500, low=10, high=100)}
+        return {**lr, "trainer.max_epochs": (6, "the embedded CLDR phrases: the recipe's measured settings")}
+    return {**lr, "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2500, low=10, high=100)}
 
 
 def lm_model(*, embedded: bool, num_blocks: int, batch_size: int) -> Chosen:
-    """The epoch budget of a language model (early stopping on val perplexity stops it when it starts to overfit)."""
+    """The learning rate (`SCRATCH_LR`) and epoch budget of a language model (early stopping on val perplexity stops
+    it when it starts to overfit)."""
+    lr = {"task.optimizer.lr": (SCRATCH_LR["sequence"], SCRATCH_WHY)}
     if embedded:
-        return {"trainer.max_epochs": (6, "the embedded Python Language Reference: the recipe's measured settings")}
+        return {
+            **lr,
+            "trainer.max_epochs": (6, "the embedded Python Language Reference: the recipe's measured settings"),
+        }
     epochs, why = epoch_budget(num_blocks, batch_size, steps=3000, low=5, high=100)
-    return {"trainer.max_epochs": (epochs, why.replace("training examples", "training blocks"))}
+    return {**lr, "trainer.max_epochs": (epochs, why.replace("training examples", "training blocks"))}
 
 
 TEXT_IMAGE_KEYS = ("trainer.max_epochs", "run.early_stopping.patience")
@@ -279,9 +296,11 @@ TEXT_IMAGE_STEPS = 5000  # optimizer steps of the text-image recipe on files (th
 
 
 def mlm_model(*, num_train: int, batch_size: int) -> Chosen:
-    """The epoch budget of masked-language-model pretraining (early stopping on val perplexity is the usual stop)."""
+    """The learning rate (`SCRATCH_LR`) and epoch budget of masked-language-model pretraining (early stopping on val
+    perplexity is the usual stop)."""
     epochs, why = epoch_budget(num_train, batch_size, steps=MLM_STEPS, low=5, high=200)
-    return {"trainer.max_epochs": (epochs, why.replace("training examples", "training texts"))}
+    return {"task.optimizer.lr": (SCRATCH_LR["sequence"], SCRATCH_WHY),
+            "trainer.max_epochs": (epochs, why.replace("training examples", "training texts"))}  # fmt: skip
 
 
 MLM_STEPS = 4000  # optimizer steps of MLM pretraining: minutes of one CPU core for the text recipe's model

@@ -289,7 +289,28 @@ def check_options(
                     if value == AUTO
                     else ""
                 )  # fmt: skip
+                + _bool_hint(full, value, schema[key])
             )
+
+
+def _bool_hint(full: str, value: Any, annotation: Any) -> str:
+    """Why a str (or list of str) holds booleans: YAML 1.1 reads unquoted yes/no/true/false/on/off as them, and which
+    of these words was written is lost, so the words are not turned back but asked to be quoted."""
+
+    def as_str(v: Any) -> Any:
+        return str(v) if isinstance(v, bool) else [as_str(x) for x in v] if isinstance(v, list | tuple) else v
+
+    def has_bool(v: Any) -> bool:
+        return isinstance(v, bool) or isinstance(v, list | tuple) and any(has_bool(x) for x in v)
+
+    if not has_bool(value) or not type_ok(as_str(value), annotation):
+        return ""
+    example = "['yes','no']" if isinstance(value, list | tuple) else "'yes'" if value else "'no'"
+    return (
+        "; its True/False were read from unquoted yes/no/true/false/on/off (booleans in YAML 1.1): quote the words, "
+        f'e.g. "{full}={example}" on the command line (the outer quotes are for the shell) or '
+        f"{full.rsplit('.', 1)[-1]}: {example.replace(',', ', ')} in a YAML file"
+    )
 
 
 def _choices(annotation: Any) -> str:

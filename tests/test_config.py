@@ -126,6 +126,37 @@ def test_overlays_then_overrides_win_in_order(tmp_path):
     assert "b.yaml" in cfg.where("trainer.max_epochs") and "command line" in cfg.where("model.depth")
 
 
+TEXT_IMAGE = ROOT / "recipes" / "text_image.yaml"
+
+
+@pytest.mark.parametrize(
+    "overlay, override, shown",
+    [
+        (None, "data.classes=[yes,no,maybe]", "\"data.classes=['yes','no']\" on the command line"),
+        (None, "data.classes=on", "\"data.classes='yes'\""),
+        (None, "run.name=no", "\"run.name='no'\""),
+        ("data:\n  classes: [yes, no, maybe]\n", None, "classes: ['yes', 'no'] in a YAML file"),
+    ],
+    ids=["list_override", "scalar_override", "str_override", "list_in_yaml"],
+)
+def test_booleans_yaml_read_from_unquoted_words_of_a_str_key_say_to_quote_them(tmp_path, overlay, override, shown):
+    files = [TEXT_IMAGE]
+    if overlay:
+        files.append(tmp_path / "mine.yaml")
+        files[-1].write_text(overlay)
+    with pytest.raises(ConfigError) as err:
+        load(files, [override] if override else [])
+    message = str(err.value)
+    assert "read from unquoted yes/no/true/false/on/off" in message and shown in message, message
+
+
+@pytest.mark.parametrize("override", ["trainer.max_epochs=yes", "data.batch_size=[no]"])
+def test_booleans_given_for_a_number_get_no_word_about_quoting(override):
+    with pytest.raises(ConfigError) as err:
+        load([TEXT_IMAGE], [override])
+    assert "is not a valid int" in str(err.value) and "unquoted" not in str(err.value)
+
+
 @pytest.mark.parametrize(
     "files, overrides, match",
     [

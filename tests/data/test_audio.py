@@ -5,6 +5,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torchaudio
@@ -14,7 +15,7 @@ from attnzoo.data.embedded.synth_audio import class_names, synthesize
 from attnzoo.data.formats.audio_io import AudioFileError, fit_length, load_clip, read_wav
 from attnzoo.data.modules.audio import AudioDataModule, Mixup
 from attnzoo.layers.audio_features import LogMel
-from tests.helpers.audio import RATE, WRITERS, small, speech_commands, tone, write_pcm16
+from tests.helpers.audio import RATE, WRITERS, small, speech_commands, tone, write_float32, write_pcm16
 
 
 @pytest.mark.parametrize("rate", [8000, 16000, 44100])
@@ -164,20 +165,24 @@ def test_csv_errors_name_the_file_and_column(tmp_path):
 def test_bad_files_raise_naming_the_file_or_are_skipped_and_counted(tmp_path, cache, caplog):
     speech_commands(tmp_path)
     (tmp_path / "go" / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
-    (tmp_path / "yes" / "truncated.wav").write_bytes((tmp_path / "yes" / "spk1_nohash_0.wav").read_bytes()[:60])
-    with pytest.raises(AudioFileError, match=r"2 unreadable audio file\(s\): .*broken\.wav: cannot read as WAV") as err:
+    whole = (tmp_path / "yes" / "spk1_nohash_0.wav").read_bytes()  # 16-bit PCM, the 44-byte header of `wave`
+    (tmp_path / "yes" / "truncated.wav").write_bytes(whole[:60])
+    (tmp_path / "yes" / "no_channels.wav").write_bytes(whole[:22] + b"\x00\x00" + whole[24:])  # scipy divided by 0
+    write_float32(tmp_path / "down" / "nan.wav", np.array([[0.1], [np.nan]]), RATE)  # only decoding finds it
+    bad = ["broken.wav", "nan.wav", "no_channels.wav", "truncated.wav"]
+    with pytest.raises(AudioFileError, match=r"4 unreadable audio file\(s\): .*broken\.wav: cannot read as WAV") as err:
         small(source="folder", root=str(tmp_path), cache=cache).setup()
-    assert "truncated.wav" in str(err.value) and "data.on_bad_file=skip" in str(err.value)  # all named at once
+    assert all(name in str(err.value) for name in bad) and "data.on_bad_file=skip" in str(err.value)  # all at once
     dm = small(source="folder", root=str(tmp_path), cache=cache, on_bad_file="skip")
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         dm.setup()
-    assert sorted(Path(p).name for p, _ in dm.skipped) == ["broken.wav", "truncated.wav"]
-    assert "skipped 2 unreadable audio files" in caplog.text and "broken.wav" in caplog.text
+    assert sorted(Path(p).name for p, _ in dm.skipped) == bad
+    assert "skipped 4 unreadable audio files" in caplog.text and "broken.wav" in caplog.text
     assert len(dm.datasets["train"]) == 12
     for batch in dm.train_dataloader():  # every remaining clip decodes in the loader
         assert torch.isfinite(batch["audio"]).all()
     saved = json.loads(dm.save_artifacts(tmp_path / "run").read_text())
-    assert len(saved["skipped"]) == 2
+    assert len(saved["skipped"]) == 4
 
 
 def test_stats_match_the_train_features_and_are_saved_and_reused(tmp_path):

@@ -5,6 +5,7 @@ and checkpoints of another shape. Each case counts as one "input tried" in the r
 """
 
 import io
+import struct
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from PIL import Image
 
 from attnzoo.attention.patterns import DilatedSlidingWindow, SlidingWindow
 from attnzoo.config import ConfigError, load
-from attnzoo.data.formats.audio_io import AudioFileError, read_wav
+from attnzoo.data.formats.audio_io import AudioFileError, probe_wav, read_wav
 from attnzoo.data.formats.image_io import ImageFileError, load_rgb
 from attnzoo.data.formats.text_files import read_text_file
 from attnzoo.data.modules.image import ImageDataModule
@@ -106,6 +107,47 @@ def test_bad_wav_files_are_named(content, match, tmp_path):
     (tmp_path / "x.wav").write_bytes(content)
     with pytest.raises(AudioFileError, match=match):
         read_wav(tmp_path / "x.wav")
+
+
+def _wav(*, tag=1, channels=1, rate=16000, block_align=2, bits=16, samples=None) -> bytes:
+    """A WAV file with these fmt chunk values (the byte rate agrees with them, as scipy checks) and samples (default:
+    100 bytes of zeros)."""
+    fmt = struct.pack("<HHIIHH", tag, channels, rate, rate * block_align, block_align, bits)
+    payload = b"\x00" * 100 if samples is None else samples.tobytes()
+    body = b"WAVEfmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", len(payload)) + payload
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize("reader", [read_wav, probe_wav], ids=["read", "probe"])
+@pytest.mark.parametrize(
+    "fields, match",
+    [  # scipy divided by 0 (channels, the bytes of a sample), had no dtype (9 bytes), or read a 0 rate / 0 bits
+        ({"channels": 0}, r"gives channels 0; channels, sample rate and bits per sample must each be >= 1"),
+        ({"rate": 0}, r"gives sample rate 0;"),
+        ({"bits": 0}, r"gives bits 0;"),
+        ({"block_align": 0}, r"gives block align 0 for 1 channel\(s\);.* must be 1 to 8"),
+        ({"channels": 2, "block_align": 1}, r"gives block align 1 for 2 channel\(s\)"),
+        ({"block_align": 9}, r"gives block align 9 for 1 channel\(s\)"),
+    ],
+    ids=["channels_0", "rate_0", "bits_0", "block_align_0", "block_align_under_channels", "sample_of_9_bytes"],
+)
+def test_wav_fmt_values_that_leave_no_sample_are_named(fields, match, reader, tmp_path):
+    (tmp_path / "x.wav").write_bytes(_wav(**fields))
+    with pytest.raises(AudioFileError, match=r"x\.wav: cannot read as WAV \(its fmt chunk " + match):
+        reader(tmp_path / "x.wav")
+
+
+@pytest.mark.parametrize("reader", [read_wav, probe_wav], ids=["read", "probe"])
+@pytest.mark.parametrize(
+    "samples",
+    [np.array([0.1, np.nan], "<f4"), np.array([0.1, -np.inf], "<f4"), np.array([0.1, 1e300], "<f8")],
+    ids=["nan", "inf", "float64_beyond_float32"],
+)
+def test_non_finite_float_samples_are_named_when_probed_and_when_read(samples, reader, tmp_path):
+    size = samples.dtype.itemsize
+    (tmp_path / "x.wav").write_bytes(_wav(tag=3, block_align=size, bits=8 * size, samples=samples))
+    with pytest.raises(AudioFileError, match=r"x\.wav: WAV file holds NaN or infinite samples"):
+        reader(tmp_path / "x.wav")
 
 
 @pytest.mark.parametrize(

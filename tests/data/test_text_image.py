@@ -159,6 +159,44 @@ def test_missing_or_unreadable_image(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("image", "message"),
+    [  # both said "image <folder> does not exist": "" is the JSONL file's own folder
+        ("", r"train\.jsonl:3: image path '' is empty; give the image file, relative to "),
+        ("train", r"train\.jsonl:3: image .*train is a folder, not an image file"),
+    ],
+    ids=["empty", "folder"],
+)
+def test_an_image_path_that_is_empty_or_a_folder_is_named(tmp_path, image, message):
+    gen, paths = _write(tmp_path)
+    lines = paths["train"].read_text().splitlines()
+    lines[2] = json.dumps({**json.loads(lines[2]), "image": image})
+    paths["train"].write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=message + r".*data\.on_bad_image=skip"):
+        _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
+    dm = _dm(train=str(paths["train"]), val=str(paths["val"]), on_bad_image="skip", classes=gen.class_names)
+    assert dm.skipped == {"train": 1} and len(dm.datasets["train"]) == 11
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "other"),
+    [
+        ("train.csv", "image,text,label\ntrain/00000.png,is it red?,yes\n", ", not CSV"),
+        ("train.tsv", "image\ttext\tlabel\n", ", not TSV"),
+        ("train.txt", "train/00000.png is it red? yes\n", ""),  # a first line that is no JSON object
+    ],
+    ids=["csv", "tsv", "text_line"],
+)
+def test_a_file_that_is_not_jsonl_says_what_text_image_data_looks_like(tmp_path, name, content, other):
+    _, paths = _write(tmp_path)
+    (tmp_path / name).write_text(content)
+    with pytest.raises(ValueError) as err:
+        _dm(train=str(tmp_path / name), val=str(paths["val"]))
+    message = str(err.value)
+    assert f"{name}:1: not valid JSON" in message and f"text-image data is JSONL{other}: one JSON object a" in message
+    assert "keys image (a path relative to the JSONL file), text and label" in message, message
+
+
+@pytest.mark.parametrize(
     ("line", "message"),
     [
         ("{not json", r"bad\.jsonl:2: not valid JSON"),

@@ -25,8 +25,9 @@ class AudioFileError(ValueError):
     """A file that cannot be read as a WAV clip (the message starts with its path), or a list of such files."""
 
 
-def _check_data_size(path: str | Path) -> None:
-    """Raise when the data chunk declares more bytes than the file holds (scipy would return a short clip)."""
+def _check_header(path: str | Path) -> None:
+    """Raise when the fmt chunk gives values scipy cannot read (`_check_fmt`), or the data chunk declares more bytes
+    than the file holds (scipy would return a short clip)."""
     try:
         f = open(path, "rb")
     except OSError as err:
@@ -40,7 +41,13 @@ def _check_data_size(path: str | Path) -> None:
             if len(chunk) < 8:
                 break
             size = struct.unpack(order + "I", chunk[4:])[0]
-            if chunk[:4] == b"data":
+            if chunk[:4] == b"fmt " and size >= 16:  # a shorter one is scipy's error
+                fields = f.read(16)
+                if len(fields) == 16:
+                    _, channels, rate, _, block_align, bits = struct.unpack(order + "HHIIHH", fields)
+                    _check_fmt(path, channels=channels, rate=rate, block_align=block_align, bits=bits)
+                size -= len(fields)
+            elif chunk[:4] == b"data":
                 left = os.fstat(f.fileno()).st_size - f.tell()
                 if size not in (0, 0xFFFFFFFF) and size > left:  # 0 / all ones: written by a stream, size unknown
                     raise AudioFileError(
@@ -50,33 +57,67 @@ def _check_data_size(path: str | Path) -> None:
             f.seek(size + size % 2, os.SEEK_CUR)
 
 
+def _check_fmt(path: str | Path, *, channels: int, rate: int, block_align: int, bits: int) -> None:
+    """Raise on fmt chunk values that leave no sample to read: scipy divides by `channels` and by the sample size
+    `block_align // channels` (a ZeroDivisionError naming no file), and has no dtype for a sample over 8 bytes."""
+    zero = [
+        f"{name} {value}"
+        for name, value in (("channels", channels), ("sample rate", rate), ("bits", bits))
+        if not value
+    ]
+    if zero:
+        raise AudioFileError(
+            f"{path}: cannot read as WAV (its fmt chunk gives {', '.join(zero)}; channels, sample rate and bits per "
+            "sample must each be >= 1)"
+        )
+    if not 1 <= block_align // channels <= 8:
+        raise AudioFileError(
+            f"{path}: cannot read as WAV (its fmt chunk gives block align {block_align} for {channels} channel(s); "
+            "block align / channels is the bytes of one sample, which must be 1 to 8)"
+        )
+
+
 def _read(path: str | Path, mmap: bool) -> tuple[int, np.ndarray]:
-    _check_data_size(path)
+    _check_header(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", wavfile.WavFileWarning)  # unknown chunks (LIST, ...) are skipped
             rate, data = wavfile.read(path, mmap=mmap)
-    # struct.error: a header cut short; UnboundLocalError: scipy's reader on a RIFF/WAVE header without chunks
-    except (OSError, ValueError, EOFError, struct.error, UnboundLocalError) as err:
+    # struct.error: a header cut short; UnboundLocalError: scipy's reader on a RIFF/WAVE header without chunks;
+    # ZeroDivisionError, TypeError (no dtype): fmt values `_check_fmt` missed
+    except (OSError, ValueError, EOFError, struct.error, UnboundLocalError, ZeroDivisionError, TypeError) as err:
         raise AudioFileError(f"{path}: cannot read as WAV ({type(err).__name__}: {err})") from err
     if data.size == 0:
         raise AudioFileError(f"{path}: WAV file has no samples")
-    if rate <= 0:
-        raise AudioFileError(f"{path}: WAV header gives sample rate {rate}")
     return rate, data
 
 
 def probe_wav(path: str | Path) -> None:
-    """Check a WAV file's header and data size without decoding it (raises `AudioFileError`)."""
+    """Check a WAV file's header and data size, and float samples for NaN and infinity, without decoding integer
+    samples (which are always finite) or keeping the file in memory (raises `AudioFileError`)."""
     try:
-        _read(path, mmap=True)
-    except AudioFileError:
-        _read(path, mmap=False)  # memory mapping cannot read every layout (24-bit): decode for the real verdict
+        _, data = _read(path, mmap=True)
+    except AudioFileError:  # memory mapping cannot read every layout (24-bit): decode for the real verdict
+        _, data = _read(path, mmap=False)
+    if not _finite(data):
+        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
+
+
+def _finite(data: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Whether every sample is finite as float32 (what `read_wav` makes of it: float64 beyond ~3.4e38 is not), read
+    `chunk` samples at a time so that a memory-mapped file is never loaded whole."""
+    if not np.issubdtype(data.dtype, np.floating):
+        return True
+    flat = data.reshape(-1)  # a view of a memory map stays one
+    with np.errstate(over="ignore"):  # float64 -> float32 overflow is the inf looked for
+        return all(np.isfinite(flat[i : i + chunk].astype(np.float32)).all() for i in range(0, flat.size, chunk))
 
 
 def read_wav(path: str | Path) -> tuple[Tensor, int]:
     """(waveform [channels, T] float32 in [-1, 1], sample rate) of a WAV file."""
     rate, data = _read(path, mmap=False)
+    if not _finite(data):
+        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
     if data.dtype == np.uint8:  # 8-bit PCM is unsigned
         wave = (data.astype(np.float32) - 128.0) / 128.0
     elif np.issubdtype(data.dtype, np.integer):  # 16-bit, 24-bit (left-justified in int32) and 32-bit PCM
@@ -85,8 +126,6 @@ def read_wav(path: str | Path) -> tuple[Tensor, int]:
         wave = data.astype(np.float32)
     wave = torch.from_numpy(np.ascontiguousarray(wave))
     wave = wave[None] if wave.dim() == 1 else wave.T  # [channels, T]
-    if not torch.isfinite(wave).all():
-        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
     return wave, int(rate)
 
 

@@ -124,7 +124,8 @@ class AudioDataModule(DataModule):
         train_crop: part of a longer training clip to keep: "random", "start" or "center" (eval clips: "center").
         n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`), handed to the model.
         cache: decode every file once in `setup()` and keep the waveforms in memory; False decodes in the loader
-            workers. Either way `setup()` checks every file (False: header and size only) before training.
+            workers. Either way `setup()` checks every file before training (False: header and size, and float
+            samples for NaN and infinity, read without keeping them; integer samples are always finite).
         on_bad_file: "error" stops naming every unreadable file; "skip" leaves them out, logs and counts them
             (`skipped`).
         mixup_alpha: mixup of training batches (0 = off).

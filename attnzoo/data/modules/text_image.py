@@ -260,18 +260,19 @@ class TextImageDataModule(DataModule):
             kept, images, labels = [], [], []
             for rec in recs:
                 image = (path.parent / rec["image"]).resolve()
-                if image not in checked:
-                    checked[image] = _check_image(image)
-                problem = checked[image]
+                if not rec["image"].strip():  # "" is the JSONL file's own folder
+                    problem = f"path {rec['image']!r} is empty; give the image file, relative to {path.parent}"
+                else:
+                    if image not in checked:
+                        checked[image] = _check_image(image)
+                    problem = None if checked[image] is None else f"{image} {checked[image]}"
                 if problem is not None:
                     if self.on_bad_image == "error":
                         hint = "data.on_bad_image=skip leaves such pairs out"
-                        raise ValueError(f"{path}:{rec['line']}: image {image} {problem} ({hint})")
+                        raise ValueError(f"{path}:{rec['line']}: image {problem} ({hint})")
                     self.skipped[split] = self.skipped.get(split, 0) + 1
                     if self.skipped[split] == 1:
-                        log.warning(
-                            "%s:%d: image %s %s; skipping (data.on_bad_image=skip)", path, rec["line"], image, problem
-                        )
+                        log.warning("%s:%d: image %s; skipping (data.on_bad_image=skip)", path, rec["line"], problem)
                     continue
                 kept.append(rec["text"])
                 images.append(image)
@@ -381,7 +382,7 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg})") from err
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({err.msg}){_jsonl_hint(path, line)}") from err
             if not isinstance(rec, dict):
                 raise ValueError(
                     f"{path}:{line_no}: expected an object with image, text, label; got {type(rec).__name__}"
@@ -404,8 +405,23 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def _jsonl_hint(path: Path, line: str) -> str:
+    """What text-image data looks like, for a line that is not JSON in a file that may not be JSONL at all (a CSV)."""
+    table = path.suffix.lower() in (".csv", ".tsv")
+    if not table and line.lstrip().startswith("{"):
+        return ""  # a JSONL line gone wrong: the JSON error says where
+    other = f", not {path.suffix[1:].upper()}" if table else ""
+    return (
+        f"; text-image data is JSONL{other}: one JSON object a line "
+        'with keys image (a path relative to the JSONL file), text and label, e.g. {"image": "imgs/0001.png", '
+        '"text": "is there a red circle?", "label": "yes"}' + ("; write each row as such a line" if table else "")
+    )
+
+
 def _check_image(path: Path) -> str | None:
     """None if `path` is a readable image, else what is wrong with it."""
+    if path.is_dir():
+        return "is a folder, not an image file"
     if not path.is_file():
         return "does not exist"
     bad = unreadable_images([str(path)])  # pixels decoded: a file cut short is found now, not mid-epoch

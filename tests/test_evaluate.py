@@ -12,7 +12,7 @@ import pytest
 from attnzoo.config import load
 from attnzoo.run import fit
 from attnzoo.run.signals import SELF_SIGNAL_ENV
-from tests.helpers import ROOT, TINY_RUN, VIT
+from tests.helpers import QUICK, ROOT, TINY_RUN, VIT
 
 
 @pytest.mark.parametrize("sig, split", [("SIGTERM", "test"), pytest.param("SIGINT", "val", marks=pytest.mark.slow)])
@@ -39,3 +39,32 @@ def test_a_checkpoint_file_from_elsewhere_gets_a_report_name_of_its_own(tmp_path
     other = checkpoint_name(run, tmp_path / "other" / "checkpoints" / "best.ckpt")
     third = checkpoint_name(run, tmp_path / "third" / "checkpoints" / "best.ckpt")
     assert re.fullmatch(r"best-[0-9a-f]{8}", other) and other != third
+
+
+def test_a_shared_run_scores_data_test_without_the_train_files_it_was_trained_on(tmp_path, caplog):
+    """A run directory from elsewhere (its config.yaml names train/val files of another machine) stopped evaluate
+    with 'no such text file': the classes and token ids it needs are the run's labels.json and tokenizer.json."""
+    import csv
+    import logging
+    import random
+
+    from attnzoo.evaluate import evaluate
+
+    rng = random.Random(0)
+    words = "red green blue cat dog fish one two three".split()
+    for name, n in (("train", 64), ("val", 16), ("test", 16)):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["text", "label"])
+            out.writerows([" ".join(rng.choice(words) for _ in range(5)), "ab"[i % 2]] for i in range(n))
+    overrides = [*QUICK, "trainer.max_epochs=1", "model.depth=1", "run.baseline=false", f"run.dir={tmp_path / 'r'}",
+                 f"data.train={tmp_path / 'train.csv'}", f"data.val={tmp_path / 'val.csv'}"]  # fmt: skip
+    run = fit(load([ROOT / "recipes" / "text_cls.yaml"], overrides))
+    test = [f"data.test={tmp_path / 'test.csv'}"]
+    here = evaluate(run, "best", "test", [], test)["metrics"]
+    for name in ("train", "val"):
+        (tmp_path / f"{name}.csv").rename(tmp_path / f"{name}.gone")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        report = evaluate(run, "best", "test", [], test)
+    assert report["metrics"] == here and report["split_examples"] == 16
+    assert f"{tmp_path / 'train.csv'}, {tmp_path / 'val.csv'} (data.train and data.val) are not here" in caplog.text

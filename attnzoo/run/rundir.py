@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import inspect
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from ..config import Config, ConfigError, load, read_yaml
 from ..util.files import write_json
 from .paths import same_path
 
+log = logging.getLogger("attnzoo")
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
 
 
@@ -258,6 +260,8 @@ def load_run(
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
     preset = {**_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir), **saved_tokenizer(cfg, run_dir)}
+    if with_data:
+        preset |= _scored_alone(cfg, preset)
     try:
         saved = read_checkpoint(ckpt)
     except ValueError as err:
@@ -277,6 +281,29 @@ def load_run(
     except RuntimeError as err:
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {run_dir}/config.yaml: {err}") from None
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
+
+
+def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
+    """{"data.train": data.test, ...} when the run's train file is not on this machine (a run directory from
+    elsewhere, or data moved since) and `data.test` is: the data module reads data.test in place of the missing
+    train and val files. Nothing is taken from them then: the classes are the run's labels.json and the ids its
+    tokenizer.json (`preset`), which the run must have saved (a learned one always is; `saved_tokenizer`)."""
+    from ..data import DATAMODULES
+
+    data: dict[str, Any] = cfg.section("data")
+    test, module = data.get("test"), DATAMODULES.get(data.get("kind"))
+    if not isinstance(test, str) or not Path(test).exists() or module is None:
+        return {}
+    gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and not Path(data[k]).exists()]
+    takes = inspect.signature(module).parameters
+    labelled = not {"labels", "classes"} & set(takes) or {"data.labels", "data.classes"} & set(preset)
+    own_ids = "data.tokenizer" in preset or data.get("tokenizer") == "bytes"  # nothing learned from the files read
+    if "train" not in gone or not labelled or not own_ids:
+        return {}
+    log.info("data: %s (data.%s) %s not here: data.test %s is read in its place; the classes and token ids are "
+             "the run's own (labels.json, tokenizer.json)", ", ".join(data[k] for k in gone), " and data.".join(gone),
+             "are" if len(gone) > 1 else "is", test)  # fmt: skip
+    return {f"data.{k}": test for k in gone}
 
 
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:

@@ -468,3 +468,19 @@ def test_whitespace_only_lines_are_skipped_as_blank_lines_are_and_lines_keep_the
     (tmp_path / "mac.csv").write_bytes(b"text,label\rhi,pos\rcaf\xe9,neg\r")
     with pytest.raises(ValueError, match=r"mac\.csv line 3, column 4: byte\(s\) e9 are not UTF-8"):
         read_text_file(tmp_path / "mac.csv", text_column="text", label_column="label")
+
+
+def test_a_tokenizer_file_that_never_saw_the_texts_counts_their_unknown_tokens(tmp_path, caplog):
+    """The tokenizer of model.init_from's run (or any file) read unseen characters as its unknown token silently."""
+    tok = make_tokenizer("unigram", texts=["red green blue"] * 50, vocab_size=40, lowercase=True)
+    tok.save(tmp_path / "tokenizer.json")
+    rows = "".join(f"{t},{i % 2}\n" for i, t in enumerate(["red xyz", "green qqq", "blue red"] * 8))
+    for name in ("train", "val"):
+        (tmp_path / f"{name}.csv").write_text("text,label\n" + rows)
+    data = TextDataModule(train=str(tmp_path / "train.csv"), val=str(tmp_path / "val.csv"),
+                          tokenizer=str(tmp_path / "tokenizer.json"))  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data.setup()
+    unknown = [r for r in caplog.records if "are unknown to the tokenizer" in r.getMessage()]
+    assert [r.levelno for r in unknown] == [logging.WARNING] * 2  # train and val, each well above 1%
+    assert "train tokens" in unknown[0].getMessage() and "characters it never saw" in unknown[0].getMessage()

@@ -399,3 +399,14 @@ def test_answers_are_stripped_as_text_classification_strips_its_labels(tmp_path)
     (tmp_path / "v.jsonl").write_text(json.dumps({**rec, "label": "  "}) + "\n")  # stripped, it would be a class ""
     with pytest.raises(ValueError, match=r"v\.jsonl:1: empty label '  '"):
         _dm(train=str(tmp_path / "t.jsonl"), val=str(tmp_path / "v.jsonl"))
+
+
+def test_classes_the_data_fixes_refuse_a_list_of_others_and_take_their_own(tmp_path):
+    """data.classes=[foo,bar] with the embedded scenes (or data.task=match) was ignored, and config.yaml kept it."""
+    with pytest.raises(ValueError, match=r"data.classes \['foo', 'bar'\] are not the embedded scenes' answers"):
+        _dm(classes=["foo", "bar"])
+    own = _dm().class_names
+    assert _dm(classes=own).class_names == own  # evaluate passes the run's labels.json
+    _, paths = _write(tmp_path, "match")
+    with pytest.raises(ValueError, match=r"are not the answers of data.task=match, \['mismatch', 'match'\]"):
+        _dm(task="match", train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=["yes", "no"])

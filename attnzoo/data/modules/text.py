@@ -20,6 +20,7 @@ from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
+from ..tokenizers.subword import log_unknown
 from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -154,6 +155,7 @@ class TextDataModule(DataModule):
             self.tokenizer = make_tokenizer(spec, texts=texts, vocab_size=self.vocab_size, lowercase=self.lowercase)
         for name, (texts, labels, source) in splits.items():
             ids = [self._encode(text, source) for text in texts]
+            log_unknown(self.tokenizer, ids, name)
             cut = sum(len(x) > self.max_len for x in ids)
             if cut:
                 log.warning("data: cut %d of %d texts of %s to max_len %d tokens", cut, len(ids), source, self.max_len)

@@ -29,7 +29,7 @@ from ..formats.image_io import ImageFileError, load_rgb, unreadable_images
 from ..formats.text_files import read_utf8
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
-from ..tokenizers.subword import save_run_tokenizer
+from ..tokenizers.subword import log_unknown, save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -237,7 +237,7 @@ class TextImageDataModule(DataModule):
 
     def _setup_scenes(self) -> None:
         gen = SceneGenerator(task=self.task, grid=self.grid, held_out=self.held_out, seed=self.seed)
-        self.class_names = gen.class_names
+        self.class_names = self._fixed_classes(gen.class_names, "the embedded scenes' answers")
         index = {name: i for i, name in enumerate(self.class_names)}
         for split, n in {"train": self.num_train, "val": self.num_val, "test": self.num_val}.items():
             examples = gen.examples(n, split=split)
@@ -249,7 +249,7 @@ class TextImageDataModule(DataModule):
     def _setup_jsonl(self) -> None:
         records = {split: _load_jsonl(Path(path)) for split, path in self.files.items() if path is not None}
         if self.task == "match":
-            self.class_names = list(MATCH_ANSWERS)
+            self.class_names = self._fixed_classes(list(MATCH_ANSWERS), "the answers of data.task=match")
         elif self.classes is not None:
             self.class_names = [str(c) for c in self.classes]
         else:
@@ -288,6 +288,16 @@ class TextImageDataModule(DataModule):
                 raise ValueError(f"{path}: no pair left with a readable image ({len(recs)} lines)")
             self.datasets[split] = self._dataset(split, images, kept, labels)
 
+    def _fixed_classes(self, names: list[str], what: str) -> list[str]:
+        """`names`, the classes the data fixes; a `classes` list of others is an error (it was ignored), while a run's
+        labels.json of the same (evaluate) is not."""
+        if self.classes is not None and [str(c) for c in self.classes] != names:
+            raise ValueError(
+                f"data.classes {[str(c) for c in self.classes]} are not {what}, {names}: data.classes orders the "
+                "answers of your own vqa JSONL files (data.train); leave it out here"
+            )
+        return names
+
     def _label(self, rec: dict[str, Any], path: Path) -> int:
         label = rec["label"]
         if self.task == "match":
@@ -310,6 +320,7 @@ class TextImageDataModule(DataModule):
             )
             log.info("data.tokenizer: %s learned from the %d training texts", self.tokenizer_spec, len(texts))
         ids = [self.tokenizer.encode(t) for t in texts]
+        log_unknown(self.tokenizer, ids, split)
         long = sum(len(x) > self.max_len for x in ids)
         if long:
             log.warning("%s: cut %d of %d texts to data.max_len=%d tokens", split, long, len(ids), self.max_len)

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
 from ..tokenizers.factory import make_tokenizer
-from ..tokenizers.subword import decode_generated, save_run_tokenizer
+from ..tokenizers.subword import decode_generated, log_unknown, save_run_tokenizer
 from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
@@ -296,28 +296,13 @@ class TranslationDataModule(DataModule):
             log.warning(
                 "data: cut %d of %d %s pairs to max_len %d tokens", len(too_long), len(pairs), split, self.max_len
             )
-        self._log_unknown(split, [src_ids[i] for i in keep] + [tgt_ids[i] for i in keep])
+        log_unknown(self.tokenizer, [src_ids[i] for i in keep] + [tgt_ids[i] for i in keep], split)
         as_tensor = lambda ids, n: torch.tensor(ids[:n], dtype=torch.int32)
         return TokenPairDataset(
             [as_tensor(src_ids[i], self.max_len) for i in keep],
             [as_tensor(tgt_ids[i], self.max_len - 1) for i in keep],
             [pairs[i] for i in keep],
         )
-
-    def _log_unknown(self, split: str, ids: list[list[int]]) -> None:
-        unk = getattr(self.tokenizer, "unk_id", None)
-        if unk is None:
-            return
-        total = sum(len(x) for x in ids)
-        count = sum(x.count(unk) for x in ids)
-        if count:
-            log.warning(
-                "data: %d of %d %s tokens (%.2f%%) are unknown to the tokenizer",
-                count,
-                total,
-                split,
-                100 * count / total,
-            )
 
     # ------------------------------------------------------------------------------------------------------------
     # what models and tasks need

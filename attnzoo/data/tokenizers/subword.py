@@ -302,6 +302,22 @@ def unknown_note(unknown: Sequence[str], shown: int = 10) -> str:
     )
 
 
+def log_unknown(tok: Any, ids: Sequence[Sequence[int]], what: str) -> None:
+    """Log how many of the tokens `ids` of `what` ("train", "val source", ...) are the tokenizer's unknown token:
+    a warning from 1% on (a tokenizer that comes with pretrained weights, or a file, never saw much of this text),
+    an info line below."""
+    unk = getattr(tok, "unk_id", None)
+    total = sum(len(x) for x in ids)
+    count = sum(list(x).count(unk) for x in ids) if unk is not None else 0
+    if count:
+        share = count / total
+        (log.warning if share >= 0.01 else log.info)(
+            "data: %d of %d %s tokens (%.2f%%) are unknown to the tokenizer%s", count, total, what, 100 * share,
+            f" ({getattr(tok, 'name', 'its file')}): characters it never saw read as one unknown token"
+            if share >= 0.01 else "",
+        )  # fmt: skip
+
+
 def decode_generated(tok: Any, ids: Sequence[int]) -> str:
     """Text of generated ids: up to the first eos, bos and padding left out."""
     ids = list(ids)

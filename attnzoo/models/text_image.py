@@ -207,7 +207,10 @@ class TextImageNet(nn.Module):
         )
 
         if fusion != "film":  # the cross-attention fusion layers and a linear head
-            make_cross = attention_builder(cross_attention, what="model.cross_attention")
+            # a kind sized by its keys (sigmoid's b = -log n, linformer's projections) gets their number: the patches
+            # for the text's queries, the text tokens for the patches' (fusion both)
+            patches = self.grid_size[0] * self.grid_size[1]
+            make_cross = attention_builder(cross_attention, what="model.cross_attention", seq_len=patches)
             make_self = attention_builder(attention, **text_shape)
             hidden = int(text_dim * mlp_ratio)
             self.cross_blocks = nn.ModuleList(
@@ -233,11 +236,14 @@ class TextImageNet(nn.Module):
                 image_shape = layer_shape(grid_size=self.grid_size)
                 make_image_self = attention_builder(image_attn, **image_shape)
                 image_hidden = int(image_dim * mlp_ratio)
+                make_image_cross = attention_builder(cross_attention, what="model.cross_attention", seq_len=max_len)
                 self.image_cross_blocks = nn.ModuleList(
                     CrossAttentionBlock(
                         dim=image_dim,
                         # the image-side cross-attention layers continue the text side's: indices fusion_depth, ...
-                        cross_attn=make_cross(image_dim, num_heads, layer_index=fusion_depth + i, context_dim=text_dim),
+                        cross_attn=make_image_cross(
+                            image_dim, num_heads, layer_index=fusion_depth + i, context_dim=text_dim
+                        ),
                         mlp=Mlp(image_dim, image_hidden),
                         gated=gated,
                     )

@@ -254,3 +254,17 @@ def test_a_batch_of_empty_texts_is_one_position_of_padding_and_gives_finite_logi
     assert batch["tokens"].shape == (2, 1) and batch["padding_mask"].all()
     logits = _net(fusion=fusion)(batch["image"], batch["tokens"], batch["padding_mask"])
     assert logits.shape == (2, 5) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "linformer"])
+def test_cross_attention_kinds_sized_by_their_keys_get_the_number_of_keys(kind):
+    """sigmoid (b = -log n) and linformer (projections of n keys) stopped the build: the model passed no seq_len to
+    cross-attention, and the error said attnzoo's models pass it."""
+    import math
+
+    net = _net(fusion="both", cross_attention={"kind": kind})
+    logits = net(*_inputs())
+    assert logits.shape == (3, 5) and torch.isfinite(logits).all()
+    text_side, image_side = net.cross_blocks[0].attn, net.image_cross_blocks[0].attn
+    if kind == "sigmoid":  # the text reads 4 x 4 patches; the patches read up to max_len text tokens
+        assert (text_side.b, image_side.b) == pytest.approx((-math.log(16), -math.log(24)))

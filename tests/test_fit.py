@@ -189,6 +189,20 @@ def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
         torch.testing.assert_close(ddp["final"][key], value, atol=1e-6, rtol=0, msg=key)
 
 
+def test_a_train_split_smaller_than_a_batch_per_process_still_trains_under_ddp(tmp_path):
+    """100 texts in batches of 64 train one step on one process; on 2 the drop of a last partial batch was decided
+    on the whole split (100 > 64), so each process's 50 were dropped: 0 steps, and the summary said finished."""
+    command = [sys.executable, "-m", "attnzoo.fit", "--config", str(ROOT / "recipes" / "text_cls.yaml"), *QUICK[:2],
+               "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp", "trainer.max_epochs=1",
+               "trainer.precision=32-true", "model.depth=1", "data.listops.num_train=100", "data.listops.num_val=16",
+               "data.listops.num_test=16", "run.baseline=false", f"run.dir={tmp_path}"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary,) = [json.loads(p.read_text()) for p in tmp_path.glob("text_cls/*/summary.json")]
+    assert summary["world_size"] == 2 and summary["global_step"] == 1
+
+
 def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):
     from attnzoo.evaluate import main as evaluate
 

@@ -206,3 +206,12 @@ def test_a_pickled_payload_in_a_checkpoint_is_never_run(lm_run, tmp_path, monkey
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         AtomicCheckpointIO().load_checkpoint(run / "checkpoints" / "last.ckpt")
     assert not marker.exists()
+
+
+def test_checkpoints_are_readable_by_the_others_who_read_the_run(tmp_path):
+    """best.ckpt and last.ckpt kept mkstemp's mode 0600 (the run's JSON files are 0644): on a shared run.dir the
+    other users could read everything but the weights."""
+    import torch
+
+    AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(2)}, tmp_path / "checkpoints" / "last.ckpt")
+    assert (tmp_path / "checkpoints" / "last.ckpt").stat().st_mode & 0o777 == 0o644

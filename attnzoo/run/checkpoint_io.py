@@ -21,6 +21,8 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from ..util.files import SHARED_MODE
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """`TorchCheckpointIO` that never leaves a partly written checkpoint at the final path, and reads checkpoints
@@ -42,6 +44,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, SHARED_MODE)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -103,8 +103,9 @@ class ResumeDataPosition(L.Callback):
         if fetcher is not None:
             _set_sampler_epoch(loader, trainer.fit_loop.epoch_progress.current.processed)
             iter(fetcher)
-        log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
-        if getattr(loader, "num_workers", 0) > 0:
+        if trainer.is_global_zero:  # each DDP process skips its own batches; one line says so
+            log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
+        if trainer.is_global_zero and getattr(loader, "num_workers", 0) > 0:
             log.warning(
                 "resume: data.num_workers=%d: the loader workers start new random streams, so random augmentation "
                 "drawn in them (crops, flips, shifts) differs from the uninterrupted run's for the rest of the run; "

@@ -283,6 +283,12 @@ def load_run(
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 
+# data kinds whose missing train/val files `_scored_alone` replaces with data.test: the classes and ids come from the
+# run's files, and nothing is held out of train or compared with it (the LM and MLM data drop held-out text that
+# train holds, which would be all of it)
+SCORED_ALONE = ("text", "text_image", "translation")
+
+
 def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
     """{"data.train": data.test, ...} when the run's train file is not on this machine (a run directory from
     elsewhere, or data moved since) and `data.test` is: the data module reads data.test in place of the missing
@@ -291,18 +297,20 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
     from ..data import DATAMODULES
 
     data: dict[str, Any] = cfg.section("data")
-    test, module = data.get("test"), DATAMODULES.get(data.get("kind"))
-    if not isinstance(test, str) or not Path(test).exists() or module is None:
+    test, kind = data.get("test"), data.get("kind")
+    if kind not in SCORED_ALONE or not isinstance(test, str) or not Path(test).exists():
         return {}
     gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and not Path(data[k]).exists()]
-    takes = inspect.signature(module).parameters
-    labelled = not {"labels", "classes"} & set(takes) or {"data.labels", "data.classes"} & set(preset)
+    takes = inspect.signature(DATAMODULES[kind]).parameters
+    labels = [key for key in ("data.labels", "data.classes") if key[5:] in takes]
     own_ids = "data.tokenizer" in preset or data.get("tokenizer") == "bytes"  # nothing learned from the files read
-    if "train" not in gone or not labelled or not own_ids:
+    if "train" not in gone or not own_ids or any(key not in preset for key in labels):
         return {}
-    log.info("data: %s (data.%s) %s not here: data.test %s is read in its place; the classes and token ids are "
-             "the run's own (labels.json, tokenizer.json)", ", ".join(data[k] for k in gone), " and data.".join(gone),
-             "are" if len(gone) > 1 else "is", test)  # fmt: skip
+    own = [*(["the classes (labels.json)"] if labels else []),
+           *(["the token ids (tokenizer.json)"] if "data.tokenizer" in preset else [])]  # fmt: skip
+    log.info("data: %s (data.%s) %s not here: data.test %s is read in its place%s", ", ".join(data[k] for k in gone),
+             " and data.".join(gone), "are" if len(gone) > 1 else "is", test,
+             f"; {' and '.join(own)} are the run's own" if own else "")  # fmt: skip
     return {f"data.{k}": test for k in gone}
 
 

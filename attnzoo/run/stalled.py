@@ -98,6 +98,8 @@ class LearningCheck(L.Callback):
         if lr is not None and self.start_lr is not None and lr > self.start_lr and not last:
             return  # the warmup is not over: check after the next epoch (or the last one)
         self.checked = True
+        if not trainer.is_global_zero:  # under DDP: one warning, from the first process's batches
+            return
         loss, chance = sum(self.losses) / len(self.losses), math.log(k)
         if loss >= LOSS_AT_CHANCE * chance:
             lr = getattr(task, "optimizer_spec", {}).get("lr")  # as configured (the peak of the schedule)

@@ -35,7 +35,8 @@ log = logging.getLogger("attnzoo")
 # what a run directory holds besides its config.yaml once training started (`attnzoo.run.train`)
 TRAINED_FILES = ("checkpoints", "metrics.csv", "summary.json")
 START_FILE = "init_from.json"  # a run's record of the checkpoint it started from (`keep_start`)
-START_KEYS = ("path", "source", "tokenizer", "loaded", "new", "dropped", "attention")  # its keys (`apply_start`)
+# its keys (`apply_start`); `origin`: the pretrained checkpoint (not an attnzoo run) the weights descend from, if any
+START_KEYS = ("path", "source", "origin", "tokenizer", "loaded", "new", "dropped", "attention")
 FROM_DATA = ("vocab_size", "pad_id", "num_classes")  # model inputs the data gives (from the tokenizer, the labels)
 # data options that follow a converted model's value where the config leaves them to the data (None or auto): images
 # resized to its image size, audio resampled and binned as its features were
@@ -73,6 +74,7 @@ class Start(NamedTuple):
     preset: dict[str, Any]  # data options the weights need ({"data.tokenizer": ...}), applied before data is read
     options: dict[str, Any]  # model options the weights fix ({"model.dim": 768, ...})
     tuning: dict[str, Any] = {}  # training choices for the weights where the config leaves them to auto (the lr)
+    origin: str | None = None  # the pretrained checkpoint (Hugging Face, timm) the weights descend from, if any
 
 
 def read_start(cfg: Config) -> Start | None:
@@ -114,12 +116,24 @@ def read_start(cfg: Config) -> Start | None:
     # a folder's config.json, a run's config.yaml and a timm name state the head count; else it comes from the width
     stated = attnzoo_run or Path(str(given)).is_dir() or timm_name is not None
     options = _options(cfg, architecture, preset, heads_stated=stated)
-    tuning = {}
-    if not attnzoo_run and (cfg.section("task").get("optimizer") or {}).get("lr") == AUTO:
-        log.info("task.optimizer.lr: auto -> %g (fine-tuning %s's pretrained weights; from random weights the recipe "
-                 "would take a rate for its small model)", FINETUNE_LR, converted.source)  # fmt: skip
+    tuning, origin = {}, _pretrained_origin(own_run) if attnzoo_run else converted.source
+    if origin is not None and (cfg.section("task").get("optimizer") or {}).get("lr") == AUTO:
+        via = "" if origin == converted.source else f" ({converted.source} was fine-tuned from {origin})"
+        log.info("task.optimizer.lr: auto -> %g (fine-tuning pretrained weights%s: from random weights the recipe "
+                 "would take a rate for its small model)", FINETUNE_LR, via)  # fmt: skip
         tuning["task.optimizer.lr"] = FINETUNE_LR
-    return Start(str(given), converted, own_run, preset, options, tuning)
+    return Start(str(given), converted, own_run, preset, options, tuning, origin)
+
+
+def _pretrained_origin(run: Path | None) -> str | None:
+    """The pretrained checkpoint (Hugging Face, timm) an attnzoo run's weights descend from, as the run's record of
+    its start says (`init_from.json`); None for a run from scratch, or from attnzoo runs only."""
+    record = recorded_start(run) if run is not None else None
+    if record is None:
+        return None
+    if "origin" in record:  # recorded when the run started, through any chain of attnzoo runs
+        return record["origin"] if isinstance(record["origin"], str) and record["origin"] else None
+    return None if record["source"].startswith("attnzoo run") else record["source"]  # a record from before
 
 
 def _check_run_tokenizer(run: Path, ckpt: Path, where: str) -> None:
@@ -377,6 +391,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     return {
         "path": start.given,
         "source": start.converted.source,
+        "origin": start.origin,
         "tokenizer": _start_tokenizer(start, cfg),
         "loaded": len(done.loaded),
         "new": done.new,

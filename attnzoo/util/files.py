@@ -9,6 +9,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# the mode of files written through a temporary file: mkstemp's 0600 would keep them from others who read the run
+SHARED_MODE = 0o644
+
 
 def write_json(path: Path, data: Any) -> None:
     """`data` as indented JSON at `path`, written to a new temporary file beside it and renamed over it: a link at
@@ -18,7 +21,7 @@ def write_json(path: Path, data: Any) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(data, indent=2) + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the file from the others who read the run
+        os.chmod(tmp, SHARED_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -138,6 +138,14 @@ def test_wav_fmt_values_that_leave_no_sample_are_named(fields, match, reader, tm
 
 
 @pytest.mark.parametrize("reader", [read_wav, probe_wav], ids=["read", "probe"])
+def test_a_compressed_wav_is_named_by_its_format_not_by_its_header_fields(reader, tmp_path):
+    """An IMA ADPCM file (block align 256, 4 bits) was refused for its sample size, not for its format."""
+    (tmp_path / "x.wav").write_bytes(_wav(tag=0x11, block_align=256, bits=4))
+    with pytest.raises(AudioFileError, match=r"x\.wav: cannot read as WAV .*Unknown wave file format"):
+        reader(tmp_path / "x.wav")
+
+
+@pytest.mark.parametrize("reader", [read_wav, probe_wav], ids=["read", "probe"])
 @pytest.mark.parametrize(
     "samples",
     [np.array([0.1, np.nan], "<f4"), np.array([0.1, -np.inf], "<f4"), np.array([0.1, 1e300], "<f8")],

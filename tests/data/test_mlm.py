@@ -155,6 +155,8 @@ def test_held_out_texts_seen_in_train_are_removed_and_val_as_the_train_file_warn
     assert "removed 1 paragraphs of val that occur verbatim in train" in caplog.text
     assert "removed 2 paragraphs of test that occur verbatim in train" in caplog.text
     assert (len(data.texts["val"]), len(data.texts["test"])) == (7, 6)
+    record = json.loads(data.save_artifacts(tmp_path / "run")[-1].read_text())
+    assert record["paragraphs_removed_as_seen_in_train"] == {"val": 1, "test": 2}
     caplog.clear()
     data = MLMDataModule(train=str(path), val=str(path), vocab_size=60, batch_size=8)
     with caplog.at_level(logging.WARNING, logger="attnzoo"):

@@ -56,7 +56,8 @@ def test_pretrained_weights_are_fine_tuned_at_a_low_learning_rate_unless_one_is_
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         _, task, cfg = _built(recipe, source)
     assert cfg.section("task")["optimizer"]["lr"] == task.optimizer_spec["lr"] == 5e-5
-    assert f"task.optimizer.lr: auto -> 5e-05 (fine-tuning {task.net.started_from['source']}" in caplog.text
+    assert "task.optimizer.lr: auto -> 5e-05 (fine-tuning pretrained weights: from random weights" in caplog.text
+    assert task.net.started_from["origin"] == task.net.started_from["source"]  # recorded for runs started from this
     _, task, cfg = _built(recipe, source, "task.optimizer.lr=1e-4")
     assert cfg.section("task")["optimizer"]["lr"] == task.optimizer_spec["lr"] == 1e-4
 

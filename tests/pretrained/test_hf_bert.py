@@ -341,6 +341,29 @@ def test_a_run_started_from_bert_resumes(tmp_path):
         )  # config.yaml as it was: the resume read the run's own copy
 
 
+def test_a_run_fine_tuned_from_bert_passes_the_fine_tuning_rate_on_to_runs_started_from_it(tmp_path, caplog):
+    """A run started from an attnzoo run took the recipe's rate for small models from random weights (3e-3), also
+    when that run's weights were BERT's, fine-tuned at 5e-5."""
+    import logging
+
+    from attnzoo.config import load as load_config
+    from attnzoo.run import fit
+
+    save_encoder("bert", tmp_path / "bert")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = [*QUICK, "trainer.num_threads=1", "data.listops.num_train=32", "data.listops.num_val=8",
+             "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
+             "trainer.num_sanity_val_steps=0", "trainer.max_epochs=1", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    first = fit(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))
+    origin = f"bert (HF) {tmp_path / 'bert'}"
+    assert json.loads((first / "init_from.json").read_text())["origin"] == origin
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        second = fit(load_config([recipe], [*small, f"model.init_from={first}"]))
+    assert load_config([second / "config.yaml"]).section("task")["optimizer"]["lr"] == 5e-5
+    assert f"was fine-tuned from {origin})" in caplog.text
+    assert json.loads((second / "init_from.json").read_text())["origin"] == origin  # through the chain
+
+
 def test_a_run_config_names_its_own_start_and_gives_way_to_another(tmp_path):
     """A run's config.yaml keeps its own overrides of the checkpoint it names; started from another checkpoint
     (`--config <run>/config.yaml model.init_from=<other>`), its values give way to the other's, as a recipe's do."""

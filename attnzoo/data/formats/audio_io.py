@@ -44,8 +44,9 @@ def _check_header(path: str | Path) -> None:
             if chunk[:4] == b"fmt " and size >= 16:  # a shorter one is scipy's error
                 fields = f.read(16)
                 if len(fields) == 16:
-                    _, channels, rate, _, block_align, bits = struct.unpack(order + "HHIIHH", fields)
-                    _check_fmt(path, channels=channels, rate=rate, block_align=block_align, bits=bits)
+                    tag, channels, rate, _, block_align, bits = struct.unpack(order + "HHIIHH", fields)
+                    if tag in PLAIN_SAMPLES:  # a compressed format is scipy's to name (ADPCM, MP3: not supported)
+                        _check_fmt(path, channels=channels, rate=rate, block_align=block_align, bits=bits)
                 size -= len(fields)
             elif chunk[:4] == b"data":
                 left = os.fstat(f.fileno()).st_size - f.tell()
@@ -55,6 +56,9 @@ def _check_header(path: str | Path) -> None:
                     )
                 return
             f.seek(size + size % 2, os.SEEK_CUR)
+
+
+PLAIN_SAMPLES = (1, 3, 0xFFFE)  # the fmt tags of PCM, IEEE float and WAVE_FORMAT_EXTENSIBLE
 
 
 def _check_fmt(path: str | Path, *, channels: int, rate: int, block_align: int, bits: int) -> None:

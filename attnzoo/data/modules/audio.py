@@ -563,7 +563,7 @@ class AudioDataModule(DataModule):
             sampler=EpochShuffle(data, seed=run_seed(self.seed)) if shuffle else None,
             num_workers=self.num_workers,
             collate_fn=collate,
-            drop_last=shuffle and len(self.datasets[split]) > self.batch_size,
+            drop_last=shuffle and self.full_batches(len(self.datasets[split]), self.batch_size),
             persistent_workers=self.num_workers > 0,
         )
 

@@ -49,6 +49,13 @@ class DataModule(L.LightningDataModule):
         """{dotted key: (value, why)}: `data.*` options resolved from the data, and a value for each `AUTO_KEYS`."""
         return {}
 
+    def full_batches(self, size: int, batch_size: int) -> bool:
+        """Whether a training loader of `size` examples drops its last partial batch: only when every process still
+        gets a full one, so a smaller split trains on its partial batch (under DDP each of the trainer's processes
+        reads its 1/world_size of the split: 48 examples in batches of 32 on 2 processes are 24 each)."""
+        world = getattr(self.trainer, "world_size", 1) if self.trainer is not None else 1
+        return -(-size // max(1, world)) > batch_size
+
     def patience_for(self, epochs: int) -> tuple[int, str] | None:
         """(value, why) of `run.early_stopping.patience` for a `trainer.max_epochs` the config sets, for data that
         proposes the patience from its own epoch budget; None: its proposal stands (the default)."""

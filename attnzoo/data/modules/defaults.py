@@ -32,7 +32,7 @@ SEQUENCE_KEYS = ("task.optimizer.lr", "trainer.max_epochs")  # translation and l
 # size: fine-tuning an MLM run at 1e-3 or 3e-4 instead of 3e-3 lost 1-4 points, benchmarks/results/mlm_finetune.md);
 # a pretrained Hugging Face or timm checkpoint is fine-tuned at `FINETUNE_LR` instead (attnzoo/run/start.py)
 SCRATCH_LR = {"text": 3e-3, "image": 3e-3, "sequence": 2e-3}
-SCRATCH_WHY = "a small model from random weights (the recipe's measured rate)"
+SCRATCH_WHY = "the rate the recipe was measured with for its small model (from random weights, or a run of it)"
 TINY_IMAGE = 32  # sides up to this get gentle augmentation (digits, icons)
 # data.* keys that only size or shape a DataModule's embedded default data, by data.kind: (the key that selects
 # files, its value for the embedded data, the embedded-only keys). With files they mean nothing: set in a recipe,

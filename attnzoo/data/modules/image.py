@@ -578,7 +578,7 @@ class ImageDataModule(DataModule):
             data,
             batch_size=self.batch_size if train else self.eval_batch_size,
             sampler=sampler,
-            drop_last=bool(mix) and len(data) > self.batch_size,  # timm's Mixup mixes even batches only
+            drop_last=bool(mix) and self.full_batches(len(data), self.batch_size),  # timm Mixup: even batches only
             collate_fn=MixCollate(self.mixup_alpha, self.cutmix_alpha, self.num_classes) if mix else None,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

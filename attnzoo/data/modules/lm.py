@@ -358,7 +358,7 @@ class LMDataModule(DataModule):
         self._require_setup()
         ds = self.datasets[split]
         batch_size = self.batch_size if train else self.eval_batch_size
-        drop_last = train and len(ds) > batch_size
+        drop_last = train and self.full_batches(len(ds), batch_size)
         return sequence_loader(
             ds, batch_size=batch_size, train=train, drop_last=drop_last, num_workers=self.num_workers, seed=self.seed
         )

@@ -131,6 +131,7 @@ class MLMDataModule(DataModule):
         self.mask_id: int | None = None
         self.mask_token = ""
         self.specials: set[int] = set()
+        self.removed: dict[str, int] = {}  # val / test paragraphs left out as seen in train
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -190,7 +191,7 @@ class MLMDataModule(DataModule):
             log.info("data: holding out %s of %d train texts", " and ".join(f"{n} ({s})" for s, n in sizes.items()),
                      len(train))  # fmt: skip
         val_is_train = self.files["val"] is not None and self.files["val"] == self.files["train"]
-        out, _ = unseen_held_out(texts, texts["train"], self.sources, val_is_train=val_is_train)
+        out, self.removed = unseen_held_out(texts, texts["train"], self.sources, val_is_train=val_is_train)
         return out
 
     def _pieces(self, texts: list[str]) -> tuple[list[torch.Tensor], int]:
@@ -237,7 +238,7 @@ class MLMDataModule(DataModule):
             ds,
             batch_size=self.batch_size if train else self.eval_batch_size,
             train=train,
-            drop_last=train and len(ds) > self.batch_size,
+            drop_last=train and self.full_batches(len(ds), self.batch_size),
             num_workers=self.num_workers,
             collate_fn=collate,
             seed=self.seed,
@@ -264,6 +265,7 @@ class MLMDataModule(DataModule):
         record = {
             "sources": self.sources,
             "texts": {k: len(v) for k, v in self.texts.items()},
+            "paragraphs_removed_as_seen_in_train": self.removed,
             "tokens": {k: sum(v.lengths) for k, v in self.datasets.items()},
             "tokenizer": tokenizer,
             "mask": {"token": self.mask_token, "id": self.mask_id, "rate": self.mask_rate},

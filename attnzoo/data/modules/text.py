@@ -262,7 +262,7 @@ class TextDataModule(DataModule):
             self.datasets[split],
             batch_size=self.batch_size if train else self.eval_batch_size,
             train=train,
-            drop_last=train and len(self.datasets[split]) > self.batch_size,  # a smaller train split still trains
+            drop_last=train and self.full_batches(len(self.datasets[split]), self.batch_size),
             num_workers=self.num_workers,
             collate_fn=PadCollate(pad_id=self.tokenizer.pad_id, multiple=self.pad_to_multiple),
             seed=self.seed,

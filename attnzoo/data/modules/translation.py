@@ -354,7 +354,7 @@ class TranslationDataModule(DataModule):
             ds,
             batch_size=batch_size,
             train=train,
-            drop_last=train and len(ds) > batch_size,
+            drop_last=train and self.full_batches(len(ds), batch_size),
             num_workers=self.num_workers,
             collate_fn=Seq2SeqCollate(
                 pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id, multiple=self.pad_to_multiple

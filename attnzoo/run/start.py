@@ -61,7 +61,8 @@ DEPTHS = ("depth", "encoder_depth", "decoder_depth")  # fewer blocks than a chec
 # the peak learning rate of `task.optimizer.lr: auto` from a Hugging Face or timm checkpoint: pretrained weights are
 # fine-tuned two orders of magnitude below the recipes' rates for their small models from random weights (3e-3 would
 # overwrite what a BERT-base learned in the first steps). 5e-5: the Hugging Face Trainer's default, the top of the
-# BERT paper's 2e-5..5e-5; an attnzoo run keeps the recipe's rate (`...data.modules.defaults.SCRATCH_LR`)
+# BERT paper's 2e-5..5e-5. An attnzoo run keeps the recipe's rate (`...data.modules.defaults.SCRATCH_LR`) unless its
+# own weights descend from such a checkpoint (the `origin` its init_from.json records)
 FINETUNE_LR = 5e-5
 
 

@@ -17,6 +17,7 @@ from attnzoo.data.modules.lm import (
     read_documents,
     remove_seen_paragraphs,
 )
+from attnzoo.data.tokenizers.factory import make_tokenizer
 
 
 def _docs(n: int) -> list[str]:
@@ -195,3 +196,17 @@ def test_a_folders_txt_files_in_any_letter_case_are_read_and_a_csv_is_refused(tm
     (tmp_path / "t.csv").write_text("text,label\nhello there,pos\n")
     with pytest.raises(ValueError, match=r"data.train: '.*t\.csv' is a \.csv file of columns.*data.text_column"):
         read_documents(str(tmp_path / "t.csv"), documents="lines")
+
+
+def test_a_tokenizer_file_is_not_said_to_split_digits(tmp_path, caplog):
+    """With GPT-2's tokenizer.json (model.init_from) split_digits auto was logged and recorded as True beside a line
+    saying it had no effect on that tokenizer."""
+    (tmp_path / "t.txt").write_text("\n".join(_docs(30)))
+    tok = make_tokenizer("bpe", texts=_docs(30), vocab_size=200)
+    tok.save(tmp_path / "tokenizer.json")
+    dm = LMDataModule(train=str(tmp_path / "t.txt"), tokenizer=str(tmp_path / "tokenizer.json"), block_size=16)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        dm.setup()
+    value, why = dm.chosen["data.split_digits"]
+    assert value is False and why.startswith(f"not used: data.tokenizer '{tmp_path / 'tokenizer.json'}'")
+    assert "no effect" not in caplog.text

@@ -103,7 +103,7 @@ def image_data(*, embedded: bool, img_size: int, drawing: bool = False, mixed_po
     )  # fmt: skip
     # Off: a run from scratch on a few thousand images has ~1,200 steps to learn in; mixed targets are harder still
     # (issue 29's run with mixup 0.2 stayed near chance). Not measured on its own; `data.mixup_alpha` is an option
-    no_mix = f"{img_size}x{img_size} {kind}: no mixing of batches in a short run from scratch"
+    no_mix = f"{img_size}x{img_size} {kind}: no mixing of batches in a run of ~1,200 steps (mixed targets learn slower)"
     if img_size <= TINY_IMAGE:  # small crops and shifts only; no photometric operations, no mixing
         why = f"{img_size}x{img_size} images (<= {TINY_IMAGE}): gentle augmentation"
         return {"data.augment": (True, why), "data.crop_scale": (0.8, why), "data.trivial_augment": (False, why),
@@ -187,7 +187,7 @@ def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, ba
             "stretched by up to 10% (formants and word lengths move as between speakers)",
         ),
         "model.drop_path_rate": (0.1, "audio files: regularization for 1k-50k clips"),
-        "task.optimizer.lr": (2e-3, "audio files: a small AST from scratch"),
+        "task.optimizer.lr": (2e-3, "audio files: the rate measured for a small AST from random weights"),
         "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=1500, low=10, high=100),
     }
 
@@ -225,11 +225,15 @@ def text_model(*, listops: bool, num_train: int, batch_size: int) -> Chosen:
     }
 
 
-def sequence_data(*, embedded: bool, what: str) -> Chosen:
+def sequence_data(*, embedded: bool, what: str, tokenizer: Any = "auto") -> Chosen:
     """Whether a learned subword vocabulary splits numbers into single digits: for files, yes (numbers are copied
     and translated digit by digit); the embedded data keep the setting their recipes were measured with (with
     digits split the embedded CLDR phrases reached test BLEU 96.5 instead of 98.9: their numbers are mostly spelled
-    out, and a year became 4 tokens to get right)."""
+    out, and a year became 4 tokens to get right). A tokenizer not learned here (a file, e.g. GPT-2's or BART's
+    that `model.init_from` brings) splits as it was made to."""
+    if tokenizer not in ("auto", None) and tokenizer not in SUBWORD_KINDS:
+        return {"data.split_digits": (False, f"not used: data.tokenizer {str(tokenizer)!r} is not learned here, and "
+                                             "splits numbers its own way")}  # fmt: skip
     if embedded:
         return {"data.split_digits": (False, f"{what}: the recipe's measured settings")}
     return {"data.split_digits": (True, "files: each digit a token of its own, numbers copied digit by digit")}

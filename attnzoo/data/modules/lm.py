@@ -249,7 +249,9 @@ class LMDataModule(DataModule):
         self.docs = self._splits()
         if self.split_digits == "auto":
             embedded = self.files["train"] is None
-            self.chosen = defaults.sequence_data(embedded=embedded, what="the embedded Python Language Reference")
+            self.chosen = defaults.sequence_data(
+                embedded=embedded, what="the embedded Python Language Reference", tokenizer=self.tokenizer_spec
+            )
             self.split_digits = self.chosen["data.split_digits"][0]
         self.tokenizer = make_tokenizer(
             self.tokenizer_spec,

@@ -202,7 +202,9 @@ class TranslationDataModule(DataModule):
         embedded = self.files["train"] is None
         self.pairs = self._embedded_splits() if embedded else self._file_splits()
         if self.split_digits == "auto":
-            self.chosen = defaults.sequence_data(embedded=embedded, what="the embedded CLDR phrases")
+            self.chosen = defaults.sequence_data(
+                embedded=embedded, what="the embedded CLDR phrases", tokenizer=self.tokenizer_spec
+            )
             self.split_digits = self.chosen["data.split_digits"][0]
         texts = [side for pair in self.pairs["train"] for side in pair]
         self.tokenizer = make_tokenizer(

@@ -61,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "/" in key:
             print(f"{key:20s} {value:.4f}")
     if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.run_dir is not None:
         from .run.rundir import read_summary

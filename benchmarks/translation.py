@@ -173,6 +173,7 @@ def main() -> None:
 
     info = {**hardware(), "torch": torch.__version__, "python": platform.python_version()}
     out_json = args.out / "translation.json"
+    args.out.mkdir(parents=True, exist_ok=True)  # the translation memory's score is written there as it runs
     for name in args.only or list(RUNS):
         print(f"{name}: running", file=sys.stderr, flush=True)
         record = memory(args.data, args.out) if RUNS[name] is None else run(name, RUNS[name], args.data, runs)
@@ -181,7 +182,6 @@ def main() -> None:
         old = json.loads(out_json.read_text())["runs"] if out_json.is_file() else []
         records = {**{r["name"]: r for r in old}, name: record}
         result = {"hardware": info, "runs": [records[n] for n in RUNS if n in records]}
-        args.out.mkdir(parents=True, exist_ok=True)
         out_json.write_text(json.dumps(result, indent=2) + "\n")
         (args.out / "translation.md").write_text(markdown(result["runs"], info))
 

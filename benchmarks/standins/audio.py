@@ -32,7 +32,10 @@ RATE = 16000
 
 
 def variants() -> list[str]:
-    listing = subprocess.run(["espeak-ng", "--voices=variant"], capture_output=True, text=True, check=True).stdout
+    try:
+        listing = subprocess.run(["espeak-ng", "--voices=variant"], capture_output=True, text=True, check=True).stdout
+    except FileNotFoundError:
+        sys.exit("no espeak-ng to speak the keywords: apt install espeak-ng")
     names = [line.split()[4].split("/", 1)[1] for line in listing.splitlines()[1:] if len(line.split()) >= 5]
     return sorted(set(names))
 

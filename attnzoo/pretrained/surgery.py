@@ -101,15 +101,13 @@ def changes(
     added: Counter[str] = Counter()
     fresh = set(new)
     for prefix, layer in attention_layers(net):
-        bias = layer.bias
-        if bias is not None and not bias.state_dict():  # tensors of a bias: named below when they start fresh
-            name = next((n for n, cls in BIASES.items() if type(bias) is cls), type(bias).__name__)
-            if name not in source_biases:
-                added[f"bias {name!r}"] += 1
-        if layer.rotary is not None:  # q and k turned by position: no tensor starts fresh, the function changes
-            name = next((n for n, cls in ROTARY.items() if type(layer.rotary) is cls), type(layer.rotary).__name__)
-            if name not in source_biases:
-                added[f"rotary {name!r}"] += 1
+        # a bias without tensors (one with them is named below when they start fresh), or a rotary embedding (q and
+        # k turned by position): nothing starts fresh, the function changes
+        for part, table, held in (("bias", BIASES, layer.bias), ("rotary", ROTARY, layer.rotary)):
+            if held is not None and not held.state_dict():
+                name = next((n for n, cls in table.items() if type(held) is cls), type(held).__name__)
+                if name not in source_biases:
+                    added[f"{part} {name!r}"] += 1
         name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
         heads = loaded_kv_heads(layer, state[name]) if name in state else None
         if heads is not None and heads != layer.num_kv_heads:

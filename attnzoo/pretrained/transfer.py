@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from ..attention.specs import no_spec
 from . import surgery
 
 HEAD_PREFIXES = ("head.",)  # the task's output layer in every attnzoo model: the recipe's own when it differs
@@ -66,11 +67,13 @@ def source_biases(options: Mapping[str, object]) -> set[str]:
     (`attention`, `decoder_attention`, `cross_attention`, ...)."""
     names = set()
     for key, section in options.items():
+        if not (key.endswith("attention") and isinstance(section, Mapping)):
+            continue
         for part in ("bias", "rotary"):
-            value = section.get(part) if key.endswith("attention") and isinstance(section, Mapping) else None
-            value = value.get("kind") if isinstance(value, Mapping) else value
-            if value not in (None, "none", False):
-                names.add(str(value))
+            spec = section.get(part)
+            kind = spec.get("kind") if isinstance(spec, Mapping) else spec
+            if not no_spec(kind):
+                names.add(str(kind))
     return names
 
 

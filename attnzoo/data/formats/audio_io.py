@@ -103,25 +103,25 @@ def probe_wav(path: str | Path) -> None:
         _, data = _read(path, mmap=True)
     except AudioFileError:  # memory mapping cannot read every layout (24-bit): decode for the real verdict
         _, data = _read(path, mmap=False)
-    if not _finite(data):
-        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
+    _check_finite(path, data)
 
 
-def _finite(data: np.ndarray, chunk: int = 1 << 20) -> bool:
-    """Whether every sample is finite as float32 (what `read_wav` makes of it: float64 beyond ~3.4e38 is not), read
-    `chunk` samples at a time so that a memory-mapped file is never loaded whole."""
+def _check_finite(path: str | Path, data: np.ndarray, chunk: int = 1 << 20) -> None:
+    """Raise unless every sample is finite as float32 (what `read_wav` makes of it: float64 beyond ~3.4e38 is not),
+    read `chunk` samples at a time so that a memory-mapped file is never loaded whole (integer samples always are)."""
     if not np.issubdtype(data.dtype, np.floating):
-        return True
+        return
     flat = data.reshape(-1)  # a view of a memory map stays one
     with np.errstate(over="ignore"):  # float64 -> float32 overflow is the inf looked for
-        return all(np.isfinite(flat[i : i + chunk].astype(np.float32)).all() for i in range(0, flat.size, chunk))
+        finite = all(np.isfinite(flat[i : i + chunk].astype(np.float32)).all() for i in range(0, flat.size, chunk))
+    if not finite:
+        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
 
 
 def read_wav(path: str | Path) -> tuple[Tensor, int]:
     """(waveform [channels, T] float32 in [-1, 1], sample rate) of a WAV file."""
     rate, data = _read(path, mmap=False)
-    if not _finite(data):
-        raise AudioFileError(f"{path}: WAV file holds NaN or infinite samples")
+    _check_finite(path, data)
     if data.dtype == np.uint8:  # 8-bit PCM is unsigned
         wave = (data.astype(np.float32) - 128.0) / 128.0
     elif np.issubdtype(data.dtype, np.integer):  # 16-bit, 24-bit (left-justified in int32) and 32-bit PCM

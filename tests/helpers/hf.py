@@ -31,17 +31,25 @@ def tokenizer(family: str, words: list[str] = (), *, processor: bool = True):
     return tok
 
 
-def save_encoder(family: str, path: Path, *, classes: int | None = None, words: list[str] = (), processor: bool = True):
-    """A random `transformers` BERT or RoBERTa (eval mode; `classes`: its ForSequenceClassification) saved with its
-    tokenizer.json (`tokenizer(family, words, processor=processor)`) into `path`."""
+def save_encoder(
+    family: str,
+    path: Path,
+    *,
+    classes: int | None = None,
+    words: list[str] = (),
+    processor: bool = True,
+    sizes: dict = SIZES,
+):
+    """A random `transformers` BERT or RoBERTa (eval mode; `classes`: its ForSequenceClassification) of `sizes` saved
+    with its tokenizer.json (`tokenizer(family, words, processor=processor)`) into `path`."""
     import transformers
 
     torch.manual_seed(0)
     if family == "bert":
-        config = transformers.BertConfig(vocab_size=VOCAB, max_position_embeddings=24, pad_token_id=0, **SIZES)
+        config = transformers.BertConfig(vocab_size=VOCAB, max_position_embeddings=24, pad_token_id=0, **sizes)
     else:
         config = transformers.RobertaConfig(
-            vocab_size=VOCAB, max_position_embeddings=26, pad_token_id=1, type_vocab_size=1, **SIZES
+            vocab_size=VOCAB, max_position_embeddings=26, pad_token_id=1, type_vocab_size=1, **sizes
         )
     if classes is not None:
         config.num_labels = classes
@@ -61,28 +69,29 @@ def save_encoder(family: str, path: Path, *, classes: int | None = None, words: 
     return model.eval()
 
 
-def save_vit(path: Path, *, image_size: int = 32, classes: int = 4) -> None:
-    """A random `transformers` ViTForImageClassification (RGB, patch 8) saved into `path`."""
+def save_vit(path: Path, *, image_size: int = 32, classes: int = 4, sizes: dict = SIZES) -> None:
+    """A random `transformers` ViTForImageClassification (RGB, patch 8) of `sizes` saved into `path`."""
     import transformers
 
-    config = transformers.ViTConfig(image_size=image_size, patch_size=8, num_labels=classes, **SIZES)
+    config = transformers.ViTConfig(image_size=image_size, patch_size=8, num_labels=classes, **sizes)
     torch.manual_seed(0)
     transformers.ViTForImageClassification(config).save_pretrained(path)
 
 
-def save_ast(path: Path, *, mel_bins: int = 128, frames: int = 64, classes: int = 5) -> None:
-    """A random `transformers` ASTForAudioClassification (16 kHz features) saved into `path`."""
+def save_ast(path: Path, *, mel_bins: int = 128, frames: int = 64, classes: int = 5, sizes: dict = SIZES) -> None:
+    """A random `transformers` ASTForAudioClassification (16 kHz features) of `sizes` saved into `path`."""
     import transformers
 
-    config = transformers.ASTConfig(num_mel_bins=mel_bins, max_length=frames, num_labels=classes, **SIZES)
+    config = transformers.ASTConfig(num_mel_bins=mel_bins, max_length=frames, num_labels=classes, **sizes)
     torch.manual_seed(0)
     transformers.ASTForAudioClassification(config).save_pretrained(path)
 
 
-def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300, spare_rows: int = 0) -> None:
+def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300, spare_rows: int = 0, **config) -> None:
     """A random `transformers` GPT2LMHeadModel saved into `path` with a byte-level BPE tokenizer.json learned from
     `texts`, as GPT-2's own folders hold one; `spare_rows`: embedding rows past the tokenizer's tokens (a table
-    padded by `resize_token_embeddings(pad_to_multiple_of=...)`), or fewer rows when negative."""
+    padded by `resize_token_embeddings(pad_to_multiple_of=...)`), or fewer rows when negative; `config` overrides
+    GPT2Config."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -95,10 +104,11 @@ def save_gpt2(path: Path, texts: list[str], *, vocab_size: int = 300, spare_rows
     Path(path).mkdir(parents=True, exist_ok=True)
     tok.save(str(Path(path) / "tokenizer.json"))
     eos = tok.token_to_id("<|endoftext|>")
-    config = transformers.GPT2Config(vocab_size=tok.get_vocab_size() + spare_rows, n_positions=64, n_embd=32,
-                                     n_layer=2, n_head=4, bos_token_id=eos, eos_token_id=eos)  # fmt: skip
+    sizes = dict(n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=eos, eos_token_id=eos)
     torch.manual_seed(0)
-    transformers.GPT2LMHeadModel(config).save_pretrained(path)
+    transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=tok.get_vocab_size() + spare_rows, **{**sizes, **config})
+    ).save_pretrained(path)
 
 
 BART_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0..4, as BART's own tokenizer has them

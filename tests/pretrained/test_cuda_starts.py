@@ -55,7 +55,7 @@ def _exact_fp32_matmuls():
 
 def _saved(family: str, path):
     """The family's random `transformers` model saved in `path` with weights far from their initialization (LayerNorm
-    scales around 1), so that outputs are far from uniform; returned in eval mode."""
+    scales around 1; BART's saver draws them so already), so that outputs are far from uniform; in eval mode."""
     SAVE[family](path)
     hf = HF_CLASSES[family].from_pretrained(path, attn_implementation="eager")
     if family == "bart":
@@ -70,8 +70,8 @@ def _saved(family: str, path):
 
 
 def _pair(family: str, path, backend: str, device: str):
-    """(HF model, attnzoo model converted from the same folder with `backend`) on `device`, and the inputs of each
-    as functions of the model: (hf_call, our_call, real) where `real` marks the output rows of real tokens."""
+    """(HF model, attnzoo model converted from the same folder with `backend`, hf_call, our_call) on `device`: the
+    calls run a model of each kind on the same inputs (padded rows for BERT and BART) and return its logits."""
     hf = _saved(family, path).to(device)
     c = convert(path)
     parts = [k for k in ("attention", "cross_attention") if k in c.options]

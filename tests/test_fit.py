@@ -201,6 +201,7 @@ def test_a_train_split_smaller_than_a_batch_per_process_still_trains_under_ddp(t
     assert done.returncode == 0, done.stderr[-3000:]
     (summary,) = [json.loads(p.read_text()) for p in tmp_path.glob("text_cls/*/summary.json")]
     assert summary["world_size"] == 2 and summary["global_step"] == 1
+    assert "checkpoint_step" in summary["test"] and "self.log('test/checkpoint_step'" not in done.stderr  # reduced
 
 
 def test_evaluate_reports_the_test_metrics_of_a_checkpoint(tmp_path, capsys):

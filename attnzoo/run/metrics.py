@@ -131,7 +131,7 @@ class MetricsCheckpointSync(L.Callback):
 
     def on_test_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         step = self._loaded_step if self._loaded_step is not None else trainer.global_step  # else: final weights
-        module.log("test/checkpoint_step", float(step), on_epoch=True, batch_size=1)
+        module.log("test/checkpoint_step", float(step), on_epoch=True, batch_size=1, sync_dist=True)  # one per rank
 
     def state_dict(self) -> dict[str, Any]:
         writer = self.logger.experiment

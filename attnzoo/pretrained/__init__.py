@@ -44,6 +44,15 @@ def families() -> dict[str, ModuleType]:
     return found
 
 
+def heads_stated(path: str | Path, timm_name: str | None = None) -> bool:
+    """Whether the checkpoint at `path` states its head count (an attnzoo run directory or .ckpt file through its
+    config, a Hugging Face folder's config.json, a timm file with its `timm_name`); else the head count is a guess
+    from the width, and another one may be asked for."""
+    from . import run_dir
+
+    return run_dir.matches(path) or Path(str(path)).is_dir() or timm_name is not None
+
+
 def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
     """The checkpoint at `path` as attnzoo sees it; ValueError naming `path` and what was expected there.
     `timm_name` names the timm architecture of a timm ViT file whose tensors do not tell it (its head count)."""
@@ -91,8 +100,8 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     from .transfer import source_kind, transfer
 
     converted = convert(path, timm_name=timm_name)
-    heads, stated = converted.options.get("num_heads"), Path(str(path)).is_dir() or timm_name is not None
-    if stated and "num_heads" in overrides and overrides["num_heads"] != heads:  # as fit's model.init_from refuses
+    heads = converted.options.get("num_heads")
+    if heads_stated(path, timm_name) and "num_heads" in overrides and overrides["num_heads"] != heads:  # as fit does
         raise ValueError(
             f"num_heads={overrides['num_heads']}, but {converted.source} has {heads} heads: its tensors would load "
             "split into other heads and compute another function. Leave num_heads out (key/value heads: "
@@ -146,4 +155,4 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     return net
 
 
-__all__ = ["FAMILIES", "Converted", "convert", "families", "load"]
+__all__ = ["FAMILIES", "Converted", "convert", "families", "heads_stated", "load"]

@@ -114,9 +114,7 @@ def read_start(cfg: Config) -> Start | None:
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
         _refuse_imports(cfg, architecture, f"{own_run}/config.yaml")
-    # a folder's config.json, a run's config.yaml and a timm name state the head count; else it comes from the width
-    stated = attnzoo_run or Path(str(given)).is_dir() or timm_name is not None
-    options = _options(cfg, architecture, preset, heads_stated=stated)
+    options = _options(cfg, architecture, preset, heads_stated=pretrained.heads_stated(given, timm_name))
     tuning, origin = {}, _pretrained_origin(own_run) if attnzoo_run else converted.source
     if origin is not None and (cfg.section("task").get("optimizer") or {}).get("lr") == AUTO:
         via = "" if origin == converted.source else f" ({converted.source} was fine-tuned from {origin})"

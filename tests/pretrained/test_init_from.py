@@ -177,8 +177,9 @@ def test_python_load_builds_the_runs_network_with_its_weights(run_a):
     torch.testing.assert_close(other.embed.weight, saved["net.embed.weight"], rtol=0, atol=0)
     # an unknown option raised a bare TypeError (TextClassifier.__init__() got an unexpected keyword argument)
     # another head count loaded the same tensors split into other heads (fit's model.init_from refuses it)
-    with pytest.raises(ValueError, match=r"num_heads=1, but .* has 2 heads: its tensors would load split"):
-        load_pretrained(run_a, num_heads=1)
+    for given in (run_a, run_a / "checkpoints" / "best.ckpt"):  # the run's .ckpt file states its heads as well
+        with pytest.raises(ValueError, match=r"num_heads=1, but .* has 2 heads: its tensors would load split"):
+            load_pretrained(given, num_heads=1)
     with pytest.raises(ValueError, match=r"\['num_clases'\] \(given to load: \['num_clases'\]\) are not .*num_classes"):
         load_pretrained(run_a, num_clases=5)
 

@@ -406,3 +406,11 @@ def test_sdpa_relative_table_in_bf16_is_close_to_fp32_eager(name, grid, prefix):
     for a, w in zip(grads, grads_ref, strict=True):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a.float(), w, atol=5e-2, rtol=5e-2)
+
+
+@pytest.mark.parametrize("bias", [ALiBi(num_heads=8), T5RelativeBias(num_heads=8)], ids=["alibi", "t5"])
+def test_a_bias_of_another_head_count_is_refused_when_the_layer_is_built(bias):
+    # it failed in the first forward with torch's shape error ("The size of tensor a (4) must match ...")
+    with pytest.raises(ValueError, match=r"bias (ALiBi|T5RelativeBias) has 8 heads, and this attention 4"):
+        Attention(32, 4, bias=bias)
+    assert Attention(64, 8, bias=bias).bias is bias

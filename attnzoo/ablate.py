@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo ablate: error: {err}", file=sys.stderr)
         return 2
     from .ablation.grid import load_grid
-    from .ablation.runner import AblationInterrupted, ablate, failed_runs, plan, status
+    from .ablation.runner import AblationInterrupted, ablate, failed_runs, plan, status, variant_records
     from .run import show_log
 
     show_log()
@@ -104,8 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if Path(args.grid).is_file():  # a corrected grid's metric: and mode: (left out: the defaults) count
                 grid = load_grid(args.grid)
-                print(write_report(out, grid.metric, grid.mode), file=sys.stderr)
-            else:  # the grid moved since: the metric the ablation stored
+                grid.seeds = args.seeds or grid.seeds  # every seed of the grid, not only the last command's --seeds
+                variants = variant_records(plan(args.config, grid, args.overrides, out))
+                print(write_report(out, grid.metric, grid.mode, variants), file=sys.stderr)
+            elif args.seeds:
+                p.error(f"--report-only --seeds: the grid {args.grid} is not here to plan those seeds from")
+            else:  # the grid moved since: the metric and runs the ablation stored
                 print(write_report(out), file=sys.stderr)
             return 0
         launcher = _launcher(args)

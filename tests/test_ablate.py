@@ -374,6 +374,29 @@ def test_a_mistyped_metric_is_an_error_naming_the_reported_ones_and_report_only_
     assert main([*args, "--report-only"]) == 2 and "test/accc" in capsys.readouterr().err
 
 
+def test_report_only_covers_the_grids_seeds_not_only_the_last_commands(tmp_path, monkeypatch, capsys):
+    """After `--seeds 1`, --report-only (with or without --seeds 0 1) reported seed 1 alone: ablation.json kept the
+    variants of the last command that ran."""
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]}, seeds=(0, 1))
+    out = tmp_path / "out"
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out)]
+    assert main(args) == 0 and main([*args, "--seeds", "1"]) == 0
+    assert "over seeds [1]" in (out / "report.md").read_text()
+    for extra in ([], ["--seeds", "0", "1"]):
+        assert main([*args, "--report-only", *extra]) == 0
+        assert "over seeds [0, 1]" in (out / "report.md").read_text(), extra
+    assert main([*args, "--report-only", "--seeds", "0"]) == 0 and "over seeds [0]" in (out / "report.md").read_text()
+    grid.unlink()
+    with pytest.raises(SystemExit):
+        main([*args, "--report-only", "--seeds", "0"])
+    assert "the grid" in capsys.readouterr().err
+
+
 _DRIVER = """
 import sys
 import attnzoo.ablation.runner as runner

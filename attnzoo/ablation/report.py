@@ -91,10 +91,14 @@ STORED = object()  # `collect`'s metric and mode: the ones the ablation stored i
 
 
 def collect(
-    out: Path, metric: str | None | object = STORED, mode: str | None | object = STORED
+    out: Path,
+    metric: str | None | object = STORED,
+    mode: str | None | object = STORED,
+    variants: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[Row], str | None, str]:
     """(the plan, one Row per variant in grid order, the metric, its mode) from an ablation directory; `metric` and
-    `mode`, when given, replace the stored ones (a grid corrected after the runs; None: the default). ConfigError
+    `mode`, when given, replace the stored ones (a grid corrected after the runs; None: the default), and so do
+    `variants` (`runner.variant_records` of the grid's plan now: its seeds, not only the last command's). ConfigError
     when no finished run reports the metric (a mistyped `metric:`), naming those they report."""
     info = _read(out / "ablation.json")
     if not info:
@@ -103,6 +107,7 @@ def collect(
         **info,
         "metric": info.get("metric") if metric is STORED else metric,
         "mode": info.get("mode") if mode is STORED else mode,
+        "variants": info["variants"] if variants is None else variants,
     }
     rows: dict[str, Row] = {}
     for v in info["variants"]:
@@ -180,7 +185,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
     """report.csv (one row per variant), runs.csv (one row per run) and report.md; returns report.md."""
     axes = list(info.get("axes") or {})
     cuda = any("peak_cuda_bytes" in r.summary for row in rows for r in row.runs)
-    memory = "peak CUDA memory (MB)" if cuda else "peak RSS (MB)"
+    memory = "peak CUDA memory (MiB)" if cuda else "peak RSS (MiB)"  # MB = 2**20 bytes: mebibytes
     with open(out / "report.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", *axes, "metric", "metric_mean", "metric_std", "samples_per_s_mean", "samples_per_s_std",
@@ -316,10 +321,16 @@ def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -
     plt.close(fig)
 
 
-def write_report(out: str | Path, metric: str | None | object = STORED, mode: str | None | object = STORED) -> Path:
-    """Tables and plots of the ablation in `out` (`metric`, `mode`: in place of the stored ones); returns report.md."""
+def write_report(
+    out: str | Path,
+    metric: str | None | object = STORED,
+    mode: str | None | object = STORED,
+    variants: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Tables and plots of the ablation in `out` (`metric`, `mode`, `variants`: in place of the stored ones; see
+    `collect`); returns report.md."""
     out = Path(out)
-    info, rows, metric, mode = collect(out, metric, mode)
+    info, rows, metric, mode = collect(out, metric, mode, variants)
     path = write_tables(out, info, rows, metric, mode)
     plot_metric(rows, metric, out / "metric.png")
     plot_metric_vs_throughput(rows, metric, out / "metric_vs_throughput.png")

@@ -209,6 +209,13 @@ def ablate(
         return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line)
 
 
+def variant_records(runs: Sequence[Planned]) -> list[dict[str, Any]]:
+    """The `variants` of ablation.json (what its report covers): id, name, axis values and seed of each run."""
+    return [
+        {"id": r.variant.id, "name": r.variant.name, "values": r.variant.values, "seed": r.variant.seed} for r in runs
+    ]
+
+
 def _ablate(
     configs: Sequence[str | Path],
     grid: Grid,
@@ -230,9 +237,8 @@ def _ablate(
         "axes": {grid.labels[k]: {"key": k, "values": list(v)} for k, v in grid.axes.items()},
         "metric": grid.metric,
         "mode": grid.mode,
-        "variants": [{"id": r.variant.id, "name": r.variant.name, "values": r.variant.values,
-                      "seed": r.variant.seed} for r in runs],
-    }  # fmt: skip
+        "variants": variant_records(runs),
+    }
     states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was
     write_json(out / "ablation.json", info)
     todo = [

@@ -367,3 +367,25 @@ def test_translate_file_ends_lines_at_a_lone_carriage_return(translation_run, tm
     assert translate_main([str(translation_run), "--file", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--file {path}: the file is UTF-16 text" in err and "iconv -f utf-16 -t utf-8 in.txt" in err
+
+
+def test_resuming_a_finished_translation_run_keeps_its_validation_examples(tmp_path):
+    """A resume of a finished run trains nothing and tests again: examples.json / examples.txt were rewritten with
+    the new test examples alone, the validation examples of the training gone."""
+    import json
+
+    from attnzoo.fit import main as fit_main
+    from attnzoo.run import fit
+    from tests.helpers import QUICK
+
+    recipe = ROOT / "recipes" / "translation.yaml"
+    steps = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+             "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "run.baseline=false"]  # fmt: skip
+    run_dir = fit(load([recipe], [*smoke_overrides(load([recipe])), *QUICK, *steps, f"run.dir={tmp_path}"]))
+    before = json.loads((run_dir / "examples.json").read_text())
+    assert set(before) == {"val", "test"} and before["val"]
+    assert fit_main(["--resume", str(run_dir)]) == 0
+    after = json.loads((run_dir / "examples.json").read_text())
+    assert after == before  # the same checkpoints decode the same examples
+    text = (run_dir / "examples.txt").read_text()
+    assert "# val (epoch 0, step 2)" in text and "# test (epoch" in text

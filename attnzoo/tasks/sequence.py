@@ -32,6 +32,7 @@ from .preflight import check_trainable_backends
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 EXAMPLES_FILE = "examples"  # <run dir>/examples.txt and examples.json
+EXAMPLES_KEY = "attnzoo_examples"  # the checkpoint's copy of them
 
 
 def sequence_loss(logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
@@ -71,8 +72,19 @@ class _SequenceTask(L.LightningModule):
         # no file (`attnzoo.evaluate` puts the examples in its report instead of the run's files or the working dir)
         self.examples_dir: Path | None = None
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # the examples the run directory shows, so that a resume rewrites the files with them still in
+        made_at = {split: list(at) for split, at in self._made_at.items()}
+        checkpoint[EXAMPLES_KEY] = {"examples": self.examples, "made_at": made_at}
+
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._loaded_at = (int(checkpoint.get("epoch", 0)), int(checkpoint.get("global_step", 0)))
+        kept = checkpoint.get(EXAMPLES_KEY)
+        # a resumed run's first load (fit's checkpoint): a resume of a finished run that only tests again wrote the
+        # test examples alone over the val ones; a test's best checkpoint after it, and evaluate (no files), keep theirs
+        if kept and not self.examples and self.examples_dir is not None:
+            self.examples = {split: list(rows) for split, rows in kept["examples"].items()}
+            self._made_at = {split: (int(at[0]), int(at[1])) for split, at in kept["made_at"].items()}
 
     def on_fit_end(self) -> None:
         # a test of the final weights (no best checkpoint) shows those of the last validation, when it saw them;

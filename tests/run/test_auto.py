@@ -134,6 +134,11 @@ def test_the_epoch_budget_aims_at_a_step_count_within_bounds():
     assert defaults.epoch_budget(1000, 64, steps=2000, low=10, high=200)[0] == 125  # 16 steps an epoch
     assert defaults.epoch_budget(50000, 64, steps=2000, low=10, high=200)[0] == 10
     assert defaults.epoch_budget(10, 64, steps=2000, low=10, high=200)[0] == 200
+    # a loader that drops its last partial batch: 90 examples in batches of 64 are 1 step an epoch, not 2
+    epochs, why = defaults.epoch_budget(90, 64, steps=100, low=10, high=200, drop_last=True)
+    assert epochs == 100 and "1 steps an epoch" in why
+    assert defaults.epoch_budget(1461, 64, steps=2000, low=10, high=100, drop_last=True)[0] == 91  # 22 steps, not 23
+    assert defaults.epoch_budget(10, 64, steps=2000, low=10, high=200, drop_last=True)[0] == 200  # one partial batch
 
 
 def test_a_patience_proposed_from_the_datas_budget_follows_a_budget_the_config_sets(caplog):

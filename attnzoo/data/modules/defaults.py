@@ -57,9 +57,14 @@ def embedded_only(kind: str, options: dict[str, Any]) -> tuple[list[str], str]:
     return [k for k in keys if options.get(k) is not None], f"data.{selector} ({value!r})"
 
 
-def epoch_budget(num_train: int, batch_size: int, *, steps: int, low: int, high: int) -> tuple[int, str]:
-    """Epochs for about `steps` optimizer steps, within [low, high]: the ceiling early stopping works under."""
-    per_epoch = max(1, math.ceil(num_train / batch_size))
+def epoch_budget(
+    num_train: int, batch_size: int, *, steps: int, low: int, high: int, drop_last: bool = False
+) -> tuple[int, str]:
+    """Epochs for about `steps` optimizer steps, within [low, high]: the ceiling early stopping works under.
+    `drop_last`: the training loader drops a last partial batch when the split holds more than one batch
+    (`DataModule.full_batches` on one process)."""
+    full = drop_last and num_train > batch_size
+    per_epoch = num_train // batch_size if full else max(1, math.ceil(num_train / batch_size))
     epochs = min(high, max(low, math.ceil(steps / per_epoch)))
     return epochs, f"{num_train} training examples, {per_epoch} steps an epoch: ~{steps} steps, {low}-{high} epochs"
 
@@ -188,7 +193,7 @@ def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, ba
         ),
         "model.drop_path_rate": (0.1, "audio files: regularization for 1k-50k clips"),
         "task.optimizer.lr": (2e-3, "audio files: the rate measured for a small AST from random weights"),
-        "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=1500, low=10, high=100),
+        "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=1500, low=10, high=100, drop_last=True),
     }
 
 
@@ -221,7 +226,7 @@ def text_model(*, listops: bool, num_train: int, batch_size: int) -> Chosen:
         "model.drop_rate": (0.4, regular),
         "task.objective.label_smoothing": (0.1, regular),
         "task.optimizer.lr": (SCRATCH_LR["text"], SCRATCH_WHY),
-        "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2000, low=10, high=100),
+        "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2000, low=10, high=100, drop_last=True),
     }
 
 
@@ -245,7 +250,10 @@ def translation_model(*, embedded: bool, num_train: int, batch_size: int) -> Cho
     lr = {"task.optimizer.lr": (SCRATCH_LR["sequence"], SCRATCH_WHY)}
     if embedded:
         return {**lr, "trainer.max_epochs": (6, "the embedded CLDR phrases: the recipe's measured settings")}
-    return {**lr, "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2500, low=10, high=100)}
+    return {
+        **lr,
+        "trainer.max_epochs": epoch_budget(num_train, batch_size, steps=2500, low=10, high=100, drop_last=True),
+    }
 
 
 def lm_model(*, embedded: bool, num_blocks: int, batch_size: int) -> Chosen:
@@ -257,7 +265,7 @@ def lm_model(*, embedded: bool, num_blocks: int, batch_size: int) -> Chosen:
             **lr,
             "trainer.max_epochs": (6, "the embedded Python Language Reference: the recipe's measured settings"),
         }
-    epochs, why = epoch_budget(num_blocks, batch_size, steps=3000, low=5, high=100)
+    epochs, why = epoch_budget(num_blocks, batch_size, steps=3000, low=5, high=100, drop_last=True)
     return {**lr, "trainer.max_epochs": (epochs, why.replace("training examples", "training blocks"))}
 
 
@@ -302,7 +310,7 @@ TEXT_IMAGE_STEPS = 5000  # optimizer steps of the text-image recipe on files (th
 def mlm_model(*, num_train: int, batch_size: int) -> Chosen:
     """The learning rate (`SCRATCH_LR`) and epoch budget of masked-language-model pretraining (early stopping on val
     perplexity is the usual stop)."""
-    epochs, why = epoch_budget(num_train, batch_size, steps=MLM_STEPS, low=5, high=200)
+    epochs, why = epoch_budget(num_train, batch_size, steps=MLM_STEPS, low=5, high=200, drop_last=True)
     return {"task.optimizer.lr": (SCRATCH_LR["sequence"], SCRATCH_WHY),
             "trainer.max_epochs": (epochs, why.replace("training examples", "training texts"))}  # fmt: skip
 

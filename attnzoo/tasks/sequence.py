@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -343,8 +344,8 @@ class LanguageModelTask(_SequenceTask):
         name = {k: f"task.{k}" for k in ("temperature", "sample_tokens", "top_k", "top_p")} | dict(named or {})
         temperature, tokens = options.get("temperature", 0.8), options.get("sample_tokens", 48)
         top_k, top_p = options.get("top_k"), options.get("top_p")
-        if _number(temperature) and temperature < 0:
-            raise ValueError(f"{name['temperature']} ({temperature}) must be >= 0 (0: greedy)")
+        if _number(temperature) and not 0 <= temperature < math.inf:  # nan and inf too
+            raise ValueError(f"{name['temperature']} ({temperature}) must be a finite number >= 0 (0: greedy)")
         if _number(tokens) and tokens < 1:
             raise ValueError(f"{name['sample_tokens']} ({tokens}) must be >= 1")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):

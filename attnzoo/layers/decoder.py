@@ -275,6 +275,8 @@ def make_decoder(
 
     if depth < 1:
         raise ValueError(f"depth ({depth}) must be >= 1")
+    # a pattern that stays no rule of positions once made causal, named as such (not by DecoderBlock's check)
+    check_decoder_attention(attention, what, dim=dim, num_heads=num_heads, **(layer_shape or {}))
     make_self = attention_builder(causal_attention(attention), what, **(layer_shape or {}))
     make_cross = attention_builder(cross_attention, "model.cross_attention", **(layer_shape or {})) if cross else None
     rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # cpu: also under torch.device("meta")

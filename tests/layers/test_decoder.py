@@ -141,3 +141,15 @@ def test_grad_checkpointing_gives_identical_outputs_and_grads(mode, shared):
     assert torch.equal(out_on, out_off)
     for a, b in zip(grads_on, grads_off, strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_a_decoder_built_in_python_names_a_pattern_that_cannot_be_made_causal():
+    # built from Python (not a config), BigBird's random blocks stopped in DecoderBlock: "self-attention must be
+    # masked (a causal pattern), got pattern And(BigBird(...), Causal())", though the pattern shown was masked
+    from attnzoo.models import CausalLM
+
+    bigbird = {"kind": "bigbird", "window": 2, "global_tokens": [0], "num_random": 1, "block": 4}
+    with pytest.raises(ValueError, match="cannot be made causal for a decoder.*random blocks are drawn"):
+        CausalLM(vocab_size=50, max_len=40, dim=32, depth=2, num_heads=4, attention={"pattern": bigbird})
+    with pytest.raises(ValueError, match="cannot be made causal for a decoder"):
+        make_decoder(dim=32, depth=1, num_heads=4, attention={"pattern": bigbird}, cross=False)

@@ -392,3 +392,17 @@ def test_resuming_a_finished_translation_run_keeps_its_validation_examples(tmp_p
     assert after == before  # the same checkpoints decode the same examples
     text = (run_dir / "examples.txt").read_text()
     assert "# val (epoch 0, step 2)" in text and "# test (epoch" in text
+
+
+def test_a_checkpoint_of_another_run_is_named_as_such_not_as_a_replaced_tokenizer(tmp_path, translation_run, capsys):
+    # `translate <run> --checkpoint <another run's best.ckpt>` said "<run>/tokenizer.json was replaced (another
+    # run's?). Put the run's own tokenizer.json back", though nothing had been replaced
+    from attnzoo.run.tokenizer_stamp import STAMP_KEY
+
+    foreign = tmp_path / "other" / "best.ckpt"  # trained with another tokenizer (its stamp says so)
+    foreign.parent.mkdir()
+    saved = torch.load(translation_run / "checkpoints" / "best.ckpt", weights_only=True)
+    torch.save({**saved, STAMP_KEY: "0" * 64}, foreign)
+    assert translate_main([str(translation_run), "--checkpoint", str(foreign), "--text", "three four"]) == 2
+    err = capsys.readouterr().err
+    assert f"the checkpoint is not one of {translation_run}'s own" in err and "was replaced" not in err

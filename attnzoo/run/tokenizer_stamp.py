@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,11 @@ def check_tokenizer(tok: Any, run_dir: Path, ckpt: Path, checkpoint: dict[str, A
     `hint` says what to do (default: put the run's own tokenizer.json back)."""
     from ..data.tokenizers.subword import TOKENIZER_FILE, tokenizer_digest
 
+    if not hint and not Path(os.path.abspath(ckpt)).is_relative_to(os.path.abspath(run_dir)):  # --checkpoint FILE
+        hint = (
+            f"the checkpoint is not one of {run_dir}'s own; if it comes from another run, give that run's directory "
+            f"(with its tokenizer.json), or a checkpoint of this run"
+        )
     hint = hint or f"{run_dir / TOKENIZER_FILE} was replaced (another run's?). Put the run's own tokenizer.json back"
     want, where = expected_digest(run_dir, checkpoint)
     if want is None:

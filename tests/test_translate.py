@@ -187,6 +187,17 @@ def test_a_resume_whose_training_file_changed_refuses_the_tokenizer_learned_agai
         fit(load([run_dir / "config.yaml"]), resume=run_dir)
 
 
+def test_a_resume_given_another_training_file_names_the_key_before_reading_it(tmp_path):
+    # the other file's vocabulary was learned first, and the refusal named model.vocab_size, not data.train
+    from attnzoo.run import fit
+
+    run_dir = _fit_on_tsv(tmp_path)
+    other = tmp_path / "other.tsv"
+    other.write_text("".join(f"{w} {w} {w}\tx{w} y\n" for w in WORDS * 3))  # other words: another vocabulary
+    with pytest.raises(ConfigError, match=r"in what defines the run: data.train: '.*train.tsv' -> '.*other.tsv'"):
+        fit(load([run_dir / "config.yaml"], [f"data.train={other}"]), resume=run_dir)
+
+
 def test_checkpoints_record_the_digest_of_the_tokenizer(fitted_translation):
     from attnzoo.data.tokenizers.subword import tokenizer_digest
     from attnzoo.run.checkpoint_io import read_checkpoint

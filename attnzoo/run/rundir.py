@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..config import Config, ConfigError, load, read_yaml
+from ..config import AUTO, COMMAND_LINE, Config, ConfigError, load, read_yaml
 from ..util.files import write_json
 from .paths import same_path
 
@@ -134,8 +134,15 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: node}
 
 
-def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
-    """`{key: [old, new]}` between the run's `config.yaml` and `cfg` (resolved, with what the data derived).
+def _given(cfg: Config, key: str, value: Any) -> bool:
+    """Whether the command line set `key` to `value`, a value the build keeps (not auto or null, which it fills)."""
+    return value not in ("<not set>", AUTO, None) and cfg.where(key).startswith(COMMAND_LINE)
+
+
+def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> dict[str, list[Any]]:
+    """`{key: [old, new]}` between the run's `config.yaml` and `cfg` (resolved, with what the data derived);
+    `given_only`: of the keys set on the command line alone (before the build: `cfg` is not resolved yet, and a
+    changed data file would first show as what the data derives from it, such as the vocabulary's size).
 
     Raises ConfigError naming every changed key outside `RESUME_MAY_CHANGE`, with its old and new value.
     """
@@ -148,7 +155,9 @@ def resume_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
     changes = {
         k: [old.get(k, unset), new.get(k, unset)]
         for k in sorted(old.keys() | new.keys())
-        if old.get(k, unset) != new.get(k, unset) and not same_path(k, old.get(k), new.get(k))
+        if old.get(k, unset) != new.get(k, unset)
+        and not same_path(k, old.get(k), new.get(k))
+        and (not given_only or _given(cfg, k, new.get(k, unset)))
     }
     refused = [k for k in changes if not any(k == a or k.startswith(f"{a}.") for a in RESUME_MAY_CHANGE)]
     if refused:

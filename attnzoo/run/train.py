@@ -200,6 +200,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     # resumed from the run's own config.yaml (`fit --resume DIR`): the weights come from the checkpoint, the start's
     # choices are in config.yaml; with the command that started it (`--resume DIR --config recipe ...`), or for a run
     # that recorded no start, the start is read again as it was then
+    if ckpt_path is not None:  # a changed key of the command line named before the data is read again
+        resume_changes(run_dir, cfg, given_only=True)
     own_config = Path(cfg.where("model.init_from")).resolve() == (run_dir / "config.yaml").resolve()
     recorded = recorded_start(run_dir) if ckpt_path is not None and own_config else None
     if recorded is not None:

@@ -89,7 +89,8 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
 
 
 def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) -> nn.Module:
-    """The attnzoo network of the checkpoint at `path`, with its weights.
+    """The attnzoo network of the checkpoint at `path`, with its weights, in training mode as any new module (its
+    dropout on: `.eval()` before inference).
 
     Args:
         timm_name: the timm architecture of a timm ViT file (see `convert`).

@@ -51,7 +51,9 @@ def make_tokenizer(
             split_digits=split_digits,
         )
     if split_digits:
-        log.info("data.split_digits: no effect on data.tokenizer %r (only a vocabulary learned here splits them)", spec)
+        log.info(  # a run's own tokenizer.json splits digits if it was learned with split_digits: its pre-tokenizer
+            "data.split_digits: no effect on data.tokenizer %r, which splits digits or not as it was made to", spec
+        )
     if generates is not None:
         return _generating(spec, what=generates)
     if spec in TOKENIZERS:

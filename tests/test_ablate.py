@@ -237,7 +237,7 @@ def test_a_failing_run_is_recorded_with_its_error_and_the_others_go_on(tmp_path,
     assert (out / "runs" / "backend=sdpa,seed=0" / "ablate.json").read_text() == kept
     # a finished run made from another config is not silently reused, and the refused plan leaves ablation.json
     recorded = (out / "ablation.json").read_text()
-    with pytest.raises(ConfigError, match="different config"):
+    with pytest.raises(ConfigError, match=r"different config \(overrides \[\] then, \['model.mlp_ratio=2.0'\] now\)"):
         ablate([VIT], grid, out, ["model.mlp_ratio=2.0"])
     assert (out / "ablation.json").read_text() == recorded
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ from .job import finished, read_record, run_one
 
 log = logging.getLogger("attnzoo")
 DEFAULTS = ["trainer.enable_progress_bar=false"]  # output goes to log files; the user's overrides can undo it
+OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")  # a key=value word of a run's command (not a path, not a flag)
 
 
 @dataclass
@@ -76,9 +78,12 @@ def status(run: Planned) -> str:
     same = record.get("config_sha") in (None, run.config_sha)
     if finished(run.run_dir) and record.get("status", "ok") in ("ok", "running"):
         if not same:
+            then = [a for a in record.get("command", []) if OVERRIDE.match(a)]  # its key=value words
+            gone, added = [a for a in then if a not in run.overrides], [o for o in run.overrides if o not in then]
+            what = f"overrides {gone} then, {added} now" if gone or added else "the config files changed since"
             raise ConfigError(
-                f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config; "
-                "use another --out, or delete that run directory to run it again"
+                f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config "
+                f"({what}); use another --out, or delete that run directory to run it again"
             )
         return "ok"  # fit writes summary.json last: it finished, and the ablation stopped before recording it
     return "failed" if record.get("status") == "failed" and same else "missing"

@@ -273,6 +273,32 @@ def test_special_token_strings_in_user_text_are_plain_text(translation_run):
     assert tok.encode("one") == encode_user_text(tok, "one")  # the setting does not stick
 
 
+@pytest.mark.parametrize("kind", ["unigram", "wordpiece"])
+def test_special_token_strings_never_read_as_specials_from_a_vocabulary_that_holds_them_as_pieces(kind):
+    """A unigram or wordpiece vocabulary holds "[EOS]" as a piece of its model too: typed "[EOS]" became the
+    end-of-sequence id even with the added tokens turned into text."""
+    from attnzoo.data.tokenizers.subword import encode_user_text
+
+    tok = SubwordTokenizer.train(["one two three", "four five six"] * 20, kind=kind, vocab_size=80)
+    specials = {tok.pad_id, tok.bos_id, tok.eos_id, tok.cls_id}
+    unknown = []
+    ids = encode_user_text(tok, "one [EOS] two [PAD]", unknown)
+    assert not specials & set(ids) and ids.count(tok.unk_id) == 2
+    assert [u.strip() for u in unknown] == ["[EOS]", "[PAD]"]  # named in the warning
+
+
+def test_a_tokenizer_files_template_tokens_stay_and_typed_ones_do_not(tmp_path):
+    from attnzoo.data.tokenizers.subword import encode_user_text
+    from attnzoo.data.tokenizers.tokenize import FileTokenizer
+    from tests.helpers.hf import tokenizer
+
+    tokenizer("bert", ["hello", "world"]).save(str(tmp_path / "tokenizer.json"))
+    tok = FileTokenizer(path=tmp_path / "tokenizer.json")
+    cls, sep = tok.tok.token_to_id("[CLS]"), tok.tok.token_to_id("[SEP]")
+    ids = encode_user_text(tok, "hello [SEP] world")
+    assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 1  # the template's, not the typed one
+
+
 def test_generate_says_when_it_caps_max_new_tokens(lm_run, caplog):
     block = load([lm_run / "config.yaml"]).section("data")["block_size"]
     with caplog.at_level("WARNING", logger="attnzoo"):

@@ -48,6 +48,14 @@ if TYPE_CHECKING:
     from .ablation.runner import Launcher
 
 
+def _stored_variants(out: Path) -> list[dict]:
+    """The variants the ablation in `out` recorded last (ablation.json), or none."""
+    try:
+        return list(json.loads((out / "ablation.json").read_text(encoding="utf-8")).get("variants") or [])
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo ablate", description="Run a grid of variants of a recipe; one report.")
     p.add_argument("--config", action="append", default=[], help="a recipe YAML; repeat to overlay more files")
@@ -105,7 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if Path(args.grid).is_file():  # a corrected grid's metric: and mode: (left out: the defaults) count
                 grid = load_grid(args.grid)
                 grid.seeds = args.seeds or grid.seeds  # every seed of the grid, not only the last command's --seeds
-                variants = variant_records(plan(args.config, grid, args.overrides, out))
+                runs = plan(args.config, grid, args.overrides, out)
+                stored = {v["seed"] for v in _stored_variants(out)} - {r.variant.seed for r in runs}
+                if stored and not args.seeds:  # and those an earlier --seeds ran beyond them
+                    grid.seeds = sorted({r.variant.seed for r in runs} | stored)
+                    runs = plan(args.config, grid, args.overrides, out)
+                variants = variant_records(runs)
                 print(write_report(out, grid.metric, grid.mode, variants), file=sys.stderr)
             elif args.seeds:
                 p.error(f"--report-only --seeds: the grid {args.grid} is not here to plan those seeds from")

@@ -395,6 +395,11 @@ def test_report_only_covers_the_grids_seeds_not_only_the_last_commands(tmp_path,
     with pytest.raises(SystemExit):
         main([*args, "--report-only", "--seeds", "0"])
     assert "the grid" in capsys.readouterr().err
+    # a grid without seeds: list, run with --seeds 0 1 2: those seeds stay in the report
+    seedless = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]}, seeds=None, name="free.yaml")
+    args = ["--config", str(VIT), "--grid", str(seedless), "--out", str(tmp_path / "free")]
+    assert main([*args, "--seeds", "0", "1", "2"]) == 0 and main([*args, "--report-only"]) == 0
+    assert "over seeds [0, 1, 2]" in (tmp_path / "free" / "report.md").read_text()
 
 
 _DRIVER = """

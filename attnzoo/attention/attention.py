@@ -141,11 +141,11 @@ class Attention(nn.Module):
                 f"pattern: expected a pattern (attnzoo.attention.Causal(), SlidingWindow(window=...), ...), a kind "
                 f"name or a {{kind: ...}} mapping; got {type(pattern).__name__} {pattern!r}"
             )
-        heads_of_bias = getattr(bias, "num_heads", None)
-        if heads_of_bias is not None and heads_of_bias != num_heads:  # it failed in the first forward, in torch's words
+        heads_of_bias = getattr(bias, "num_heads", None)  # one head is shared by all (it broadcasts)
+        if heads_of_bias not in (None, 1, num_heads):  # it failed in the first forward, in torch's words
             raise ValueError(
                 f"bias {type(bias).__name__} has {heads_of_bias} heads, and this attention {num_heads}: build it "
-                f"with num_heads={num_heads} (one value per attention head)"
+                f"with num_heads={num_heads} (one value per attention head), or 1 (one shared by all)"
             )
         dd = {"device": device, "dtype": dtype}
 

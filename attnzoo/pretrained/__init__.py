@@ -102,7 +102,8 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
 
     converted = convert(path, timm_name=timm_name)
     heads = converted.options.get("num_heads")
-    if heads_stated(path, timm_name) and "num_heads" in overrides and overrides["num_heads"] != heads:  # as fit does
+    stated = heads is not None and heads_stated(path, timm_name)  # a run's config may leave it to the model
+    if stated and "num_heads" in overrides and overrides["num_heads"] != heads:  # as fit's model.init_from refuses
         raise ValueError(
             f"num_heads={overrides['num_heads']}, but {converted.source} has {heads} heads: its tensors would load "
             "split into other heads and compute another function. Leave num_heads out (key/value heads: "

@@ -134,15 +134,19 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: node}
 
 
+DATA_FILES = ("data.train", "data.val", "data.test", "data.root")  # where the data is read from
+
+
 def _given(cfg: Config, key: str, value: Any) -> bool:
-    """Whether the command line set `key` to `value`, a value the build keeps (not auto or null, which it fills)."""
-    return value not in ("<not set>", AUTO, None) and cfg.where(key).startswith(COMMAND_LINE)
+    """Whether the command line set the data file `key` to `value` (not auto or null, which the build fills). Other
+    keys wait for the build: a start may set them from its checkpoint (data.max_len cut to its positions)."""
+    return key in DATA_FILES and value not in ("<not set>", AUTO, None) and cfg.where(key).startswith(COMMAND_LINE)
 
 
 def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> dict[str, list[Any]]:
     """`{key: [old, new]}` between the run's `config.yaml` and `cfg` (resolved, with what the data derived);
-    `given_only`: of the keys set on the command line alone (before the build: `cfg` is not resolved yet, and a
-    changed data file would first show as what the data derives from it, such as the vocabulary's size).
+    `given_only`: of the data files set on the command line alone (before the build, which reads them: another file
+    would first show as what the data derives from it, such as the vocabulary's size).
 
     Raises ConfigError naming every changed key outside `RESUME_MAY_CHANGE`, with its old and new value.
     """

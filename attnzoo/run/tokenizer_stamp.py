@@ -85,7 +85,8 @@ def check_tokenizer(tok: Any, run_dir: Path, ckpt: Path, checkpoint: dict[str, A
     `hint` says what to do (default: put the run's own tokenizer.json back)."""
     from ..data.tokenizers.subword import TOKENIZER_FILE, tokenizer_digest
 
-    if not hint and not Path(os.path.abspath(ckpt)).is_relative_to(os.path.abspath(run_dir)):  # --checkpoint FILE
+    inside = any(Path(f(ckpt)).is_relative_to(f(run_dir)) for f in (os.path.abspath, os.path.realpath))  # links
+    if not hint and not inside:  # --checkpoint FILE of another run
         hint = (
             f"the checkpoint is not one of {run_dir}'s own; if it comes from another run, give that run's directory "
             f"(with its tokenizer.json), or a checkpoint of this run"

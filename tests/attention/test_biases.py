@@ -414,3 +414,6 @@ def test_a_bias_of_another_head_count_is_refused_when_the_layer_is_built(bias):
     with pytest.raises(ValueError, match=r"bias (ALiBi|T5RelativeBias) has 8 heads, and this attention 4"):
         Attention(32, 4, bias=bias)
     assert Attention(64, 8, bias=bias).bias is bias
+    shared = type(bias)(num_heads=1)  # one head broadcasts over all of them, as it did
+    x = torch.randn(1, 5, 32)
+    assert Attention(32, 4, bias=shared, backend="eager")(x).isfinite().all()

@@ -152,7 +152,7 @@ class ViT(nn.Module):
         weight, own = state_dict.get(conv), getattr(self.patch_embed.proj, "weight", None)  # None: a conv stem
         if weight is not None and own is not None and weight.dim() == 4 and weight.shape[1] != own.shape[1]:
             if weight.shape[0] == own.shape[0] and weight.shape[2:] == own.shape[2:]:
-                state_dict[conv] = adapt_input_conv(own.shape[1], weight)
+                state_dict[conv] = adapt_input_conv(own.shape[1], weight, base_chans=weight.shape[1])  # 1 -> 3 too
                 log.info("%s: adapted from %d to %d input channels", conv, weight.shape[1], own.shape[1])
         key = prefix + "pos_embed"
         old = state_dict.get(key)

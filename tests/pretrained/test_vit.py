@@ -223,6 +223,18 @@ def test_fine_tuning_adapts_size_channels_and_head(timm_checkpoint, caplog):
     torch.testing.assert_close(ours.pos_embed[:, 0], theirs.pos_embed[:, 0])
 
 
+def test_a_grey_checkpoint_reads_rgb_images_as_it_read_their_grey(tmp_path):
+    # a 1-channel timm file on RGB images: timm's adapt_input_conv left the weight [C, 1, P, P] (it adapts RGB
+    # sources only), the log said "adapted from 1 to 3", and the load failed on the shape
+    torch.manual_seed(0)
+    grey = timm.create_model("vit_tiny_patch16_224", pretrained=False, in_chans=1, img_size=32, num_classes=3).eval()
+    torch.save(grey.state_dict(), tmp_path / "grey.pth")
+    rgb = pretrained.load(tmp_path / "grey.pth", img_size=32, in_chans=3, num_classes=3).eval()
+    x = torch.randn(2, 1, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(rgb(image=x.expand(-1, 3, -1, -1)), grey(x), atol=1e-5, rtol=0)
+
+
 def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
     other = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2)
     path = tmp_path / "other.pth"

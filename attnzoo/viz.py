@@ -41,7 +41,8 @@ from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+# what an image folder trains on (torchvision's ImageFolder: .ppm and .pgm too, no .gif): what viz draws
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -165,6 +166,7 @@ def visualize(
     if out is None:  # drawings go into <run>/viz/
         refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)", entries=("viz",))
     run = load_run(run_dir, checkpoint)
+    run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
     data, net, kind = run.data, run.net, run.data_kind
     if kind == "translation":
         if input_path is not None:
@@ -190,11 +192,11 @@ def visualize(
         if not input_path.is_file():
             raise ConfigError(f"--input: {str(input_path)!r} is not a file")
         if input_path.suffix.lower() not in suffixes:
-            raise ConfigError(f"--input: {input_path.name} is not a {kind} file ({', '.join(suffixes)})")
+            raise ConfigError(f"--input: {input_path.name} is not an {kind} file ({', '.join(suffixes)})")
         try:
             inputs = make(data, input_path)
         except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError / truncated data are OSErrors
-            raise ConfigError(f"--input: cannot read {str(input_path)!r} as a {kind} file: {err}") from None
+            raise ConfigError(f"--input: cannot read {str(input_path)!r} as an {kind} file: {err}") from None
         name = input_path.stem
     logits, maps = capture(net, inputs)
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])

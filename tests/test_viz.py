@@ -150,15 +150,25 @@ def test_an_ast_input_is_drawn_over_its_spectrogram_with_the_models_time_by_freq
     assert canvas_for(net, {"audio": audio}, 2 + tp * fp + 1) is None  # tokens that are not this clip's patches
 
 
-def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_path, capsys):
+def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_path, capsys, monkeypatch):
     from scipy.io import wavfile
 
-    small = ["data.synthetic.per_class={train: 2, val: 1, test: 1}", "model.depth=2", "model.embed_dim=32"]
+    import attnzoo.viz as viz
+
+    drawn = []  # the spectrogram under the maps came from the net in training mode: with SpecAugment's masks
+    monkeypatch.setattr(viz, "spectrogram_canvas", lambda features, grid: drawn.append(features) or None)
+    small = ["data.synthetic.per_class={train: 2, val: 1, test: 1}", "model.depth=2", "model.embed_dim=32",
+             "model.spec_augment={freq_mask: 8, time_mask: 40, num_masks: 2}"]  # fmt: skip
     (tmp_path / "ast").mkdir()
     run = _saved_run(tmp_path / "ast", AST, small)
     wav = tmp_path / "tone.wav"
     t = torch.arange(16000 * 2) / 16000  # 2 s at 16 kHz: resampled to the run's 8 kHz, longer than its 1 s clips
     wavfile.write(wav, 16000, (0.3 * torch.sin(2 * torch.pi * 440 * t)).numpy().astype("float32"))
+    assert main([str(run), "--input", str(wav), "--out", str(tmp_path / "spectrogram")]) == 0
+    (features,) = drawn
+    assert features.dim() == 2 and not (features == 0).all(0).any()  # [F, T]: no time frame masked whole
+    capsys.readouterr()
+    monkeypatch.undo()
     assert main([str(run), "--input", str(wav), "--out", str(tmp_path / "out")]) == 0
     written = [Path(p).name for p in capsys.readouterr().out.split()]
     assert written == ["attention_matrices.png", "prefix_attention.png", "rollout.png", "maps.pt"]
@@ -166,7 +176,7 @@ def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_pat
     (time_patches, freq_patches) = (31, 2)  # 198 frames -> (198 - 16) // 6 + 1 time patches; 32 mels -> 2
     assert saved["maps"][0].shape == (1, 4, 2 + time_patches * freq_patches, 2 + time_patches * freq_patches)
     assert main([str(run), "--input", str(tmp_path / "out" / "rollout.png")]) == 2  # not a WAV file
-    assert "is not a audio file (.wav)" in capsys.readouterr().err
+    assert "is not an audio file (.wav)" in capsys.readouterr().err
 
 
 def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):
@@ -285,3 +295,12 @@ def test_negative_weights_are_drawn_on_a_diverging_scale_and_others_from_zero(tm
     plot_matrices([signed.abs().softmax(-1)], tmp_path / "plain.png", title="softmax")
     (image,) = drawn
     assert image.norm.vmin == 0.0 and image.get_cmap().name == "viridis"
+
+
+def test_viz_draws_the_image_files_an_image_folder_trains_on():
+    # viz refused .ppm / .pgm, which training reads, and took .gif, which training skips
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    from attnzoo.viz import INPUTS
+
+    assert set(INPUTS["image"][0]) == set(IMG_EXTENSIONS)

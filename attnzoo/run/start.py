@@ -238,12 +238,16 @@ def _options(
         if key.endswith("attention") and isinstance(value, dict):
             value = _attention(cfg, full, dict(model.get(key) or {}), value)
         elif key in model and _stays(cfg, full):
-            if key == "num_heads" and heads_stated and model[key] != value:
-                raise ConfigError(
-                    f"model.num_heads: {model[key]} (set in {cfg.where(full)}), but model.init_from's weights have "
-                    f"{value} heads: its tensors would load split into other heads and compute another function. "
-                    f"Leave model.num_heads out (key/value heads: model.attention.num_kv_heads)"
-                )
+            if key == "num_heads" and model[key] != value:
+                if heads_stated:
+                    raise ConfigError(
+                        f"model.num_heads: {model[key]} (set in {cfg.where(full)}), but model.init_from's weights "
+                        f"have {value} heads: its tensors would load split into other heads and compute another "
+                        f"function. Leave model.num_heads out (key/value heads: model.attention.num_kv_heads)"
+                    )
+                log.warning("model.num_heads: %r (set in %s) in place of the %r heads guessed from the width of "
+                            "model.init_from's weights, which do not state a count (model.timm_name would)",
+                            model[key], cfg.where(full), value)  # fmt: skip
             if key in DEPTHS and isinstance(value, int) and isinstance(model[key], int) and model[key] < value:
                 cut = f"block {value - 1} is" if model[key] == value - 1 else f"blocks {model[key]} to {value - 1} are"
                 log.warning("%s: %d (set in %s), and model.init_from's weights have %d blocks: the first %d are "

@@ -56,6 +56,16 @@ def test_timm_name_tells_the_head_count_the_tensors_do_not(tmp_path, caplog):
     assert f"{MEDIUM} (timm) {file}" in net.started_from["source"]
 
 
+def test_another_head_count_than_the_one_guessed_from_the_width_is_said(tmp_path, caplog):
+    # vit_tiny's width tells 3 heads only by convention: model.num_heads=4 replaced it without a word
+    file = tmp_path / "tiny.pth"
+    _save(file, "vit_tiny_patch16_224")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, _ = build(load([RECIPE], _overrides(f"model.init_from={file}", "model.num_heads=4")))
+    assert task.net.encoder.blocks[0].attn.num_heads == 4
+    assert "model.num_heads: 4 (set in the command line" in caplog.text and "in place of the 3 heads" in caplog.text
+
+
 def test_timm_name_is_refused_without_init_from_or_when_it_does_not_fit(tmp_path):
     with pytest.raises(ConfigError, match=r"model.timm_name: 'vit_tiny_patch16_224' \(set in the command line.*"
                                           r"set model.init_from=<file> too"):  # fmt: skip

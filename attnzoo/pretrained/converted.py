@@ -9,12 +9,15 @@ equal the original library's. Reading a checkpoint never runs code: safetensors,
 from __future__ import annotations
 
 import json
+import pickle
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
 # a Hugging Face directory's weights, one file or an index of shards (`save_pretrained(max_shard_size=...)`)
+WRAPPERS = ("state_dict", "model")  # keys a checkpoint file may hold its tensors under
 WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -64,12 +67,25 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 (any unreadable file gets the same clear message)
+        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))  # weights_only met an object
+        if isinstance(err, pickle.UnpicklingError) and refused:
+            raise ValueError(
+                f"{str(path)!r} holds pickled objects other than tensors ({refused.group(1)}: a whole model saved "
+                "with torch.save(model)?), which attnzoo does not load: reading them could run code. Save the "
+                "model's state_dict() (torch.save or safetensors) and give that file"
+            ) from None
         first = str(err).splitlines()[0] if str(err) else ""
         raise ValueError(f"{str(path)!r} is not a readable checkpoint ({type(err).__name__}: {first})") from None
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
+    for key in WRAPPERS:  # a training checkpoint, or DeiT's {"model": ...}
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{str(path)!r} holds no state dict of tensors")
+        held = f"its keys: {sorted(map(str, state))[:8]}" if isinstance(state, dict) else f"a {type(state).__name__}"
+        raise ValueError(
+            f"{str(path)!r} holds no state dict of tensors ({held}); read: a mapping of names to tensors, or one "
+            f"under {' or '.join(map(repr, WRAPPERS))}"
+        )
     return state
 
 

@@ -350,3 +350,20 @@ def test_a_pretrained_file_that_is_not_a_checkpoint_is_named(tmp_path):
     (tmp_path / "vit.pth").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match=r"'.*vit.pth' is not a readable checkpoint \(UnpicklingError"):
         convert(tmp_path / "vit.pth")
+
+
+def test_a_pickled_model_and_a_dict_without_tensors_are_named_as_such(tmp_path):
+    # a whole pickled model gave torch's weights_only text with its terminal colour codes, cut at its first line;
+    # a dict of other things "holds no state dict of tensors" without its keys
+    from attnzoo.pretrained.converted import read_weights
+
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "model.pth")
+    whole = r"other than tensors \(torch.nn.modules.linear.Linear: .*state_dict\(\)"
+    with pytest.raises(ValueError, match=whole) as err:
+        read_weights(tmp_path / "model.pth")
+    assert "\x1b" not in str(err.value)
+    torch.save({"epoch": 3, "optimizer": {"lr": 0.1}}, tmp_path / "other.pth")
+    with pytest.raises(ValueError, match=r"its keys: \['epoch', 'optimizer'\].*under 'state_dict' or 'model'"):
+        read_weights(tmp_path / "other.pth")
+    torch.save({"model": torch.nn.Linear(2, 2).state_dict()}, tmp_path / "deit.pth")  # DeiT's checkpoints
+    assert sorted(read_weights(tmp_path / "deit.pth")) == ["bias", "weight"]

@@ -177,6 +177,9 @@ def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_pat
     assert saved["maps"][0].shape == (1, 4, 2 + time_patches * freq_patches, 2 + time_patches * freq_patches)
     assert main([str(run), "--input", str(tmp_path / "out" / "rollout.png")]) == 2  # not a WAV file
     assert "is not an audio file (.wav)" in capsys.readouterr().err
+    wavfile.write(tmp_path / "click.wav", 16000, (0.3 * torch.sin(2 * torch.pi * 440 * t[:800])).numpy())  # 50 ms
+    assert main([str(run), "--input", str(tmp_path / "click.wav")]) == 2
+    assert f"--input '{tmp_path / 'click.wav'}': a clip of" in capsys.readouterr().err
 
 
 def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):

@@ -233,9 +233,10 @@ def _score_mod(bias, lq: int, lk: int, device, dtype):
         return None
     if not isinstance(bias, Tensor) and type(bias).score_mod is not Bias.score_mod:
         inner = bias.score_mod(lq, lk)
+        shared = getattr(bias, "num_heads", None) == 1  # one head's values for every head
 
         def bounded(score, b, h, q_idx, kv_idx):  # flex may visit indices past the lengths inside the last block
-            return inner(score, b, h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
+            return inner(score, b, h * 0 if shared else h, q_idx.clamp(max=lq - 1), kv_idx.clamp(max=lk - 1))
 
         return bounded
     if not isinstance(bias, Tensor):

@@ -414,6 +414,11 @@ def test_a_bias_of_another_head_count_is_refused_when_the_layer_is_built(bias):
     with pytest.raises(ValueError, match=r"bias (ALiBi|T5RelativeBias) has 8 heads, and this attention 4"):
         Attention(32, 4, bias=bias)
     assert Attention(64, 8, bias=bias).bias is bias
-    shared = type(bias)(num_heads=1)  # one head broadcasts over all of them, as it did
+    shared = type(bias)(num_heads=1)  # one head broadcasts over all of them, as it did; flex indexed head h of 1
     x = torch.randn(1, 5, 32)
-    assert Attention(32, 4, bias=shared, backend="eager")(x).isfinite().all()
+    with torch.no_grad():
+        want = Attention(32, 4, bias=shared, backend="eager").eval()
+        for backend in ("sdpa", "blocked", "flex"):
+            layer = Attention(32, 4, bias=shared, backend=backend).eval()
+            layer.load_state_dict(want.state_dict())
+            torch.testing.assert_close(layer(x), want(x), atol=1e-5, rtol=0, msg=backend)

@@ -48,12 +48,13 @@ if TYPE_CHECKING:
     from .ablation.runner import Launcher
 
 
-def _stored_variants(out: Path) -> list[dict]:
-    """The variants the ablation in `out` recorded last (ablation.json), or none."""
+def _stored_seeds(out: Path) -> set[int]:
+    """The seeds of the variants the ablation in `out` recorded last (ablation.json), or none."""
     try:
-        return list(json.loads((out / "ablation.json").read_text(encoding="utf-8")).get("variants") or [])
-    except (OSError, ValueError, AttributeError):
-        return []
+        variants = json.loads((out / "ablation.json").read_text(encoding="utf-8")).get("variants") or []
+        return {v["seed"] for v in variants if isinstance(v, dict) and isinstance(v.get("seed"), int)}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return set()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 grid = load_grid(args.grid)
                 grid.seeds = args.seeds or grid.seeds  # every seed of the grid, not only the last command's --seeds
                 runs = plan(args.config, grid, args.overrides, out)
-                stored = {v["seed"] for v in _stored_variants(out)} - {r.variant.seed for r in runs}
+                stored = _stored_seeds(out) - {r.variant.seed for r in runs}
                 if stored and not args.seeds:  # and those an earlier --seeds ran beyond them
                     grid.seeds = sorted({r.variant.seed for r in runs} | stored)
                     runs = plan(args.config, grid, args.overrides, out)

@@ -200,8 +200,8 @@ def visualize(
         name = input_path.stem
     try:
         logits, maps = capture(net, inputs)
-    except ValueError as err:  # what the model refuses in this input (an AST clip shorter than one patch)
-        if input_path is None:
+    except ValueError as err:  # what the model refuses in this input: an AST clip shorter than one patch
+        if input_path is None or "shorter than one" not in str(err):
             raise
         raise ConfigError(f"--input {str(input_path)!r}: {err}") from None
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])

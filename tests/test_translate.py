@@ -288,15 +288,27 @@ def test_special_token_strings_never_read_as_specials_from_a_vocabulary_that_hol
 
 
 def test_a_tokenizer_files_template_tokens_stay_and_typed_ones_do_not(tmp_path):
+    """A word-level file with [SEP] in its vocabulary and text split on whitespace alone: a typed [SEP] was the
+    separator id; with no unknown token in the file it is left out (and named), never a special id."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
     from attnzoo.data.tokenizers.subword import encode_user_text
     from attnzoo.data.tokenizers.tokenize import FileTokenizer
-    from tests.helpers.hf import tokenizer
 
-    tokenizer("bert", ["hello", "world"]).save(str(tmp_path / "tokenizer.json"))
-    tok = FileTokenizer(path=tmp_path / "tokenizer.json")
-    cls, sep = tok.tok.token_to_id("[CLS]"), tok.tok.token_to_id("[SEP]")
-    ids = encode_user_text(tok, "hello [SEP] world")
-    assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 1  # the template's, not the typed one
+    for unk in ("[UNK]", None):
+        names = ["[PAD]", "[CLS]", "[SEP]", "hello", "world", *([unk] if unk else [])]
+        raw = Tokenizer(models.WordLevel({n: i for i, n in enumerate(names)}, unk_token=unk))
+        raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        raw.add_special_tokens([n for n in names if n.startswith("[")])
+        marks = [("[CLS]", 1), ("[SEP]", 2)]
+        raw.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=marks)
+        raw.save(str(tmp_path / "tokenizer.json"))
+        tok = FileTokenizer(path=tmp_path / "tokenizer.json")
+        unknown = []
+        ids = encode_user_text(tok, "hello [SEP] world", unknown)
+        middle = [names.index("[UNK]")] if unk else []
+        assert ids == [1, 3, *middle, 4, 2], unk  # the template's [CLS] and [SEP] alone
+        assert unknown == ["[SEP]"]
 
 
 def test_generate_says_when_it_caps_max_new_tokens(lm_run, caplog):

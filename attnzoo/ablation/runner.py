@@ -80,7 +80,11 @@ def status(run: Planned) -> str:
         if not same:
             then = [a for a in record.get("command", []) if OVERRIDE.match(a)]  # its key=value words
             gone, added = [a for a in then if a not in run.overrides], [o for o in run.overrides if o not in then]
-            what = f"overrides {gone} then, {added} now" if gone or added else "the config files changed since"
+            what = (
+                f"overrides {gone} then, {added} now"
+                if gone or added
+                else "the config files, or attnzoo's defaults, changed since"
+            )
             raise ConfigError(
                 f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config "
                 f"({what}); use another --out, or delete that run directory to run it again"

@@ -71,8 +71,9 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         if isinstance(err, pickle.UnpicklingError) and refused:
             raise ValueError(
                 f"{str(path)!r} holds pickled objects other than tensors ({refused.group(1)}: a whole model saved "
-                "with torch.save(model)?), which attnzoo does not load: reading them could run code. Save the "
-                "model's state_dict() (torch.save or safetensors) and give that file"
+                "with torch.save(model), or a training checkpoint's arguments or optimizer), which attnzoo does not "
+                "load: reading them could run code. Save the weights alone (model.state_dict(), or the checkpoint's "
+                "'state_dict' / 'model' entry, with torch.save or safetensors) and give that file"
             ) from None
         first = str(err).splitlines()[0] if str(err) else ""
         raise ValueError(f"{str(path)!r} is not a readable checkpoint ({type(err).__name__}: {first})") from None

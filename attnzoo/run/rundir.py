@@ -134,7 +134,7 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: node}
 
 
-DATA_FILES = ("data.train", "data.val", "data.test", "data.root")  # where the data is read from
+DATA_FILES = ("data.train", "data.val", "data.test", "data.root", "data.csv")  # where the data is read from
 
 
 def _given(cfg: Config, key: str, value: Any) -> bool:

@@ -280,12 +280,12 @@ def encode_user_text(tok: Any, text: str, unknown: list[str] | None = None) -> l
     inner = getattr(tok, "tok", None)
     if inner is None:  # bytes: every string is plain text already
         return tok.encode(text)
-    unk_id = getattr(tok, "unk_id", None)  # a tokenizers file of the user's own (FileTokenizer) names none
+    unk_id = getattr(tok, "unk_id", None)  # None: a tokenizers file of the user's own may have no unknown token
     inner.encode_special_tokens = True
     try:
         ids = tok.encode(text)
         typed = {i for i, t in inner.get_added_tokens_decoder().items() if t.special} - {unk_id}
-        if typed & set(ids) and unk_id is not None:  # a unigram or wordpiece vocabulary holds "[EOS]" as a piece too
+        if typed & set(ids):  # a unigram or wordpiece vocabulary holds "[EOS]" as a piece of its model too
             ids = _typed_specials_unknown(inner, text, ids, typed, unk_id, unknown)
         elif unknown is not None and unk_id is not None and unk_id in ids:
             encoding = inner.encode(text, add_special_tokens=False)
@@ -296,11 +296,11 @@ def encode_user_text(tok: Any, text: str, unknown: list[str] | None = None) -> l
 
 
 def _typed_specials_unknown(
-    inner: Any, text: str, ids: list[int], specials: set[int], unk_id: int, unknown: list[str] | None
+    inner: Any, text: str, ids: list[int], specials: set[int], unk_id: int | None, unknown: list[str] | None
 ) -> list[int]:
     """`ids` with each special token that the vocabulary matched in `text` itself (a piece spanning typed
-    characters, not one the tokenizer's template placed) made the unknown token: typed text never ends or pads.
-    The pieces read as unknown are appended to `unknown` (see `encode_user_text`)."""
+    characters, not one the tokenizer's template placed) made the unknown token, or left out for a tokenizer without
+    one: typed text never ends or pads. The pieces not read as typed are appended to `unknown`."""
     for add in (False, True):  # the encoding `ids` came from: without or with the file's template
         encoding = inner.encode(text, add_special_tokens=add)
         if encoding.ids == ids:
@@ -308,6 +308,8 @@ def _typed_specials_unknown(
             unk = [i == unk_id or i in specials and b > a for i, (a, b) in zip(ids, spans, strict=True)]
             if unknown is not None:
                 unknown += [text[a:b] for u, (a, b) in zip(unk, spans, strict=True) if u]
+            if unk_id is None:
+                return [i for i, u in zip(ids, unk, strict=True) if not u]
             return [unk_id if u else i for i, u in zip(ids, unk, strict=True)]
     return ids
 

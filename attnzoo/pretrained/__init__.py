@@ -101,16 +101,18 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     from .transfer import source_kind, transfer
 
     converted = convert(path, timm_name=timm_name)
+    if converted.model_kind not in MODELS:
+        raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
     heads = converted.options.get("num_heads")
-    stated = heads is not None and heads_stated(path, timm_name)  # a run's config may leave it to the model
+    if heads is None:  # a run's config may leave it to the model's default, which it then trained with
+        heads = getattr(inspect.signature(MODELS[converted.model_kind]).parameters.get("num_heads"), "default", None)
+    stated = isinstance(heads, int) and heads_stated(path, timm_name)
     if stated and "num_heads" in overrides and overrides["num_heads"] != heads:  # as fit's model.init_from refuses
         raise ValueError(
             f"num_heads={overrides['num_heads']}, but {converted.source} has {heads} heads: its tensors would load "
             "split into other heads and compute another function. Leave num_heads out (key/value heads: "
             "attention={'num_kv_heads': ...})"
         )
-    if converted.model_kind not in MODELS:
-        raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
     options = {**converted.options, **overrides}
     for key, theirs in converted.options.items():  # attention, cross_attention: an override's entries replace theirs
         if key.endswith("attention") and isinstance(theirs, dict) and isinstance(overrides.get(key), dict):

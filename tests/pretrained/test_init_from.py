@@ -184,6 +184,26 @@ def test_python_load_builds_the_runs_network_with_its_weights(run_a):
         load_pretrained(run_a, num_clases=5)
 
 
+def test_python_load_checks_the_heads_of_a_run_whose_config_leaves_them_to_the_model(run_a, tmp_path):
+    # a config without model.num_heads trained with the model's default: another count was taken without a word
+    import inspect
+    import shutil
+
+    import yaml
+
+    from attnzoo.models import MODELS
+    from attnzoo.pretrained import load as load_pretrained
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_a, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    del config["model"]["num_heads"]
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    default = inspect.signature(MODELS[config["model"]["kind"]]).parameters["num_heads"].default
+    with pytest.raises(ValueError, match=rf"num_heads={default + 1}, but .* has {default} heads"):
+        load_pretrained(copy, num_heads=default + 1)
+
+
 def test_python_load_names_an_option_of_the_runs_config_that_its_model_does_not_take(run_a, tmp_path):
     import shutil
 

@@ -78,7 +78,9 @@ def build(
     section = "data"
     try:
         data = build_data(cfg, preset)
-        cfg = resolve(cfg, data, chosen, fixed_options(start, data.model_inputs(), cfg))
+        fixed = fixed_options(start, data.model_inputs(), cfg)
+        _normalized_as(data, fixed)
+        cfg = resolve(cfg, data, chosen, fixed)
         section = "model"
         net = build_net(cfg)
         if start is not None:
@@ -256,6 +258,15 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
     if missing:
         raise ConfigError(f"{missing}: 'auto', but the data chose no value for them here; set values")
     return taken
+
+
+def _normalized_as(data: Any, fixed: Mapping[str, Any]) -> None:
+    """The data's feature statistics made those a start fixed (`NORMALIZED_AS`: a checkpoint's), so that what the
+    data records (audio_stats.json, which `data.stats_file` and `evaluate` read) is what the model normalizes with."""
+    stats = getattr(data, "stats", None)
+    if isinstance(stats, dict) and all(f"model.{key}" in fixed for key in NORMALIZED_AS):
+        mean, std = (fixed[f"model.{key}"] for key in NORMALIZED_AS)
+        data.stats = {**stats, "mean": mean, "std": std, "from": "model.init_from"}
 
 
 def _filled(

@@ -3,6 +3,7 @@ directory starts the ViT, AST, LM or translation recipe. The weights land in the
 patch weights are adapted to grey images, the images are resized to the size the weights were trained at, and a
 position grid of another clip length is resampled; audio is resampled and binned as the weights' features were."""
 
+import json
 import logging
 from pathlib import Path
 
@@ -167,8 +168,12 @@ def test_an_ast_directory_on_audio_files_normalizes_as_its_weights_were_trained(
     speech_commands(tmp_path / "clips")
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         overrides = [*PINNED, f"model.init_from={source}", "data.source=folder", f"data.root={tmp_path / 'clips'}"]
-        _, task, cfg = build(load([ROOT / "recipes" / "ast.yaml"], overrides))
+        data, task, cfg = build(load([ROOT / "recipes" / "ast.yaml"], overrides))
     assert cfg.section("model")["feature_norm"] == "dataset" and task.net.feature_norm == "dataset"
     assert "auto -> clip" not in caplog.text
     converted = pretrained.convert(source)
     assert float(task.net.feature_mean) == pytest.approx(float(converted.state_dict["feature_mean"]))
+    # audio_stats.json (what data.stats_file and evaluate read) held this data's statistics, not the model's
+    recorded = json.loads(data.save_artifacts(tmp_path / "run").read_text())
+    assert recorded["mean"] == pytest.approx(float(task.net.feature_mean))
+    assert recorded["std"] == pytest.approx(float(task.net.feature_std))

@@ -79,7 +79,7 @@ def build(
     try:
         data = build_data(cfg, preset)
         fixed = fixed_options(start, data.model_inputs(), cfg)
-        _normalized_as(data, fixed)
+        _normalized_as(data, fixed, cfg)
         cfg = resolve(cfg, data, chosen, fixed)
         section = "model"
         net = build_net(cfg)
@@ -260,13 +260,16 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
     return taken
 
 
-def _normalized_as(data: Any, fixed: Mapping[str, Any]) -> None:
-    """The data's feature statistics made those a start fixed (`NORMALIZED_AS`: a checkpoint's), so that what the
-    data records (audio_stats.json, which `data.stats_file` and `evaluate` read) is what the model normalizes with."""
-    stats = getattr(data, "stats", None)
-    if isinstance(stats, dict) and all(f"model.{key}" in fixed for key in NORMALIZED_AS):
-        mean, std = (fixed[f"model.{key}"] for key in NORMALIZED_AS)
-        data.stats = {**stats, "mean": mean, "std": std, "from": "model.init_from"}
+def _normalized_as(data: Any, fixed: Mapping[str, Any], cfg: Config) -> None:
+    """The data's feature statistics made those a start fixed (`NORMALIZED_AS`: a checkpoint's; on a resume, those
+    its config.yaml records), so that what the data records (audio_stats.json, which `data.stats_file` and `evaluate`
+    read) is what the model normalizes with."""
+    stats, model = getattr(data, "stats", None), cfg.section("model")
+    if not isinstance(stats, dict) or not model.get("init_from"):
+        return
+    values = [fixed.get(f"model.{key}", model.get(key)) for key in NORMALIZED_AS]
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        data.stats = {**stats, "mean": float(values[0]), "std": float(values[1]), "from": "model.init_from"}
 
 
 def _filled(

@@ -68,3 +68,11 @@ def test_a_shared_run_scores_data_test_without_the_train_files_it_was_trained_on
         report = evaluate(run, "best", "test", [], test)
     assert report["metrics"] == here and report["split_examples"] == 16
     assert f"{tmp_path / 'train.csv'}, {tmp_path / 'val.csv'} (data.train and data.val) are not here" in caplog.text
+    # a test file whose columns have other names: data.text_column / data.label_column were applied to the run's own
+    # train file too ("train.csv: no text column 'sentence'"), so no override could score it
+    for name in ("train", "val"):
+        (tmp_path / f"{name}.gone").rename(tmp_path / f"{name}.csv")
+    rows = (tmp_path / "test.csv").read_text().splitlines()
+    (tmp_path / "other.csv").write_text("\n".join(["sentence,category", *rows[1:]]) + "\n")
+    columns = [f"data.test={tmp_path / 'other.csv'}", "data.text_column=sentence", "data.label_column=category"]
+    assert evaluate(run, "best", "test", [], columns)["metrics"] == here

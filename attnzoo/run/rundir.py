@@ -314,6 +314,11 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
     if kind not in SCORED_ALONE or not isinstance(test, str) or not Path(test).exists():
         return {}
     gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and not Path(data[k]).exists()]
+    # another column (key) named on the command line is data.test's: the run's own files keep theirs
+    layout = [f"data.{k}" for k in data if k.endswith(("_column", "_key")) and cfg.where(f"data.{k}").startswith(
+        COMMAND_LINE)]  # fmt: skip
+    if layout:
+        gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and data[k] != test]
     takes = inspect.signature(DATAMODULES[kind]).parameters
     labels = [key for key in ("data.labels", "data.classes") if key[5:] in takes]
     own_ids = "data.tokenizer" in preset or data.get("tokenizer") == "bytes"  # nothing learned from the files read
@@ -321,9 +326,9 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
         return {}
     own = [*(["the classes (labels.json)"] if labels else []),
            *(["the token ids (tokenizer.json)"] if "data.tokenizer" in preset else [])]  # fmt: skip
-    log.info("data: %s (data.%s) %s not here: data.test %s is read in its place%s", ", ".join(data[k] for k in gone),
-             " and data.".join(gone), "are" if len(gone) > 1 else "is", test,
-             f"; {' and '.join(own)} are the run's own" if own else "")  # fmt: skip
+    why = f"{', '.join(layout)} given for data.test" if layout else f"{'are' if len(gone) > 1 else 'is'} not here"
+    log.info("data: %s (data.%s) %s: data.test %s is read in its place%s", ", ".join(data[k] for k in gone),
+             " and data.".join(gone), why, test, f"; {' and '.join(own)} are the run's own" if own else "")  # fmt: skip
     return {f"data.{k}": test for k in gone}
 
 

@@ -157,6 +157,25 @@ def test_the_classifier_takes_the_runs_architecture_and_keeps_its_own_training_c
         torch.testing.assert_close(task.net.features(tokens, padding), mlm.features(tokens, padding))
 
 
+def test_the_pretrained_text_grids_alibi_variants_differ_from_a_rotary_start(rope_run, files):
+    # from a run with rotary positions, "alibi" and "alibi_only" built the same model (rotary kept, ALiBi added)
+    from attnzoo.ablation.grid import load_grid
+
+    train, val = files
+    common = [o for o in COMMON if o not in ENCODER]
+    base = [*common, f"data.train={train}", f"data.val={val}", "run.baseline=false", f"model.init_from={rope_run}"]
+    grid = load_grid(ROOT / "configs" / "ablations" / "pretrained_text.yaml")
+    rotary = {}
+    for variant in grid.variants():
+        if variant.seed == 0 and variant.values["attention"] in ("alibi", "alibi_only"):
+            _, task, cfg = build(load([TEXT], [*base, *variant.overrides]))
+            attention = cfg.section("model")["attention"]
+            assert attention["bias"] == "alibi"
+            rotary[variant.values["attention"]] = attention.get("rotary")
+            assert (task.net.encoder.blocks[0].attn.rotary is None) == (variant.values["attention"] == "alibi_only")
+    assert rotary["alibi"] == "rope" and rotary["alibi_only"] in (None, "none")
+
+
 def test_a_command_line_architecture_key_wins_over_the_runs(rope_run, files):
     train, val = files
     common = [o for o in COMMON if o not in ENCODER]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -95,14 +95,26 @@ def generate(
     return decode_generated(tok, torch.cat([ids[0], new[0]]).tolist())
 
 
+def _or_null(kind: type) -> Callable[[str], object]:
+    """An argparse type: a `kind` value, or None for "null" / "none" (the option's cut turned off)."""
+
+    def parse(text: str) -> object:
+        return None if text.lower() in ("null", "none") else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error ("invalid int value")
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo generate", description="Continue a prompt with a trained LM run.")
     p.add_argument("run_dir", type=Path, help="a language-model run directory written by attnzoo fit")
     p.add_argument("--prompt", default="", help="the text to continue (default: start a document)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=None, help="0: greedy (default: the run's task.temperature)")
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (default: the run's)")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the run's)")
+    p.add_argument("--top-k", type=_or_null(int), default=UNSET,
+                   help="keep the k most likely tokens; null: no cut (default: the run's)")  # fmt: skip
+    p.add_argument("--top-p", type=_or_null(float), default=UNSET,
+                   help="nucleus sampling; null: no cut (default: the run's)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
@@ -117,9 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .run import show_log
 
     show_log()
-    options = {"top_k": args.top_k} if args.top_k is not None else {}
-    if args.top_p is not None:
-        options["top_p"] = args.top_p
+    options = {k: v for k, v in (("top_k", args.top_k), ("top_p", args.top_p)) if v is not UNSET}
     try:
         text = generate(
             args.run_dir,

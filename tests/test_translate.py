@@ -364,6 +364,15 @@ def test_generate_checks_its_sampling_options_by_their_flags_before_loading_the_
     assert f"{args[0]} ({args[1]}) must be" in err and "not a run directory" not in err
 
 
+def test_generate_takes_null_for_no_top_k_or_top_p_cut_as_its_error_says(lm_run, capsys):
+    # "--top-k (0) must be ... or null for no top-k cut", and then --top-k null: "invalid int value: 'null'"
+    assert generate_main([str(lm_run), "--prompt", "The", "--top-k", "null", "--top-p", "none"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        generate_main([str(lm_run), "--top-k", "many"])
+    assert "invalid int value: 'many'" in capsys.readouterr().err
+
+
 def test_translate_reads_piped_lines_with_file_dash(translation_run, tmp_path, capsys, monkeypatch):
     # --file - and --file /dev/stdin were refused: "no file at '-'"
     import io

@@ -261,15 +261,14 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
 
 
 def _normalized_as(data: Any, fixed: Mapping[str, Any], cfg: Config) -> None:
-    """The data's feature statistics made those a start fixed (`NORMALIZED_AS`: a checkpoint's; on a resume, those
-    its config.yaml records), so that what the data records (audio_stats.json, which `data.stats_file` and `evaluate`
-    read) is what the model normalizes with."""
-    stats, model = getattr(data, "stats", None), cfg.section("model")
-    if not isinstance(stats, dict) or not model.get("init_from"):
+    """Tell the data the feature statistics a start fixed (`NORMALIZED_AS`: a checkpoint's; on a resume, those its
+    config.yaml records), so that what it records (audio_stats.json) is what the model normalizes with."""
+    model = cfg.section("model")
+    if not model.get("init_from"):
         return
     values = [fixed.get(f"model.{key}", model.get(key)) for key in NORMALIZED_AS]
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        data.stats = {**stats, "mean": float(values[0]), "std": float(values[1]), "from": "model.init_from"}
+        data.normalized_as(float(values[0]), float(values[1]), "model.init_from")
 
 
 def _filled(

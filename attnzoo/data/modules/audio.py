@@ -519,6 +519,11 @@ class AudioDataModule(DataModule):
         )
         return {**self.chosen, **chosen}
 
+    def normalized_as(self, mean: float, std: float, source: str) -> None:
+        """audio_stats.json (what `data.stats_file` and `evaluate` read) records `mean` and `std`, the statistics the
+        model normalizes with (a checkpoint's), in place of this data's."""
+        self.stats = {**(self.stats or self.compute_stats()), "mean": float(mean), "std": float(std), "from": source}
+
     def save_artifacts(self, run_dir: str | Path) -> Path:
         """Write the normalization statistics, feature settings, classes and skipped files to `audio_stats.json`,
         and the class names to `labels.json` (what `evaluate` matches other data's classes to); returns the first."""

@@ -61,6 +61,11 @@ class DataModule(L.LightningDataModule):
         proposes the patience from its own epoch budget; None: its proposal stands (the default)."""
         return None
 
+    def normalized_as(self, mean: float, std: float, source: str) -> None:
+        """The feature statistics the model normalizes with, where they are not this data's (a checkpoint's, named by
+        `source`): what the data records (`save_artifacts`) should say so. Data without such statistics has nothing
+        to record."""
+
     def save_artifacts(self, run_dir: str | Path) -> Path | list[Path]:
         """Write what a run must keep to be loaded again into `run_dir`; the files written."""
         return []

@@ -14,7 +14,7 @@ import torch
 
 from attnzoo.config import load
 from attnzoo.run import build, fit
-from tests.helpers import QUICK, ROOT, TINY, VIT, smoke_overrides
+from tests.helpers import QUICK, ROOT, SMOKE_STEPS, TINY, VIT, smoke_overrides
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 
@@ -26,9 +26,7 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
 
 def smoke_run(recipe: Path, tmp_path: Path, extra: tuple[str, ...] = ()) -> Path:
     cfg = load([recipe])
-    steps = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
-    steps += ["trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "trainer.log_every_n_steps=1"]
-    cfg = load([recipe], [*smoke_overrides(cfg), *QUICK, *steps, f"run.dir={tmp_path}", *extra])
+    cfg = load([recipe], [*smoke_overrides(cfg), *QUICK, *SMOKE_STEPS, f"run.dir={tmp_path}", *extra])
     return fit(cfg)
 
 

@@ -437,11 +437,10 @@ def test_resuming_a_finished_translation_run_keeps_its_validation_examples(tmp_p
 
     from attnzoo.fit import main as fit_main
     from attnzoo.run import fit
-    from tests.helpers import QUICK
+    from tests.helpers import QUICK, SMOKE_STEPS
 
     recipe = ROOT / "recipes" / "translation.yaml"
-    steps = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
-             "trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "run.baseline=false"]  # fmt: skip
+    steps = [*SMOKE_STEPS, "run.baseline=false"]
     run_dir = fit(load([recipe], [*smoke_overrides(load([recipe])), *QUICK, *steps, f"run.dir={tmp_path}"]))
     before = json.loads((run_dir / "examples.json").read_text())
     assert set(before) == {"val", "test"} and before["val"]

@@ -35,8 +35,21 @@ TINY_TRAINER = [
 ]
 # a tiny deterministic ViT run on that trainer, augmentation on (so random state matters on resume)
 TINY_RUN = [*TINY_TRAINER, *TINY, "data.batch_size=8", "data.augment=true"]
+# a smoke run's length: two optimizer steps, one validation and one test batch, every step logged
+SMOKE_STEPS = [
+    "trainer.max_steps=2",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.limit_test_batches=1",
+    "trainer.num_sanity_val_steps=0",
+    "trainer.log_every_n_steps=1",
+]
+# the sizes a checkpoint gives the model (`model.init_from`): a recipe's smoke sizes give way to them
+START_SIZES = ("model.depth", "model.dim", "model.encoder_depth", "model.decoder_depth")
 
 
-def smoke_overrides(cfg: Config) -> list[str]:
-    """The recipe's `smoke:` mapping as `key=value` overrides."""
-    return [f"{k}={json.dumps(v)}" for k, v in cfg.section("smoke").items()]
+def smoke_overrides(cfg: Config, *, started: bool = False) -> list[str]:
+    """The recipe's `smoke:` mapping as `key=value` overrides; `started`: without the sizes a checkpoint gives
+    (`START_SIZES`)."""
+    overrides = [f"{k}={json.dumps(v)}" for k, v in cfg.section("smoke").items()]
+    return [o for o in overrides if not o.startswith(START_SIZES)] if started else overrides

@@ -16,7 +16,7 @@ from attnzoo.generation import greedy
 from attnzoo.models import MODELS
 from attnzoo.pretrained import convert
 from attnzoo.run import fit
-from tests.helpers import QUICK, ROOT, smoke_overrides
+from tests.helpers import QUICK, ROOT, SMOKE_STEPS, smoke_overrides
 from tests.helpers.hf import save_ast, save_bart, save_encoder, save_gpt2, save_vit
 
 pytestmark = pytest.mark.cuda
@@ -158,11 +158,8 @@ def test_each_recipe_fine_tunes_a_pretrained_start_on_a_gpu(recipe, tmp_path):
     source = tmp_path / "weights"
     FIT_SAVERS[recipe](source)
     path = ROOT / "recipes" / f"{recipe}.yaml"
-    sizes = ("model.depth", "model.dim", "model.encoder_depth", "model.decoder_depth")  # the checkpoint's
-    overrides = [o for o in smoke_overrides(load([path])) if not o.startswith(sizes)]
-    steps = ["trainer.max_steps=2", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
-    steps += ["trainer.limit_test_batches=1", "trainer.num_sanity_val_steps=0", "trainer.log_every_n_steps=1"]
-    cfg = load([path], [*overrides, *QUICK, *steps, "run.baseline=false", f"run.dir={tmp_path / 'run'}",
+    overrides = smoke_overrides(load([path]), started=True)
+    cfg = load([path], [*overrides, *QUICK, *SMOKE_STEPS, "run.baseline=false", f"run.dir={tmp_path / 'run'}",
                         f"model.init_from={source}", *GPU])  # fmt: skip
     run_dir = fit(cfg)
     summary = json.loads((run_dir / "summary.json").read_text())

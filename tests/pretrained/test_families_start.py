@@ -25,8 +25,7 @@ TEXTS = ["The for statement is used to iterate over the elements of a sequence."
 
 def _built(recipe: str, source: Path, *extra: str):
     cfg = load([ROOT / "recipes" / f"{recipe}.yaml"])
-    sizes = ("model.depth", "model.dim", "model.encoder_depth", "model.decoder_depth")  # the checkpoint's
-    overrides = [o for o in smoke_overrides(cfg) if not o.startswith(sizes)]
+    overrides = smoke_overrides(cfg, started=True)  # the sizes are the checkpoint's
     return build(load([ROOT / "recipes" / f"{recipe}.yaml"], [*overrides, *PINNED, f"model.init_from={source}",
                                                                 *extra]))  # fmt: skip
 

@@ -87,6 +87,10 @@ class Config:
                 return found
         return "defaults"
 
+    def typed(self, key: str) -> bool:
+        """Whether `key` (or the closest enclosing key) was set on the command line."""
+        return self.where(key).startswith(COMMAND_LINE)
+
     def section(self, name: str) -> dict[str, Any]:
         value = self.tree.get(name)
         if value is None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..config import AUTO, COMMAND_LINE, Config, ConfigError, load, read_yaml
+from ..config import AUTO, Config, ConfigError, load, read_yaml
 from ..util.files import write_json
 from .paths import same_path
 
@@ -140,7 +140,7 @@ DATA_FILES = ("data.train", "data.val", "data.test", "data.root", "data.csv")  #
 def _given(cfg: Config, key: str, value: Any) -> bool:
     """Whether the command line set the data file `key` to `value` (not auto or null, which the build fills). Other
     keys wait for the build: a start may set them from its checkpoint (data.max_len cut to its positions)."""
-    return key in DATA_FILES and value not in ("<not set>", AUTO, None) and cfg.where(key).startswith(COMMAND_LINE)
+    return key in DATA_FILES and value not in ("<not set>", AUTO, None) and cfg.typed(key)
 
 
 def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> dict[str, list[Any]]:
@@ -315,8 +315,7 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
         return {}
     gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and not Path(data[k]).exists()]
     # another column (key) named on the command line is data.test's: the run's own files keep theirs
-    layout = [f"data.{k}" for k in data if k.endswith(("_column", "_key")) and cfg.where(f"data.{k}").startswith(
-        COMMAND_LINE)]  # fmt: skip
+    layout = [f"data.{k}" for k in data if k.endswith(("_column", "_key")) and cfg.typed(f"data.{k}")]
     if layout:
         gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and data[k] != test]
     takes = inspect.signature(DATAMODULES[kind]).parameters

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import AUTO, COMMAND_LINE, MODEL_EXTRAS, Config, ConfigError, read_yaml
+from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, read_yaml
 from .paths import same_path
 
 log = logging.getLogger("attnzoo")
@@ -294,9 +294,9 @@ def _stays(cfg: Config, key: str) -> bool:
     also names the checkpoint (`model.init_from`). That file holds what its run resolved from the same checkpoint:
     the checkpoint's options, and the overrides the run was started with. With another checkpoint its values give way,
     as a recipe's do."""
-    where = cfg.where(key)
-    if where.startswith(COMMAND_LINE):
+    if cfg.typed(key):
         return True
+    where = cfg.where(key)
     path = Path(where)
     if not _run_config(path):
         return False

@@ -198,10 +198,12 @@ def visualize(
         except (OSError, ValueError, SyntaxError) as err:  # PIL: UnidentifiedImageError / truncated data are OSErrors
             raise ConfigError(f"--input: cannot read {str(input_path)!r} as an {kind} file: {err}") from None
         name = input_path.stem
+    from .models.ast import ClipTooShort
+
     try:
         logits, maps = capture(net, inputs)
-    except ValueError as err:  # what the model refuses in this input: an AST clip shorter than one patch
-        if input_path is None or "shorter than one" not in str(err):
+    except ClipTooShort as err:  # the input's fault: name the file
+        if input_path is None:
             raise
         raise ConfigError(f"--input {str(input_path)!r}: {err}") from None
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])

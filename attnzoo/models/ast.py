@@ -40,6 +40,10 @@ def patch_grid(n_mels: int, frames: int, patch_size: int = 16, fstride: int = 10
     return (frames - patch_size) // tstride + 1, (n_mels - patch_size) // fstride + 1
 
 
+class ClipTooShort(ValueError):
+    """A clip with fewer frames than one patch: the input's fault, not the model's (commands name the file)."""
+
+
 class TimeWindow(Pattern):
     """Sliding window over time for AST tokens: a patch reads patches at most `steps` time steps away (any
     frequency); prefix tokens (cls, distillation) read and are read by every token.
@@ -222,7 +226,7 @@ class AST(nn.Module):
     def tokens(self, feats: Tensor) -> Tensor:
         """Features [B, F, N] -> tokens [B, prefix + P, D] with position embeddings."""
         if feats.shape[2] < self.patch_size:
-            raise ValueError(
+            raise ClipTooShort(
                 f"a clip of {feats.shape[2]} frames is shorter than one {self.patch_size}-frame patch "
                 f"({self.patch_size * self.logmel.hop_ms:.0f} ms at hop {self.logmel.hop_ms} ms)"
             )

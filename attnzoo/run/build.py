@@ -276,7 +276,8 @@ def _filled(
 ) -> dict[str, Any]:
     """The `inputs` that `fn` (the section's builder) accepts, to add to `section`; a config value that contradicts
     the data raises, except in a run started from a checkpoint a `vocab_size` above the tokenizer's (the spare rows
-    of its embedding) and the checkpoint's feature statistics (`NORMALIZED_AS`)."""
+    of its embedding). The checkpoint's feature statistics (`NORMALIZED_AS`) are the data's already (`_normalized_as`).
+    """
     accepted = parameters(fn)
     filled = {}
     for key, value in inputs.items():
@@ -285,8 +286,6 @@ def _filled(
         if key in opts and opts[key] != value:
             spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
             if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
-                continue
-            if key in NORMALIZED_AS and opts.get("init_from"):  # the checkpoint's statistics, not this data's
                 continue
             where = Path(cfg.where(f"{section}.{key}"))
             if where.name == "config.yaml" and (where.parent / "checkpoints").is_dir():  # a run's own config

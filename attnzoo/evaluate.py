@@ -25,7 +25,7 @@ from .config import ConfigError
 from .fit import check_rank_format
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
-DATA_KEYS = ("train", "val", "test", "root")  # where the data section says the examples are
+DATA_KEYS = ("train", "val", "test", "root", "csv")  # where the data section says the examples are
 
 
 def report_name(

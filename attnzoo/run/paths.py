@@ -8,7 +8,7 @@ from typing import Any
 # data options that name files or folders: the resolved config holds them as absolute paths
 # (`attnzoo.run.build.absolute_paths`), so the run directory works from any working directory (--resume, evaluate,
 # viz); a tokenizer only when it names a .json file
-PATH_KEYS = ("train", "val", "test", "root", "stats_file", "labels", "tokenizer")
+PATH_KEYS = ("train", "val", "test", "root", "csv", "stats_file", "labels", "tokenizer")
 
 
 def same_path(key: str, old: Any, new: Any) -> bool:

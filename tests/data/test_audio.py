@@ -294,6 +294,28 @@ def test_written_wav_files_train_through_the_recipe(tmp_path, setting):
     assert stats["mean"] == pytest.approx(load([run_dir / "config.yaml"]).section("model")["feature_mean"])
 
 
+def test_a_run_given_a_relative_csv_is_evaluated_from_another_directory(tmp_path, monkeypatch):
+    # config.yaml kept data.csv as typed (data.root was made absolute): evaluate, viz and --resume from any other
+    # directory stopped with "data.csv: esc/meta.csv is not a file"
+    from attnzoo.config import load
+    from attnzoo.evaluate import evaluate
+    from attnzoo.run import fit
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "ast.yaml"
+    esc50(tmp_path / "esc")
+    monkeypatch.chdir(tmp_path)
+    extra = ["data.source=csv", "data.csv=esc/meta.csv", "data.root=esc/audio", "data.val_folds=[3]",
+             "data.test_folds=[4]", "data.columns={path: filename, label: category}",
+             "data.clip_seconds=0.5"]  # fmt: skip
+    run_dir = fit(load([recipe], [*QUICK_FIT, *extra, f"run.dir={tmp_path / 'runs'}"]))
+    assert load([run_dir / "config.yaml"]).section("data")["csv"] == str(tmp_path / "esc" / "meta.csv")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    report = evaluate(run_dir, "last", "test", [], [])
+    assert report["split_examples"] == 3 and "test/acc" in report["metrics"]
+    assert report["data"]["csv"] == str(tmp_path / "esc" / "meta.csv")  # what was scored, named in the report
+
+
 def test_time_shift_moves_training_clips_and_fills_with_silence():
     from attnzoo.data.modules.audio import ClipDataset
 
@@ -319,15 +341,64 @@ def test_hidden_files_are_not_clips_and_unmatched_list_lines_are_named(tmp_path,
     (tmp_path / "go" / "._spk0_nohash_0.wav").write_bytes(b"\x00\x05\x16\x07 metadata")
     (tmp_path / "go" / ".ipynb_checkpoints").mkdir()
     (tmp_path / "go" / ".ipynb_checkpoints" / "x.wav").write_bytes(b"not a wav")
-    with open(tmp_path / "validation_list.txt", "a") as f:
-        f.write("./go/spk1_nohash_0.wav\nyes\\spk1_nohash_0.wav\nbed/spk1_nohash_0.wav\n")  # bed: not copied
+    with open(tmp_path / "validation_list.txt", "a") as f:  # bed: not copied
+        f.write("go/spk9_nohash_0.wav\nyes/spk1_nohash_0.WAV\nbed/spk1_nohash_0.wav\n")
     dm = small(source="folder", root=str(tmp_path))
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         dm.setup()
     assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 12, "val": 3, "test": 3} and not dm.skipped
-    assert "2 of 6 line(s) of" in caplog.text and "./go/spk1_nohash_0.wav" in caplog.text
-    assert "bed/" not in caplog.text
+    assert "2 of 6 line(s) of" in caplog.text and "go/spk9_nohash_0.wav" in caplog.text
+    assert "a clip no list names is trained on" in caplog.text and "bed/" not in caplog.text
     assert "not .wav" not in caplog.text  # the hidden files are not named as files of another format
+
+
+def test_list_lines_written_by_find_or_on_windows_name_their_clips(tmp_path, caplog):
+    # `find . -name '*.wav' > testing_list.txt` writes ./go/x.wav, Windows go\\x.wav: neither matched a clip, so the
+    # clips meant to be held out were trained on (the warning said they were "in no split")
+    speech_commands(tmp_path)
+    with open(tmp_path / "validation_list.txt", "a") as f:
+        f.write("./go/spk1_nohash_0.wav\nyes\\spk1_nohash_0.wav\n")
+    dm = small(source="folder", root=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        dm.setup()
+    assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 10, "val": 5, "test": 3}
+    val = {Path(p).relative_to(tmp_path).as_posix() for p in dm.datasets["val"].paths}
+    assert {"go/spk1_nohash_0.wav", "yes/spk1_nohash_0.wav"} <= val and "line(s) of" not in caplog.text
+
+
+def test_train_val_test_folders_of_class_folders_are_splits_as_for_images(tmp_path, caplog):
+    # root/train/<class>/*.wav trained a model of the classes "test", "train" and "val", re-split by hash
+    for split, per_class in (("Train", 6), ("val", 2), ("test", 2)):
+        for c, name in enumerate(["down", "go"]):
+            (tmp_path / "d" / split / name).mkdir(parents=True)
+            for i in range(per_class):
+                write_pcm16(tmp_path / "d" / split / name / f"{i}.wav", tone(RATE, 0.3, 200.0 * (c + 1), 1), RATE)
+    dm = small(source="folder", root=str(tmp_path / "d"))
+    dm.setup()
+    assert dm.class_names == ["down", "go"]
+    assert {k: len(ds) for k, ds in dm.datasets.items()} == {"train": 12, "val": 4, "test": 4}
+    assert all("/test/" in Path(p).as_posix() for p in dm.datasets["test"].paths)
+    # without val/, the val split is drawn from train/ (by file-name hash, as for class folders alone)
+    (tmp_path / "d" / "val").rename(tmp_path / "held")
+    dm = small(source="folder", root=str(tmp_path / "d"), val_fraction=0.3)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        dm.setup()
+    sizes = {k: len(ds) for k, ds in dm.datasets.items()}
+    assert sizes["test"] == 4 and sizes["val"] > 0 and sizes["train"] + sizes["val"] == 12
+    assert "val split drawn from train/" in caplog.text
+    # a class only in val/ is named; split folders without train/ are an error (evaluate scores a test/ alone)
+    (tmp_path / "d" / "test" / "yes").mkdir()
+    write_pcm16(tmp_path / "d" / "test" / "yes" / "0.wav", tone(RATE, 0.3, 900.0, 1), RATE)
+    with pytest.raises(ValueError, match=r"class\(es\) yes have no training clip \(only test clips\)"):
+        small(source="folder", root=str(tmp_path / "d")).setup()
+    (tmp_path / "d" / "Train").rename(tmp_path / "trained")
+    with pytest.raises(ValueError, match=r"holds split folders \(test/ \(test\)\) but no train split"):
+        small(source="folder", root=str(tmp_path / "d")).setup()
+    (tmp_path / "d" / "test" / "yes" / "0.wav").unlink()
+    (tmp_path / "d" / "test" / "yes").rmdir()
+    scored = small(source="folder", root=str(tmp_path / "d"), labels=["down", "go"], stats_file="stats.json")
+    scored.setup()  # the run's classes and statistics, as evaluate passes them
+    assert {k: len(ds) for k, ds in scored.datasets.items()} == {"train": 0, "val": 0, "test": 4}
 
 
 def test_a_csv_row_with_too_few_or_too_many_fields_is_named(tmp_path):

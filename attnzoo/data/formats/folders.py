@@ -1,4 +1,5 @@
-"""What a folder dataset reads of a tree: entries that tools leave beside the data are not data."""
+"""What a folder dataset reads of a tree: entries that tools leave beside the data are not data, and split folders
+(train/, val/, test/ of class folders) are splits."""
 
 from __future__ import annotations
 
@@ -17,3 +18,31 @@ def hidden(name: str) -> bool:
 def under_hidden(path: Path | str, root: Path | str) -> bool:
     """Whether `path` or a folder between `root` and it is `hidden` (the folders above `root` do not count)."""
     return any(hidden(part) for part in Path(path).relative_to(root).parts)
+
+
+# split folder names, in any letter case (Train/, VALIDATION/); such a folder is a split when it holds class folders
+SPLIT_NAMES = {  # a split folder's name, in any letter case -> the split
+    **{name: "train" for name in ("train", "training")},
+    **{name: "val" for name in ("val", "valid", "validation", "dev")},
+    **{name: "test" for name in ("test", "testing")},
+}
+
+
+def split_folders(root: Path) -> dict[str, Path]:
+    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES), when at least one of them holds class
+    folders; else {} (a `Train/` of files only is a class, say of vehicles). Two folders for one split are an error
+    naming both."""
+    named = (
+        [(SPLIT_NAMES.get(p.name.lower()), p) for p in sorted(root.iterdir()) if p.is_dir()] if root.is_dir() else []
+    )
+    named = [(split, p) for split, p in named if split is not None]
+    if not any(c.is_dir() for _, p in named for c in p.iterdir()):
+        return {}
+    found: dict[str, Path] = {}
+    for split, child in named:
+        if split in found:
+            raise ValueError(
+                f"data.root {str(root)!r}: both {found[split].name}/ and {child.name}/ name the {split} split; keep one"
+            )
+        found[split] = child
+    return found

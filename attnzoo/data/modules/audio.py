@@ -29,7 +29,7 @@ from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
-from ..formats.folders import hidden, under_hidden
+from ..formats.folders import SPLIT_NAMES, hidden, split_folders, under_hidden
 from ..formats.text_files import read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -357,43 +357,78 @@ class AudioDataModule(DataModule):
         root = Path(self.root)
         if not root.is_dir():
             raise ValueError(f"data.root: {root} is not a directory")
-        classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_")
+        split_dirs = split_folders(root)
+        if split_dirs:
+            return self._split_folder_entries(root, split_dirs)
+        classes = _class_folders(root)
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
         self.class_names = classes
         lists = {}
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
             if (root / name).is_file():
-                lists[split] = {line.strip() for line in read_utf8(root / name).splitlines() if line.strip()}
+                lists[split] = {_list_line(line) for line in read_utf8(root / name).splitlines() if line.strip()}
         log.info("data: %s split by %s", root, ", ".join(lists) + " lists" if lists else "file-name hash")
-        entries, other = [], []
-        listed = {}  # relative path -> split, of the clips the lists name
-        for name in classes:
-            for path in sorted((root / name).rglob("*")):
-                if under_hidden(path, root) or not path.is_file():
-                    continue  # .DS_Store, macOS's ._clip.wav, .ipynb_checkpoints/
-                if path.suffix.lower() != ".wav":
-                    other.append(str(path))
-                    continue
-                rel = path.relative_to(root).as_posix()
-                split = next((s for s, files in lists.items() if rel in files), None)
-                if split is None:
-                    split = "train" if lists else self._hash_split(path.name)
-                else:
-                    listed[rel] = split
-                entries.append((path, [name], split))
+        entries, listed = [], {}  # listed: relative path -> split, of the clips the lists name
+        for name, path in self._class_files(root, classes):
+            rel = path.relative_to(root).as_posix()
+            split = next((s for s, files in lists.items() if rel in files), None)
+            if split is None:
+                split = "train" if lists else self._hash_split(path.name)
+            else:
+                listed[rel] = split
+            entries.append((path, [name], split))
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
             unmatched = sorted(line for line in set(lists.get(split, ())) - set(listed) if not _dropped(line, root))
             if unmatched:
                 log.warning(
-                    "data: %d of %d line(s) of %s name no .wav file of a class folder, so they are in no split: %s; "
-                    "a line is a path relative to %s, with forward slashes (dog/0a2b_nohash_0.wav)",
+                    "data: %d of %d line(s) of %s name no .wav file of a class folder, so they hold no clip out of "
+                    "training: %s; a line is a path relative to %s (dog/0a2b_nohash_0.wav), and a clip no list names "
+                    "is trained on",
                     len(unmatched),
                     len(lists[split]),
                     root / name,
                     shortened(unmatched),
                     root,
                 )
+        return entries
+
+    def _split_folder_entries(self, root: Path, split_dirs: dict[str, Path]) -> list[tuple[Path, list[str], str]]:
+        """The clips of split folders (`root`/train/<class>/*.wav, val/, test/; `split_folders`), as for images."""
+        if "train" not in split_dirs and self.labels is None:  # they would be read as the classes
+            found = ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items())
+            raise ValueError(
+                f"data.root {str(root)!r} holds split folders ({found}) but no train split: name the folder of the "
+                f"training clips train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
+            )
+        if "train" in split_dirs:
+            self.class_names = _class_folders(split_dirs["train"])  # an empty one is an error; in val/ or test/ not
+            if not self.class_names:
+                raise ValueError(f"data.root: {split_dirs['train']} has no class folders (expected <class>/*.wav)")
+        drawn = "train" in split_dirs and "val" not in split_dirs  # a val split drawn from train/, by hash
+        log.info("data: %s split by folders %s%s", root, ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items()),
+                 "; the val split drawn from train/ by file-name hash" if drawn else "")  # fmt: skip
+        entries = []
+        for split, folder in split_dirs.items():
+            for name, path in self._class_files(folder, _class_folders(folder)):
+                if drawn and split == "train" and self._hash_split(path.name) == "val":
+                    entries.append((path, [name], "val"))
+                else:
+                    entries.append((path, [name], split))
+        return entries
+
+    def _class_files(self, folder: Path, classes: list[str]) -> list[tuple[str, Path]]:
+        """(class, path) of the .wav files under `folder`/<class>/, at any depth, in sorted order; the other files
+        (not hidden ones) are logged as not read."""
+        found, other = [], []
+        for name in classes:
+            for path in sorted((folder / name).rglob("*")):
+                if under_hidden(path, folder) or not path.is_file():
+                    continue  # .DS_Store, macOS's ._clip.wav, .ipynb_checkpoints/
+                if path.suffix.lower() == ".wav":
+                    found.append((name, path))
+                else:
+                    other.append(str(path))
         if other:
             log.warning(
                 "data: %d file(s) in the class folders are not .wav and are not read: %s; convert them to WAV to "
@@ -401,7 +436,7 @@ class AudioDataModule(DataModule):
                 len(other),
                 shortened(other),
             )
-        return entries
+        return found
 
     def _csv_entries(self) -> list[tuple[Path, list[str], str]]:
         csv_path = Path(self.csv)
@@ -589,6 +624,21 @@ class AudioDataModule(DataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", False)
+
+
+def _class_folders(folder: Path) -> list[str]:
+    """The class folder names under `folder`: subfolders that are not hidden and not named _* (Speech Commands'
+    `_background_noise_`)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_")
+
+
+def _list_line(line: str) -> str:
+    """A validation/testing list line as the relative path it names: Windows' backslashes as slashes, without a
+    leading "./" (what `find . -name '*.wav'` writes)."""
+    line = line.strip().replace("\\", "/")
+    while line.startswith("./"):
+        line = line[2:]
+    return line
 
 
 def _dropped(line: str, root: Path) -> bool:

@@ -21,6 +21,7 @@ from torchvision.transforms import v2
 from attnzoo.data.modules.base import DataModule, given_class_names, save_class_names
 
 from ...util.names import shortened, suggest
+from ..formats.folders import SPLIT_NAMES, split_folders
 from . import defaults
 from .batching import EpochShuffle, run_seed
 
@@ -28,12 +29,6 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 EMBEDDED = "mnist5k"
-# split folder names, in any letter case (Train/, VALIDATION/); such a folder is a split when it holds class folders
-SPLIT_NAMES = {  # a split folder's name, in any letter case -> the split
-    **{name: "train" for name in ("train", "training")},
-    **{name: "val" for name in ("val", "valid", "validation", "dev")},
-    **{name: "test" for name in ("test", "testing")},
-}
 
 
 def _image_folder(directory: Path) -> Any:
@@ -91,26 +86,6 @@ def _empty_classes(data: Any, folder: Path, why: str) -> None:
         + (f" (there: {shortened([Path(p).name for p in other])}: convert them)" if other else "")
         + "; add training images, or remove the folder"
     )
-
-
-def split_folders(root: Path) -> dict[str, Path]:
-    """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES), when at least one of them holds class
-    folders; else {} (a `Train/` of images only is a class, say of vehicles). Two folders for one split are an error
-    naming both."""
-    named = (
-        [(SPLIT_NAMES.get(p.name.lower()), p) for p in sorted(root.iterdir()) if p.is_dir()] if root.is_dir() else []
-    )
-    named = [(split, p) for split, p in named if split is not None]
-    if not any(c.is_dir() for _, p in named for c in p.iterdir()):
-        return {}
-    found: dict[str, Path] = {}
-    for split, child in named:
-        if split in found:
-            raise ValueError(
-                f"data.root {str(root)!r}: both {found[split].name}/ and {child.name}/ name the {split} split; keep one"
-            )
-        found[split] = child
-    return found
 
 
 MEMORY_BYTES = 2**30  # decoded and resized splits up to this size are kept in memory (uint8)

@@ -101,6 +101,12 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
     from .transfer import source_kind, transfer
 
     converted = convert(path, timm_name=timm_name)
+    if not converted.model_kind and converted.source.startswith("attnzoo run"):  # a .ckpt outside its run directory
+        raise ValueError(
+            f"{path}: no config.yaml beside it to say which model its tensors are: give the run directory, or keep "
+            "the file at <run>/checkpoints/ (the run's config.yaml gives the model's kind and options, its "
+            "tokenizer.json the token ids)"
+        )
     if converted.model_kind not in MODELS:
         raise ValueError(f"{converted.source}: no attnzoo model kind recorded (got {converted.model_kind!r})")
     heads = converted.options.get("num_heads")

@@ -4,6 +4,7 @@ against the shapes the config implies, and a converted state dict checked agains
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import torch
 
 from .converted import WEIGHT_FILES
+
+log = logging.getLogger("attnzoo")
 
 Tensor = torch.Tensor
 
@@ -26,9 +29,16 @@ def hf_model_type(path: str | Path) -> str | None:
 
 
 def tokenizer_file(path: str | Path) -> Path | None:
-    """The directory's `tokenizer.json`, when it has one."""
+    """The directory's `tokenizer.json`, when it has one; a warning when not (a run started from it is refused then,
+    `attnzoo.run.start`, unless data.tokenizer names the file)."""
     file = Path(path) / "tokenizer.json"
-    return file if file.is_file() else None
+    if file.is_file():
+        return file
+    log.warning(
+        "%s has no tokenizer.json: text tokenized by another tokenizer gets ids the embedding was not trained on "
+        "(write it where the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))", path
+    )  # fmt: skip
+    return None
 
 
 def weights_name(path: str | Path) -> str:

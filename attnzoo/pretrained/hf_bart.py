@@ -159,10 +159,4 @@ def convert(path: str | Path) -> Converted:
         out["head.weight"] = take({"lm_head.weight": head}, "lm_head.weight", (v, c), file)
     check_consumed(state, file)
     check_fits(MODEL_KIND, options, out, file)
-    tokenizer = tokenizer_file(path)
-    if tokenizer is None:
-        log.warning(
-            "%s has no tokenizer.json: a run would tokenize with ids the embedding was not trained on (write it where "
-            "the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))", path
-        )  # fmt: skip
-    return Converted(MODEL_KIND, options, out, tokenizer, f"bart (Hugging Face) {path}")
+    return Converted(MODEL_KIND, options, out, tokenizer_file(path), f"bart (Hugging Face) {path}")

@@ -110,6 +110,8 @@ def read_start(cfg: Config) -> Start | None:
     own_run = run_dir.run_of(given) if attnzoo_run else None
     if own_run is not None and converted.tokenizer is not None:
         _check_run_tokenizer(own_run, run_dir.checkpoint_file(given), where)
+    if converted.tokenizer is None:
+        _refuse_lost_tokenizer(cfg, converted, given, own_run if attnzoo_run else False, where)
     preset = _tokenizer(cfg, converted)
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
@@ -145,6 +147,52 @@ def _check_run_tokenizer(run: Path, ckpt: Path, where: str) -> None:
         check_saved_tokenizer(run, ckpt, read_checkpoint(ckpt, mmap=True))
     except (ConfigError, ValueError) as err:
         raise ConfigError(f"model.init_from (set in {where}): {err}") from None
+
+
+def _refuse_lost_tokenizer(cfg: Config, converted: Any, given: str, run: Path | None | bool, where: str) -> None:
+    """ConfigError when the weights were trained with a tokenizer that is not beside them: their embedding rows are
+    its ids, and the tokenizer this run would otherwise learn from its data (or a recipe's default) gives the same
+    rows to other tokens, with no error when the sizes happen to agree. `run`: the attnzoo run directory, None for an
+    attnzoo checkpoint outside one, False for another library's checkpoint. A config that names a tokenizer file
+    (data.tokenizer=<tokenizer.json>) says which ids the weights take."""
+    from ..data.tokenizers.subword import KINDS, TOKENIZER_FILE
+    from ..pretrained import run_dir
+    from . import checkpoint_io
+    from .tokenizer_stamp import STAMP_KEY
+
+    spec = cfg.section("data").get("tokenizer")
+    if isinstance(spec, str) and spec.endswith(".json"):
+        return
+    if run is False:  # a pretrained folder: the family converters read its tokenizer.json when it has one
+        if "vocab_size" in converted.options:
+            raise ConfigError(
+                f"model.init_from (set in {where}): {given} has no {TOKENIZER_FILE}, and its weights embed the ids of "
+                "the tokenizer they were trained with: a tokenizer learned from this run's data would give those rows "
+                "to other tokens. Write it where the model was downloaded (AutoTokenizer.from_pretrained(dir)"
+                ".save_pretrained(dir)), or name it: data.tokenizer=<its tokenizer.json>"
+            )
+        return
+    if run is not None:
+        theirs = (run_dir.run_config(run).get("data") or {}).get("tokenizer")
+        if theirs in KINDS:
+            raise ConfigError(
+                f"model.init_from (set in {where}): {run} has no {TOKENIZER_FILE}, and its weights were trained with "
+                f"the tokenizer it learned (its config.yaml: data.tokenizer {theirs!r}): one learned again from this "
+                f"run's data would give the embedding's rows to other tokens. Copy the run's own {TOKENIZER_FILE} "
+                "back beside its config.yaml"
+            )
+        return
+    ckpt = run_dir.checkpoint_file(given)
+    try:
+        stamp = checkpoint_io.read_checkpoint(ckpt, mmap=True).get(STAMP_KEY)
+    except ValueError as err:
+        raise ConfigError(f"model.init_from (set in {where}): {err}") from None
+    if isinstance(stamp, str):
+        raise ConfigError(
+            f"model.init_from (set in {where}): {given} is a checkpoint outside its run directory, and its weights "
+            f"were trained with a tokenizer (sha256 {stamp[:12]}...) that is not beside it. Give the run directory "
+            f"(its config.yaml, {TOKENIZER_FILE} and checkpoints/), or keep the file at <run>/checkpoints/"
+        )
 
 
 SPEC_KEYS = ("kind", "pattern", "bias", "rotary", "position")  # options whose string names a class (kind tables)

@@ -114,6 +114,22 @@ def test_a_gpt2_directory_starts_the_lm_recipe(tmp_path):
     torch.testing.assert_close(state["embed.pos_embed.table"], table[:, :max_len])
 
 
+@pytest.mark.parametrize("family", ["lm", "translation"])
+def test_a_folder_without_its_tokenizer_is_refused_unless_the_config_names_one(tmp_path, family):
+    # a GPT-2 folder without tokenizer.json loaded every tensor under a BPE the lm recipe learned from its data
+    source = tmp_path / family
+    (save_gpt2 if family == "lm" else save_bart)(source, TEXTS)
+    (source / "tokenizer.json").rename(tmp_path / "theirs.json")
+    with pytest.raises(
+        ConfigError,
+        match=rf"{family} has no tokenizer\.json, and its weights embed the ids of the "
+        r"tokenizer they were trained with.*data\.tokenizer=<its tokenizer\.json>",
+    ):
+        _built(family, source)
+    _, task, _ = _built(family, source, f"data.tokenizer={tmp_path / 'theirs.json'}")
+    assert task.net.started_from["new"] == []
+
+
 def test_a_bart_directory_starts_the_translation_recipe(tmp_path):
     source = tmp_path / "bart"
     save_bart(source, TEXTS)

@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 
+from attnzoo import pretrained
 from attnzoo.config import ConfigError, load
 from attnzoo.run import build, fit
 from attnzoo.run.checkpoint_io import read_checkpoint
@@ -114,6 +115,36 @@ def test_another_tokenizer_is_named_beside_the_embedding_that_differs(run_a, tmp
     text = str(err.value)
     assert "'embed.weight' is [" in text and "model.vocab_size (" in text
     assert "data.tokenizer ('unigram' there, 'bytes' here)" in text  # run A learned its vocabulary from its data
+
+
+def test_weights_without_the_tokenizer_they_were_trained_with_are_refused(run_a, tmp_path):
+    # a run directory without its tokenizer.json, or its .ckpt copied out of it, loaded every tensor into a model whose
+    # ids came from a tokenizer learned anew: other tokens on the same embedding rows, with no error
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_a, copy)
+    (copy / "tokenizer.json").unlink()
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b"])]
+    with pytest.raises(
+        ConfigError,
+        match=r"copy has no tokenizer\.json, and its weights were trained with the "
+        r"tokenizer it learned \(its config\.yaml: data\.tokenizer 'unigram'\).*Copy the run's own",
+    ):
+        build(load([TEXT], [*overrides, f"model.init_from={copy}"]))
+    lone = tmp_path / "lone.ckpt"
+    shutil.copy(run_a / "checkpoints" / "best.ckpt", lone)
+    with pytest.raises(
+        ConfigError,
+        match=r"lone\.ckpt is a checkpoint outside its run directory, and its weights "
+        r"were trained with a tokenizer \(sha256 [0-9a-f]{12}\.\.\.\) that is not beside it",
+    ):
+        build(load([TEXT], [*overrides, f"model.init_from={lone}"]))
+    with pytest.raises(ValueError, match=r"lone\.ckpt: no config\.yaml beside it .* give the run directory"):
+        pretrained.load(lone)
+    # naming the tokenizer file says which ids the weights take
+    shutil.copy(run_a / "tokenizer.json", tmp_path / "theirs.json")
+    build(load([TEXT], [*overrides, f"model.init_from={copy}", f"data.tokenizer={tmp_path / 'theirs.json'}"]))
 
 
 def test_a_checkpoint_of_another_model_kind_is_refused(tmp_path):

@@ -120,6 +120,10 @@ def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) ->
             "attention={'num_kv_heads': ...})"
         )
     options = {**converted.options, **overrides}
+    for key in [k for k in overrides if k.endswith("depth") and isinstance(converted.options.get(k), int)]:
+        if isinstance(overrides[key], int) and overrides[key] < converted.options[key]:  # as fit's model.init_from
+            log.warning("%s=%d, and %s has %d blocks: the first %d are loaded, the others dropped", key, overrides[key],
+                        converted.source, converted.options[key], overrides[key])  # fmt: skip
     for key, theirs in converted.options.items():  # attention, cross_attention: an override's entries replace theirs
         if key.endswith("attention") and isinstance(theirs, dict) and isinstance(overrides.get(key), dict):
             options[key] = {**theirs, **overrides[key]}

@@ -156,15 +156,23 @@ def convert(path: str | Path) -> Converted:
     if "pooler.dense.weight" in hf:
         options["pooler"] = True
         state["pooler.weight"], state["pooler.bias"] = take("pooler.dense.weight"), take("pooler.dense.bias")
-    if family == "bert" and "classifier.weight" in hf:  # BertForSequenceClassification: a head for its labels
+    architectures = cfg.get("architectures") or []  # BertForTokenClassification's classifier labels each token
+    sequence_head = not architectures or any(str(a).endswith("ForSequenceClassification") for a in architectures)
+    if family == "bert" and sequence_head and "classifier.weight" in hf:  # BertForSequenceClassification's labels
         state["head.weight"], state["head.bias"] = take("classifier.weight"), take("classifier.bias")
         options["num_classes"] = int(state["head.weight"].shape[0])
-    if family == "roberta" and "classifier.out_proj.weight" in hf:  # RobertaForSequenceClassification: dense and
+    if family == "roberta" and sequence_head and "classifier.out_proj.weight" in hf:  # RobertaForSequenceClassification: dense and
         options["pooler"] = True  # tanh on <s>, then the head for its labels, as BERT's pooler and classifier
         state["pooler.weight"], state["pooler.bias"] = take("classifier.dense.weight"), take("classifier.dense.bias")
         state["head.weight"], state["head.bias"] = take("classifier.out_proj.weight"), take("classifier.out_proj.bias")
         options["num_classes"] = int(state["head.weight"].shape[0])
     left = sorted(k for k in hf if k not in used and not k.endswith("position_ids"))
+    deeper = [k for k in left if k.startswith("encoder.layer.")]
+    if deeper:  # config.json of another checkpoint, or one edited: the weights are not the model it describes
+        raise ValueError(
+            f"{str(path)!r}: the weights hold layers that config.json's num_hidden_layers ({options['depth']}) does "
+            f"not (first: {deeper[0]!r}); config.json and the weights come from different models"
+        )
     if left:
         log.info("%s: %d tensors have no place in attnzoo's text classifier (%s%s)", path, len(left),
                  ", ".join(left[:4]), ", ..." if len(left) > 4 else "")  # fmt: skip

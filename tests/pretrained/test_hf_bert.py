@@ -87,6 +87,44 @@ def test_load_takes_the_label_count_from_a_classifiers_head_and_asks_for_it_with
     assert load(tmp_path / "encoder", num_classes=2).head.weight.shape == (2, SIZES["hidden_size"])
 
 
+@pytest.mark.parametrize("task", ["BertForTokenClassification", "BertForMultipleChoice"])
+def test_a_classifier_that_is_not_a_sequence_classifier_leaves_its_head(tmp_path, task):
+    # their classifier.weight was read as a head over the sentence: a token tagger's 5 tags became 5 "classes", and
+    # a multiple-choice scorer a 1-class head, with "none new" in the log
+    import transformers
+
+    save_encoder("bert", tmp_path)
+    config = transformers.BertConfig.from_pretrained(tmp_path)
+    config.num_labels = 5
+    getattr(transformers, task)(config).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [task]
+    with pytest.raises(ValueError, match=r"does not give \['num_classes'\] \(it has no head of its own\)"):
+        load(tmp_path)
+    assert load(tmp_path, num_classes=3).head.weight.shape == (3, SIZES["hidden_size"])
+
+
+def test_weights_deeper_than_config_json_says_are_refused(tmp_path):
+    save_encoder("bert", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.raises(
+        ValueError,
+        match=r"the weights hold layers that config\.json's num_hidden_layers \(1\) does "
+        r"not \(first: 'encoder\.layer\.1\.",
+    ):
+        load(tmp_path, num_classes=2)
+
+
+def test_python_load_with_fewer_blocks_says_which_are_dropped(tmp_path, caplog):
+    import logging
+
+    save_encoder("bert", tmp_path)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        net = load(tmp_path, num_classes=2, depth=1)
+    assert len(net.encoder.blocks) == 1
+    assert "depth=1, and bert (HF)" in caplog.text and "has 2 blocks: the first 1 are loaded" in caplog.text
+
+
 @pytest.mark.parametrize("index", ["model.safetensors", "pytorch_model.bin"])
 def test_a_sharded_checkpoint_loads_every_shard_its_index_names(tmp_path, index):
     """Big models come as shards and an index (`save_pretrained(max_shard_size=...)`): the same tensors as one file."""

@@ -161,8 +161,8 @@ def convert(path: str | Path) -> Converted:
     if family == "bert" and sequence_head and "classifier.weight" in hf:  # BertForSequenceClassification's labels
         state["head.weight"], state["head.bias"] = take("classifier.weight"), take("classifier.bias")
         options["num_classes"] = int(state["head.weight"].shape[0])
-    if family == "roberta" and sequence_head and "classifier.out_proj.weight" in hf:  # RobertaForSequenceClassification: dense and
-        options["pooler"] = True  # tanh on <s>, then the head for its labels, as BERT's pooler and classifier
+    if family == "roberta" and sequence_head and "classifier.out_proj.weight" in hf:  # RobertaForSequence...: dense
+        options["pooler"] = True  # and tanh on <s>, then the head for its labels, as BERT's pooler and classifier
         state["pooler.weight"], state["pooler.bias"] = take("classifier.dense.weight"), take("classifier.dense.bias")
         state["head.weight"], state["head.bias"] = take("classifier.out_proj.weight"), take("classifier.out_proj.bias")
         options["num_classes"] = int(state["head.weight"].shape[0])

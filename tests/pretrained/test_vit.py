@@ -245,6 +245,19 @@ def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
         pretrained.load(tmp_path / "none.pth")
 
 
+@pytest.mark.parametrize(
+    ("name", "kw", "named"),
+    [("deit_tiny_distilled_patch16_224", {}, r"'dist_token': .* a distillation token .*"),
+     ("vit_tiny_patch16_224", {"qk_norm": True}, r"'blocks\.0\.attn\.q_norm': .* \(qk_norm\)")],
+)  # fmt: skip
+def test_a_timm_file_with_tokens_or_norms_attnzoo_lacks_is_refused_naming_them(tmp_path, name, kw, named):
+    # DeiT's distillation token was blamed on the position table's shape; qk_norm named an attnzoo-renamed tensor
+    model = timm.create_model(name, pretrained=False, depth=1, img_size=32, **kw)
+    torch.save(model.state_dict(), tmp_path / "file.pth")
+    with pytest.raises(ValueError, match=rf"file\.pth: tensor {named} are not supported"):
+        pretrained.load(tmp_path / "file.pth")
+
+
 @pytest.mark.parametrize("global_pool", ["token", "avg"])
 def test_timm_parity_for_both_poolings(global_pool, tmp_path):
     kwargs = dict(img_size=32, patch_size=8, depth=2, global_pool=global_pool)

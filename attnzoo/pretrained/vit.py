@@ -253,9 +253,13 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
     proj = state.get("patch_embed.proj.weight")
     if proj is None or proj.dim() != 4 or proj.shape[2] != proj.shape[3] or "blocks.0.mlp.fc1.weight" not in state:
         raise ValueError(f"{file}: not a timm ViT checkpoint (no square 'patch_embed.proj.weight' / 'blocks.0')")
-    for key, what in (("reg_token", "register tokens"), ("norm_pre.weight", "a pre-norm"), ("attn_pool", "attn pool"),
-                      ("dist_token", "a distillation token (DeiT's distilled models)"),
-                      ("blocks.0.attn.q_norm", "a norm of queries and keys (qk_norm)")):
+    for key, what in (
+        ("reg_token", "register tokens"),
+        ("norm_pre.weight", "a pre-norm"),
+        ("attn_pool", "attn pool"),
+        ("dist_token", "a distillation token (DeiT's distilled models)"),
+        ("blocks.0.attn.q_norm", "a norm of queries and keys (qk_norm)"),
+    ):
         if any(k.startswith(key) for k in state):
             raise ValueError(f"{file}: tensor {key!r}: timm ViTs with {what} are not supported")
     width, chans, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])

@@ -155,8 +155,9 @@ def visualize(
 ) -> list[Path]:
     """Draw the attention of a run on one input; returns the files written.
 
-    Runs of models with cross-attention (the text-image recipe) also get, for the first `count` examples of
-    `split`, where each word looks in the image (`<out>/cross_attention/`).
+    Runs of models with cross-attention (the text-image recipe) also get, for `count` examples of `split` from
+    example `index`, where each word looks in the image (`<out>/cross_attention/`; `cross_attention_test/` for the
+    test split).
     """
     from .run import load_run
     from .run.lock import refuse_links
@@ -168,6 +169,9 @@ def visualize(
     run = load_run(run_dir, checkpoint)
     run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
     data, net, kind = run.data, run.net, run.data_kind
+    cross_index = index if input_path is None and text is None else 0  # the --index example first
+    if hasattr(net, "cross_blocks"):
+        check_cross_split(data, split, count, cross_index)
     if kind == "translation":
         if input_path is not None:
             raise ConfigError("--input: translation runs take a sentence with --text (or --index of the val split)")
@@ -232,7 +236,8 @@ def visualize(
     torch.save(saved, out / "maps.pt")
     written.append(out / "maps.pt")
     if hasattr(net, "cross_blocks"):
-        written += cross_attention_maps(data, net, split=split, count=count, out=out / "cross_attention")
+        folder = "cross_attention" if split == "val" else f"cross_attention_{split}"
+        written += cross_attention_maps(data, net, split=split, count=count, out=out / folder, index=cross_index)
     elif getattr(net, "fusion", None) == "film":
         log.info("viz: no cross-attention maps: model.fusion is 'film' (the question steers the image stem instead)")
     return written
@@ -287,17 +292,34 @@ def _token(tokenizer: Any, i: int) -> str:
     return tokenizer.decode([i]) or f"<{i}>"
 
 
-def cross_attention_maps(data: Any, net: torch.nn.Module, *, split: str, count: int, out: Path) -> list[Path]:
-    """Cross-attention maps (text queries over image patches) of the first `count` examples of `split`."""
-    from .drawing.cross_attention import text_image_maps
-
+def check_cross_split(data: Any, split: str, count: int, index: int) -> None:
+    """ConfigError, before anything is drawn, when `count` examples of `split` from `index` cannot be drawn."""
     if split not in ("val", "test"):
         raise ConfigError(f"--split: {split!r}; valid: ['val', 'test']")
     if count < 1:
         raise ConfigError(f"--count: {count}; expected at least 1")
-    batch = next(iter(data.val_dataloader() if split == "val" else data.test_dataloader()))
-    texts = data.datasets[split].texts[: len(batch["label"])]
-    return text_image_maps(net, batch, texts, out, class_names=data.class_names, count=count, tokenizer=data.tokenizer)
+    size = len(data.datasets.get(split) or ())
+    if not size:
+        raise ConfigError(f"--split {split}: the run's data has no {split} examples (its config.yaml names no file "
+                          f"for them); use --split {'test' if split == 'val' else 'val'}")  # fmt: skip
+    if not 0 <= index < size:
+        raise ConfigError(f"--index {index}: the {split} split has {size} examples")
+
+
+def cross_attention_maps(
+    data: Any, net: torch.nn.Module, *, split: str, count: int, out: Path, index: int = 0
+) -> list[Path]:
+    """Cross-attention maps (text queries over image patches) of `count` examples of `split` from example `index`,
+    each named by its index in the split."""
+    from .drawing.cross_attention import text_image_maps
+
+    check_cross_split(data, split, count, index)
+    loader = data.val_dataloader() if split == "val" else data.test_dataloader()
+    chosen = range(index, min(index + count, len(loader.dataset)))
+    batch = loader.collate_fn([loader.dataset[i] for i in chosen])
+    texts = [data.datasets[split].texts[i] for i in chosen]
+    return text_image_maps(net, batch, texts, out, class_names=data.class_names, count=len(chosen),
+                           tokenizer=data.tokenizer, first=index)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -305,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit")
     p.add_argument("--input", type=Path, help="an input file (image); default: an example of the validation split")
     p.add_argument("--text", help="a text to draw (text runs; translation runs: a sentence whose alignment is drawn)")
-    p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input/--text")
+    p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input/--text "
+                   "(text-image runs: the first of --split's examples drawn as cross-attention maps)")  # fmt: skip
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")

@@ -216,7 +216,7 @@ def test_a_text_is_read_as_training_reads_a_file_and_its_unknown_characters_are_
     assert "'\u2603', which the run's tokenizer cannot encode" in caplog.text
 
 
-def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys):
+def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys, monkeypatch):
     small = ["data.num_train=32", "data.num_val=8", "model.image_depth=1", "model.fusion_depth=1", "model.fusion=both"]
     (tmp_path / "ti").mkdir()
     run = _saved_run(tmp_path / "ti", ROOT / "recipes" / "text_image.yaml", [*small, "model.text_depth=1"])
@@ -227,6 +227,23 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
     assert all((tmp_path / "out" / "cross_attention" / n).stat().st_size > 0 for n in names[2:])
     assert main([str(run), "--count", "0"]) == 2
     assert "--count: 0" in capsys.readouterr().err
+    # --index: the maps are of that example and the next, named by their index (they were of examples 0 and 1)
+    from attnzoo.drawing import cross_attention
+
+    drawn = []
+    monkeypatch.setattr(
+        cross_attention, "draw_cross_attention", lambda image, text, maps, **k: drawn.append(text) or k["path"]
+    )
+    assert main([str(run), "--out", str(tmp_path / "out5"), "--count", "2", "--index", "5"]) == 0
+    assert [Path(p).name for p in capsys.readouterr().out.split()][2:] == [
+        "cross_attention_005.png",
+        "cross_attention_006.png",
+    ]
+    from attnzoo.run import load_run
+
+    assert drawn == load_run(run).data.datasets["val"].texts[5:7]
+    assert main([str(run), "--index", "8"]) == 2  # before anything is drawn
+    assert "--index 8: the val split has 8 examples" in capsys.readouterr().err
     saved = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)
     assert saved["maps"]  # the text encoder's self-attention (learned bpe tokens), beside the cross-attention
 

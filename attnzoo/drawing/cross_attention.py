@@ -92,7 +92,7 @@ def draw_cross_attention(
 
     # the sentence reads left to right: a column per word (after the image and all tokens), a row per layer
     words = word_spans(text, length) if spans is None else [w for w in spans if w[2] <= length]
-    cols = [("all tokens", 0, length), *words[:max_words]]
+    cols = [("all tokens", 0, length), *words[:max_words]] if length else []  # an empty text reads nothing
     plt = _pyplot()
     fig, axes = plt.subplots(
         len(layers),
@@ -112,7 +112,7 @@ def draw_cross_attention(
             axes[r, c].set_xlabel(f"max {mean.max():.2f}", fontsize=7)
             if r == 0:
                 axes[r, c].set_title(word, fontsize=10)
-    axes[0, 0].set_title("image", fontsize=10)
+    axes[0, 0].set_title("image" if cols else "image (the text has no tokens)", fontsize=10)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
@@ -129,8 +129,10 @@ def text_image_maps(
     class_names: Sequence[str] | None = None,
     count: int = 4,
     tokenizer: Any = None,
+    first: int = 0,
 ) -> list[Path]:
-    """Run a text-image net on a batch and draw the cross-attention maps of its first `count` examples.
+    """Run a text-image net on a batch and draw the cross-attention maps of its first `count` examples, named by
+    their index in their split (`first`: the index of the batch's first example).
 
     The net is called as `net(image, tokens, padding_mask, return_cross_attention=True)` (see
     `attnzoo.models.text_image.TextImageNet`); `texts` are the batch's texts in order, tokenized by `tokenizer`
@@ -158,7 +160,7 @@ def text_image_maps(
                 texts[i],
                 [m[i] for m in maps],
                 grid_size=net.grid_size,
-                path=Path(out_dir) / f"cross_attention_{i:03d}.png",
+                path=Path(out_dir) / f"cross_attention_{first + i:03d}.png",
                 title=title,
                 spans=spans,
                 length=length,

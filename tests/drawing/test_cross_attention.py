@@ -41,6 +41,20 @@ def test_draw_rejects_maps_of_the_wrong_shape(tmp_path):
         draw_cross_attention(image, "hello", [], grid_size=(4, 4), path=tmp_path / "x.png")
 
 
+def test_an_empty_text_draws_the_image_without_a_nan_column(tmp_path, monkeypatch):
+    # the "all tokens" column of a text with no token averaged nothing: a heat map of NaN, labelled "max nan"
+    from attnzoo.drawing import cross_attention
+
+    figures = []
+    monkeypatch.setattr(cross_attention, "save_figure", lambda fig, path, title: figures.append(fig) or path)
+    maps = [torch.rand(2, 4, 16)]
+    draw_cross_attention(torch.zeros(3, 16, 16), "", maps, grid_size=(4, 4), path=tmp_path / "x.png", length=0)
+    draw_cross_attention(torch.zeros(3, 16, 16), "red", maps, grid_size=(4, 4), path=tmp_path / "y.png")
+    labels = [[ax.get_xlabel() for ax in fig.axes] for fig in figures]
+    assert len(labels[0]) == 1 and "no tokens" in figures[0].axes[0].get_title()
+    assert len(labels[1]) == 3 and not any("nan" in label for label in labels[1])
+
+
 def test_offset_spans_find_the_tokens_of_each_word():
     from attnzoo.drawing.cross_attention import offset_spans
 

@@ -2,6 +2,7 @@
 
 import collections
 import json
+import logging
 import re
 
 import numpy as np
@@ -381,6 +382,28 @@ def test_an_image_several_records_share_is_checked_once(tmp_path, monkeypatch):
     monkeypatch.setattr(text_image, "_check_image", lambda path: calls.append(path) or real(path))
     _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
     assert len(calls) == len(set(calls)) and calls.count((paths["train"].parent / first["image"]).resolve()) == 1
+
+
+def test_image_files_are_decoded_and_resized_once_not_on_every_access(tmp_path, monkeypatch, caplog):
+    # each access decoded the file at full size: 4000 x 3000 photos made an epoch ~100x slower than 64 px ones
+    from attnzoo.data.modules import text_image
+
+    caplog.set_level(logging.INFO, logger="attnzoo")
+    gen, paths = _write(tmp_path)
+    reads = []
+    real = text_image.load_rgb
+    monkeypatch.setattr(text_image, "load_rgb", lambda path: reads.append(path) or real(path))
+    dm = _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=16, classes=gen.class_names)
+    assert len(reads) == len(set(reads)) == 24  # 12 + 12 distinct files, at setup
+    first = [dm.datasets["train"][i]["image"] for i in range(12)]
+    second = [dm.datasets["train"][i]["image"] for i in range(12)]
+    assert len(reads) == 24 and all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    assert first[0].shape == (3, 16, 16) and "24 image files decoded and resized to 16 px once" in caplog.text
+    monkeypatch.setattr(text_image, "MEMORY_BYTES", 16 * 16 * 3 * 20)  # 20 fit: the other 4 are read on access
+    reads.clear()
+    dm = _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=16, classes=gen.class_names)
+    dm.datasets["val"][11]["image"]
+    assert len(reads) == 21 and "the others are read from disk each epoch" in caplog.text
 
 
 def test_answers_are_stripped_as_text_classification_strips_its_labels(tmp_path):

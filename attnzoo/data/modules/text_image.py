@@ -34,6 +34,7 @@ from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
 from .batching import EpochShuffle, run_seed
+from .image import MEMORY_BYTES
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -255,6 +256,7 @@ class TextImageDataModule(DataModule):
         else:
             self.class_names = sorted({_answer(r["label"]) for r in records["train"]})
         checked: dict[Path, str | None] = {}  # an image several questions or pairs share is decoded once
+        decoded: dict[Path, np.ndarray] = {}  # and resized once, kept in memory up to MEMORY_BYTES
         for split, recs in records.items():
             path = Path(self.files[split])
             kept, images, labels = [], [], []
@@ -286,7 +288,22 @@ class TextImageDataModule(DataModule):
                 )
             if not kept:
                 raise ValueError(f"{path}: no pair left with a readable image ({len(recs)} lines)")
-            self.datasets[split] = self._dataset(split, images, kept, labels)
+            self.datasets[split] = self._dataset(split, self._in_memory(images, decoded), kept, labels)
+        if decoded:
+            log.info("data: %d image files decoded and resized to %d px once, kept in memory (%.0f MiB)%s",
+                     len(decoded), self.image_size, sum(a.nbytes for a in decoded.values()) / 2**20,
+                     "" if len(decoded) == len(checked) else "; the others are read from disk each epoch")  # fmt: skip
+
+    def _in_memory(self, images: list[Path], decoded: dict[Path, np.ndarray]) -> list[Path | np.ndarray]:
+        """`images` as their resized pixels (decoded once into `decoded`) while those fit in `MEMORY_BYTES`; a photo's
+        file decoded at full size on every access made an epoch of photos many times slower than the model."""
+        if self.blank_image:
+            return list(images)
+        size = self.image_size**2 * 3
+        for path in images:
+            if path not in decoded and (len(decoded) + 1) * size <= MEMORY_BYTES:
+                decoded[path] = _read(path, self.image_size)
+        return [decoded.get(path, path) for path in images]
 
     def _fixed_classes(self, names: list[str], what: str) -> list[str]:
         """`names`, the classes the data fixes; a `classes` list of others is an error (it was ignored), while a run's

@@ -144,6 +144,13 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--dry-run",
             "--slurm-partition", "gpu", "--slurm-time", "1:30:00", "--cpus-per-run", "4", "--gpus-per-run", "2",
             "--slurm-option", "account=proj", "--slurm-option", "exclusive", "trainer.max_epochs=2"]  # fmt: skip
+    # GPUs held by runs that would train on the CPU (the recipes' trainer.accelerator), or on fewer devices
+    assert main(args) == 2
+    assert "each run holds 2 GPU(s), but variant backend=eager,seed=0 trains on the CPU" in capsys.readouterr().err
+    assert main([*args, "trainer.accelerator=gpu"]) == 2
+    assert "one fit process per GPU, but variant backend=eager,seed=0 has trainer.devices 1" in capsys.readouterr().err
+    assert not (out / "slurm").exists()
+    args += ["trainer.accelerator=gpu", "trainer.devices=2", "trainer.strategy=ddp"]
     assert main(args) == 0
     assert "2 job scripts in" in capsys.readouterr().err
     script = (out / "slurm" / "backend=sdpa,seed=0.sbatch").read_text()
@@ -495,3 +502,10 @@ def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path, 
     assert f"--ray-address 127.0.0.1:{port}: no Ray cluster answers there" in err and "ray start --head" in err
     assert main([*args, "--ray-address", "nonsense"]) == 2
     assert "expected auto, HOST:PORT or ray://HOST:PORT" in capsys.readouterr().err
+    # ray:// without Ray Client's package: a traceback of Ray's ValueError and exit status 1 ("a run failed")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a))
+    assert main([*args, "--ray-address", f"ray://127.0.0.1:{port}"]) == 2
+    assert "connects through Ray Client, which needs pip install 'ray[client]'" in capsys.readouterr().err

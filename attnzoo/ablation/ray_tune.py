@@ -18,6 +18,7 @@ file `<out>/ray/stop`; a second Ctrl-C kills the runs. Started again, the ablati
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import sys
@@ -52,6 +53,12 @@ def check_address(address: str, timeout: float = CONNECT_SECONDS) -> None:
     host, _, port = where.rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"--ray-address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ConfigError(
+            f"--ray-address {address}: a ray:// address connects through Ray Client, which needs pip install "
+            "'ray[client]' (the [ray] extra installs ray[tune] only); or run ablate on a node of the cluster with "
+            "--ray-address auto"
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as err:
@@ -150,10 +157,13 @@ class RayLauncher:
                 ray.init(address=address, num_cpus=None if address else self.num_cpus or os.cpu_count(),
                          include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                          runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **local)  # fmt: skip
-            except ConnectionError as err:  # `auto` with no cluster on this machine, a cluster that went away
+            except (ConnectionError, ValueError) as err:  # `auto` with no cluster here, one that went away; ray://
+                # without the ray[client] package
                 raise ConfigError(f"--ray-address {address}: {str(err).strip().splitlines()[0]}") from None
         try:
             bundle = self._bundle(ray.cluster_resources(), local=started and not address)
+            given = "--gpus-per-run" if self.gpus_per_run else "the Ray cluster's GPUs (--gpus-per-run 0: none)"
+            runner.check_gpus(runs, bundle["gpu"], given)
             specs = [{"variant": r.variant.id, "run_dir": str(r.run_dir.resolve()), "config_sha": r.config_sha,
                       "command": runner.fit_command(configs, r), "cwd": str(Path.cwd()),
                       "stop_file": str(self._stop_file)} for r in runs]  # fmt: skip

@@ -36,6 +36,25 @@ class Planned:
     overrides: list[str]
     config_sha: str  # of the resolved config: a finished run is reused only if it was made from the same config
     run_dir: Path
+    devices: tuple[Any, Any] = (None, None)  # its trainer.accelerator and trainer.devices (`check_gpus`)
+
+
+def check_gpus(runs: Sequence[Planned], gpus: int, flag: str) -> None:
+    """ConfigError when runs that hold `gpus` GPUs each (a SLURM job's --gres, a Ray trial's bundle) would not train
+    on them: a recipe's trainer.accelerator cpu, or fewer trainer.devices than the GPUs of a multi-GPU run."""
+    for run in runs if gpus > 0 else ():
+        accelerator, devices = run.devices
+        if accelerator == "cpu":
+            more = f" trainer.devices={gpus} trainer.strategy=ddp" if gpus > 1 else ""
+            raise ConfigError(
+                f"{flag}: each run holds {gpus} GPU(s), but variant {run.variant.id} trains on the CPU "
+                f"(trainer.accelerator 'cpu', the recipes' default): add trainer.accelerator=gpu{more}"
+            )
+        if gpus > 1 and devices != gpus:
+            raise ConfigError(
+                f"{flag}: each run holds {gpus} GPUs, one fit process per GPU, but variant {run.variant.id} has "
+                f"trainer.devices {devices!r}: add trainer.devices={gpus} trainer.strategy=ddp"
+            )
 
 
 def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path) -> list[Planned]:
@@ -64,7 +83,9 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
         except ConfigError as err:
             raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
         sha = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:16]
-        runs.append(Planned(variant, items, sha, out / "runs" / variant.id))
+        trainer = cfg.section("trainer")
+        runs.append(Planned(variant, items, sha, out / "runs" / variant.id,
+                            (trainer.get("accelerator"), trainer.get("devices"))))  # fmt: skip
     return runs
 
 

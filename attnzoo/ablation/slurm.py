@@ -33,7 +33,7 @@ from typing import Any
 from ..config import ConfigError
 from ..util.files import write_json
 from .job import PACKAGE_ROOT, read_record
-from .runner import Planned, fit_command, status
+from .runner import Planned, check_gpus, fit_command, status
 
 log = logging.getLogger("attnzoo")
 TERMINAL = ("ok", "failed")  # what a job records when its run ended on its own
@@ -130,6 +130,7 @@ class SlurmLauncher:
 
     def write_scripts(self, configs: Sequence[str | Path], out: Path, runs: Sequence[Planned]) -> list[Path]:
         """Write the job script of every run into `<out>/slurm/`; returns their paths."""
+        check_gpus(runs, self.gpus_per_run, "--gpus-per-run")
         scripts = {run.variant.id: self.script(configs, out, run) for run in runs}  # checked before anything is made
         folder = out / "slurm"
         folder.mkdir(parents=True, exist_ok=True)

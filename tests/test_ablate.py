@@ -267,6 +267,16 @@ def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
     assert len(_csv(out / "runs.csv")) == 2
 
 
+def test_runs_that_never_validated_are_reported_on_the_test_split_of_their_monitor(tmp_path):
+    # runs shorter than their first validation have no best checkpoint: the report said "Metric: none", every cell -
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa"]}, fixed={"trainer.limit_val_batches": 0})
+    out = ablate([VIT], grid, tmp_path / "out", overrides=["run.baseline=false"])
+    summary = json.loads((out / "runs" / "backend=sdpa,seed=0" / "summary.json").read_text())
+    assert "best" not in summary and summary["monitor"] == "val/acc" and "test/acc" in summary["test"]
+    rows = _csv(out / "report.csv")
+    assert rows[0]["metric"] == "test/acc" and 0.0 <= float(rows[0]["metric_mean"]) <= 1.0
+
+
 @pytest.mark.slow  # ~40 s; the runs started again are chosen by the same records in the failed-run test above
 def test_an_ablation_killed_midway_runs_only_the_missing_runs_when_started_again(tmp_path):
     grid = write_grid(tmp_path, {"model.attention.backend": ["eager", "sdpa"]})

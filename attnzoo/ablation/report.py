@@ -65,8 +65,8 @@ def metric_value(summary: dict[str, Any], metric: str) -> float | None:
 def default_metric(summaries: Sequence[dict[str, Any]]) -> str | None:
     """The recipe's monitored metric (what picked the best checkpoint), on the test split when one ran."""
     for summary in summaries:
-        monitor = next((k for k in (summary.get("best") or {}) if k != "path"), None)
-        if monitor is None:
+        monitor = next((k for k in (summary.get("best") or {}) if k != "path"), summary.get("monitor"))
+        if not isinstance(monitor, str):  # no validation ran (runs shorter than an epoch) in a run from before
             continue
         test = "test/" + monitor.split("/", 1)[-1]
         return test if test in (summary.get("test") or {}) else monitor

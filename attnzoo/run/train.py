@@ -276,6 +276,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
     }
     best = trainer.checkpoint_callback
+    if best is not None:
+        result["monitor"] = best.monitor  # what picks the best checkpoint (an ablation's metric: on the test split)
     if best is not None and best.best_model_path:
         result["best"] = {"path": best.best_model_path, best.monitor: float(best.best_model_score)}
     result.update(summary.report(trainer, task))

@@ -281,6 +281,23 @@ def test_a_slurm_job_started_again_keeps_the_run_its_first_start_left_for_fit_to
     assert other["status"] == "ok" and (run_dir / "stderr.log").read_text() == "from scratch\n"
 
 
+def test_a_run_directory_a_live_fit_still_holds_is_left_as_it_is(tmp_path):
+    # ablate killed outright (SIGKILL, the OOM killer) leaves its fit running: the next ablate deleted that live
+    # run's directory, and the new fit failed on the files the old one went on writing
+    from attnzoo.run.lock import RunLock
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.csv").write_text("step\n1\n")
+    command = [sys.executable, "-c", "print('ran')"]
+    with RunLock(run_dir):  # the orphaned fit
+        record = run_one(run_dir, command, variant="v", config_sha="c")
+    assert record["status"] == "failed" and f"{run_dir} is in use by process {os.getpid()}" in record["error"]
+    assert (run_dir / "metrics.csv").read_text() == "step\n1\n" and not (run_dir / "stdout.log").exists()
+    run_one(run_dir, command, variant="v", config_sha="c")  # once it ended: from scratch
+    assert not (run_dir / "metrics.csv").exists() and (run_dir / "stdout.log").read_text() == "ran\n"
+
+
 def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_without_submitting_twice(
     tmp_path, fake_slurm, monkeypatch, capsys
 ):

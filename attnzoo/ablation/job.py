@@ -74,6 +74,9 @@ def run_one(
         return {"variant": variant, "status": "not started", "wall_seconds": 0.0}
     restarts = _slurm_restarts(run_dir, config_sha)
     if restarts is None and run_dir.exists():
+        busy = _in_use(run_dir)
+        if busy:  # a fit still at work (its ablate was killed, SIGKILL or the OOM killer): its directory stays
+            return {"variant": variant, "status": "failed", "error": busy, "wall_seconds": 0.0}
         shutil.rmtree(run_dir)  # an interrupted or failed attempt: start again from scratch
     run_dir.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
@@ -120,6 +123,33 @@ def run_one(
         record.update(status="failed", error=_error_line(tail, code), stderr_tail=tail)
     write_json(run_dir / "ablate.json", record)
     return record
+
+
+def _in_use(run_dir: Path) -> str | None:
+    """What holds the run directory's lock (`attnzoo.run.lock.RunLock`, its `.lock` file): a fit still training
+    there; None when no process does (the kernel drops a lock with its process, however that ends)."""
+    import fcntl
+
+    path = run_dir / ".lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            who = json.loads(path.read_text() or "{}")
+        except (OSError, ValueError):
+            who = {}
+        return (
+            f"{run_dir} is in use by process {who.get('pid', '?')} on {who.get('host', '?')} (a fit of an earlier "
+            "ablate that was killed?): it is left as it is; wait for that process to end, or stop it, then run "
+            "ablate again"
+        )
+    finally:
+        os.close(fd)  # releases the lock if this took it
+    return None
 
 
 def _slurm_restarts(run_dir: Path, config_sha: str) -> int | None:

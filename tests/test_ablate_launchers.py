@@ -134,7 +134,7 @@ def test_a_slurm_ablation_directory_sbatch_cannot_hold_is_refused_before_it_is_m
     out = tmp_path / "with space"
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--dry-run"]
     assert main(args) == 2
-    assert "has a space or '%', which #SBATCH paths cannot hold" in capsys.readouterr().err
+    assert "has a space, a quote, '#', '\\' or '%', which #SBATCH paths cannot hold" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -201,13 +201,19 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
         (["--slurm-partition", "gpu\n#SBATCH --wrap=id"], "a newline or another control character would write"),
         (["--slurm-option", "account=a\nb"], "--slurm-option 'account=a\\nb': a newline or another control"),
         (["--slurm-time", "1:00\r"], "--slurm-time '1:00\\r': a newline"),
+        # sbatch splits an #SBATCH line at spaces, strips quotes (an unmatched one is fatal) and ends it at '#'
+        (["--slurm-option", "comment=a b"], "--slurm-option 'comment=a b': sbatch reads an #SBATCH line word by"),
+        (["--slurm-option", "comment=it's"], "a space, a quote, '#' or '\\' in it"),
+        (["--slurm-partition", "gpu#2"], "--slurm-partition 'gpu#2': sbatch reads"),
+        (["--out-name", "we'ird"], "has a space, a quote, '#', '\\' or '%', which #SBATCH paths cannot hold"),
     ],
 )
 def test_launcher_options_that_do_not_fit_stop_before_anything_runs(tmp_path, capsys, extra, message):
     grid = write_grid(tmp_path, AXES)
     launcher = [] if "--launcher" in extra else ["--launcher", "slurm"]
-    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), *launcher, *extra]) == 2
-    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()
+    out, extra = (tmp_path / extra[1], ["--dry-run"]) if extra[0] == "--out-name" else (tmp_path / "out", extra)
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out), *launcher, *extra]) == 2
+    assert message in capsys.readouterr().err and not out.exists()
 
 
 def test_slurm_launcher_fills_the_same_run_dirs_and_report_as_local_and_resumes_the_same_way(
@@ -330,6 +336,25 @@ def test_slurm_no_wait_returns_and_the_same_command_waits_for_the_queued_jobs_wi
     assert {r["slurm_job_id"] for r in _records(out).values()} == {"101", "102"}
 
 
+def test_a_job_of_another_config_still_queued_is_named_and_nothing_is_submitted(
+    tmp_path, fake_slurm, monkeypatch, capsys
+):
+    # a rerun with a changed config submitted a second job for each run while the first was queued: two jobs owning
+    # one run directory, the new one deleting what the old one wrote
+    grid = write_grid(tmp_path, AXES)
+    out = tmp_path / "out"
+    monkeypatch.setattr(slurm, "fit_command", _fake_fit(_WAITING_FIT))
+    monkeypatch.setenv("GO", str(tmp_path / "go"))
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--no-wait"]
+    assert main(args) == 0 and _submitted(fake_slurm) == 2
+    capsys.readouterr()
+    assert main([*args, "model.mlp_ratio=2.0"]) == 2
+    err = capsys.readouterr().err
+    assert "SLURM job(s) (101, 102) of 2 run(s) submitted from another config" in err and "scancel 101 102" in err
+    assert _submitted(fake_slurm) == 2
+    (tmp_path / "go").write_text("")  # the queued jobs end
+
+
 def test_a_slurm_job_that_ends_without_recording_its_run_is_recorded_failed_and_runs_again(
     tmp_path, fake_slurm, monkeypatch
 ):
@@ -354,20 +379,23 @@ def test_ctrl_c_cancels_the_slurm_jobs_records_the_runs_interrupted_and_exits_13
 ):
     monkeypatch.setattr(slurm, "fit_command", _fake_fit(SLOW_FIT))
     monkeypatch.setattr(slurm, "POLL_SECONDS", 0.1)
-    monkeypatch.setattr(slurm, "GRACE_SECONDS", 0.2)
+    monkeypatch.setattr(slurm, "GRACE_SECONDS", 300.0)  # a job cancelled by Ctrl-C waited this out (2.5 min)
     grid = write_grid(tmp_path, AXES)
     out = tmp_path / "out"
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm"]
+    pressed = []
 
     def ctrl_c() -> None:  # once both jobs run, Ctrl-C to ablate (the jobs run elsewhere: scancel reaches them)
         deadline = time.time() + 120
         while len(list(out.glob("runs/*/started"))) < 2 and time.time() < deadline:
             time.sleep(0.05)
+        pressed.append(time.monotonic())
         os.kill(os.getpid(), signal.SIGINT)
 
     thread = threading.Thread(target=ctrl_c, daemon=True)
     thread.start()
     assert main(args) == 130
+    assert time.monotonic() - pressed[0] < slurm.CANCELLED_GRACE + 20
     thread.join()
     err = capfd.readouterr().err
     assert "cancelling the ablation's SLURM jobs" in err and "stopped 2 run(s) in progress" in err, err

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..config import ConfigError
 from ..util.files import write_json
+from ..util.names import shortened
 from .job import PACKAGE_ROOT, read_record
 from .runner import Planned, check_gpus, fit_command, status
 
@@ -41,7 +42,11 @@ POLL_SECONDS = 30.0  # how often ablate looks at the queue
 # how long a job may be out of the queue before its run's record is read as final (a shared filesystem can show
 # another node's writes late)
 GRACE_SECONDS = 90.0
+CANCELLED_GRACE = 10.0  # the same for a job ablate cancelled (Ctrl-C): its run records interrupted, or stays as it was
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+# what sbatch's reading of an #SBATCH line takes apart: it splits at whitespace, strips quotes (one unmatched is an
+# error), ends the line at '#', reads '\' as an escape and '%' as a filename pattern
+SBATCH_UNSAFE = r"[\s'\"#\\%]"
 # the #SBATCH options the launcher writes itself, and the ablate option that sets each
 OWN = {"job-name": None, "output": None, "error": None, "chdir": None, "requeue": None, "ntasks": None,
        "ntasks-per-node": "--gpus-per-run", "nodes": None, "cpus-per-task": "--cpus-per-run",
@@ -82,6 +87,7 @@ class SlurmLauncher:
             raise ConfigError(f"--cpus-per-run ({cpus_per_run}) must be >= 1 and --gpus-per-run ({gpus_per_run}) >= 0")
         for flag, value in (("--slurm-partition", partition), ("--slurm-time", time)):
             _one_line(flag, value)
+            _one_word(flag, value)
         self.partition, self.time = partition, time
         self.cpus_per_run, self.gpus_per_run = cpus_per_run, gpus_per_run
         self.options = [_option(o) for o in options]
@@ -94,9 +100,9 @@ class SlurmLauncher:
         """The job script of `run` (paths made absolute)."""
         out, run = out.resolve(), replace(run, run_dir=run.run_dir.resolve())
         for what, path in (("the ablation directory (--out)", out), ("the working directory", Path.cwd())):
-            if re.search(r"[\s%]", str(path)):
-                raise ConfigError(f"--launcher slurm: {what} {str(path)!r} has a space or '%', which #SBATCH paths "
-                                  "cannot hold")  # fmt: skip
+            if re.search(SBATCH_UNSAFE, str(path)):
+                raise ConfigError(f"--launcher slurm: {what} {str(path)!r} has a space, a quote, '#', '\\' or '%', "
+                                  "which #SBATCH paths cannot hold")  # fmt: skip
         gpus = self.gpus_per_run
         lines = [
             "#!/bin/bash",
@@ -153,6 +159,14 @@ class SlurmLauncher:
         queue = self._queue()
         if queue is None:
             raise ConfigError("--launcher slurm: squeue failed (see above); is the SLURM controller reachable?")
+        other = {r.variant.id: jobs[r.variant.id]["job"] for r in runs if (jobs.get(r.variant.id) or {}).get("job")
+                 in queue and jobs[r.variant.id].get("config_sha") != r.config_sha}  # fmt: skip
+        if other:  # a job of a changed config still queued would write the run directory the new job writes
+            raise ConfigError(
+                f"SLURM job(s) {_ids(list(other.values()))} of {len(other)} run(s) submitted from another config "
+                f"({shortened(list(other))}) are still queued: a new job would share its run directory. Cancel them "
+                f"(scancel {' '.join(other.values())}) or wait for them to end, then run ablate again"
+            )
         pending: dict[str, str] = {}  # variant id -> job id
         adopted, records = [], []
         for run, script in zip(runs, self.write_scripts(configs, out, runs), strict=True):
@@ -205,13 +219,17 @@ class SlurmLauncher:
                     if queue is None or job in queue:
                         gone_since.pop(variant, None)
                         continue
-                    if now - gone_since.setdefault(variant, now) < self.grace_seconds:
+                    # a job that left the queue may not have written its record yet on a shared filesystem (one
+                    # this ablate cancelled has its end to record, not a result: it gets CANCELLED_GRACE)
+                    grace = min(self.grace_seconds, CANCELLED_GRACE) if cancelled else self.grace_seconds
+                    if now - gone_since.setdefault(variant, now) < grace:
                         continue
                     record = self._ended_early(out, variant, job, record if mine else {}, runs[variant])
                 del pending[variant]
                 records.append(record)
                 done(record)
-            level, until = self._level, time.monotonic() + self.poll_seconds
+            level, until = self._level, time.monotonic() + (min(self.poll_seconds, 2.0) if cancelled else
+                                                             self.poll_seconds)  # fmt: skip
             while pending and self._level == level and time.monotonic() < until:
                 time.sleep(min(0.5, self.poll_seconds))  # a signal's stop() ends the wait early
         records += [{"variant": v, "status": "not started", "slurm_job_id": j} for v, j in pending.items()]
@@ -257,6 +275,13 @@ def _one_line(flag: str, value: str | None) -> None:
                           "the job script; give a one-line value")  # fmt: skip
 
 
+def _one_word(flag: str, value: str | None) -> None:
+    """ConfigError for a value sbatch would read otherwise in an #SBATCH line (%j and the like are its patterns)."""
+    if value is not None and re.search(SBATCH_UNSAFE.replace("%", ""), value):
+        raise ConfigError(f"{flag} {value!r}: sbatch reads an #SBATCH line word by word, so a space, a quote, '#' or "
+                          "'\\' in it would reach sbatch as something else; give a value without them")  # fmt: skip
+
+
 def _option(text: str) -> tuple[str, str | None]:
     _one_line("--slurm-option", text)
     key, eq, value = text.removeprefix("--").partition("=")
@@ -270,6 +295,7 @@ def _option(text: str) -> tuple[str, str | None]:
     if key in OWN:
         instead = f"use {OWN[key]}" if OWN[key] else "ablate sets it itself"
         raise ConfigError(f"--slurm-option {text!r}: {instead}")
+    _one_word("--slurm-option", text)
     return key, value if eq else None
 
 

@@ -211,7 +211,15 @@ def visualize(
             raise
         raise ConfigError(f"--input {str(input_path)!r}: {err}") from None
     names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
-    if logits.dim() == 2:  # one prediction per input (classification)
+    if logits.dim() == 2 and getattr(data, "multilabel", False):  # a set of labels: a sigmoid per class
+        probs = logits.float().sigmoid()[0]
+        chosen = [i for i in probs.argsort(descending=True).tolist() if probs[i] >= 0.5] or [int(probs.argmax())]
+        title = f"{run_dir.name}: predicted " + ", ".join(f"{names[i]} ({probs[i]:.2f})" for i in chosen)
+        if len(chosen) == 1 and probs[chosen[0]] < 0.5:
+            title += ": no class above 0.5"
+        if label is not None and label.dim() == 1:
+            title += f", labels {', '.join(names[i] for i in label.nonzero().flatten().tolist()) or 'none'}"
+    elif logits.dim() == 2:  # one prediction per input (classification)
         probs = logits.float().softmax(-1)[0]
         title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
         if label is not None and label.dim() == 0:

@@ -324,3 +324,32 @@ def test_viz_draws_the_image_files_an_image_folder_trains_on():
     from attnzoo.viz import INPUTS
 
     assert set(INPUTS["image"][0]) == set(IMG_EXTENSIONS)
+
+
+def test_a_multilabel_run_is_titled_with_the_classes_its_sigmoids_choose(tmp_path, monkeypatch):
+    # the title was a softmax over the classes ("predicted high (0.48)") for a model scored by a sigmoid per class
+    from attnzoo import viz
+    from tests.helpers.audio import tone, write_pcm16
+
+    (tmp_path / "clips").mkdir()
+    rows = ["path,label,fold"]
+    for i in range(12):
+        write_pcm16(tmp_path / "clips" / f"{i}.wav", tone(16000, 0.3, 200.0 * (1 + i % 3), 1), 16000)
+        rows.append(f'{i}.wav,"{["dog;rain", "rain", "dog"][i % 3]}",{1 + i % 4}')
+    (tmp_path / "meta.csv").write_text("\n".join(rows) + "\n")
+    data = ["data.source=csv", f"data.csv={tmp_path / 'meta.csv'}", f"data.root={tmp_path / 'clips'}",
+            "data.multilabel=true", "data.val_folds=[3]", "data.test_folds=[4]", "task.objective=multilabel",
+            "data.clip_seconds=0.3", "model.depth=1", "model.embed_dim=32", "model.num_heads=2"]  # fmt: skip
+    (tmp_path / "run").mkdir()
+    run = _saved_run(tmp_path / "run", AST, data)
+    titles = []
+    monkeypatch.setattr(viz, "plot_matrices", lambda maps, path, title, prefix: titles.append(title) or path)
+    monkeypatch.setattr(viz, "plot_prefix_maps", lambda *a, **k: a[3])
+    monkeypatch.setattr(viz, "plot_rollout", lambda *a, **k: a[3])
+    assert main([str(run), "--out", str(tmp_path / "out")]) == 0
+    logits = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)["logits"][0]
+    probs = logits.sigmoid()
+    chosen = [i for i in probs.argsort(descending=True).tolist() if probs[i] >= 0.5] or [int(probs.argmax())]
+    names = ["dog", "rain"]
+    assert titles[0].startswith(f"run: predicted {names[chosen[0]]} ({probs[chosen[0]]:.2f})")
+    assert ", labels " in titles[0] and "dog" in titles[0].split("labels ")[1]  # val clip 2: dog (fold 3)

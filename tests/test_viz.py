@@ -258,6 +258,12 @@ def test_an_ast_run_evaluated_on_other_clips_normalizes_them_with_its_own_statis
     trained = load([run / "config.yaml"]).section("model")["feature_mean"]
     loaded = load_run(run, "best", [], ["data.synthetic.per_class={train: 3, val: 1, test: 1}"])
     assert loaded.cfg.section("model")["feature_mean"] == trained
+    # longer clips than it trained on: its position table stays, interpolated (evaluate said the data had changed)
+    frames = load([run / "config.yaml"]).section("model")["target_frames"]
+    longer = load_run(run, "best", [], ["data.clip_seconds=2.0"])
+    assert longer.cfg.section("model")["target_frames"] == frames and longer.net.target_frames == frames
+    batch = next(iter(longer.data.val_dataloader()))
+    assert batch["audio"].shape[-1] == 2 * longer.data.sample_rate and torch.isfinite(longer.net(batch["audio"])).all()
 
 
 def test_an_input_image_is_read_as_training_reads_files(tmp_path):

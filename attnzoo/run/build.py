@@ -36,6 +36,9 @@ class Built(NamedTuple):
 
 
 LEFT_OUT = object()  # a preset value: the key is left out of the data options and the resolved config
+# model inputs the data gives as a default that a config's value keeps (`_filled`): the AST's position table is
+# learned for `target_frames` and interpolated to clips of other lengths (a run trained on 1 s scores 2 s clips)
+CONFIG_KEEPS = ("target_frames",)
 
 
 def build(
@@ -286,6 +289,10 @@ def _filled(
         if key in opts and opts[key] != value:
             spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
             if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
+                continue
+            if key in CONFIG_KEEPS:
+                log.info("%s.%s: %r (set in %s); the data gives %r, which the model adapts to", section, key,
+                         opts[key], cfg.where(f"{section}.{key}"), value)  # fmt: skip
                 continue
             where = Path(cfg.where(f"{section}.{key}"))
             if where.name == "config.yaml" and (where.parent / "checkpoints").is_dir():  # a run's own config

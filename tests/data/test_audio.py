@@ -401,6 +401,22 @@ def test_train_val_test_folders_of_class_folders_are_splits_as_for_images(tmp_pa
     assert {k: len(ds) for k, ds in scored.datasets.items()} == {"train": 0, "val": 0, "test": 4}
 
 
+def test_clip_lengths_are_logged_and_clips_mostly_longer_than_clip_seconds_are_warned_about(tmp_path, caplog):
+    # 4 s clips with the sound in their last second trained on their 1 s centre, with no word about the crop
+    for name, hz in (("low", 200.0), ("high", 900.0)):
+        (tmp_path / name).mkdir()
+        for i in range(4):
+            write_pcm16(tmp_path / name / f"{i}.wav", tone(RATE, 2.0, hz, 1), RATE)
+    caplog.set_level(logging.INFO, logger="attnzoo")
+    small(source="folder", root=str(tmp_path)).setup()  # clip_seconds 0.5
+    assert "data: clips of 2.00 s (median; 2.00 s longest); data.clip_seconds 0.5: 100% of them cropped" in caplog.text
+    assert "most clips are longer than data.clip_seconds (0.5 s; median 2.00 s)" in caplog.text
+    assert "set data.clip_seconds=2 to hear" in caplog.text
+    caplog.clear()
+    DATAMODULES["audio"](sample_rate=RATE, n_mels=32, clip_seconds=2.0, source="folder", root=str(tmp_path)).setup()
+    assert "clip_seconds 2: 0% of them cropped" in caplog.text and "most clips are longer" not in caplog.text
+
+
 def test_a_csv_row_with_too_few_or_too_many_fields_is_named(tmp_path):
     # a short row stopped setup with AttributeError: 'NoneType' object has no attribute 'strip'
     for body, fields in (("a.wav,x,1\nb.wav\n", "1 field"), ("a.wav,x,1\nb.wav,x\n", "2 field"),

@@ -330,10 +330,28 @@ class AudioDataModule(DataModule):
                 "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
                 "more clips, a validation_list.txt (folders) or data.val_folds (CSV)"
             )
+        if self.cache:
+            self._log_lengths([wave.shape[-1] for items, _ in per_split.values() for _, wave in items])
         for split, (items, targets) in per_split.items():
             paths = [path for path, _ in items]
             waves = [wave for _, wave in items] if self.cache else None
             self.datasets[split] = self._dataset(split, targets, paths=paths, waves=waves)
+
+    def _log_lengths(self, lengths: list[int]) -> None:
+        """Log the clips' lengths against `clip_seconds`, and warn when most are cut: a clip longer than it is cropped
+        (training: at random, val and test: its centre), so the model never hears the rest."""
+        if not lengths:
+            return
+        seconds = np.asarray(lengths, dtype=np.float64) / self.sample_rate
+        median, longest = float(np.median(seconds)), float(seconds.max())
+        cropped, padded = float((seconds > self.clip_seconds).mean()), float((seconds < self.clip_seconds).mean())
+        log.info("data: clips of %.2f s (median; %.2f s longest); data.clip_seconds %g: %.0f%% of them cropped to it "
+                 "(train: %s, val and test: their centre), %.0f%% padded with silence", median, longest,
+                 self.clip_seconds, 100 * cropped, self.train_crop, 100 * padded)  # fmt: skip
+        if median > 1.5 * self.clip_seconds:
+            log.warning("data: most clips are longer than data.clip_seconds (%g s; median %.2f s): the model hears "
+                        "%g s of each and never the rest; set data.clip_seconds=%.2g to hear the median clip whole",
+                        self.clip_seconds, median, self.clip_seconds, median)  # fmt: skip
 
     def _names(self, target: Any) -> list[str]:
         """The class names of a `_target`."""

@@ -74,6 +74,7 @@ class ResumeDataPosition(L.Callback):
                 counts["processed"] = counts["completed"]
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        _plan_learning_rate(trainer)
         self._skip_trained_batches(trainer)
         if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here
             name, keys, pos, has_gauss, gauss = self._rng["numpy"]
@@ -112,3 +113,23 @@ class ResumeDataPosition(L.Callback):
                 "the batches hold the same samples in the same order. data.num_workers=0 resumes exactly",
                 loader.num_workers,
             )
+
+
+def _plan_learning_rate(trainer: L.Trainer) -> None:
+    """The learning rate of the first step after a resume, from the schedule as planned now. A schedule over the
+    run's budget (`attnzoo.tasks.optim`: a LambdaLR of the step and the total) is planned again over a budget a
+    resume extended, but the optimizer's learning rate restored from the checkpoint is the old plan's until the
+    scheduler's first step: a finished run extended took its first step at the old plan's end, 0."""
+    for config in trainer.lr_scheduler_configs:
+        scheduler = config.scheduler
+        if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR) or scheduler.last_epoch <= 0:
+            continue
+        groups = scheduler.optimizer.param_groups
+        planned = [base * f(scheduler.last_epoch) for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas,
+                                                                         strict=True)]  # fmt: skip
+        if any(g["lr"] != lr for g, lr in zip(groups, planned, strict=True)):
+            if trainer.is_global_zero:
+                log.info("resume: the learning-rate schedule is planned over the budget as it is now: %.3g at step "
+                         "%d (%.3g as saved)", planned[0], scheduler.last_epoch, groups[0]["lr"])  # fmt: skip
+            for group, lr in zip(groups, planned, strict=True):
+                group["lr"] = lr

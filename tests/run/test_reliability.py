@@ -125,6 +125,22 @@ BEST_FIRST = [
 ]
 
 
+def test_a_finished_run_extended_by_a_step_takes_it_at_the_learning_rate_its_new_plan_gives(tmp_path, caplog):
+    # the optimizer's learning rate restored from a finished run was its cosine's end, 0: the first step of an
+    # extension changed nothing (the scheduler, planned again over the new budget, only set it after that step)
+    import logging
+
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_steps=4", "trainer.max_epochs=null", f"run.dir={tmp_path}"]))
+    before = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert before["optimizer_states"][0]["param_groups"][0]["lr"] == 0.0  # the cosine's end
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        fit(load([run_dir / "config.yaml"], ["trainer.max_steps=5"]), resume=run_dir)
+    after = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    moved = [k for k, v in before["state_dict"].items() if not torch.equal(v, after["state_dict"][k])]
+    assert after["global_step"] == 5 and moved  # the extra step trained
+    assert "the learning-rate schedule is planned over the budget" in caplog.text
+
+
 def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_when_a_finished_run_is_extended(tmp_path):
     run_dir = fit(load([VIT], [*TINY, *BEST_FIRST, "trainer.max_epochs=3", f"run.dir={tmp_path}"]))
     rows = _rows(run_dir)

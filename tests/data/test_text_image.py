@@ -157,6 +157,26 @@ def test_missing_or_unreadable_image(tmp_path):
     (tmp_path / json.loads(lines[2])["image"]).write_bytes(b"")
     with pytest.raises(ValueError, match=r"train\.jsonl:3: image .*train/00002\.png cannot be read"):
         _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
+    # the path as the line names it, not where a link leads (imgs -> ../elsewhere/imgs)
+    folder = json.loads(lines[2])["image"].split("/")[0]
+    (tmp_path / folder).rename(tmp_path / "elsewhere")
+    (tmp_path / folder).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match=rf"image {tmp_path}/{folder}/00002\.png cannot be read"):
+        _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
+    # texts that are all empty, for a tokenizer learned from them (10: two images are bad, and skipped)
+    paths["train"].write_text("\n".join(json.dumps({**json.loads(line), "text": ""}) for line in lines) + "\n")
+    with pytest.raises(
+        ValueError,
+        match=r"data\.tokenizer 'bpe' is learned from the training texts, and all 10 of "
+        r"them are empty: give texts, or data\.tokenizer=bytes",
+    ):
+        _dm(
+            train=str(paths["train"]),
+            val=str(paths["val"]),
+            classes=gen.class_names,
+            tokenizer="bpe",
+            on_bad_image="skip",
+        )
 
 
 @pytest.mark.parametrize(

@@ -267,7 +267,8 @@ class TextImageDataModule(DataModule):
                 else:
                     if image not in checked:
                         checked[image] = _check_image(image)
-                    problem = None if checked[image] is None else f"{image} {checked[image]}"
+                    named = path.parent / rec["image"]  # as the line names it, not where links lead
+                    problem = None if checked[image] is None else f"{named} {checked[image]}"
                 if problem is not None:
                     if self.on_bad_image == "error":
                         hint = "data.on_bad_image=skip leaves such pairs out"

@@ -123,7 +123,10 @@ class SubwordTokenizer:
         hf = _hf()
         texts = list(texts)
         if not any(t.strip() for t in texts):
-            raise ValueError("cannot train a subword tokenizer on no text")
+            raise ValueError(
+                f"data.tokenizer {kind!r} is learned from the training texts, and all {len(texts)} of them are empty: "
+                "give texts, or data.tokenizer=bytes (a fixed tokenizer, nothing to learn)"
+            )
         specials = list(SPECIALS.values())
         if kind == "unigram":
             model = hf.models.Unigram()

@@ -91,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.seeds.append(int(words.pop(0)))
         if not args.seeds:
             p.error(f"argument --seeds: expected seed numbers, got {words[0]!r}")
+        twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+        if twice:  # the runs of one variant would share a directory
+            p.error(f"argument --seeds: {', '.join(map(str, twice))} given twice; each seed runs once per variant")
+        if any(s < 0 for s in args.seeds):
+            p.error(f"argument --seeds: {[s for s in args.seeds if s < 0]}: seeds are numbers >= 0")
         args.overrides = [*args.overrides, *words]  # in command-line order: those before --seeds come first
     try:
         check_rank_format()  # before Lightning is imported: it reads the rank variables then

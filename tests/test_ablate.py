@@ -66,7 +66,7 @@ def test_a_named_axis_applies_each_value_as_a_set_of_overrides(tmp_path):
 
 
 def test_a_very_long_id_is_cut_and_stays_unique(tmp_path):
-    values = {f"w{'x' * 150}{i}": {"kind": "mha"} for i in range(2)}
+    values = {f"w{'x' * 150}{i}": {"kind": kind} for i, kind in enumerate(["mha", "sinks"])}
     ids = [v.id for v in load_grid(write_grid(tmp_path, {"model.attention": values})).variants()]
     assert len(set(ids)) == 2 and all(len(i) <= 120 and SAFE.match(i) for i in ids)
 
@@ -109,6 +109,9 @@ def test_axis_labels_are_the_shortest_distinct_suffix(keys, labels):
         ("axes: {position: [learned, none]}", "axes.position: an axis named without a dot maps labels to sets"),
         ("axes: {position: {a: {pos_embed: none}}}", "axes.position: an axis named without a dot"),
         ("axes: {position: {a: {model.depth: 1}}, model.depth: [2, 3]}", "['model.depth'] set by more than one axis"),
+        # two labels of one value ran one config twice; a recipe given as the grid was "unknown key 'seed'"
+        ("axes: {model.attention.kind: {a: mha, b: mha}}", "axes.model.attention.kind: a and b are the same value"),
+        ("seed: 0\nmodel: {kind: vit}\ntrainer: {max_epochs: 1}", "looks like a recipe (it has the config sections"),
     ],
 )
 def test_a_malformed_grid_names_the_file_and_the_problem(tmp_path, text, message):
@@ -470,3 +473,9 @@ def test_overrides_after_the_seeds_are_overrides(tmp_path, capsys):
     assert all(line.index("trainer.max_epochs=2") < line.index("trainer.max_epochs=1") for line in lines)
     with pytest.raises(SystemExit):
         main([*args, "--seeds", "trainer.max_epochs=1"])
+    assert "expected seed numbers" in capsys.readouterr().err
+    # a seed given twice was blamed on the values' labels; a negative one on the grid's axes
+    for seeds, message in ((["0", "0"], "0 given twice"), (["-1"], "[-1]: seeds are numbers >= 0")):
+        with pytest.raises(SystemExit):
+            main([*args, "--seeds", *seeds])
+        assert f"argument --seeds: {message}" in capsys.readouterr().err

@@ -171,6 +171,10 @@ def load_grid(path: str | Path) -> Grid:
         raise _fail(path, "is empty: a grid lists axes (e.g. axes: {model.attention.kind: [mha, talking_heads]})")
     if not isinstance(raw, dict):
         raise _fail(path, f"expected a mapping with keys {list(GRID_KEYS)}")
+    sections = sorted(k for k in raw if k in ("model", "data", "task", "trainer", "run"))
+    if sections and "axes" not in raw:
+        raise _fail(path, f"looks like a recipe (it has the config sections {sections}), not a grid: give it with "
+                          "--config, and with --grid a file of axes: (and seeds:, fixed:)")  # fmt: skip
     for key in raw:
         if key not in GRID_KEYS:
             raise _fail(path, f"unknown key {key!r}; valid: {list(GRID_KEYS)}{suggest(str(key), list(GRID_KEYS))}")
@@ -189,6 +193,10 @@ def load_grid(path: str | Path) -> Grid:
             raise _fail(path, f"axes.{key}: expected a list of values or a mapping label -> value, got {values!r}")
         if not named or len(named) != len(values):
             raise _fail(path, f"axes.{key}: needs at least one value, each with a distinct label; got {values!r}")
+        same = [(a, b) for i, (a, x) in enumerate(named.items()) for b, y in list(named.items())[i + 1 :] if x == y]
+        if same:  # one config under two labels: the same run twice
+            raise _fail(path, f"axes.{key}: {same[0][0]} and {same[0][1]} are the same value ({named[same[0][0]]!r}); "
+                              "their runs would be one config twice (seeds: repeats a config)")  # fmt: skip
         if is_named(str(key)) and not (
             isinstance(values, dict)
             and all(isinstance(v, dict) and v and all("." in k for k in v) for v in named.values())

@@ -109,13 +109,16 @@ def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> 
     return None
 
 
-def example_input(run: Any, index: int) -> tuple[dict[str, Tensor], Any]:
-    """(the net's inputs, label) of validation example `index`, batched as the run's loader does, less the padding
+def example_input(run: Any, index: int, split: str = "val") -> tuple[dict[str, Tensor], Any]:
+    """(the net's inputs, label) of example `index` of `split`, batched as the run's loader does, less the padding
     at the end of its row (`data.pad_to_multiple`, a short last block): padded positions would be drawn as tokens
     the example does not have. The net reads right padding as nothing, so its output is the same."""
-    loader = run.data.val_dataloader()
+    try:
+        loader = run.data.val_dataloader() if split == "val" else run.data.test_dataloader()
+    except ValueError as err:  # no test file
+        raise ConfigError(f"--split {split}: {err}") from None
     if not 0 <= index < len(loader.dataset):
-        raise ConfigError(f"--index {index}: the validation split has {len(loader.dataset)} examples")
+        raise ConfigError(f"--index {index}: the {split} split has {len(loader.dataset)} examples")
     batch = _without_padding(loader.collate_fn([loader.dataset[index]]))
     label = batch.pop("label", None)
     net_inputs = getattr(run.task, "net_inputs", None)  # sequence tasks: the batch also holds labels, texts, ...
@@ -155,9 +158,9 @@ def visualize(
 ) -> list[Path]:
     """Draw the attention of a run on one input; returns the files written.
 
-    Runs of models with cross-attention (the text-image recipe) also get, for `count` examples of `split` from
-    example `index`, where each word looks in the image (`<out>/cross_attention/`; `cross_attention_test/` for the
-    test split).
+    Without an input, example `index` of `split` is drawn. Runs of models with cross-attention (the text-image
+    recipe) also get, for `count` examples of `split` from example `index`, where each word looks in the image
+    (`<out>/cross_attention/`).
     """
     from .run import load_run
     from .run.lock import refuse_links
@@ -174,12 +177,13 @@ def visualize(
         check_cross_split(data, split, count, cross_index)
     if kind == "translation":
         if input_path is not None:
-            raise ConfigError("--input: translation runs take a sentence with --text (or --index of the val split)")
-        name = "text" if text is not None else f"val-{index}"  # as the other kinds name their folders
+            raise ConfigError("--input: translation runs take a sentence with --text (or --index of --split)")
+        name = "text" if text is not None else f"{split}-{index}"  # as the other kinds name their folders
         if text is None:
-            if not 0 <= index < len(data.pairs["val"]):
-                raise ConfigError(f"--index {index}: the validation split has {len(data.pairs['val'])} pairs")
-            text = data.pairs["val"][index][0]
+            pairs = data.pairs.get(split) or []
+            if not 0 <= index < len(pairs):
+                raise ConfigError(f"--index {index}: the {split} split has {len(pairs)} pairs")
+            text = pairs[index][0]
         return [translation_alignment(run, text, out or run_dir / "viz" / name)]
     label = None
     if text is not None:
@@ -187,8 +191,8 @@ def visualize(
             raise ConfigError(f"--text: for runs with data kind 'text' (this run: {kind!r}), without --input")
         inputs, name = text_input(data, text), "text"
     elif input_path is None:
-        inputs, label = example_input(run, index)
-        name = f"val-{index}"
+        inputs, label = example_input(run, index, split)
+        name = f"{split}-{index}"
     else:
         if kind not in INPUTS:
             raise ConfigError(f"--input: runs with data kind {kind!r} take no input files yet; valid: {sorted(INPUTS)}")
@@ -244,8 +248,8 @@ def visualize(
     torch.save(saved, out / "maps.pt")
     written.append(out / "maps.pt")
     if hasattr(net, "cross_blocks"):
-        folder = "cross_attention" if split == "val" else f"cross_attention_{split}"
-        written += cross_attention_maps(data, net, split=split, count=count, out=out / folder, index=cross_index)
+        written += cross_attention_maps(data, net, split=split, count=count, out=out / "cross_attention",
+                                        index=cross_index)  # fmt: skip
     elif getattr(net, "fusion", None) == "film":
         log.info("viz: no cross-attention maps: model.fusion is 'film' (the question steers the image stem instead)")
     return written
@@ -335,16 +339,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path, help="a run directory written by attnzoo fit")
     p.add_argument("--input", type=Path, help="an input file (image); default: an example of the validation split")
     p.add_argument("--text", help="a text to draw (text runs; translation runs: a sentence whose alignment is drawn)")
-    p.add_argument("--index", type=int, default=0, help="the validation example to draw without --input/--text "
-                   "(text-image runs: the first of --split's examples drawn as cross-attention maps)")  # fmt: skip
+    p.add_argument("--index", type=int, default=0, help="the example of --split to draw without --input/--text "
+                   "(text-image runs: the first of the examples drawn as cross-attention maps)")  # fmt: skip
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("--out", type=Path, help="output directory (default: <run dir>/viz/<input name>)")
     p.add_argument("--residual", type=float, default=0.5, help="rollout: weight of the residual connection")
     p.add_argument("--head-fusion", default="mean", choices=("mean", "max", "min"), help="rollout: how heads combine")
-    p.add_argument(
-        "--split", default="val", choices=("val", "test"), help="cross-attention maps: examples of this split"
-    )
+    p.add_argument("--split", default="val", choices=("val", "test"), help="the split --index counts in")
     p.add_argument("--count", type=int, default=4, help="cross-attention maps: how many examples (text-image runs)")
     args = p.parse_args(argv)
     allow_imports(args.allow_imports)

@@ -185,6 +185,12 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
     script = (out / "slurm" / "backend=sdpa,seed=0.sbatch").read_text()
     assert "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=1\n#SBATCH --requeue\n" in script
     assert "--gres" not in script and " srun " not in script and "--partition" not in script
+    # trainer.devices auto or -1 takes every GPU the job holds; a CPU recipe on a Ray cluster with GPUs takes none
+    assert main([*args[:6], "--launcher", "slurm", "--dry-run", "--gpus-per-run", "2", "trainer.accelerator=gpu",
+                 "trainer.devices=-1"]) == 0  # fmt: skip
+    bundle = RayLauncher(num_cpus=2)._bundle
+    assert bundle({"CPU": 4, "GPU": 1}, local=True, on_gpu=False)["gpu"] == 0
+    assert bundle({"CPU": 4, "GPU": 1}, local=True, on_gpu=True)["gpu"] == 1
 
 
 @pytest.mark.parametrize(

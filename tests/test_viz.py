@@ -118,7 +118,7 @@ def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_p
     ("args", "message"),
     [
         (["--input", "notes.txt"], "is not a file"),
-        (["--index", "100000"], "the validation split has 500 examples"),
+        (["--index", "100000"], "the val split has 500 examples"),
         (["--checkpoint", "last"], "no checkpoint file"),
     ],
 )
@@ -244,6 +244,18 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
     assert drawn == load_run(run).data.datasets["val"].texts[5:7]
     assert main([str(run), "--index", "8"]) == 2  # before anything is drawn
     assert "--index 8: the val split has 8 examples" in capsys.readouterr().err
+    # --split test: the example drawn and the maps are the test split's (the drawing was of val example N)
+    drawn.clear()
+    assert main([str(run), "--out", str(tmp_path / "t1"), "--count", "1", "--index", "1", "--split", "test"]) == 0
+    test = load_run(run).data.datasets["test"]
+    assert drawn == test.texts[1:2]
+    label = torch.load(tmp_path / "t1" / "maps.pt", weights_only=True)["logits"]
+    capture_net = load_run(run).net.eval()
+    from attnzoo.viz import example_input
+
+    inputs, _ = example_input(load_run(run), 1, "test")
+    with torch.no_grad():
+        torch.testing.assert_close(label, capture_net(**inputs), rtol=1e-4, atol=1e-5)
     saved = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)
     assert saved["maps"]  # the text encoder's self-attention (learned bpe tokens), beside the cross-attention
 

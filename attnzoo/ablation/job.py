@@ -128,16 +128,19 @@ def run_one(
 def _in_use(run_dir: Path) -> str | None:
     """What holds the run directory's lock (`attnzoo.run.lock.RunLock`, its `.lock` file): a fit still training
     there; None when no process does (the kernel drops a lock with its process, however that ends)."""
+    import errno
     import fcntl
 
     path = run_dir / ".lock"
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR)  # as RunLock opens it: NFS emulates flock with fcntl locks, which need writing
     except OSError:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # no lock to be had: no holder known
+            return None
         try:
             who = json.loads(path.read_text() or "{}")
         except (OSError, ValueError):

@@ -105,7 +105,8 @@ class RayLauncher:
     Args:
         address: a running Ray cluster (`auto`, `ray://host:port`); default: start one on this machine.
         num_cpus: CPUs of the Ray instance started here (default: every core); not with `address`.
-        gpus_per_run: default 1 when the cluster has GPUs, else 0.
+        gpus_per_run: default 1 when the cluster has GPUs and the runs train on them (trainer.accelerator not cpu),
+            else 0.
         max_concurrent: at most this many trials at once (0: as many as the bundles fit).
     """
 
@@ -161,9 +162,9 @@ class RayLauncher:
                 # without the ray[client] package
                 raise ConfigError(f"--ray-address {address}: {str(err).strip().splitlines()[0]}") from None
         try:
-            bundle = self._bundle(ray.cluster_resources(), local=started and not address)
-            given = "--gpus-per-run" if self.gpus_per_run else "the Ray cluster's GPUs (--gpus-per-run 0: none)"
-            runner.check_gpus(runs, bundle["gpu"], given)
+            on_gpu = all(r.devices[0] != "cpu" for r in runs)  # a CPU recipe takes no GPU unless one is asked for
+            bundle = self._bundle(ray.cluster_resources(), local=started and not address, on_gpu=on_gpu)
+            runner.check_gpus(runs, bundle["gpu"], "--gpus-per-run")
             specs = [{"variant": r.variant.id, "run_dir": str(r.run_dir.resolve()), "config_sha": r.config_sha,
                       "command": runner.fit_command(configs, r), "cwd": str(Path.cwd()),
                       "stop_file": str(self._stop_file)} for r in runs]  # fmt: skip
@@ -187,8 +188,8 @@ class RayLauncher:
                 ray.shutdown()
         return [progress.records.get(r.variant.id) or {"variant": r.variant.id, "status": "not started"} for r in runs]
 
-    def _bundle(self, cluster: dict[str, float], *, local: bool) -> dict[str, int]:
-        gpus = self.gpus_per_run if self.gpus_per_run is not None else int(cluster.get("GPU", 0) > 0)
+    def _bundle(self, cluster: dict[str, float], *, local: bool, on_gpu: bool = True) -> dict[str, int]:
+        gpus = self.gpus_per_run if self.gpus_per_run is not None else int(on_gpu and cluster.get("GPU", 0) > 0)
         bundle = {"cpu": self.cpus_per_run, "gpu": gpus}
         have = {"cpu": cluster.get("CPU", 0), "gpu": cluster.get("GPU", 0)}
         short = [k for k in bundle if bundle[k] > have[k]]

@@ -50,7 +50,8 @@ def check_gpus(runs: Sequence[Planned], gpus: int, flag: str) -> None:
                 f"{flag}: each run holds {gpus} GPU(s), but variant {run.variant.id} trains on the CPU "
                 f"(trainer.accelerator 'cpu', the recipes' default): add trainer.accelerator=gpu{more}"
             )
-        if gpus > 1 and devices != gpus:
+        fewer = len(devices) if isinstance(devices, list) else devices if isinstance(devices, int) else None
+        if gpus > 1 and fewer is not None and 0 < fewer < gpus:  # auto and -1 take every GPU the job has
             raise ConfigError(
                 f"{flag}: each run holds {gpus} GPUs, one fit process per GPU, but variant {run.variant.id} has "
                 f"trainer.devices {devices!r}: add trainer.devices={gpus} trainer.strategy=ddp"

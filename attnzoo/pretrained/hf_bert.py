@@ -171,7 +171,8 @@ def convert(path: str | Path) -> Converted:
     if deeper:  # config.json of another checkpoint, or one edited: the weights are not the model it describes
         raise ValueError(
             f"{str(path)!r}: the weights hold layers that config.json's num_hidden_layers ({options['depth']}) does "
-            f"not (first: {deeper[0]!r}); config.json and the weights come from different models"
+            f"not (first: {min(deeper, key=lambda k: int(k.split('.')[2]))!r}); config.json and the weights come "
+            "from different models"
         )
     if left:
         log.info("%s: %d tensors have no place in attnzoo's text classifier (%s%s)", path, len(left),

@@ -156,12 +156,13 @@ def _refuse_lost_tokenizer(cfg: Config, converted: Any, given: str, run: Path | 
     attnzoo checkpoint outside one, False for another library's checkpoint. A config that names a tokenizer file
     (data.tokenizer=<tokenizer.json>) says which ids the weights take."""
     from ..data.tokenizers.subword import KINDS, TOKENIZER_FILE
+    from ..data.tokenizers.tokenize import TOKENIZERS
     from ..pretrained import run_dir
     from . import checkpoint_io
     from .tokenizer_stamp import STAMP_KEY
 
     spec = cfg.section("data").get("tokenizer")
-    if isinstance(spec, str) and spec.endswith(".json"):
+    if isinstance(spec, str) and (spec.endswith(".json") or Path(spec).is_file()):  # the config names the file
         return
     if run is False:  # a pretrained folder: the family converters read its tokenizer.json when it has one
         if "vocab_size" in converted.options:
@@ -174,12 +175,12 @@ def _refuse_lost_tokenizer(cfg: Config, converted: Any, given: str, run: Path | 
         return
     if run is not None:
         theirs = (run_dir.run_config(run).get("data") or {}).get("tokenizer")
-        if theirs in KINDS:
+        if theirs in KINDS or isinstance(theirs, str) and theirs not in TOKENIZERS:  # learned, or a file it copied
             raise ConfigError(
                 f"model.init_from (set in {where}): {run} has no {TOKENIZER_FILE}, and its weights were trained with "
-                f"the tokenizer it learned (its config.yaml: data.tokenizer {theirs!r}): one learned again from this "
-                f"run's data would give the embedding's rows to other tokens. Copy the run's own {TOKENIZER_FILE} "
-                "back beside its config.yaml"
+                f"the tokenizer its config.yaml names (data.tokenizer {theirs!r}): another one (learned again from "
+                f"this run's data) would give the embedding's rows to other tokens. Copy the run's own "
+                f"{TOKENIZER_FILE} back beside its config.yaml, or name the file: data.tokenizer=<tokenizer.json>"
             )
         return
     ckpt = run_dir.checkpoint_file(given)
@@ -187,6 +188,11 @@ def _refuse_lost_tokenizer(cfg: Config, converted: Any, given: str, run: Path | 
         stamp = checkpoint_io.read_checkpoint(ckpt, mmap=True).get(STAMP_KEY)
     except ValueError as err:
         raise ConfigError(f"model.init_from (set in {where}): {err}") from None
+    if isinstance(stamp, str) and spec in TOKENIZERS:  # a fixed tokenizer (bytes): the same one, or another
+        from ..data.tokenizers.subword import tokenizer_digest
+
+        if tokenizer_digest(TOKENIZERS[spec]()) == stamp:
+            return
     if isinstance(stamp, str):
         raise ConfigError(
             f"model.init_from (set in {where}): {given} is a checkpoint outside its run directory, and its weights "

@@ -129,7 +129,7 @@ def test_weights_without_the_tokenizer_they_were_trained_with_are_refused(run_a,
     with pytest.raises(
         ConfigError,
         match=r"copy has no tokenizer\.json, and its weights were trained with the "
-        r"tokenizer it learned \(its config\.yaml: data\.tokenizer 'unigram'\).*Copy the run's own",
+        r"tokenizer its config\.yaml names \(data\.tokenizer 'unigram'\).*Copy the run's own",
     ):
         build(load([TEXT], [*overrides, f"model.init_from={copy}"]))
     lone = tmp_path / "lone.ckpt"
@@ -145,6 +145,10 @@ def test_weights_without_the_tokenizer_they_were_trained_with_are_refused(run_a,
     # naming the tokenizer file says which ids the weights take
     shutil.copy(run_a / "tokenizer.json", tmp_path / "theirs.json")
     build(load([TEXT], [*overrides, f"model.init_from={copy}", f"data.tokenizer={tmp_path / 'theirs.json'}"]))
+    # a fixed tokenizer (bytes) is not a file beside the weights: the same one takes a lone .ckpt
+    fixed = fit(load([TEXT], [*overrides, "data.tokenizer=bytes", f"run.dir={tmp_path / 'bytes'}"]))
+    shutil.copy(fixed / "checkpoints" / "best.ckpt", tmp_path / "bytes.ckpt")
+    build(load([TEXT], [*overrides, f"model.init_from={tmp_path / 'bytes.ckpt'}", "data.tokenizer=bytes"]))
 
 
 def test_a_checkpoint_of_another_model_kind_is_refused(tmp_path):

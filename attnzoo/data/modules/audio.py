@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import logging
+import math
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -349,9 +350,10 @@ class AudioDataModule(DataModule):
                  "(train: %s, val and test: their centre), %.0f%% padded with silence", median, longest,
                  self.clip_seconds, 100 * cropped, self.train_crop, 100 * padded)  # fmt: skip
         if median > 1.5 * self.clip_seconds:
+            whole = math.ceil(median * 10) / 10  # rounded up: the median clip fits
             log.warning("data: most clips are longer than data.clip_seconds (%g s; median %.2f s): the model hears "
-                        "%g s of each and never the rest; set data.clip_seconds=%.2g to hear the median clip whole",
-                        self.clip_seconds, median, self.clip_seconds, median)  # fmt: skip
+                        "%g s of each and never the rest; set data.clip_seconds=%g to hear the median clip whole",
+                        self.clip_seconds, median, self.clip_seconds, whole)  # fmt: skip
 
     def _names(self, target: Any) -> list[str]:
         """The class names of a `_target`."""

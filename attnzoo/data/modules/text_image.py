@@ -291,9 +291,10 @@ class TextImageDataModule(DataModule):
                 raise ValueError(f"{path}: no pair left with a readable image ({len(recs)} lines)")
             self.datasets[split] = self._dataset(split, self._in_memory(images, decoded), kept, labels)
         if decoded:
+            read = {p for ds in self.datasets.values() for p in ds.images if isinstance(p, Path)}  # beyond the budget
             log.info("data: %d image files decoded and resized to %d px once, kept in memory (%.0f MiB)%s",
                      len(decoded), self.image_size, sum(a.nbytes for a in decoded.values()) / 2**20,
-                     "" if len(decoded) == len(checked) else "; the others are read from disk each epoch")  # fmt: skip
+                     f"; {len(read)} others are read from disk each epoch" if read else "")  # fmt: skip
 
     def _in_memory(self, images: list[Path], decoded: dict[Path, np.ndarray]) -> list[Path | np.ndarray]:
         """`images` as their resized pixels (decoded once into `decoded`) while those fit in `MEMORY_BYTES`; a photo's

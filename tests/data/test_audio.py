@@ -508,3 +508,21 @@ def test_evaluate_scores_a_held_out_folder_of_test_clips(tmp_path, caplog):
         report = evaluate(run_dir, "best", "test", [], [f"data.root={other}"])
     assert report["split"] == "test" and report["split_examples"] == 4 and "test/acc" in report["metrics"]
     assert "val split has no clip" not in caplog.text
+
+
+def test_a_csvs_unknown_class_names_the_csv_and_reused_statistics_are_logged(tmp_path, caplog):
+    # the error named data.root (the audio folder) for a class the CSV holds; data.stats_file was reused silently
+    meta = esc50(tmp_path)
+    columns = {"path": "filename", "label": "category"}
+    with pytest.raises(ValueError, match=rf"data: {meta} has class\(es\) that the run's model was not trained on"):
+        small(
+            source="csv", csv=str(meta), root=str(tmp_path / "audio"), columns=columns, labels=["dog", "rain"]
+        ).setup()
+    dm = small(source="csv", csv=str(meta), root=str(tmp_path / "audio"), columns=columns)
+    dm.save_artifacts(tmp_path)
+    assert json.loads((tmp_path / "labels.json").read_text())["source"] == str(meta)
+    caplog.set_level(logging.INFO, logger="attnzoo")
+    again = small(source="csv", csv=str(meta), root=str(tmp_path / "audio"), columns=columns,
+                  stats_file=str(tmp_path / "audio_stats.json"))  # fmt: skip
+    assert again.compute_stats()["mean"] == pytest.approx(dm.stats["mean"])
+    assert f"from {tmp_path / 'audio_stats.json'} (data.stats_file; measured over" in caplog.text

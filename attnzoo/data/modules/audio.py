@@ -244,7 +244,12 @@ class AudioDataModule(DataModule):
             "data: audio %s, %d classes, clips %s, %d skipped", self.source, self.num_classes, sizes, len(self.skipped)
         )
         if not len(self.datasets["train"]) and not self.scoring_only:
-            raise ValueError(f"data: the train split of {self.root or self.csv} has no clips")
+            raise ValueError(f"data: the train split of {self.read_from} has no clips")
+
+    @property
+    def read_from(self) -> str | None:
+        """The file or folder the clips are listed in (named in messages): the CSV, or the class folders."""
+        return self.csv if self.source == "csv" else self.root
 
     @property
     def scoring_only(self) -> bool:
@@ -279,7 +284,7 @@ class AudioDataModule(DataModule):
             unknown = sorted({name for _, labels, _ in entries for name in labels} - set(self.labels))
             if unknown:
                 raise ValueError(
-                    f"data: {self.root or self.csv} has class(es) that the run's model was not trained on: "
+                    f"data: {self.read_from} has class(es) that the run's model was not trained on: "
                     f"{shortened(unknown)} (the model's: {shortened(self.labels)}); a model cannot predict a class it "
                     "never saw in training"
                 )
@@ -521,6 +526,8 @@ class AudioDataModule(DataModule):
                     f"{saved.get('features')}, but this run uses {self.logmel.config()}"
                 )
             self.stats = {"mean": float(saved["mean"]), "std": float(saved["std"]), "clips": int(saved["clips"])}
+            log.info("data: log-mel mean %.4f std %.4f from %s (data.stats_file; measured over %d clips)",
+                     self.stats["mean"], self.stats["std"], self.stats_file, self.stats["clips"])  # fmt: skip
             return self.stats
         train = self.datasets["train"]
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed))[: self.stats_clips]
@@ -593,7 +600,8 @@ class AudioDataModule(DataModule):
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
         }
         out.write_text(json.dumps(record, indent=2))
-        save_class_names(run_dir, self.class_names, str(self.root or self.csv or self.source))  # evaluate reads them
+        where = str(Path(self.read_from).resolve()) if self.read_from else self.source
+        save_class_names(run_dir, self.class_names, where)  # evaluate reads them
         return out
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
@@ -631,7 +639,7 @@ class AudioDataModule(DataModule):
         self.setup()
         if not len(self.datasets["train"]):  # set up with a run's classes and statistics (`scoring_only`)
             raise ValueError(
-                f"data: the train split of {self.root or self.csv} has no clips: nothing to train on (set up only to "
+                f"data: the train split of {self.read_from} has no clips: nothing to train on (set up only to "
                 "score, as data.labels and data.stats_file were given)"
             )
         mixup = None

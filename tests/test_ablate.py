@@ -479,3 +479,18 @@ def test_overrides_after_the_seeds_are_overrides(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main([*args, "--seeds", *seeds])
         assert f"argument --seeds: {message}" in capsys.readouterr().err
+
+
+def test_another_study_in_the_same_out_is_said_to_replace_the_report(tmp_path, monkeypatch, capsys):
+    # another grid's report replaced the first one's with no word (only clashing variant ids were refused)
+    import attnzoo.ablation.runner as module
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    out = tmp_path / "out"
+    ablate([VIT], write_grid(tmp_path, {"model.attention.backend": ["sdpa"]}), out)
+    ablate([VIT], write_grid(tmp_path, {"model.attention.backend": ["sdpa", "blocked"]}, name="more.yaml"), out)
+    assert "held an ablation over other axes" not in capsys.readouterr().err  # more values of the same axis
+    ablate([VIT], write_grid(tmp_path, {"model.attention.kind": ["mha"]}, name="kind.yaml"), out)
+    err = capsys.readouterr().err
+    assert f"{out} held an ablation over other axes (['model.attention.backend'], grid" in err

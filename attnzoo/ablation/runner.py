@@ -240,6 +240,15 @@ def ablate(
         return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line)
 
 
+def _stored_plan(out: Path) -> dict[str, Any]:
+    """The ablation.json an earlier ablation left in `out`, or {}."""
+    try:
+        stored = json.loads((out / "ablation.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
 def variant_records(runs: Sequence[Planned]) -> list[dict[str, Any]]:
     """The `variants` of ablation.json (what its report covers): id, name, axis values and seed of each run."""
     return [
@@ -271,6 +280,12 @@ def _ablate(
         "variants": variant_records(runs),
     }
     states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was
+    before = _stored_plan(out)
+    keys = lambda axes: sorted(a.get("key") for a in axes.values() if isinstance(a, dict))  # noqa: E731
+    if isinstance(before.get("axes"), dict) and keys(before["axes"]) != keys(info["axes"]):  # another study
+        print(f"attnzoo ablate: {out} held an ablation over other axes ({keys(before['axes'])}, grid "
+              f"{before.get('grid')}); its report is replaced by this grid's (the runs of both stay in runs/)",
+              file=sys.stderr)  # fmt: skip
     write_json(out / "ablation.json", info)
     todo = [
         r for r in runs if states[r.variant.id] == "missing" or states[r.variant.id] == "failed" and not skip_failed

@@ -61,28 +61,31 @@ class RunCheckpoint(ModelCheckpoint):
     that moved or was copied. Lightning keeps only `best_model_path` when the saved `dirpath` differs from its own:
     a resumed run then took any next validation as its best (overwriting best.ckpt with a worse model), and one
     resumed after it finished stopped on the missing best score. The saved paths inside the old directory are read
-    as the same files in this one."""
+    as the same files in this one, and paths elsewhere are dropped."""
 
     def _generate_state_key(self, **kwargs: Any) -> str:
         return f"ModelCheckpoint{kwargs!r}"  # Lightning's own key: checkpoints of earlier runs keep loading
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        old = state_dict.get("dirpath")
-        if old is not None and self.dirpath is not None and old != self.dirpath:
+        """The saved record, its paths read as the checkpoint files of the same names in this run's `dirpath`. A path
+        anywhere else is not taken: Lightning deletes a best or top-k checkpoint it replaces, and a checkpoint from a
+        stranger could name any file or folder (`local://~/Documents`, which fsspec deletes recursively)."""
 
-            def moved(path: Any) -> Any:
-                if isinstance(path, str) and path and Path(path).parent == Path(old):
-                    return str(Path(self.dirpath) / Path(path).name)
-                return path
+        def inside(path: Any) -> str:
+            if not isinstance(path, str) or not path or "://" in path or self.dirpath is None:
+                return ""
+            name = Path(path).name
+            return str(Path(self.dirpath) / name) if name.endswith(".ckpt") else ""
 
-            state_dict = {
-                **state_dict,
-                "dirpath": self.dirpath,
-                "best_model_path": moved(state_dict.get("best_model_path", "")),
-                "kth_best_model_path": moved(state_dict.get("kth_best_model_path", "")),
-                "last_model_path": moved(state_dict.get("last_model_path", "")),
-                "best_k_models": {moved(k): v for k, v in (state_dict.get("best_k_models") or {}).items()},
-            }
+        best_k = {inside(k): v for k, v in (state_dict.get("best_k_models") or {}).items()}
+        state_dict = {
+            **state_dict,
+            "dirpath": self.dirpath,
+            "best_model_path": inside(state_dict.get("best_model_path", "")),
+            "kth_best_model_path": inside(state_dict.get("kth_best_model_path", "")),
+            "last_model_path": inside(state_dict.get("last_model_path", "")),
+            "best_k_models": {k: v for k, v in best_k.items() if k},
+        }
         super().load_state_dict(state_dict)
 
 

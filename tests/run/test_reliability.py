@@ -141,6 +141,32 @@ def test_a_finished_run_extended_by_a_step_takes_it_at_the_learning_rate_its_new
     assert "the learning-rate schedule is planned over the budget" in caplog.text
 
 
+def test_a_resumed_checkpoint_that_names_files_elsewhere_deletes_none_of_them(tmp_path):
+    # a checkpoint's ModelCheckpoint record named local://~/Documents as its best: Lightning deleted it (recursively,
+    # through fsspec) when the resumed run saved a newer checkpoint
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_steps=4", "trainer.max_epochs=null", f"run.dir={tmp_path / 'r'}"]))
+    victim = tmp_path / "Documents"
+    victim.mkdir()
+    (victim / "thesis.txt").write_text("years of work")
+    (tmp_path / "other.ckpt").write_text("not this run's")
+    last = run_dir / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    for key, state in ckpt["callbacks"].items():
+        if key.startswith("ModelCheckpoint"):
+            bad = {f"local://{victim}": torch.tensor(9.0), str(tmp_path / "other.ckpt"): torch.tensor(8.0)}
+            state.update(
+                dirpath="/elsewhere/checkpoints",
+                best_model_path=f"local://{victim}",
+                best_k_models=bad,
+                kth_best_model_path=str(tmp_path / "other.ckpt"),
+                last_model_path=f"local://{victim}",
+            )
+    torch.save(ckpt, last)
+    fit(load([run_dir / "config.yaml"], ["trainer.max_steps=8"]), resume=run_dir)
+    assert (victim / "thesis.txt").read_text() == "years of work" and (tmp_path / "other.ckpt").is_file()
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+
+
 def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_when_a_finished_run_is_extended(tmp_path):
     run_dir = fit(load([VIT], [*TINY, *BEST_FIRST, "trainer.max_epochs=3", f"run.dir={tmp_path}"]))
     rows = _rows(run_dir)

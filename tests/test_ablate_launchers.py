@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -560,3 +561,35 @@ def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path, 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a))
     assert main([*args, "--ray-address", f"ray://127.0.0.1:{port}"]) == 2
     assert "connects through Ray Client, which needs pip install 'ray[client]'" in capsys.readouterr().err
+
+
+def test_reports_and_job_scripts_replace_links_in_the_ablation_directory_never_writing_through(
+    tmp_path, capsys, monkeypatch
+):
+    # a shared ablation directory whose report.md linked to ~/.bashrc had --report-only write its text there
+    monkeypatch.setattr(runner, "fit_command", _fake_fit(FAKE_FIT))
+    grid = write_grid(tmp_path, AXES)
+    out = tmp_path / "out"
+    ablate([VIT], grid, out)
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--launcher", "slurm", "--dry-run"]
+    assert main(args) == 0
+    victims = {name: tmp_path / f"victim_{name}" for name in ("report.md", "report.csv", "runs.csv", "metric.png")}
+    for name, victim in victims.items():
+        victim.write_text("mine")
+        (out / name).unlink()
+        (out / name).symlink_to(victim)
+    script = out / "slurm" / "backend=sdpa,seed=0.sbatch"
+    script.unlink()
+    script.symlink_to(tmp_path / "victim_script")
+    (tmp_path / "victim_script").write_text("mine")
+    assert main(args) == 0
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out), "--report-only"]) == 0
+    assert all(v.read_text() == "mine" for v in [*victims.values(), tmp_path / "victim_script"])
+    assert not any((out / name).is_symlink() for name in victims) and not script.is_symlink()
+    # a slurm/ folder that is a link would take every script elsewhere
+    shutil.rmtree(out / "slurm")
+    (tmp_path / "elsewhere").mkdir()
+    (out / "slurm").symlink_to(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "slurm is a symbolic link" in capsys.readouterr().err and not list((tmp_path / "elsewhere").iterdir())

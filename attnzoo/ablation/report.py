@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import ConfigError
 from ..run.baseline import baseline_metric
+from ..util.files import replacing, write_text
 from ..util.names import suggest
 
 MB = 2**20
@@ -186,7 +187,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
     axes = list(info.get("axes") or {})
     cuda = any("peak_cuda_bytes" in r.summary for row in rows for r in row.runs)
     memory = "peak CUDA memory (MiB)" if cuda else "peak RSS (MiB)"  # MB = 2**20 bytes: mebibytes
-    with open(out / "report.csv", "w", newline="") as f:
+    with replacing(out / "report.csv") as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", *axes, "metric", "metric_mean", "metric_std", "samples_per_s_mean", "samples_per_s_std",
                     "peak_memory_mb_mean", "memory_kind", "parameters", "wall_s_mean", "wall_s_std", "backends",
@@ -199,7 +200,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
                         *stats[3], "+".join(sorted(row.backends)), " ".join(str(r.seed) for r in row.runs),
                         len(row.metric) if row.baseline else row.count("ok"), row.count("failed"),
                         row.count("missing")])  # fmt: skip
-    with open(out / "runs.csv", "w", newline="") as f:
+    with replacing(out / "runs.csv") as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "variant", "seed", "status", metric or "metric", "samples_per_s", "parameters",
                     "wall_s", "backends", "error"])  # fmt: skip
@@ -246,7 +247,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
     if failed:
         lines += ["", "Failed runs (stderr in `runs/<run>/stderr.log`):", ""]
         lines += [f"- `{run}`: {error}" for run, error in failed]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_text(out / "report.md", "\n".join(lines) + "\n")
     return out / "report.md"
 
 
@@ -289,7 +290,8 @@ def plot_metric(rows: list[Row], metric: str | None, path: Path) -> None:
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{metric} per variant", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -317,7 +319,8 @@ def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -
     ax.set_title(f"{metric} against throughput (mean ± std over seeds)", fontsize=11)
     ax.margins(0.15)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..util.files import write_json
+from ..util.files import write_json, write_text
 from ..util.names import shortened
 from .job import PACKAGE_ROOT, read_record
 from .runner import Planned, check_gpus, fit_command, status
@@ -139,11 +139,14 @@ class SlurmLauncher:
         check_gpus(runs, self.gpus_per_run, "--gpus-per-run")
         scripts = {run.variant.id: self.script(configs, out, run) for run in runs}  # checked before anything is made
         folder = out / "slurm"
+        if folder.is_symlink():  # the scripts (and the jobs' logs) would go wherever it points
+            raise ConfigError(f"{folder} is a symbolic link (to {os.readlink(folder)}): the job scripts go into the "
+                              "ablation directory itself; remove the link")  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
         for variant, text in scripts.items():
             path = folder / f"{variant}.sbatch"
-            path.write_text(text)
+            write_text(path, text)  # a link there is replaced, not written through
             paths.append(path)
         return paths
 

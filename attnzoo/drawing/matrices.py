@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..util.files import replacing
+
 Tensor = torch.Tensor
 
 
@@ -79,7 +81,8 @@ def save_figure(fig: Any, path: str | Path, title: str, note: str = "", *, fonts
     fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with replacing(path) as tmp:  # a link there is replaced, not written through
+        fig.savefig(tmp, dpi=110)
     _pyplot().close(fig)
     return path
 

@@ -3,9 +3,11 @@ half of one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +15,28 @@ from typing import Any
 SHARED_MODE = 0o644
 
 
-def write_json(path: Path, data: Any) -> None:
-    """`data` as indented JSON at `path`, written to a new temporary file beside it and renamed over it: a link at
-    `path` (or at any name beside it) is replaced, never written through, so a folder from elsewhere cannot send the
-    write outside it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # a new file, never a link
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A new temporary file beside `path` (same suffix: matplotlib reads the format from it) to write, renamed over
+    `path` when the block ends: a link at `path` (or at any name beside it) is replaced, never written through, so a
+    folder from elsewhere cannot send the write outside it; an error leaves `path` as it was."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix or ".tmp")
+    os.close(fd)  # a new file, never a link
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=2) + "\n")
+        yield Path(tmp)
         os.chmod(tmp, SHARED_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """`text` at `path`, written whole (`replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """`data` as indented JSON at `path`, written whole (`replacing`)."""
+    write_text(path, json.dumps(data, indent=2) + "\n")

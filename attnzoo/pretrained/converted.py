@@ -67,7 +67,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 (any unreadable file gets the same clear message)
-        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))  # weights_only met an object
+        refused = re.search(r"GLOBAL ([\w.]+)", str(err))  # weights_only met an object (torch words it variously)
         if isinstance(err, pickle.UnpicklingError) and refused:
             raise ValueError(
                 f"{str(path)!r} holds pickled objects other than tensors ({refused.group(1)}: a whole model saved "

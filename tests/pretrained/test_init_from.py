@@ -317,3 +317,25 @@ def test_an_import_path_in_the_start_runs_config_is_named_as_coming_from_it(run_
         build(load([TEXT], overrides))
     build(load([TEXT], [*overrides, "model.attention.pattern=none"]))  # replaced on the command line: not taken over
     assert not (tmp_path / "pwned").exists()
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):  # what a malicious pickle does on loading: call any function
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_weights_file_holding_a_pickled_object_is_refused_by_attnzoo_and_runs_nothing(tmp_path):
+    # torch 2.14 words the refusal "unsupported GLOBAL ...": the check for its older wording never matched, so
+    # the user got torch's advice to load with weights_only=False
+    marker = tmp_path / "pwned"
+    torch.save(
+        {"w": torch.zeros(2), "x": _Payload(marker)}, tmp_path / "model.pth", _use_new_zipfile_serialization=False
+    )
+    with pytest.raises(ValueError, match=r"model\.pth' holds pickled objects other than tensors \(posix\.system: a "):
+        pretrained.load(tmp_path / "model.pth")
+    assert not marker.exists()

@@ -591,6 +591,12 @@ def check_processes(cfg: Config, trainer: Mapping[str, Any]) -> None:
             f"trainer.strategy: {strategy!r} (set in {cfg.where('trainer.strategy')}) starts its processes by "
             "pickling the task, which attnzoo's tasks do not support; use 'ddp' (each process runs the command again)"
         )
+    if isinstance(strategy, str) and ("fork" in strategy or "notebook" in strategy):
+        raise ConfigError(
+            f"trainer.strategy: {strategy!r} (set in {cfg.where('trainer.strategy')}) forks its processes from this "
+            "one after the run is built, and the run's record (checkpoints, summary) stays in the parent; use 'ddp' "
+            "(each process runs the command again)"
+        )
 
 
 def check_budget(cfg: Config, trainer: Mapping[str, Any]) -> None:

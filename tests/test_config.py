@@ -54,6 +54,9 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("trainer.devices=two", ["trainer.devices", "'two'", "a number of devices", "'auto'"]),
         ("trainer.devices=0", ["trainer.devices", "a number of devices"]),
         ("trainer.strategy=ddp_spawn", ["trainer.strategy", "'ddp_spawn'", "use 'ddp'"]),
+        # a forked run kept its record in the parent: no summary (a TypeError), or one of 0 steps
+        ("trainer.strategy=ddp_fork", ["trainer.strategy", "'ddp_fork'", "forks its processes", "use 'ddp'"]),
+        ("trainer.strategy=ddp_notebook", ["trainer.strategy", "'ddp_notebook'", "forks its processes"]),
         ("task.optimizer.lr=abc", ["task.optimizer.lr", "'abc' is not a number"]),
         ("model.attention.pattern=alibi", ["model.attention.pattern", "'alibi' is a bias", "model.attention.bias"]),
         # values only a builder refused, after the run directory was made (or an ablation's earlier runs trained)

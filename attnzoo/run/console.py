@@ -19,11 +19,22 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+def _rank_zero_info(record: logging.LogRecord) -> bool:
+    """INFO lines from global rank 0 only: every DDP process builds the run again and would repeat each of them;
+    warnings and errors, which may be one process's own, come from every process."""
+    if record.levelno >= logging.WARNING:
+        return True
+    from .cluster import is_rank_zero
+
+    return is_rank_zero()
+
+
 def show_log() -> None:
     """Print attnzoo's INFO messages (backend choices, data sizes); Lightning keeps its own handler."""
     logger = logging.getLogger("attnzoo")
     if not logger.handlers:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        handler.addFilter(_rank_zero_info)
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -80,3 +80,21 @@ def test_every_command_says_why_and_exits_2_without_a_traceback(tmp_path, comman
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert f"attnzoo {command}: error: the environment variable RANK='abc' is not a rank" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_info_lines_come_from_rank_zero_only_and_warnings_from_every_process(clean_env, capsys):
+    # every DDP process builds the run again: each of its INFO lines (data sizes, auto values) came out twice
+    import logging
+
+    from attnzoo.run import show_log
+
+    show_log()
+    log = logging.getLogger("attnzoo")
+    clean_env.setenv("LOCAL_RANK", "1")  # a worker of Lightning's DDP launcher
+    log.info("data: 10 examples")
+    log.warning("rank 1's own trouble")
+    clean_env.setenv("LOCAL_RANK", "0")
+    log.info("data: 10 examples, rank 0")
+    err = capsys.readouterr().err
+    assert "rank 1's own trouble" in err and "data: 10 examples, rank 0" in err
+    assert "data: 10 examples\n" not in err

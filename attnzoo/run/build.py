@@ -242,7 +242,10 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
     """What the data proposes and the config takes: its own `data.*` choices and a value for each key the config
     sets to `auto` among its `AUTO_KEYS`, each logged; keys in `fixed` (what pretrained weights need) are neither
     taken nor logged. A key it does not declare is a bug in the DataModule."""
+    from .cluster import planned_processes
+
     wanted = set(auto_keys(cfg)) - set(fixed)
+    data.processes = planned_processes(cfg.section("trainer"))  # the epoch budgets count steps over all of them
     proposed = data.auto_values()
     undeclared = sorted(k for k in proposed if not k.startswith("data.") and k not in data.AUTO_KEYS)
     if undeclared:

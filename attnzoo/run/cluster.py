@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger("attnzoo")
 
@@ -114,6 +116,28 @@ def check_rank_variables(*, num_nodes: int = 1, devices: object = 1) -> None:
         )
     if local is not None and isinstance(devices, int) and devices > 0 and local >= devices:
         raise ValueError(f"the environment sets LOCAL_RANK={local}, but trainer.devices is {devices}")
+
+
+def planned_processes(trainer: Mapping[str, Any]) -> int:
+    """The training processes a trainer section starts: `trainer.devices` (a count, a list of indices; `auto` and -1:
+    every GPU, one process on the CPU) times `trainer.num_nodes` (a SLURM job's tasks, one per device); under
+    torchrun, its WORLD_SIZE."""
+    if under_torchrun() and os.environ.get("WORLD_SIZE", "").isdigit():  # the processes torchrun started
+        return max(1, int(os.environ["WORLD_SIZE"]))
+    devices = trainer.get("devices", "auto")
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    if isinstance(devices, list) or isinstance(devices, str) and "," in devices:
+        count = len([d for d in (devices if isinstance(devices, list) else devices.split(",")) if str(d).strip()])
+    elif isinstance(devices, int) and not isinstance(devices, bool) and devices > 0:
+        count = devices
+    else:  # auto, -1: Lightning's choice of every device of the accelerator
+        import torch
+
+        on_cpu = trainer.get("accelerator", "auto") == "cpu" or not torch.cuda.is_available()
+        count = 1 if on_cpu else torch.cuda.device_count()
+    nodes = trainer.get("num_nodes", 1)
+    return max(1, count) * (nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1)
 
 
 def is_rank_zero() -> bool:

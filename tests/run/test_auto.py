@@ -167,3 +167,23 @@ def test_a_patience_proposed_from_the_datas_budget_follows_a_budget_the_config_s
     assert "a third of the 300-epoch budget trainer.max_epochs sets (at least 10)" in caplog.text
     embedded = SimpleNamespace(files={"train": None})
     assert TextImageDataModule.patience_for(embedded, 30)[0] == 30  # the embedded scenes: the whole budget
+
+
+def test_the_auto_epoch_budget_counts_steps_over_every_ddp_process(tmp_path):
+    # two processes of batch 8 were given the epochs of one process of batch 8: half the steps the log promised
+    from attnzoo.run.cluster import planned_processes
+
+    for split, n in (("train", 401), ("val", 40)):
+        rows = ["text,label", *(f"word{i % 7} thing {i},{i % 2}" for i in range(n))]
+        (tmp_path / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    files = [f"data.train={tmp_path / 'train.csv'}", f"data.val={tmp_path / 'val.csv'}", "run.baseline=false"]
+
+    def epochs(*extra):
+        _, _, cfg = build(load([RECIPES / "text_cls.yaml"], [*files, *extra]))
+        return cfg.section("trainer")["max_epochs"]
+
+    two = epochs("data.batch_size=8", "trainer.devices=2", "trainer.strategy=ddp")
+    assert two == epochs("data.batch_size=16") != epochs("data.batch_size=8")
+    assert planned_processes({"devices": [0, 1], "num_nodes": 2}) == 4
+    assert planned_processes({"devices": "auto", "accelerator": "cpu"}) == 1
+    assert planned_processes({"devices": -1, "accelerator": "cpu"}) == 1

@@ -577,7 +577,7 @@ class AudioDataModule(DataModule):
             n_mels=self.logmel.n_mels,
             frames=self.logmel.num_frames(self.num_samples),
             num_train=len(self.datasets["train"]),
-            batch_size=self.batch_size,
+            batch_size=self.step_batch_size,
         )
         return {**self.chosen, **chosen}
 

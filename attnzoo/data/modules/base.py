@@ -40,6 +40,13 @@ class DataModule(L.LightningDataModule):
     AUTO_KEYS: ClassVar[tuple[str, ...]] = ()  # keys outside `data.*` that `auto_values()` may propose
     tokenizer: Any = None  # after setup: the tokenizer of text data (a run saves it and checkpoints its digest)
     class_names: list[str] | None = None  # after setup: classification data's class names, in label order
+    processes: int = 1  # training processes sharing each optimizer step (`attnzoo.run.build` sets it from the trainer)
+
+    @property
+    def step_batch_size(self) -> int:
+        """Training examples one optimizer step reads over every process: the `auto` epoch budgets count steps of
+        this size, so two processes of batch b train as many steps as one of batch 2b."""
+        return self.batch_size * self.processes
 
     def model_inputs(self) -> dict[str, Any]:
         """{builder argument: value} that the model and task builders take from this data."""

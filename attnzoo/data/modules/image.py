@@ -270,7 +270,7 @@ class ImageDataModule(DataModule):
             embedded=self.dataset == EMBEDDED,
             img_size=self.img_size,
             num_train=len(self.splits["train"]),
-            batch_size=self.batch_size,
+            batch_size=self.step_batch_size,
         )
         return {**self.chosen, **chosen}
 

@@ -332,7 +332,10 @@ class LMDataModule(DataModule):
         (used where the config says auto)."""
         self._require_setup()
         embedded, blocks = self.files["train"] is None, len(self.datasets["train"])
-        return {**self.chosen, **defaults.lm_model(embedded=embedded, num_blocks=blocks, batch_size=self.batch_size)}
+        return {
+            **self.chosen,
+            **defaults.lm_model(embedded=embedded, num_blocks=blocks, batch_size=self.step_batch_size),
+        }
 
     def model_inputs(self) -> dict[str, Any]:
         self._require_setup()

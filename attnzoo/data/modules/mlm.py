@@ -213,7 +213,7 @@ class MLMDataModule(DataModule):
         """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and an epoch budget."""
         self._require_setup()
         num_train = len(self.datasets["train"])
-        return {**self.chosen, **defaults.mlm_model(num_train=num_train, batch_size=self.batch_size)}
+        return {**self.chosen, **defaults.mlm_model(num_train=num_train, batch_size=self.step_batch_size)}
 
     def model_inputs(self) -> dict[str, Any]:
         self._require_setup()

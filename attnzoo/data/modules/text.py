@@ -235,7 +235,7 @@ class TextDataModule(DataModule):
         `AUTO_KEYS` (used where the config says auto)."""
         self._require_setup()
         listops = self.files["train"] is None
-        num_train, batch_size = len(self.datasets["train"]), self.batch_size
+        num_train, batch_size = len(self.datasets["train"]), self.step_batch_size
         return {**self.chosen, **defaults.text_model(listops=listops, num_train=num_train, batch_size=batch_size)}
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:

@@ -220,7 +220,7 @@ class TextImageDataModule(DataModule):
         embedded, num_train = self.files["train"] is None, len(self.datasets["train"])
         return {
             **self.chosen,
-            **defaults.text_image_run(embedded=embedded, num_train=num_train, batch_size=self.batch_size),
+            **defaults.text_image_run(embedded=embedded, num_train=num_train, batch_size=self.step_batch_size),
         }
 
     def setup(self, stage: str | None = None) -> None:

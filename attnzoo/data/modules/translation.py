@@ -316,7 +316,7 @@ class TranslationDataModule(DataModule):
         (used where the config says auto)."""
         self._require_setup()
         embedded, num_train = self.files["train"] is None, len(self.datasets["train"])
-        chosen = defaults.translation_model(embedded=embedded, num_train=num_train, batch_size=self.batch_size)
+        chosen = defaults.translation_model(embedded=embedded, num_train=num_train, batch_size=self.step_batch_size)
         return {**self.chosen, **chosen}
 
     def model_inputs(self) -> dict[str, Any]:

@@ -46,3 +46,14 @@ def split_folders(root: Path) -> dict[str, Path]:
             )
         found[split] = child
     return found
+
+
+def require_train_split(root: Path, split_dirs: dict[str, Path], what: str) -> None:
+    """ValueError when `root` holds split folders (`split_folders`) but none for training: they would be read as
+    the classes. `what`: the files the train folder holds ("images", "clips"), for the message."""
+    if split_dirs and "train" not in split_dirs:
+        found = ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items())
+        raise ValueError(
+            f"data.root {str(root)!r} holds split folders ({found}) but no train split: name the folder of the "
+            f"training {what} train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
+        )

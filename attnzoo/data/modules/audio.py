@@ -30,7 +30,7 @@ from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
-from ..formats.folders import SPLIT_NAMES, hidden, split_folders, under_hidden
+from ..formats.folders import hidden, require_train_split, split_folders, under_hidden
 from ..formats.text_files import read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -420,12 +420,8 @@ class AudioDataModule(DataModule):
 
     def _split_folder_entries(self, root: Path, split_dirs: dict[str, Path]) -> list[tuple[Path, list[str], str]]:
         """The clips of split folders (`root`/train/<class>/*.wav, val/, test/; `split_folders`), as for images."""
-        if "train" not in split_dirs and self.labels is None:  # they would be read as the classes
-            found = ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items())
-            raise ValueError(
-                f"data.root {str(root)!r} holds split folders ({found}) but no train split: name the folder of the "
-                f"training clips train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
-            )
+        if self.labels is None:  # evaluate (the run's classes given) scores a test/ alone
+            require_train_split(root, split_dirs, "clips")
         if "train" in split_dirs:
             self.class_names = _class_folders(split_dirs["train"])  # an empty one is an error; in val/ or test/ not
             if not self.class_names:

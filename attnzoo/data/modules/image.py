@@ -21,7 +21,7 @@ from torchvision.transforms import v2
 from attnzoo.data.modules.base import DataModule, given_class_names, save_class_names
 
 from ...util.names import shortened, suggest
-from ..formats.folders import SPLIT_NAMES, split_folders
+from ..formats.folders import require_train_split, split_folders
 from . import defaults
 from .batching import EpochShuffle, run_seed
 
@@ -410,12 +410,8 @@ class ImageDataModule(DataModule):
         from ..formats.image_io import ImageFileError, describe, unreadable_images
 
         split_dirs = split_folders(self.root)
-        if split_dirs and "train" not in split_dirs and self.labels is None:  # they would be read as the classes
-            found = ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items())
-            raise ValueError(
-                f"data.root {str(self.root)!r} holds split folders ({found}) but no train split: name the folder of "
-                f"the training images train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
-            )
+        if self.labels is None:  # evaluate (the run's classes given) scores a test/ alone
+            require_train_split(self.root, split_dirs, "images")
         if "train" not in split_dirs:  # class folders; or (evaluate) test/ or val/ alone, read as train too
             if split_dirs:
                 self.untrainable = f"data.root {str(self.root)!r} holds no train split ({', '.join(split_dirs)} only)"

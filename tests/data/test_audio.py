@@ -251,6 +251,11 @@ def test_config_errors_name_the_key():
         AudioDataModule(synthetic={"vowel": "ai"})
     with pytest.raises(ValueError, match="data.root: .* is not a directory"):
         AudioDataModule(source="folder", root="/nonexistent/dir").setup()
+    # own files without data.source: the synthetic clips would train, the files unread
+    with pytest.raises(ValueError, match=r"data.root 'clips' is not read by data.source 'synthetic'.*source=folder"):
+        AudioDataModule(root="clips")
+    with pytest.raises(ValueError, match=r"data.csv 'meta.csv' is not read by .*add data.source=csv"):
+        AudioDataModule(csv="meta.csv")
 
 
 QUICK_FIT = [

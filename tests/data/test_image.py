@@ -222,6 +222,8 @@ def test_torchvision_dataset_on_disk(tmp_path):
         (dict(dataset="folder", img_size=8), "data.root is required"),
         (dict(dataset="CIFAR10"), "needs data.root"),
         (dict(dataset="mnist5K"), "needs data.root.*did you mean 'mnist5k'"),
+        # data.root without data.dataset=folder: the embedded digits would train, the folder unread
+        (dict(root="/tmp"), "'/tmp' is not read by data.dataset 'mnist5k'.*add data.dataset=folder"),
         (dict(val_fraction=1.5), "val_fraction"),
         (dict(batch_size=0), "batch_size"),
     ],

@@ -187,6 +187,12 @@ class AudioDataModule(DataModule):
         _check_choice("data.on_bad_file", on_bad_file, BAD_FILE_POLICIES)
         _check_choice("data.train_crop", train_crop, CROPS)
         _check_choice("data.features", features, FEATURE_KINDS)
+        if source == "synthetic" and (root is not None or csv is not None):  # a forgotten data.source: no file read
+            key, value = ("root", root) if root is not None else ("csv", csv)
+            raise ValueError(
+                f"data.{key} {str(value)!r} is not read by data.source 'synthetic' (the embedded clips); for your own "
+                f"clips add data.source={'folder' if key == 'root' else 'csv'}"
+            )
         if source == "folder" and root is None:
             raise ValueError("data.root: source 'folder' needs root, the directory holding one folder per class")
         if source == "csv" and csv is None:

@@ -213,6 +213,11 @@ class ImageDataModule(DataModule):
                 raise ValueError(f"data.root is required for dataset {dataset!r}")
             if not Path(root).expanduser().is_dir():
                 raise ValueError(f"data.root: directory {str(root)!r} does not exist")
+        elif root is not None:  # the embedded digits read no folder: a forgotten data.dataset=folder
+            raise ValueError(
+                f"data.root {str(root)!r} is not read by data.dataset {EMBEDDED!r} (the embedded digits); for a folder "
+                "of images add data.dataset=folder"
+            )
         elif dataset != EMBEDDED:
             hint = suggest(str(dataset).lower(), [EMBEDDED, "folder"])  # mnist5K, Folder
             raise ValueError(

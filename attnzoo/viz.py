@@ -21,6 +21,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def image_input(data: Any, path: Path) -> dict[str, Tensor]:
     img = load_rgb(str(path))  # as training reads files (`load_rgb`: turned, 8 bits, on white)
     if data.in_chans == 1:
         img = img.convert("L")
-    image = data._transform(train=False, in_memory=False)(img)  # [C, S, S]
+    image = data.input_transform()(img)  # [C, S, S]
     return {"image": image[None]}
 
 
@@ -91,6 +92,63 @@ INPUTS: dict[str, tuple[tuple[str, ...], Callable[[Any, Path], dict[str, Tensor]
     "image": (IMAGE_SUFFIXES, image_input),
     "audio": ((".wav",), audio_input),
 }
+
+
+@dataclass
+class RunInputs:
+    """Stands in for a run's DataModule where viz turns one input (`--input FILE`, `--text`) into the net's inputs:
+    all it needs comes from the run directory alone (config.yaml, labels.json, tokenizer.json), so the training
+    files are not read (nor decoded at setup) and may be elsewhere: a run directory copied from another machine."""
+
+    cfg: Any
+    class_names: list[str]
+    tokenizer: Any = None
+
+    @classmethod
+    def of(cls, run: Any) -> RunInputs:
+        from .data.modules.base import given_class_names
+
+        saved = run.run_dir / "labels.json"
+        names = given_class_names(str(saved)) if saved.is_file() else []
+        return cls(run.cfg, names, run.tokenizer)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.cfg.section("data")
+
+    def input_transform(self) -> Callable[[Any], Tensor]:
+        from .data.modules.image import eval_transform
+
+        size, chans = self.cfg.section("model")["img_size"], self.in_chans
+        return eval_transform(size, chans, ink=bool(self.options.get("ink")), mean=self.options.get("mean"),
+                              std=self.options.get("std"))  # fmt: skip
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.cfg.section("model")["in_chans"])
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.cfg.section("model")["sample_rate"])
+
+    @property
+    def max_len(self) -> int:
+        from .run.inference import CONTEXT_LENGTH, context_length
+
+        return context_length(self.cfg) if self.options["kind"] in CONTEXT_LENGTH else int(self.options["max_len"])
+
+    @property
+    def multilabel(self) -> bool:
+        return bool(self.options.get("multilabel", False))
+
+    def decode(self, ids: Tensor) -> str:
+        from .data.tokenizers.subword import decode_generated
+
+        return decode_generated(self.tokenizer, ids.tolist())
+
+
+# data kinds whose single inputs (--input, --text) viz reads without the run's data
+ALONE = ("image", "audio", "text", "translation")
 
 
 def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> Canvas | None:
@@ -169,9 +227,11 @@ def visualize(
         raise ConfigError(f"--residual ({residual}) must be in [0, 1]")
     if out is None:  # drawings go into <run>/viz/
         refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)", entries=("viz",))
-    run = load_run(run_dir, checkpoint)
+    one_input = input_path is not None or text is not None
+    alone = one_input and _saved_kind(Path(run_dir)) in ALONE
+    run = load_run(run_dir, checkpoint, with_data=not alone, classifiers=True)
     run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
-    data, net, kind = run.data, run.net, run.data_kind
+    data, net, kind = run.data if run.data is not None else RunInputs.of(run), run.net, run.data_kind
     cross_index = index if input_path is None and text is None else 0  # the --index example first
     if hasattr(net, "cross_blocks"):
         check_cross_split(data, split, count, cross_index)
@@ -184,7 +244,7 @@ def visualize(
             if not 0 <= index < len(pairs):
                 raise ConfigError(f"--index {index}: the {split} split has {len(pairs)} pairs")
             text = pairs[index][0]
-        return [translation_alignment(run, text, out or run_dir / "viz" / name)]
+        return [translation_alignment(run, data, text, out or run_dir / "viz" / name)]
     label = None
     if text is not None:
         if kind != "text" or input_path is not None:
@@ -255,15 +315,26 @@ def visualize(
     return written
 
 
-def translation_alignment(run: Any, text: str, out: Path, beam: int = 1) -> Path:
+def _saved_kind(run_dir: Path) -> str | None:
+    """The data kind a run directory's config.yaml names; None where it cannot be read (`load_run` says why)."""
+    from .config import load
+
+    try:
+        return load([run_dir / "config.yaml"]).section("data").get("kind")
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
+def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int = 1) -> Path:
     """`<out>/alignment.png`: the cross-attention of the run's translation of `text` (greedy, or beam search),
-    source tokens across and generated tokens down, per decoder layer; the maps also go to `<out>/maps.pt`."""
+    source tokens across and generated tokens down, per decoder layer; the maps also go to `<out>/maps.pt`. `data`
+    is the run's DataModule or its `RunInputs`."""
     from .attention import capture_attention
     from .data.tokenizers.subword import unknown_note
     from .drawing.alignment import draw_alignment
     from .translate import source_batch
 
-    task, data = run.task.eval(), run.data
+    task = run.task.eval()
     unknown: list[list[str]] = []
     src, mask, lengths = source_batch(data.tokenizer, [text], data.max_len, unknown)  # [1, S]
     if unknown[0]:

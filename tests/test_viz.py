@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnzoo.attention.attention import ATTENTION_KINDS
-from attnzoo.config import load
+from attnzoo.config import ConfigError, load
 from attnzoo.drawing.rollout import capture, rollout
 from attnzoo.run import build
 from attnzoo.viz import main
@@ -289,7 +289,7 @@ def test_an_input_image_is_read_as_training_reads_files(tmp_path):
 
     Image.fromarray(np.full((8, 8), 16000, dtype=np.uint16)).save(tmp_path / "g16.png")  # 16000 / 65535 ~ 62 / 255
     to_tensor = lambda img: torch.from_numpy(np.asarray(img, dtype=np.float32) / 255).permute(2, 0, 1)  # noqa: E731
-    data = SimpleNamespace(in_chans=3, _transform=lambda **kw: to_tensor)
+    data = SimpleNamespace(in_chans=3, input_transform=lambda: to_tensor)
     image = image_input(data, tmp_path / "g16.png")["image"]
     assert image.shape == (1, 3, 8, 8) and 55 / 255 < image.mean().item() < 70 / 255
 
@@ -371,3 +371,65 @@ def test_a_multilabel_run_is_titled_with_the_classes_its_sigmoids_choose(tmp_pat
     names = ["dog", "rain"]
     assert titles[0].startswith(f"run: predicted {names[chosen[0]]} ({probs[chosen[0]]:.2f})")
     assert ", labels " in titles[0] and "dog" in titles[0].split("labels ")[1]  # val clip 2: dog (fold 3)
+
+
+def _image_folder(root: Path) -> Path:
+    """Two classes of 40 px drawings (dark strokes on white: `data.ink` is chosen), 6 images each."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["bars", "dots"]):
+        (root / name).mkdir(parents=True)
+        for i in range(6):
+            img = np.full((40, 40, 3), 255, dtype=np.uint8)
+            img[rng.integers(0, 30) :: 9 if c else 40, :] = 0  # rows of ink
+            img[:, rng.integers(0, 30)] = rng.integers(0, 120)
+            Image.fromarray(img).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize("kind", ["image", "text", "audio"])
+def test_one_input_is_drawn_from_the_run_directory_alone_as_its_data_module_prepares_it(kind, tmp_path):
+    # viz --input / --text built the run's DataModule: a run directory from another machine (its training files not
+    # there) was refused ("data.root: directory ... does not exist"), and every image of a folder was decoded first
+    from helpers.audio import RATE, speech_commands, tone, write_pcm16
+
+    from attnzoo.run import load_run
+    from attnzoo.viz import audio_input, image_input, text_input
+
+    data = tmp_path / "data"
+    if kind == "image":
+        _image_folder(data)
+        recipe, given = VIT, ["data.dataset=folder", f"data.root={data}", *TINY, "model.patch_size=8"]
+        one = tmp_path / "one.png"
+        (data / "dots" / "0.png").rename(one)
+        args, prepare = ["--input", str(one)], lambda d: image_input(d, one)
+    elif kind == "text":
+        data.mkdir()
+        lines = ["text,label"] + [f"{w} film number {i},{w}" for i, w in enumerate(["good", "bad"] * 10)]
+        for split in ("train", "val"):
+            (data / f"{split}.csv").write_text("\n".join(lines) + "\n")
+        recipe = ROOT / "recipes" / "text_cls.yaml"
+        given = [f"data.train={data / 'train.csv'}", f"data.val={data / 'val.csv'}", "model.dim=16", "model.depth=1"]
+        args, prepare = ["--text", "a good film"], lambda d: text_input(d, "a good film")
+    else:
+        speech_commands(data)
+        recipe = AST
+        given = ["data.source=folder", f"data.root={data}", f"data.sample_rate={RATE}", "model.depth=1",
+                 "model.embed_dim=16", "data.clip_seconds=0.5"]  # fmt: skip
+        one = tmp_path / "one.wav"
+        write_pcm16(one, tone(16000, 0.7, 300.0, 2), 16000)  # resampled to the run's rate, mixed down
+        args, prepare = ["--input", str(one)], lambda d: audio_input(d, one)
+    (tmp_path / "run").mkdir()
+    run = _saved_run(tmp_path / "run", recipe, [*given, "run.baseline=false"])
+    reference = load_run(run)  # with the data, as the run was trained
+    with torch.no_grad():
+        expected = reference.task.eval().net(**prepare(reference.data))
+    data.rename(tmp_path / "elsewhere")  # the run directory on another machine
+    with pytest.raises(ConfigError, match=f"{data}.* (does not exist|is not a directory)|no such text file: '{data}"):
+        load_run(run)  # the data module cannot be built here
+    assert main([str(run), *args, "--out", str(tmp_path / "out")]) == 0
+    saved = torch.load(tmp_path / "out" / "maps.pt")
+    torch.testing.assert_close(saved["logits"], expected, rtol=0, atol=1e-6)
+    assert saved["class_names"] == reference.data.class_names

@@ -257,13 +257,15 @@ def load_run(
     overrides: Sequence[str] = (),
     *,
     with_data: bool = True,
+    classifiers: bool = False,
 ) -> LoadedRun:
     """Rebuild a run from its `config.yaml` (plus overlays and overrides) and load a checkpoint's weights.
 
     This is the one way every command (evaluate, viz, translate, ...) reads a run. The tokenizer is the run's own
     `tokenizer.json`, checked against the digest its checkpoint records (`attnzoo.run.tokenizer_stamp`).
-    `with_data=False` (translate, generate) builds the model from the run directory alone: the DataModule is not
-    built and no data file is read, so a run directory can be copied elsewhere and used there.
+    `with_data=False` (translate, generate; viz of one input to a classifier) builds the model from the run
+    directory alone (a classifier's only with `classifiers`): the DataModule is not built and no data file is read,
+    so a run directory can be copied elsewhere and used there.
     """
     from .build import build
     from .checkpoint_io import read_checkpoint
@@ -286,7 +288,7 @@ def load_run(
     else:
         from .inference import build_without_data
 
-        data, (task, tokenizer, cfg) = None, build_without_data(cfg, run_dir)
+        data, (task, tokenizer, cfg) = None, build_without_data(cfg, run_dir, classifiers=classifiers)
     if tokenizer is not None and not checked:  # a fixed tokenizer (bytes), or a file the run did not copy
         check_tokenizer(tokenizer, run_dir, ckpt, saved)
     try:

@@ -499,15 +499,17 @@ class ImageDataModule(DataModule):
     def _size(self) -> tuple[int, int]:
         return (self.img_size, self.img_size)
 
+    def input_transform(self) -> v2.Compose:
+        """What an image file goes through to be scored, as the validation images (`attnzoo viz --input`)."""
+        return self._transform(train=False)
+
     def _fixed(self) -> list[Any]:
-        mean = list(self.mean) if self.mean is not None else [0.5] * self.in_chans
-        std = list(self.std) if self.std is not None else [0.5] * self.in_chans
-        if len(mean) != self.in_chans or len(std) != self.in_chans:
-            raise ValueError(f"data.mean/std ({mean}, {std}) need one value per channel ({self.in_chans})")
-        return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+        return normalized(self.in_chans, self.mean, self.std)
 
     def _transform(self, *, train: bool, in_memory: bool = False) -> v2.Compose:
         """The per-sample transform; `in_memory` data (uint8 tensors) are resized already."""
+        if not train and not in_memory:
+            return eval_transform(self.img_size, self.in_chans, ink=self.ink, mean=self.mean, std=self.std)
         random: list[Any] = []
         if self.ink:  # first: the border is the image's own
             from .image_kind import Ink
@@ -570,3 +572,26 @@ class ImageDataModule(DataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test")
+
+
+def normalized(in_chans: int, mean: Sequence[float] | None, std: Sequence[float] | None) -> list[Any]:
+    """uint8 images to floats normalized per channel (`data.mean` / `data.std`; None: 0.5 for every channel)."""
+    mean = list(mean) if mean is not None else [0.5] * in_chans
+    std = list(std) if std is not None else [0.5] * in_chans
+    if len(mean) != in_chans or len(std) != in_chans:
+        raise ValueError(f"data.mean/std ({mean}, {std}) need one value per channel ({in_chans})")
+    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+
+
+def eval_transform(
+    img_size: int, in_chans: int, *, ink: bool, mean: Sequence[float] | None, std: Sequence[float] | None
+) -> v2.Compose:
+    """What an image file goes through to be scored, with nothing random: resized to `img_size` square, read as its
+    distance from the background colour with `ink`, normalized. From a run's config alone (`attnzoo viz --input`)
+    as from its data module."""
+    from .image_kind import Ink
+
+    ink_ = [Ink()] if ink else []
+    return v2.Compose(
+        [v2.ToImage(), v2.Resize((img_size, img_size), antialias=True), *ink_, *normalized(in_chans, mean, std)]
+    )

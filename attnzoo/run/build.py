@@ -246,6 +246,8 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
 
     wanted = set(auto_keys(cfg)) - set(fixed)
     data.processes = planned_processes(cfg.section("trainer"))  # the epoch budgets count steps over all of them
+    set_keys = [k for k in data.AUTO_KEYS if k not in wanted]
+    data.given = {k: v for k in set_keys if (v := OmegaConf.select(cfg.tree, k)) is not None} | dict(fixed)
     proposed = data.auto_values()
     undeclared = sorted(k for k in proposed if not k.startswith("data.") and k not in data.AUTO_KEYS)
     if undeclared:

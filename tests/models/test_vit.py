@@ -131,6 +131,51 @@ def test_auto_stem_is_conv_only_for_larger_images_with_a_power_of_2_patch():
     assert chosen(64)["model.stem"][0] == "conv" and chosen(64)["model.patch_size"][0] == 8
     assert chosen(128)["model.stem"][0] == "conv"
     assert chosen(28)["model.stem"][0] == "patch"  # small images: the linear patch embedding
-    assert chosen(48)["model.stem"] == ("patch", "patch 6 is not a power of 2 (>= 4), which strided convolutions need")
+    assert chosen(48)["model.stem"] == (
+        "patch",
+        "patch 6 is not a power of 2 of at least 4, which strided convolutions need",
+    )
     embedded = defaults.image_model(embedded=True, img_size=28, num_train=1000, batch_size=64)
     assert embedded["model.stem"][0] == "patch"
+
+
+@pytest.mark.parametrize(
+    "given, patch, stem",
+    [
+        ([], 6, "patch"),  # 48 px: the 6-pixel patch of an 8x8 grid, which no strided convolutions reach
+        (["model.patch_size=8"], 8, "conv"),  # the stem follows the patch set (it followed the auto 6: patch)
+        (["data.img_size=64", "model.patch_size=2"], 2, "patch"),  # too small for convolutions (it had them: conv)
+        (["data.img_size=96", "model.patch_size=16"], 16, "conv"),
+    ],
+)
+def test_auto_stem_follows_the_patch_size_the_config_sets(tmp_path, given, patch, stem):
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    from attnzoo.config import load
+    from attnzoo.run import build
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for i in range(4):
+            Image.fromarray(np.full((48, 48, 3), 60 * i, dtype=np.uint8)).save(tmp_path / name / f"{i}.png")
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "vit.yaml"
+    folder = ["data.dataset=folder", f"data.root={tmp_path}", "run.baseline=false", "model.depth=1"]
+    _, task, cfg = build(load([recipe], [*folder, *given]))
+    assert (cfg.section("model")["patch_size"], cfg.section("model")["stem"]) == (patch, stem)
+    assert isinstance(task.net.patch_embed.proj, torch.nn.Conv2d) == (stem == "patch")  # conv: a stack of them
+
+
+def test_a_side_set_without_a_patch_grid_of_4x4_is_refused_naming_sides_that_have_one():
+    # data.img_size=31 with model.patch_size auto trained a ViT of one 31-pixel patch: a 1x1 grid, one token
+    from attnzoo.data.modules import defaults
+
+    with pytest.raises(
+        ValueError, match=r"data.img_size 31: .* is 1x1\); use a side such as 30 or 32, or set model.patch"
+    ):
+        defaults.image_model(embedded=False, img_size=31, num_train=100, batch_size=8)
+    given = defaults.image_model(embedded=False, img_size=31, num_train=100, batch_size=8, patch_size=31)
+    assert "model.patch_size" not in given and given["model.stem"][0] == "patch"  # a patch set is the user's
+    assert defaults.auto_patch_size(100) == 20 and defaults.auto_patch_size(7) == 1  # 5x5; a 7 px icon: 7x7

@@ -41,6 +41,9 @@ class DataModule(L.LightningDataModule):
     tokenizer: Any = None  # after setup: the tokenizer of text data (a run saves it and checkpoints its digest)
     class_names: list[str] | None = None  # after setup: classification data's class names, in label order
     processes: int = 1  # training processes sharing each optimizer step (`attnzoo.run.build` sets it from the trainer)
+    # {AUTO_KEYS key: value} the config (or a checkpoint) sets instead of auto (`attnzoo.run.build` sets it): a
+    # proposal that depends on such a key follows the value given (a ViT's stem follows the patch size set)
+    given: ClassVar[dict[str, Any]] = {}
 
     @property
     def step_batch_size(self) -> int:

@@ -69,12 +69,29 @@ def epoch_budget(
     return epochs, f"{num_train} training examples, {per_epoch} steps an epoch: ~{steps} steps, {low}-{high} epochs"
 
 
+MIN_GRID = 4  # the coarsest patch grid a chosen patch size gives (a side without one is moved, or refused)
 MAX_TOKENS = 64  # patch tokens a ViT of the recipe's size learns from within minutes of CPU (an 8x8 grid at most)
 
 
 def patch_size(img_size: int, max_tokens: int = MAX_TOKENS) -> int:
     """The smallest divisor of `img_size` whose patch grid has at most `max_tokens` tokens."""
     return min(p for p in range(1, img_size + 1) if img_size % p == 0 and (img_size // p) ** 2 <= max_tokens)
+
+
+def auto_patch_size(img_size: int) -> int:
+    """`patch_size` of a side with a patch grid of at least 4x4; ValueError naming sides near it that have one (a
+    side set in `data.img_size`: the side chosen from the images has one already)."""
+    p = patch_size(img_size)
+    if img_size // p >= MIN_GRID or img_size <= 8:  # up to 8 px: one pixel per patch
+        return p
+    near = sorted((s for s in range(max(8, img_size - 16), img_size + 17) if s // patch_size(s) >= MIN_GRID),
+                  key=lambda s: (abs(s - img_size), s))[:2]  # fmt: skip
+    raise ValueError(
+        f"data.img_size {img_size}: no patch size divides it into a grid of {MIN_GRID}x{MIN_GRID} to "
+        f"{int(MAX_TOKENS**0.5)}x{int(MAX_TOKENS**0.5)} patches (the only one of at most {MAX_TOKENS} tokens is "
+        f"{img_size // p}x{img_size // p}); use a side such as {' or '.join(map(str, sorted(near)))}, or set "
+        "model.patch_size"
+    )
 
 
 def image_stem(img_size: int, patch: int) -> tuple[str, str]:
@@ -84,7 +101,7 @@ def image_stem(img_size: int, patch: int) -> tuple[str, str]:
     if img_size <= TINY_IMAGE:
         return "patch", f"{img_size}x{img_size} images: a linear map of each patch"
     if patch < 4 or patch & (patch - 1):
-        return "patch", f"patch {patch} is not a power of 2 (>= 4), which strided convolutions need"
+        return "patch", f"patch {patch} is not a power of 2 of at least 4, which strided convolutions need"
     return "conv", f"{img_size}x{img_size} images: strided 3x3 convolutions down to the {patch}-pixel patch grid"
 
 
@@ -130,22 +147,26 @@ def image_data(*, embedded: bool, img_size: int, drawing: bool = False, mixed_po
     }  # fmt: skip
 
 
-def image_model(*, embedded: bool, img_size: int, num_train: int, batch_size: int) -> Chosen:
-    """Patch size for a token budget, regularization, learning rate and epoch budget of a ViT."""
+def image_model(
+    *, embedded: bool, img_size: int, num_train: int, batch_size: int, patch_size: int | None = None
+) -> Chosen:
+    """Patch size for a token budget, regularization, learning rate and epoch budget of a ViT; the stem for
+    `patch_size` where the config sets it, else for the patch chosen."""
     if embedded:
         why = "the embedded MNIST subset: the recipe's measured settings"
         return {"model.patch_size": (7, why), "model.stem": ("patch", why), "model.drop_path_rate": (0.0, why),
                 "task.objective.label_smoothing": (0.0, why), "task.optimizer.lr": (SCRATCH_LR["image"], why),
                 "trainer.max_epochs": (10, why)}  # fmt: skip
-    p = patch_size(img_size)
-    grid = img_size // p
+    chosen: Chosen = {}
+    if patch_size is None:
+        patch_size = auto_patch_size(img_size)
+        grid = img_size // patch_size
+        why = f"{img_size}x{img_size} images: a {grid}x{grid} patch grid ({grid * grid} tokens; at most {MAX_TOKENS})"
+        chosen["model.patch_size"] = (patch_size, why)
     regular = "files: regularization for 1k-50k images"
     return {
-        "model.patch_size": (
-            p,
-            f"{img_size}x{img_size} images: a {grid}x{grid} patch grid ({grid * grid} tokens; at most {MAX_TOKENS})",
-        ),
-        "model.stem": image_stem(img_size, p),
+        **chosen,
+        "model.stem": image_stem(img_size, patch_size),
         "model.drop_path_rate": (0.1, regular),
         "task.objective.label_smoothing": (0.1, regular),
         "task.optimizer.lr": (SCRATCH_LR["image"], SCRATCH_WHY),

@@ -271,11 +271,13 @@ class ImageDataModule(DataModule):
         """{dotted config key: (value, why)}: the `data.*` options set to auto (or img_size None) as chosen, and
         values for `AUTO_KEYS` (used where the config says auto)."""
         self.setup()
+        patch = self.given.get("model.patch_size")
         chosen = defaults.image_model(
             embedded=self.dataset == EMBEDDED,
             img_size=self.img_size,
             num_train=len(self.splits["train"]),
             batch_size=self.step_batch_size,
+            patch_size=patch if isinstance(patch, int) else None,
         )
         return {**self.chosen, **chosen}
 
@@ -330,8 +332,8 @@ class ImageDataModule(DataModule):
             side -= side % 8
             why += f", resized to {side}x{side} (a multiple of 8)"
         grid = side // defaults.patch_size(side)
-        if side <= defaults.TINY_IMAGE and side > 8 and grid < 4:  # 31 px: only a 31-pixel patch divides it
-            side = next(s for s in range(side - 1, 7, -1) if s // defaults.patch_size(s) >= 4)
+        if side <= defaults.TINY_IMAGE and side > 8 and grid < defaults.MIN_GRID:  # 31 px: only a 31-pixel patch
+            side = next(s for s in range(side - 1, 7, -1) if s // defaults.patch_size(s) >= defaults.MIN_GRID)
             fitted = side // defaults.patch_size(side)
             why += f", resized to {side}x{side} (a {fitted}x{fitted} patch grid; the side it had gives {grid}x{grid})"
         return side, why

@@ -298,6 +298,11 @@ class Attention(nn.Module):
                     "([Lq, Lk], [B, 1, Lq, Lk] or [B, H, Lq, Lk]; nn.MultiheadAttention's [B * H, Lq, Lk]: reshape "
                     "it to [B, H, Lq, Lk])"
                 ) from None
+            if not (attn_mask.dtype == torch.bool or attn_mask.is_floating_point()):  # 1/0 integers would add
+                raise ValueError(
+                    f"attn_mask: dtype {attn_mask.dtype}; valid: bool (True attends; a 1/0 integer mask: "
+                    "attn_mask.bool()) or a float added to the scores"
+                )
             if attn_mask.dtype == torch.bool:
                 attn_mask = torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(~attn_mask, float("-inf"))
         layer_bias = bias

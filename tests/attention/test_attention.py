@@ -229,6 +229,9 @@ def test_inputs_of_the_wrong_shape_are_named():
     mha_style = torch.ones(8, 5, 5, dtype=torch.bool)  # nn.MultiheadAttention's [B * H, Lq, Lk]
     with pytest.raises(ValueError, match=r"attn_mask: shape \[8, 5, 5\] does not broadcast to .*\[2, 4, 5, 5\]"):
         layer(torch.randn(2, 5, 32), attn_mask=mha_style)
+    hf_style = torch.ones(5, 5, dtype=torch.long).tril()  # 1 attends, 0 not: it was added to the scores as a bias
+    with pytest.raises(ValueError, match=r"attn_mask: dtype torch.int64; valid: bool .*attn_mask.bool\(\)"):
+        layer(torch.randn(2, 5, 32), attn_mask=hf_style)
     with pytest.raises(TypeError, match=r"pattern: expected a pattern .*got int 3"):
         Attention(32, 4, pattern=3)
     by_name = Attention(32, 4, pattern="causal")  # a config's spec forms build the pattern

@@ -34,6 +34,9 @@ class Converted(NamedTuple):
     state_dict: dict[str, torch.Tensor]  # attnzoo parameter names -> tensors
     tokenizer: Path | None  # the checkpoint's `tokenizer.json`, when it has one (ids must match the weights)
     source: str  # what was read, for logs and the run summary ("bert (HF) /path/to/dir")
+    # data options the weights were trained with that the data cannot tell ({"mean": [...], "std": [...]}: a ViT's
+    # pixel normalization, from its preprocessor_config.json); they fill the keys a config leaves unset
+    data: dict[str, Any] = {}  # noqa: RUF012 (a NamedTuple's default, never changed in place)
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:

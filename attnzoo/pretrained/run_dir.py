@@ -86,4 +86,6 @@ def convert(path: str | Path) -> Converted:
     model.pop("timm_name", None)
     run = run_of(path)
     tokenizer = run / "tokenizer.json" if run is not None and (run / "tokenizer.json").is_file() else None
-    return Converted(kind, model, net, tokenizer, f"attnzoo run {ckpt}")
+    data = run_config(path).get("data") or {}
+    pixels = {k: list(data[k]) for k in ("mean", "std") if isinstance(data.get(k), list)}  # a ViT's normalization
+    return Converted(kind, model, net, tokenizer, f"attnzoo run {ckpt}", pixels)

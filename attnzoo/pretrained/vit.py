@@ -16,6 +16,7 @@ Loading into a model of another image size resamples `pos_embed` (`ViT` does it 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -137,10 +138,51 @@ def _convert_hf(path: Path) -> Converted:
         log.info("%s: %s dropped (no attnzoo ViT counterpart: the pooler, the MIM mask token)", file, dropped)
     check_consumed({k: v for k, v in state.items() if k not in dropped}, file)
     check_fits(MODEL_KIND, options, out, file)
-    return Converted(MODEL_KIND, options, out, None, f"vit (Hugging Face) {path}")
+    return Converted(MODEL_KIND, options, out, None, f"vit (Hugging Face) {path}", _hf_normalization(path))
 
 
 # --- timm --------------------------------------------------------------------------------------------------------
+
+
+def _hf_normalization(path: Path) -> dict[str, Any]:
+    """{"mean", "std"} of the pixels as the directory's preprocessor_config.json (ViTImageProcessor) normalizes them,
+    when it has one: ImageNet's statistics for some checkpoints, 0.5 for others; {} without the file (the processor's
+    default, 0.5, is attnzoo's)."""
+    file = path / "preprocessor_config.json"
+    if not file.is_file():
+        return {}
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{str(file)!r}: not a JSON object")
+    if not config.get("do_rescale", True):
+        raise ValueError(f"{str(file)!r}: do_rescale=false is not supported (attnzoo scales pixels to [0, 1] first)")
+    if not config.get("do_normalize", True):
+        return {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+    return _statistics(file, config.get("image_mean"), config.get("image_std"))
+
+
+def _timm_normalization(path: Path) -> dict[str, Any]:
+    """{"mean", "std"} of a timm hub directory's config.json (`pretrained_cfg`), when it states them."""
+    try:
+        config = read_hf_config(path) if (path / "config.json").is_file() else {}
+    except ValueError:
+        return {}
+    cfg = config.get("pretrained_cfg") if isinstance(config, dict) else None
+    if not isinstance(cfg, dict) or "mean" not in cfg or "std" not in cfg:
+        return {}
+    return _statistics(path / "config.json", cfg["mean"], cfg["std"])
+
+
+def _statistics(file: Path, mean: Any, std: Any) -> dict[str, Any]:
+    if mean is None and std is None:
+        return {}
+    ok = lambda v: isinstance(v, list | tuple) and v and all(isinstance(x, int | float) for x in v)  # noqa: E731
+    if not (ok(mean) and ok(std) and len(mean) == len(std) and all(x > 0 for x in std)):
+        raise ValueError(f"{str(file)!r}: image mean {mean!r} and std {std!r} must be lists of numbers (std > 0)")
+    return {"mean": [float(x) for x in mean], "std": [float(x) for x in std]}
 
 
 def _timm_architecture(path: Path) -> str | None:
@@ -304,4 +346,5 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
     )
     converted = timm_to_attnzoo(state)
     check_fits(MODEL_KIND, options, converted, file)
-    return Converted(MODEL_KIND, options, converted, None, f"{name} (timm) {path}")
+    data = _timm_normalization(path) if path.is_dir() else {}
+    return Converted(MODEL_KIND, options, converted, None, f"{name} (timm) {path}", data)

@@ -22,6 +22,7 @@ reads instead of the checkpoint (`attnzoo.run.train`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from collections.abc import Mapping
@@ -112,7 +113,7 @@ def read_start(cfg: Config) -> Start | None:
         _check_run_tokenizer(own_run, run_dir.checkpoint_file(given), where)
     if converted.tokenizer is None:
         _refuse_lost_tokenizer(cfg, converted, given, own_run if attnzoo_run else False, where)
-    preset = _tokenizer(cfg, converted)
+    preset = _tokenizer(cfg, converted) | _normalization(cfg, converted)
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
         _refuse_imports(cfg, architecture, f"{own_run}/config.yaml")
@@ -124,6 +125,27 @@ def read_start(cfg: Config) -> Start | None:
                  "would take a rate for its small model)", FINETUNE_LR, via)  # fmt: skip
         tuning["task.optimizer.lr"] = FINETUNE_LR
     return Start(str(given), converted, own_run, preset, options, tuning, origin)
+
+
+def _normalization(cfg: Config, converted: Any) -> dict[str, Any]:
+    """{"data.mean": ..., "data.std": ...}: the data options the weights were trained with (`Converted.data`, a ViT's
+    pixel statistics) that the config leaves unset; one it sets stays, with a warning when it differs."""
+    from ..data import DATAMODULES
+
+    data = cfg.section("data")
+    takes = inspect.signature(DATAMODULES[data["kind"]]).parameters
+    preset = {}
+    for key, value in converted.data.items():
+        mine = data.get(key)
+        if key not in takes or mine == value:
+            continue
+        if mine is None:
+            log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
+            preset[f"data.{key}"] = value
+        else:
+            log.warning("data.%s: %s (set in %s), not the %s model.init_from's weights were trained with", key, mine,
+                        cfg.where(f"data.{key}"), value)  # fmt: skip
+    return preset
 
 
 def _pretrained_origin(run: Path | None) -> str | None:

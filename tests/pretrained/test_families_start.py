@@ -80,6 +80,38 @@ def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):
     assert batch["image"].shape[1:] == (1, 32, 32)  # the images are resized to what the weights were trained at
 
 
+IMAGENET = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+
+
+def test_a_vit_directorys_pixel_normalization_is_the_datas_unless_the_config_sets_one(tmp_path, caplog):
+    # a ViT whose preprocessor_config.json normalizes with ImageNet's statistics (DeiT-style checkpoints) was fed
+    # pixels normalized with 0.5 / 0.5, attnzoo's default, with nothing logged
+    source = tmp_path / "vit"
+    save_vit(source)
+    (source / "preprocessor_config.json").write_text(json.dumps({"do_normalize": True, **IMAGENET}))
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data, _, cfg = _built("vit", source)
+    assert (cfg.section("data")["mean"], cfg.section("data")["std"]) == (IMAGENET["image_mean"], IMAGENET["image_std"])
+    assert "data.mean: None -> [0.485, 0.456, 0.406] (as model.init_from's weights were trained)" in caplog.text
+    white = torch.full((1, 8, 8), 255, dtype=torch.uint8)  # the embedded digits are grey: the channels' mean
+    level = (1 - sum(IMAGENET["image_mean"]) / 3) / (sum(IMAGENET["image_std"]) / 3)
+    assert data.input_transform()(white).flatten()[0].item() == pytest.approx(level, rel=1e-5)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        _, _, cfg = _built("vit", source, "data.mean=[0.5]", "data.std=[0.5]")
+    assert (
+        cfg.section("data")["mean"] == [0.5]
+        and "data.mean: [0.5] (set in the command line ('data.mean=[0.5]')), not" in caplog.text
+    )
+    (source / "preprocessor_config.json").write_text(json.dumps({"do_normalize": False}))
+    assert pretrained.convert(source).data == {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+    (source / "preprocessor_config.json").write_text(json.dumps({"image_mean": 0.5, "image_std": [0.5]}))
+    with pytest.raises(ConfigError, match=r"preprocessor_config.json': image mean 0.5 and std \[0.5\] must be lists"):
+        _built("vit", source)
+    (source / "preprocessor_config.json").unlink()
+    assert pretrained.convert(source).data == {}  # the processor's default, 0.5: attnzoo's
+
+
 def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_time(tmp_path, caplog):
     source = tmp_path / "ast"
     save_ast(source)

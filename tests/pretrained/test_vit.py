@@ -122,6 +122,12 @@ def test_timm_small_avg_pool_hub_directory(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(_build(c)(x), theirs(x), atol=1e-5, rtol=0)
+    assert c.data == {}  # no pretrained_cfg: the data's normalization
+    stats = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}  # a hub directory's pretrained_cfg states it
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architecture": "vit_small_patch16_224", "pretrained_cfg": stats})
+    )
+    assert vit_family.convert(tmp_path).data == stats
 
 
 def test_timm_name_gives_the_head_count_of_a_width_outside_the_classic_sizes(tmp_path):

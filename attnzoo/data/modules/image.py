@@ -291,6 +291,8 @@ class ImageDataModule(DataModule):
             raw["train"], raw["val"] = self._split(raw["train"])
         sample = raw["train"][0][0]
         self.in_chans = len(sample.getbands()) if hasattr(sample, "getbands") else int(sample.shape[0])
+        if self.in_chans == 1 and self.mean is not None and len(self.mean) == 3:
+            log.info("data: grey images, data.mean/std of 3 channels: normalized by the mean of the channels' values")
         if self.img_size is None:
             self.img_size, why = self._common_size(raw["train"])
             self.chosen["data.img_size"] = (self.img_size, why)
@@ -577,9 +579,12 @@ class ImageDataModule(DataModule):
 
 
 def normalized(in_chans: int, mean: Sequence[float] | None, std: Sequence[float] | None) -> list[Any]:
-    """uint8 images to floats normalized per channel (`data.mean` / `data.std`; None: 0.5 for every channel)."""
+    """uint8 images to floats normalized per channel (`data.mean` / `data.std`; None: 0.5 for every channel). Grey
+    images given an RGB normalization (ImageNet's, from pretrained weights) take the mean of its channels'."""
     mean = list(mean) if mean is not None else [0.5] * in_chans
     std = list(std) if std is not None else [0.5] * in_chans
+    if in_chans == 1 and len(mean) == len(std) == 3:
+        mean, std = [sum(mean) / 3], [sum(std) / 3]
     if len(mean) != in_chans or len(std) != in_chans:
         raise ValueError(f"data.mean/std ({mean}, {std}) need one value per channel ({in_chans})")
     return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]

@@ -87,6 +87,20 @@ def test_unusual_image_modes_read_as_8bit_rgb_at_their_brightness(mode, tmp_path
     assert np.abs(np.asarray(img).astype(int) - 128).max() <= 3, np.asarray(img)[0, 0]  # not clipped to white
 
 
+@pytest.mark.parametrize("suffix", ["pgm", "tif", "png"])
+def test_a_dark_16_bit_image_is_scaled_by_its_type_not_by_its_brightest_pixel(suffix, tmp_path):
+    # a 16-bit PGM opens as mode "I": whose pixels all stayed at or below 255 was scaled as 8 bits, 257 times brighter
+    # than the same file as PNG (and than a PGM of the same folder with one brighter pixel)
+    dark = np.full((4, 6), 200, dtype=np.uint16)  # 200 / 65535: black
+    Image.fromarray(dark).save(tmp_path / f"dark.{suffix}")
+    assert np.asarray(load_rgb(str(tmp_path / f"dark.{suffix}"))).max() <= 1
+
+
+def test_float_images_in_0_255_are_scaled_by_255_not_by_their_own_maximum(tmp_path):
+    Image.fromarray(np.full((4, 6), 64.0, dtype=np.float32)).save(tmp_path / "f.tif")
+    assert abs(int(np.asarray(load_rgb(str(tmp_path / "f.tif"))).mean()) - 64) <= 1  # was 255: stretched to white
+
+
 WAV_HEADER = (
     b"RIFF\x24\x08\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x80\x3e\x00\x00\x00\x7d\x00\x00\x02\x00\x10\x00"
 )

@@ -27,12 +27,24 @@ class ImageFileError(ValueError):
     """An image file cannot be read."""
 
 
-def _to_8bit(img: Image.Image) -> Image.Image:
-    """16-bit ("I;16*") and 32-bit ("I", "F") single-band images scaled to 8 bits by their type's range."""
+def _sixteen_bits(img: Image.Image) -> bool:
+    """Whether an image opened as mode "I" was stored with 16 bits per sample (a PGM/PPM of maxval above 255, which
+    PIL scales to 0-65535; a 16-bit TIFF): what its header says, before its pixels are read."""
+    if img.format == "PPM" and img.mode == "I":
+        return True
+    rawmodes = [t.args if isinstance(t.args, str) else t.args[0] for t in img.tile if t.args]
+    return any(isinstance(r, str) and "16" in r for r in rawmodes)
+
+
+def _to_8bit(img: Image.Image, sixteen_bits: bool = False) -> Image.Image:
+    """16-bit ("I;16*", or "I" stored in 16 bits) and 32-bit ("I", "F") single-band images scaled to 8 bits by their
+    type's range: the range of the file's type, not of its content, so that every image of a folder is scaled alike
+    (an "I" image without a stated depth: 16 bits where a value exceeds 255; "F": 0-1, 0-255, else its maximum)."""
     values = np.asarray(img)
-    top = 65535.0 if img.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
+    top = 65535.0 if img.mode.startswith("I;16") or sixteen_bits or values.max(initial=0) > 255 else 255.0
     if img.mode == "F":
-        top = max(float(values.max(initial=0)), 1.0) if values.max(initial=0) > 1.0 else 1.0
+        peak = float(values.max(initial=0))
+        top = 1.0 if peak <= 1.0 else 255.0 if peak <= 255.0 else peak
     scaled = np.clip(values.astype(np.float64) / top * 255.0 + 0.5, 0, 255).astype(np.uint8)
     return Image.fromarray(scaled, mode="L")
 
@@ -51,6 +63,7 @@ def load_rgb(path: str) -> Image.Image:
     try:
         with open(path, "rb") as f:
             img = Image.open(f)
+            sixteen_bits = _sixteen_bits(img)  # from the header: loading the pixels drops it
             img.load()
     except Image.DecompressionBombError as err:
         raise ImageFileError(f"{path}: {_too_large(err)}") from None
@@ -58,7 +71,7 @@ def load_rgb(path: str) -> Image.Image:
         raise ImageFileError(f"{path}: truncated or corrupt image ({err}); remove or replace the file") from None
     img = ImageOps.exif_transpose(img)  # a phone photo stored sideways, turned as viewers show it
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
-        img = _to_8bit(img)
+        img = _to_8bit(img, sixteen_bits)
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info:
         # transparent pixels as viewers show them, on white: dropping alpha kept whatever colour they store (often
         # black, so dark ink on a transparent background became a black image). Only where the alpha draws a shape:

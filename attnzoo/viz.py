@@ -291,11 +291,15 @@ def visualize(
     else:  # a prediction per token (a language model)
         title = f"{run_dir.name}: {name}, {maps[0].shape[-1]} tokens"
     title += "\n(weights captured on the eager backend)"
+    if out is None and input_path is not None:
+        out = _input_folder(run_dir / "viz", input_path)
     out = out or run_dir / "viz" / name
     out.mkdir(parents=True, exist_ok=True)
     prefix = int(getattr(net, "num_prefix_tokens", 0))
     written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix)]
     saved: dict[str, Any] = {"maps": maps, "logits": logits, "class_names": names}
+    if input_path is not None:
+        saved["input"] = str(input_path.resolve())
     # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
     projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
     canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1])
@@ -313,6 +317,24 @@ def visualize(
     elif getattr(net, "fusion", None) == "film":
         log.info("viz: no cross-attention maps: model.fusion is 'film' (the question steers the image stem instead)")
     return written
+
+
+def _input_folder(viz: Path, path: Path) -> Path:
+    """`viz/<file name stem>`, or `viz/<stem>-<digest of its path>` when another file of that stem was drawn there
+    (class folders numbered alike: cat/4.jpg and dog/4.jpg); the drawings of one file are not overwritten by
+    another's."""
+    import hashlib
+
+    plain, resolved = viz / path.stem, str(path.resolve())
+    try:
+        drawn = torch.load(plain / "maps.pt", map_location="cpu", weights_only=True).get("input")
+    except (OSError, RuntimeError, AttributeError, ValueError):  # nothing drawn there yet, or an older drawing
+        drawn = None
+    if not (plain / "maps.pt").is_file() or drawn == resolved:
+        return plain
+    folder = viz / f"{path.stem}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+    log.info("viz: %s holds the drawings of %s: %s goes to %s", plain, drawn or "an unrecorded input", path, folder)
+    return folder
 
 
 def _saved_kind(run_dir: Path) -> str | None:

@@ -114,6 +114,24 @@ def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_p
     assert (tmp_path / "file" / "rollout.png").is_file()
 
 
+def test_input_files_of_one_name_in_two_folders_are_drawn_into_two_folders(tmp_path, capsys):
+    # cat/4.png and dog/4.png were both drawn into <run>/viz/4/: the second replaced the first's drawings
+    from PIL import Image
+
+    (tmp_path / "run").mkdir()
+    run = _saved_run(tmp_path / "run", VIT, TINY)
+    for cls in ("cat", "dog"):
+        (tmp_path / cls).mkdir()
+        Image.fromarray((torch.rand(28, 28) * 255).byte().numpy(), mode="L").save(tmp_path / cls / "4.png")
+    folders = []
+    for cls in ("cat", "dog", "cat"):  # the same file again: its own folder again
+        assert main([str(run), "--input", str(tmp_path / cls / "4.png")]) == 0
+        folders.append(Path(capsys.readouterr().out.split()[0]).parent)
+    assert folders[0] == folders[2] == run / "viz" / "4" and folders[1].name.startswith("4-")
+    inputs = [torch.load(f / "maps.pt")["input"] for f in folders[:2]]
+    assert inputs == [str((tmp_path / cls / "4.png").resolve()) for cls in ("cat", "dog")]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

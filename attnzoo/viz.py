@@ -303,8 +303,12 @@ def visualize(
     # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
     projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
     canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1])
-    if canvas is not None and prefix and all(m.shape[-2:] == maps[0].shape[-2:] for m in maps):
-        written.append(plot_prefix_maps(maps, canvas, prefix, out / "prefix_attention.png", title=title))
+    if canvas is not None and all(m.shape[-2:] == maps[0].shape[-2:] for m in maps):
+        if prefix:
+            written.append(plot_prefix_maps(maps, canvas, prefix, out / "prefix_attention.png", title=title))
+        else:  # a ViT without a class token (global_pool avg)
+            log.info("viz: no prefix token (model.class_token false): no prefix_attention.png; the rollout is the mean "
+                     "token's, which the model's average pooling reads")  # fmt: skip
         saved["rollout"] = rollout(maps, residual=residual, head_fusion=head_fusion)
         written.append(plot_rollout(saved["rollout"], canvas, prefix, out / "rollout.png", title=title))
     else:

@@ -114,6 +114,22 @@ def test_viz_command_draws_a_validation_example_and_an_image_file(run_dir, tmp_p
     assert (tmp_path / "file" / "rollout.png").is_file()
 
 
+def test_a_vit_without_a_class_token_gets_the_rollout_of_its_mean_token(tmp_path, capsys, caplog):
+    # "the keys are not patches of the input": the patches of an average-pooled ViT were drawn as matrices only
+    (tmp_path / "run").mkdir()
+    run = _saved_run(tmp_path / "run", VIT, [*TINY, "model.class_token=false", "model.global_pool=avg"])
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        assert main([str(run), "--index", "0", "--out", str(tmp_path / "out")]) == 0
+    assert [Path(p).name for p in capsys.readouterr().out.split()] == [
+        "attention_matrices.png",
+        "rollout.png",
+        "maps.pt",
+    ]
+    assert "no prefix token (model.class_token false)" in caplog.text and "not patches" not in caplog.text
+    saved = torch.load(tmp_path / "out" / "maps.pt")
+    torch.testing.assert_close(saved["rollout"], rollout(saved["maps"]))
+
+
 def test_input_files_of_one_name_in_two_folders_are_drawn_into_two_folders(tmp_path, capsys):
     # cat/4.png and dog/4.png were both drawn into <run>/viz/4/: the second replaced the first's drawings
     from PIL import Image

@@ -274,15 +274,27 @@ def parameters(fn: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     }
 
 
+# keys a user may try for their files on a data kind that reads them from other keys (the image and audio folders)
+FILE_KEYS = ("train", "val", "test", "path", "dir", "folder", "files", "data", "images", "clips", "wavs")
+
+
 def check_options(
-    cfg: Config, section: str, options: Mapping[str, Any], schema: Mapping[str, Any], what: str = ""
+    cfg: Config,
+    section: str,
+    options: Mapping[str, Any],
+    schema: Mapping[str, Any],
+    what: str = "",
+    files_hint: str | None = None,
 ) -> None:
-    """Each key of `options` is in `schema` (name -> annotation) and its value fits the annotation."""
+    """Each key of `options` is in `schema` (name -> annotation) and its value fits the annotation; `files_hint` says
+    how the data kind reads files, for an unknown key that looks like a file's (`FILE_KEYS`)."""
     valid = sorted(schema)
     for key, value in options.items():
         full = f"{section}.{key}"
         if key not in schema:
             hint = suggest(full, [f"{section}.{v}" for v in valid])
+            if files_hint and key.lower() in FILE_KEYS:
+                hint = f"; {files_hint}"
             raise ConfigError(f"{full}: unknown key{what} (set in {cfg.where(full)}); valid: {valid}{hint}")
         if not type_ok(value, schema[key]):
             raise ConfigError(
@@ -371,7 +383,8 @@ def validate(cfg: Config) -> None:
         target = check_kind(cfg, section, table)
         options = {k: v for k, v in cfg.section(section).items() if k != "kind" and f"{section}.{k}" not in auto}
         schema = {**_schema(target, drop), **(MODEL_EXTRAS if section == "model" else {})}
-        check_options(cfg, section, options, schema, f" for {section}.kind {cfg.section(section)['kind']!r}")
+        files = getattr(target, "FILES_HINT", None)
+        check_options(cfg, section, options, schema, f" for {section}.kind {cfg.section(section)['kind']!r}", files)
     timm_name = cfg.section("model").get("timm_name")
     if timm_name is not None and not cfg.section("model").get("init_from"):
         raise ConfigError(

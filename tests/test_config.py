@@ -50,6 +50,8 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("run.nme=x", ["run.nme", "did you mean 'run.name'"]),
         ("trainr.max_epochs=1", ["trainr", "unknown section", "did you mean 'trainer'"]),
         ("trainer.logger=false", ["trainer.logger", "unknown key"]),  # attnzoo sets the logger itself
+        # a folder of images tried as a text recipe's file: "did you mean 'data.ink'?"
+        ("data.train=images", ["data.train", "unknown key", "your images: data.dataset=folder data.root=DIR"]),
         ("seed=abc", ["seed", "'abc'"]),
         ("trainer.devices=two", ["trainer.devices", "'two'", "a number of devices", "'auto'"]),
         ("trainer.devices=0", ["trainer.devices", "a number of devices"]),

@@ -569,6 +569,10 @@ class AudioDataModule(DataModule):
         }
 
     AUTO_KEYS = defaults.AUDIO_KEYS
+    FILES_HINT = (
+        "your clips: data.source=folder data.root=DIR (one subfolder of WAV files per class, or train/ val/ test/ of "
+        "those), or data.source=csv data.csv=FILE (path,label rows)"
+    )
 
     def auto_values(self) -> dict[str, tuple[Any, str]]:
         """{dotted config key: (value, why)}: the `data.*` options set to auto as chosen, and values for

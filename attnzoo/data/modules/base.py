@@ -38,6 +38,7 @@ class DataModule(L.LightningDataModule):
     """The base of every attnzoo DataModule; see the module docstring for the contract."""
 
     AUTO_KEYS: ClassVar[tuple[str, ...]] = ()  # keys outside `data.*` that `auto_values()` may propose
+    FILES_HINT: ClassVar[str | None] = None  # how the data kind reads files, for a config that tries data.train=...
     tokenizer: Any = None  # after setup: the tokenizer of text data (a run saves it and checkpoints its digest)
     class_names: list[str] | None = None  # after setup: classification data's class names, in label order
     processes: int = 1  # training processes sharing each optimizer step (`attnzoo.run.build` sets it from the trainer)

@@ -266,6 +266,9 @@ class ImageDataModule(DataModule):
         return {"num_classes": self.num_classes, "in_chans": self.in_chans, "img_size": self.img_size}
 
     AUTO_KEYS = defaults.IMAGE_KEYS
+    FILES_HINT = (
+        "your images: data.dataset=folder data.root=DIR (one subfolder per class, or train/ val/ test/ of those)"
+    )
 
     def auto_values(self) -> dict[str, tuple[Any, str]]:
         """{dotted config key: (value, why)}: the `data.*` options set to auto (or img_size None) as chosen, and

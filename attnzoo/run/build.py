@@ -373,8 +373,13 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     ckpt_dir = run_dir / "checkpoints"
     logger = RunCSVLogger(str(run_dir))
     summary = RunSummary(monitor=monitor, mode=mode)
+    # the score of a model that has learned nothing the metric measures yet (BLEU 0): early stopping waits for it to
+    # move, and the best checkpoint follows the val loss meanwhile
+    floor = getattr(task, "monitor_floor", None) if monitor == f"val/{task.monitor}" else None
     callbacks = [
-        RunCheckpoint(dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False),
+        RunCheckpoint(
+            dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False, floor=floor
+        ),  # fmt: skip
         # last.ckpt after every epoch, improved or not (Lightning's save_last follows the best checkpoint's saves)
         RunCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, enable_version_counter=False),
         MetricsCheckpointSync(logger),
@@ -394,7 +399,6 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             monitor, mode, stopping["min_delta"], stopping["patience"], cfg.section("trainer").get("max_epochs"),
         )  # fmt: skip
         # checked after each validation only: a run stopped mid-epoch (max_steps) has no val metric to check
-        floor = getattr(task, "monitor_floor", None) if monitor == f"val/{task.monitor}" else None
         callbacks.append(
             run_callbacks.RunEarlyStopping(
                 monitor=monitor, mode=mode, check_on_train_epoch_end=False, floor=floor, **stopping

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -22,6 +23,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..util.files import SHARED_MODE
+
+log = logging.getLogger("attnzoo")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -63,8 +66,44 @@ class RunCheckpoint(ModelCheckpoint):
     resumed after it finished stopped on the missing best score. The saved paths inside the old directory are read
     as the same files in this one, and paths elsewhere are dropped."""
 
+    def __init__(self, *args: Any, floor: float | None = None, tie_break: str = "val/loss", **kwargs: Any) -> None:
+        """`floor`: the monitored value of a model that has learned nothing it measures yet (BLEU 0, before any
+        4-gram matches); while the score stays there, the best checkpoint is the one of the lowest `tie_break`
+        (val loss) rather than the first (the untrained epoch-0 weights, which a translation run whose BLEU never
+        left 0 tested, translated and evaluated with)."""
+        super().__init__(*args, **kwargs)
+        self.floor, self.tie_break = floor, tie_break
+        self.floor_tie: float | None = None  # the tie-break value of the best checkpoint while at the floor
+        self._said = False
+
     def _generate_state_key(self, **kwargs: Any) -> str:
         return f"ModelCheckpoint{kwargs!r}"  # Lightning's own key: checkpoints of earlier runs keep loading
+
+    def check_monitor_top_k(self, trainer: Any, current: torch.Tensor | None = None) -> bool:
+        at_floor = self.floor is not None and current is not None and float(current) == self.floor
+        if not at_floor or self.save_top_k != 1:
+            return super().check_monitor_top_k(trainer, current)
+        best = self.best_model_score
+        if best is not None and self.best_k_models and float(best) != self.floor:
+            return False  # a score off the floor is better than the floor
+        tie = trainer.callback_metrics.get(self.tie_break)
+        tie = None if tie is None else float(tie)
+        take = (
+            best is None
+            or not self.best_k_models
+            or (tie is not None and (self.floor_tie is None or tie < self.floor_tie))
+        )
+        take = trainer.strategy.reduce_boolean_decision(take)  # every process decides alike
+        if take:
+            if best is not None and self.best_k_models and not self._said:
+                self._said = True
+                log.info("checkpoints: %s is still %g: best.ckpt follows the lowest %s (%.4g) until it moves",
+                         self.monitor, self.floor, self.tie_break, tie)  # fmt: skip
+            self.floor_tie = tie
+        return take
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "floor_tie": self.floor_tie}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """The saved record, its paths read as the checkpoint files of the same names in this run's `dirpath`. A path
@@ -87,6 +126,7 @@ class RunCheckpoint(ModelCheckpoint):
             "best_k_models": {k: v for k, v in best_k.items() if k},
         }
         super().load_state_dict(state_dict)
+        self.floor_tie = state_dict.get("floor_tie")
 
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:

@@ -113,11 +113,57 @@ def test_a_translation_run_stops_early_with_bleus_floor(tmp_path):
     trainer, _ = make_trainer(cfg, tmp_path, task)
     (stopping,) = [c for c in trainer.callbacks if isinstance(c, RunEarlyStopping)]
     assert stopping.monitor == "val/bleu" and stopping.floor == 0.0
+    assert [c.floor for c in trainer.callbacks if getattr(c, "filename", None) == "best"] == [0.0]
     cfg = load([recipe], ["trainer.precision=32-true", "model.encoder_depth=1", "run.monitor=val/chrf"])
     _, task, cfg = build(cfg)
     trainer, _ = make_trainer(cfg, tmp_path, task)
     (stopping,) = [c for c in trainer.callbacks if isinstance(c, RunEarlyStopping)]
     assert stopping.floor is None  # another metric than the task's own: Lightning's rule
+
+
+def _best_epoch(tmp_path, bleu, loss, floor):
+    """The epoch whose weights best.ckpt holds after validations scoring `bleu` and `loss`, and the callback."""
+    import lightning as L
+    import torch
+
+    from attnzoo.run.checkpoint_io import RunCheckpoint
+
+    class Scored(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch, _):
+            return (self.w - batch).pow(2).mean()
+
+        def validation_step(self, batch, _):
+            epoch = self.current_epoch
+            self.log_dict({"val/bleu": float(bleu[epoch]), "val/loss": float(loss[epoch])})
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    best = RunCheckpoint(dirpath=tmp_path, filename="best", monitor="val/bleu", mode="max", floor=floor,
+                         enable_version_counter=False)  # fmt: skip
+    trainer = L.Trainer(max_epochs=len(bleu), callbacks=[best], logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    data = torch.utils.data.DataLoader(torch.ones(2, 1), batch_size=2)
+    trainer.fit(Scored(), data, data)
+    return torch.load(tmp_path / "best.ckpt", weights_only=False)["epoch"], best
+
+
+def test_while_bleu_stays_0_the_best_checkpoint_is_the_one_of_lowest_val_loss(tmp_path):
+    # a translation run whose val/bleu never left 0 kept the epoch-0 weights as best.ckpt (Lightning replaces it on
+    # a strict improvement only): it was tested, and translate and evaluate used it, while the later weights
+    # translated far better (chrF 17 against 2)
+    assert _best_epoch(tmp_path / "a", [0, 0, 0, 0], [3.0, 2.0, 1.0, 1.5], floor=0.0)[0] == 2
+    assert _best_epoch(tmp_path / "b", [0, 0, 0, 0], [3.0, 2.0, 1.0, 1.5], floor=None)[0] == 0  # Lightning's rule
+    epoch, best = _best_epoch(tmp_path / "c", [0, 0, 2.0, 0, 1.0], [3.0, 2.0, 2.5, 1.0, 0.5], floor=0.0)
+    assert epoch == 2 and best.best_model_score == 2.0  # a score off the floor beats any loss at the floor
+    resumed = type(best)(dirpath=tmp_path / "a", filename="best", monitor="val/bleu", mode="max", floor=0.0)
+    _, first = _best_epoch(tmp_path / "a2", [0, 0, 0], [3.0, 1.0, 2.0], floor=0.0)
+    resumed.load_state_dict(first.state_dict())
+    assert resumed.floor_tie == first.floor_tie == 1.0  # a resumed run compares with the loss of its best
 
 
 def test_early_stoppings_state_keeps_lightnings_key_so_earlier_runs_resume_it():

@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
 from .nan_guard import FiniteLoss
 from .resume_position import ResumeDataPosition
@@ -41,6 +42,15 @@ class RunEarlyStopping(EarlyStopping):
 
     def _generate_state_key(self, **kwargs: Any) -> str:
         return f"EarlyStopping{kwargs!r}"  # Lightning's own key: runs saved before this class resume their state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The saved count and best score, with the patience of this run's config (a resume may raise it to train a
+        run that stopped early on; Lightning restores the saved one) and no stopping reason yet (why the resumed
+        training ends is its own)."""
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        self.patience = patience
+        self.stopping_reason, self.stopping_reason_message = EarlyStoppingReason.NOT_STOPPED, None
 
     def _evaluate_stopping_criteria(self, current: Any) -> tuple[bool, str | None]:
         if self.floor is not None and float(current) == self.floor and not bool(abs(self.best_score) < float("inf")):

@@ -108,9 +108,9 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     return run_dir, ckpt
 
 
-# what a resumed run may change: its training budget, what it prints and logs, how many threads compute it, and
-# what happens after training. Any other change (model, data, task, seed, precision, ...) would continue a
-# checkpoint as something it is not, and is refused.
+# what a resumed run may change: its training budget and when it stops early, what it prints and logs, how many
+# threads compute it, and what happens after training. Any other change (model, data, task, seed, precision, ...)
+# would continue a checkpoint as something it is not, and is refused.
 RESUME_MAY_CHANGE = (
     "trainer.max_epochs",
     "trainer.max_steps",
@@ -121,6 +121,7 @@ RESUME_MAY_CHANGE = (
     "trainer.num_threads",
     "run.test",
     "run.save_every_n_steps",
+    "run.early_stopping",
 )
 RESUMES_FILE = "resumes.json"  # one record per resume of a run; summary.json repeats it
 

@@ -196,6 +196,19 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
     return None, False
 
 
+def _say_early_stop(before: dict[str, Any], changes: dict[str, list[Any]]) -> None:
+    """Warn that a run which stopped early, resumed with the same `run.early_stopping`, stops again at its next
+    validation that does not improve: its patience is spent (a larger trainer.max_epochs alone trains one epoch)."""
+    stopped = before.get("stopped") if isinstance(before.get("stopped"), dict) else {}
+    if stopped.get("reason") != "early_stopping" or any(k.startswith("run.early_stopping") for k in changes):
+        return
+    log.warning(
+        "resume: the run stopped early (%s); with the same run.early_stopping it stops again at its next validation "
+        "that does not improve. To train on, raise run.early_stopping.patience or set run.early_stopping=false",
+        stopped.get("message") or f"epoch {stopped.get('epoch')}",
+    )
+
+
 def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Sequence[Any]) -> Path:
     # resumed from the run's own config.yaml (`fit --resume DIR`): the weights come from the checkpoint, the start's
     # choices are in config.yaml; with the command that started it (`--resume DIR --config recipe ...`), or for a run
@@ -222,6 +235,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
         before = read_summary(run_dir)
+        _say_early_stop(before, changes)
         tokenizer = data.tokenizer
         if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
             from .checkpoint_io import read_checkpoint

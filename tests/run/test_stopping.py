@@ -46,6 +46,29 @@ def test_early_stopping_stops_when_val_does_not_improve_and_the_summary_says_why
     assert summary["best_epoch"] == 0 and summary["finished"] is True
 
 
+def test_a_run_that_stopped_early_is_resumed_with_more_patience_or_told_it_stops_again(tmp_path, caplog):
+    # --resume <run> trainer.max_epochs=45 trained one epoch and stopped again (its patience was spent), saying
+    # nothing; raising run.early_stopping.patience was refused as a change of what defines the run (and Lightning
+    # restored the saved patience anyway)
+    import logging
+
+    stopping = ["task.optimizer.lr=0.0", "run.monitor=val/loss", "run.mode=min", "run.early_stopping={patience: 2}"]
+    run = fit(load([VIT], [*TINY, *stopping, "trainer.max_epochs=10", f"run.dir={tmp_path}"]))
+    assert _summary(run)["stopped"]["epoch"] == 3
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        fit(load([run / "config.yaml"], ["trainer.max_epochs=20"]), resume=run)
+    assert "resume: the run stopped early (" in caplog.text and "raise run.early_stopping.patience" in caplog.text
+    assert _summary(run)["stopped"]["epoch"] == 4  # one validation more, not improving: stopped again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        fit(load([run / "config.yaml"], ["trainer.max_epochs=20", "run.early_stopping.patience=5"]), resume=run)
+    assert "stopped early" not in caplog.text
+    summary = _summary(run)
+    assert summary["stopped"]["reason"] == "early_stopping" and summary["stopped"]["epoch"] == 6  # waits 3 - 5
+    fit(load([run / "config.yaml"], ["trainer.max_epochs=8", "run.early_stopping=false"]), resume=run)
+    assert _summary(run)["stopped"] == {"reason": "budget", "epoch": 8, "message": "trainer.max_epochs (8) reached"}
+
+
 def test_without_early_stopping_the_epoch_budget_ends_training(tmp_path):
     cfg = load([VIT], [*TINY, "task.optimizer.lr=0.0", "trainer.max_epochs=2", f"run.dir={tmp_path}"])
     summary = _summary(fit(cfg))

@@ -45,6 +45,8 @@ def generate(
     """The prompt and its continuation by the run in `run_dir`; options left out keep the run's task settings."""
     if max_new_tokens < 1:
         raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
+    if not 0 <= seed < 2**64:  # torch.Generator's range ("Overflow when unpacking long long" past it)
+        raise ConfigError(f"--seed ({seed}) must be an integer from 0 to 2**64 - 1")
     from .data.tokenizers.subword import decode_generated, encode_user_text, unknown_note
     from .run import load_run
     from .tasks.sequence import LanguageModelTask

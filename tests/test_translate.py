@@ -355,8 +355,9 @@ def test_characters_the_tokenizer_never_saw_are_named_not_dropped_silently(
 
 @pytest.mark.parametrize(
     "args",  # --temperature nan passed the check and failed in sampling, in other words than the flag's
-    [["--top-k", "0"], ["--top-p", "0.0"], ["--top-p", "1.5"], ["--temperature", "nan"], ["--temperature", "inf"]],
-)
+    [["--top-k", "0"], ["--top-p", "0.0"], ["--top-p", "1.5"], ["--temperature", "nan"], ["--temperature", "inf"],
+     ["--seed", "99999999999999999999"], ["--seed", "-1"]],  # "Overflow when unpacking long long", from torch
+)  # fmt: skip
 def test_generate_checks_its_sampling_options_by_their_flags_before_loading_the_run(args, tmp_path, capsys):
     # --top-k 0 was refused after the model loaded (and the cap note), as "top_k must be an int >= 1 or None"
     assert generate_main([str(tmp_path / "no-run"), *args]) == 2  # not a run directory: the option comes first

@@ -306,6 +306,11 @@ def test_given_splits_and_overlap_warning(tmp_path, caplog):
         dm.setup()
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 50, "val": 2, "test": 1}
     assert "1 of 2 val pairs have a source that also occurs in train" in caplog.text
+    # the test file read as train and val too (evaluate of a run whose train file is elsewhere): no leak to warn of
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        TranslationDataModule(train=str(train), val=str(train), test=str(train), tokenizer="bytes").setup()
+    assert "also occurs in train" not in caplog.text
 
 
 # ------------------------------------------------------------------------------------------------ batches

@@ -243,7 +243,8 @@ class TranslationDataModule(DataModule):
         if missing:
             read.update(self._hold_out(read, missing))
         for split in ("val", "test"):
-            if self.files[split] is not None:
+            # a split read from the train file itself (`evaluate` of a run whose train file is elsewhere) is no leak
+            if self.files[split] is not None and not _same_file(self.files[split], self.files["train"]):
                 train_sources = {s for s, _ in read["train"]}
                 seen = sum(s in train_sources for s, _ in read[split])
                 if seen:
@@ -399,3 +400,10 @@ class TranslationDataModule(DataModule):
 
 
 __all__ = ["IGNORE_INDEX", "Seq2SeqCollate", "TokenPairDataset", "TranslationDataModule"]
+
+
+def _same_file(a: str | Path, b: str | Path | None) -> bool:
+    try:
+        return b is not None and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False

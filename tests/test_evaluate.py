@@ -76,3 +76,42 @@ def test_a_shared_run_scores_data_test_without_the_train_files_it_was_trained_on
     (tmp_path / "other.csv").write_text("\n".join(["sentence,category", *rows[1:]]) + "\n")
     columns = [f"data.test={tmp_path / 'other.csv'}", "data.text_column=sentence", "data.label_column=category"]
     assert evaluate(run, "best", "test", [], columns)["metrics"] == here
+
+
+@pytest.mark.parametrize("recipe", ["lm", "mlm"])
+def test_a_language_model_run_scores_a_test_file_of_its_own_without_its_train_file(recipe, tmp_path, caplog):
+    # a copied LM run: "data.train: no such file or directory"; an MLM run given data.test with another column:
+    # data.text_column=sentence was applied to the run's own train file ("no text column 'sentence'")
+    import logging
+    import random
+
+    from attnzoo.evaluate import evaluate
+
+    rng = random.Random(0)
+    words = "the cat sat on a mat while dog ran far away from home and came back".split()
+    lines = lambda n: [" ".join(rng.choice(words) for _ in range(9)) for _ in range(n)]  # noqa: E731
+    if recipe == "lm":
+        (tmp_path / "corpus.txt").write_text("\n".join(lines(200)) + "\n")
+        (tmp_path / "new.txt").write_text("\n".join(lines(30)) + "\n")
+        train, test, other = tmp_path / "corpus.txt", [f"data.test={tmp_path / 'new.txt'}"], None
+    else:
+        (tmp_path / "train.csv").write_text(
+            "text,label\n" + "".join(f"{t},{i % 2}\n" for i, t in enumerate(lines(200)))
+        )
+        tests = lines(30)
+        (tmp_path / "test.csv").write_text("text\n" + "".join(f"{t}\n" for t in tests))
+        (tmp_path / "other.csv").write_text("id,sentence\n" + "".join(f"{i},{t}\n" for i, t in enumerate(tests)))
+        train, test = tmp_path / "train.csv", [f"data.test={tmp_path / 'test.csv'}"]
+        other = [f"data.test={tmp_path / 'other.csv'}", "data.text_column=sentence"]
+    overrides = [*QUICK, "trainer.max_epochs=1", "model.depth=1", "model.dim=16", f"run.dir={tmp_path / 'r'}",
+                 f"data.train={train}"]  # fmt: skip
+    run = fit(load([ROOT / "recipes" / f"{recipe}.yaml"], overrides))
+    here = evaluate(run, "best", "test", [], test)
+    if other is not None:  # another column named for the test file: the run's own train file keeps its column
+        assert evaluate(run, "best", "test", [], other)["metrics"] == here["metrics"]
+    train.rename(tmp_path / "gone")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        alone = evaluate(run, "best", "test", [], test)
+    assert alone["metrics"] == here["metrics"] and alone["split_examples"] == here["split_examples"]
+    assert f"{train} (data.train) is not here: data.test" in caplog.text
+    assert "train, val and test are one file" in caplog.text  # nothing held out: said

@@ -300,9 +300,9 @@ def load_run(
 
 
 # data kinds whose missing train/val files `_scored_alone` replaces with data.test: the classes and ids come from the
-# run's files, and nothing is held out of train or compared with it (the LM and MLM data drop held-out text that
-# train holds, which would be all of it)
-SCORED_ALONE = ("text", "text_image", "translation")
+# run's files, and nothing is held out of train or compared with it (the LM and MLM data keep text that train holds
+# when the three splits are one file)
+SCORED_ALONE = ("text", "text_image", "translation", "lm", "mlm")
 
 
 def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
@@ -326,12 +326,15 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
     own_ids = "data.tokenizer" in preset or data.get("tokenizer") == "bytes"  # nothing learned from the files read
     if "train" not in gone or not own_ids or any(key not in preset for key in labels):
         return {}
+    # the LM and MLM data compare val and test with train only while the three are not one file; a val left to be
+    # held out of data.test would shrink the test split to what it lacks
+    held = ["val"] if kind in ("lm", "mlm") and data.get("val") is None else []
     own = [*(["the classes (labels.json)"] if labels else []),
            *(["the token ids (tokenizer.json)"] if "data.tokenizer" in preset else [])]  # fmt: skip
     why = f"{', '.join(layout)} given for data.test" if layout else f"{'are' if len(gone) > 1 else 'is'} not here"
     log.info("data: %s (data.%s) %s: data.test %s is read in its place%s", ", ".join(data[k] for k in gone),
              " and data.".join(gone), why, test, f"; {' and '.join(own)} are the run's own" if own else "")  # fmt: skip
-    return {f"data.{k}": test for k in gone}
+    return {f"data.{k}": test for k in [*gone, *held]}
 
 
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:

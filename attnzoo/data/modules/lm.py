@@ -134,12 +134,23 @@ def remove_seen_paragraphs(docs: list[str], train: list[str]) -> tuple[list[str]
 
 
 def unseen_held_out(
-    given: dict[str, list[str]], train: list[str], sources: dict[str, str], *, val_is_train: bool
+    given: dict[str, list[str]],
+    train: list[str],
+    sources: dict[str, str],
+    *,
+    val_is_train: bool,
+    one_file: bool = False,
 ) -> tuple[dict[str, list[str]], dict[str, int]]:
     """({"train": train, "val": ..., "test": ...}, paragraphs removed per split): the val and test texts of `given`
     without the paragraphs that occur verbatim in `train` (logged), so held-out scores are not scores of training text;
     ValueError naming the split's source (`sources`) when nothing is left. A warning when val and test end up the same
-    (`val_is_train`: data.val is the train file, and what train lacks is its held-out test part)."""
+    (`val_is_train`: data.val is the train file, and what train lacks is its held-out test part). `one_file`: the three
+    splits are one file (evaluate of a run whose train file is not here reads data.test in its place): nothing is
+    removed, and a warning says so."""
+    if one_file:
+        log.warning("data: train, val and test are one file, %s: nothing is held out of train (evaluate of a run "
+                    "whose train file is not here reads data.test in its place)", sources["test"])  # fmt: skip
+        return {"train": train, **given}, {}
     out, counts = {"train": train}, {}
     for split in ("val", "test"):
         docs, removed = remove_seen_paragraphs(given[split], train)
@@ -290,8 +301,9 @@ class LMDataModule(DataModule):
         if missing:
             held, train = self._hold_out(train, missing)
             given.update(held)
+        one_file = self.files["train"] is not None and self.files["train"] == self.files["val"] == self.files["test"]
         out, self.removed = unseen_held_out(
-            given, train, self.sources, val_is_train=self.files["val"] == self.files["train"]
+            given, train, self.sources, val_is_train=self.files["val"] == self.files["train"], one_file=one_file
         )
         return out
 

@@ -191,7 +191,10 @@ class MLMDataModule(DataModule):
             log.info("data: holding out %s of %d train texts", " and ".join(f"{n} ({s})" for s, n in sizes.items()),
                      len(train))  # fmt: skip
         val_is_train = self.files["val"] is not None and self.files["val"] == self.files["train"]
-        out, self.removed = unseen_held_out(texts, texts["train"], self.sources, val_is_train=val_is_train)
+        one_file = self.files["train"] is not None and self.files["train"] == self.files["val"] == self.files["test"]
+        out, self.removed = unseen_held_out(
+            texts, texts["train"], self.sources, val_is_train=val_is_train, one_file=one_file
+        )
         return out
 
     def _pieces(self, texts: list[str]) -> tuple[list[torch.Tensor], int]:

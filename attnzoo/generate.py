@@ -60,6 +60,7 @@ def generate(
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
+    check_kind(run_dir, "lm", "generate")  # before its checkpoint is looked for
     run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
     check_kind(run, "lm", "generate")
     task = run.task.eval()

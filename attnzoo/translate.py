@@ -73,10 +73,16 @@ def source_batch(
 
 
 def check_kind(run: Any, kind: str, command: str) -> None:
-    if run.data_kind != kind:
-        other = {"translation": "translate", "lm": "generate"}.get(run.data_kind)
-        hint = f"; use python -m attnzoo.{other}" if other else ""
-        raise ConfigError(f"{command}: {run.run_dir} is a {run.data_kind!r} run, not a {kind!r} one{hint}")
+    """ConfigError unless `run` (a loaded run, or a run directory: its config.yaml's kind, before any checkpoint is
+    looked for) is of data kind `kind`, naming the command that reads it."""
+    from .run.rundir import saved_kind
+
+    run_dir, found = (Path(run), saved_kind(Path(run))) if isinstance(run, str | Path) else (run.run_dir, run.data_kind)
+    if found is not None and found != kind:
+        other = {"translation": "translate", "lm": "generate"}.get(found)
+        elsewhere = "python -m attnzoo.evaluate (its metrics) or python -m attnzoo.viz (its attention)"
+        hint = f"; use python -m attnzoo.{other}" if other else f"; for this one use {elsewhere}"
+        raise ConfigError(f"{command}: {run_dir} is a {found!r} run, not a {kind!r} one{hint}")
 
 
 class Translator:
@@ -140,6 +146,7 @@ def translate(
         raise ConfigError("translate: give at least one sentence (--text or --file)")
     from .run import load_run
 
+    check_kind(run_dir, "translation", "translate")
     run = load_run(run_dir, checkpoint, overrides=overrides, with_data=False)
     return Translator(run, beam)(texts)
 
@@ -243,7 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutil.copyfileobj(sys.stdin.buffer, piped)
             args.file = Path(piped.name)
         if args.file is not None and not args.file.is_file():
-            raise ConfigError(f"--file: no file at {str(args.file)!r}")
+            what = "is a directory" if args.file.is_dir() else "does not exist"
+            raise ConfigError(f"--file: {str(args.file)!r} {what}; give a text file of one sentence per line")
         if not args.text and args.file is None:
             raise ConfigError("translate: give at least one sentence (--text or --file)")
         if args.batch_size < 1:
@@ -254,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"--file {shown or args.file}: no line to translate (the input is empty)")
         from .run import load_run
 
+        check_kind(args.run_dir, "translation", "translate")  # before its checkpoint is looked for
         run = load_run(args.run_dir, args.checkpoint, overrides=args.overrides, with_data=False)
         translator = Translator(run, args.beam)
         if args.text:

@@ -222,13 +222,14 @@ def visualize(
     """
     from .run import load_run
     from .run.lock import refuse_links
+    from .run.rundir import saved_kind
 
     if not 0.0 <= residual <= 1.0:  # before anything is drawn
         raise ConfigError(f"--residual ({residual}) must be in [0, 1]")
     if out is None:  # drawings go into <run>/viz/
         refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)", entries=("viz",))
     one_input = input_path is not None or text is not None
-    alone = one_input and _saved_kind(Path(run_dir)) in ALONE
+    alone = one_input and saved_kind(Path(run_dir)) in ALONE
     run = load_run(run_dir, checkpoint, with_data=not alone, classifiers=True)
     run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
     data, net, kind = run.data if run.data is not None else RunInputs.of(run), run.net, run.data_kind
@@ -339,16 +340,6 @@ def _input_folder(viz: Path, path: Path) -> Path:
     folder = viz / f"{path.stem}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
     log.info("viz: %s holds the drawings of %s: %s goes to %s", plain, drawn or "an unrecorded input", path, folder)
     return folder
-
-
-def _saved_kind(run_dir: Path) -> str | None:
-    """The data kind a run directory's config.yaml names; None where it cannot be read (`load_run` says why)."""
-    from .config import load
-
-    try:
-        return load([run_dir / "config.yaml"]).section("data").get("kind")
-    except (ConfigError, OSError, ValueError):
-        return None
 
 
 def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int = 1) -> Path:

@@ -13,6 +13,7 @@ from attnzoo.generate import generate
 from attnzoo.generate import main as generate_main
 from attnzoo.generation import beam_search, greedy
 from attnzoo.run import build, load_run
+from attnzoo.run.rundir import saved_kind
 from attnzoo.translate import main as translate_main
 from attnzoo.translate import source_batch, translate
 from attnzoo.viz import main as viz_main
@@ -365,6 +366,26 @@ def test_generate_checks_its_sampling_options_by_their_flags_before_loading_the_
     assert f"{args[0]} ({args[1]}) must be" in err and "not a run directory" not in err
 
 
+def test_the_other_commands_run_is_named_before_its_checkpoint_is_looked_for(lm_run, translation_run, tmp_path, capsys):
+    # translate of a language-model run without best.ckpt said "no checkpoint file at .../best.ckpt"
+    import shutil
+
+    for run, main, other in ((lm_run, translate_main, "generate"), (translation_run, generate_main, "translate")):
+        copy = shutil.copytree(run, tmp_path / run.name, ignore=shutil.ignore_patterns("*.ckpt"))
+        assert main([str(copy), "--text" if main is translate_main else "--prompt", "The"]) == 2
+        err = capsys.readouterr().err
+        assert f"is a '{saved_kind(copy)}' run" in err and f"use python -m attnzoo.{other}" in err, err
+
+
+def test_an_override_that_changes_the_model_is_named_in_the_error_in_a_few_lines(lm_run, capsys):
+    # "checkpoint ... does not fit the model of <run>/config.yaml" and dozens of size-mismatch lines, blaming the run
+    dim = load_run(lm_run, with_data=False).cfg.section("model")["dim"]
+    assert generate_main([str(lm_run), "--prompt", "The", f"model.dim={dim * 2}"]) == 2
+    err = capsys.readouterr().err
+    assert f"config.yaml with model.dim={dim * 2}: these change the model" in err
+    assert err.count("size mismatch") == 3 and "more)" in err
+
+
 def test_generate_takes_null_for_no_top_k_or_top_p_cut_as_its_error_says(lm_run, capsys):
     # "--top-k (0) must be ... or null for no top-k cut", and then --top-k null: "invalid int value: 'null'"
     assert generate_main([str(lm_run), "--prompt", "The", "--top-k", "null", "--top-p", "none"]) == 0
@@ -396,6 +417,8 @@ def test_translate_reads_piped_lines_with_file_dash(translation_run, tmp_path, c
     import tempfile
 
     assert not list(Path(tempfile.gettempdir()).glob("attnzoo-translate-*"))  # nothing left in the temp folder
+    assert translate_main([str(translation_run), "--file", str(path.parent)]) == 2  # was "no file at" a folder
+    assert f"--file: {str(path.parent)!r} is a directory; give a text file" in capsys.readouterr().err
 
 
 def test_translate_strips_its_input_as_training_strips_its_pairs(translation_run, capsys):

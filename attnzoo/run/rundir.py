@@ -230,6 +230,14 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     return ckpt
 
 
+def saved_kind(run_dir: Path) -> str | None:
+    """The data kind a run directory's config.yaml names; None where it cannot be read (`load_run` says why)."""
+    try:
+        return load([run_dir / "config.yaml"]).section("data").get("kind")
+    except (ConfigError, OSError, ValueError):
+        return None
+
+
 @dataclass
 class LoadedRun:
     """A finished run rebuilt for a command: its config, data (set up; None when loaded without it), task with the
@@ -295,7 +303,12 @@ def load_run(
     try:
         task.load_state_dict(saved["state_dict"])
     except RuntimeError as err:
-        raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {run_dir}/config.yaml: {err}") from None
+        lines = [line.strip() for line in str(err).splitlines()[1:] if line.strip()] or [str(err)]
+        shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+        given = [*map(str, configs), *overrides]
+        what = f"{run_dir}/config.yaml" + (f" with {', '.join(given)}" if given else "")
+        hint = ": these change the model; leave out what the checkpoint was not trained with" if given else ""
+        raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {what}{hint} ({shown})") from None
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 

@@ -160,3 +160,18 @@ def test_split_digits_makes_each_digit_a_token_and_round_trips(kind, corpus, tmp
     assert loaded.encode(text) == tok.encode(text)
     merged = SubwordTokenizer.train(texts, kind=kind, vocab_size=600)  # the default: digits merge like letters
     assert any(sum(c.isdigit() for c in p) > 1 for p in merged.tokens(text))
+
+
+def test_split_digits_on_a_tokenizer_file_is_noted_unless_it_is_a_runs_own(corpus, tmp_path, caplog):
+    # every evaluate of a run with a learned tokenizer logged "data.split_digits: no effect on data.tokenizer"
+    import logging
+
+    tok = SubwordTokenizer.train(corpus, kind="bpe", vocab_size=300, split_digits=True)
+    (tmp_path / "run").mkdir()
+    own, other = tok.save(tmp_path / "run" / "tokenizer.json"), tok.save(tmp_path / "mine.json")
+    (tmp_path / "run" / "config.yaml").write_text("data: {}\n")
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        make_tokenizer(str(own), split_digits=True)
+        assert "no effect" not in caplog.text
+        make_tokenizer(str(other), split_digits=True)
+    assert f"data.split_digits: no effect on data.tokenizer '{other}'" in caplog.text

@@ -50,7 +50,8 @@ def make_tokenizer(
             lowercase=lowercase,
             split_digits=split_digits,
         )
-    if split_digits:
+    own_run = Path(spec).name == "tokenizer.json" and (Path(spec).parent / "config.yaml").is_file()
+    if split_digits and not own_run:  # a run's own file was learned with the run's split_digits: nothing to say
         log.info(  # a run's own tokenizer.json splits digits if it was learned with split_digits: its pre-tokenizer
             "data.split_digits: no effect on data.tokenizer %r, which splits digits or not as it was made to", spec
         )

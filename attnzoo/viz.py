@@ -18,6 +18,7 @@ Notation: B batch (1 here), H heads, L tokens (P prefix tokens, then the N patch
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -127,15 +128,22 @@ class RunInputs:
     def in_chans(self) -> int:
         return int(self.cfg.section("model")["in_chans"])
 
+    def _data_option(self, key: str) -> Any:
+        """A data option as the run's data module had it: its config.yaml's value, else the module's default."""
+        from .data import DATAMODULES
+
+        kind = self.options["kind"]
+        return self.options.get(key, inspect.signature(DATAMODULES[kind]).parameters[key].default)
+
     @property
     def sample_rate(self) -> int:
-        return int(self.cfg.section("model")["sample_rate"])
+        return int(self.cfg.section("model").get("sample_rate") or self._data_option("sample_rate"))
 
     @property
     def max_len(self) -> int:
         from .run.inference import CONTEXT_LENGTH, context_length
 
-        return context_length(self.cfg) if self.options["kind"] in CONTEXT_LENGTH else int(self.options["max_len"])
+        return context_length(self.cfg) if self.options["kind"] in CONTEXT_LENGTH else int(self._data_option("max_len"))
 
     @property
     def multilabel(self) -> bool:
@@ -333,12 +341,12 @@ def _input_folder(viz: Path, path: Path) -> Path:
     plain, resolved = viz / path.stem, str(path.resolve())
     try:
         drawn = torch.load(plain / "maps.pt", map_location="cpu", weights_only=True).get("input")
-    except (OSError, RuntimeError, AttributeError, ValueError):  # nothing drawn there yet, or an older drawing
+    except Exception:  # noqa: BLE001 (nothing drawn there yet, an older drawing, or one cut short: draw over it)
         drawn = None
-    if not (plain / "maps.pt").is_file() or drawn == resolved:
+    if drawn is None or drawn == resolved:  # none there, one of an unrecorded input (an earlier viz), or this file's
         return plain
     folder = viz / f"{path.stem}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
-    log.info("viz: %s holds the drawings of %s: %s goes to %s", plain, drawn or "an unrecorded input", path, folder)
+    log.info("viz: %s holds the drawings of %s: %s goes to %s", plain, drawn, path, folder)
     return folder
 
 

@@ -90,10 +90,13 @@ def test_a_language_model_run_scores_a_test_file_of_its_own_without_its_train_fi
     rng = random.Random(0)
     words = "the cat sat on a mat while dog ran far away from home and came back".split()
     lines = lambda n: [" ".join(rng.choice(words) for _ in range(9)) for _ in range(n)]  # noqa: E731
-    if recipe == "lm":
+    own_val = []
+    if recipe == "lm":  # with a val file of its own, which stays: the test file was compared with itself
         (tmp_path / "corpus.txt").write_text("\n".join(lines(200)) + "\n")
+        (tmp_path / "val.txt").write_text("\n".join(lines(20)) + "\n")
         (tmp_path / "new.txt").write_text("\n".join(lines(30)) + "\n")
         train, test, other = tmp_path / "corpus.txt", [f"data.test={tmp_path / 'new.txt'}"], None
+        own_val = [f"data.val={tmp_path / 'val.txt'}"]
     else:
         (tmp_path / "train.csv").write_text(
             "text,label\n" + "".join(f"{t},{i % 2}\n" for i, t in enumerate(lines(200)))
@@ -104,7 +107,7 @@ def test_a_language_model_run_scores_a_test_file_of_its_own_without_its_train_fi
         train, test = tmp_path / "train.csv", [f"data.test={tmp_path / 'test.csv'}"]
         other = [f"data.test={tmp_path / 'other.csv'}", "data.text_column=sentence"]
     overrides = [*QUICK, "trainer.max_epochs=1", "model.depth=1", "model.dim=16", f"run.dir={tmp_path / 'r'}",
-                 f"data.train={train}"]  # fmt: skip
+                 f"data.train={train}", *own_val]  # fmt: skip
     run = fit(load([ROOT / "recipes" / f"{recipe}.yaml"], overrides))
     here = evaluate(run, "best", "test", [], test)
     if other is not None:  # another column named for the test file: the run's own train file keeps its column
@@ -114,4 +117,4 @@ def test_a_language_model_run_scores_a_test_file_of_its_own_without_its_train_fi
         alone = evaluate(run, "best", "test", [], test)
     assert alone["metrics"] == here["metrics"] and alone["split_examples"] == here["split_examples"]
     assert f"{train} (data.train) is not here: data.test" in caplog.text
-    assert "train, val and test are one file" in caplog.text  # nothing held out: said
+    assert "is read as train and val too (test_only)" in caplog.text  # nothing held out: said

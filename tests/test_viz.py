@@ -467,3 +467,14 @@ def test_one_input_is_drawn_from_the_run_directory_alone_as_its_data_module_prep
     saved = torch.load(tmp_path / "out" / "maps.pt")
     torch.testing.assert_close(saved["logits"], expected, rtol=0, atol=1e-6)
     assert saved["class_names"] == reference.data.class_names
+
+
+def test_run_inputs_take_the_data_modules_defaults_for_options_a_config_leaves_out(tmp_path):
+    # a hand-written config without data.max_len: viz --text raised KeyError 'max_len' (the data module takes 512)
+    from attnzoo.viz import RunInputs
+
+    task = "task: {kind: classification}\n"
+    (tmp_path / "config.yaml").write_text("data: {kind: text, train: t.csv}\nmodel: {kind: text}\n" + task)
+    assert RunInputs(load([tmp_path / "config.yaml"]), []).max_len == 512
+    (tmp_path / "config.yaml").write_text("data: {kind: text, train: t.csv, max_len: 64}\nmodel: {kind: text}\n" + task)
+    assert RunInputs(load([tmp_path / "config.yaml"]), []).max_len == 64

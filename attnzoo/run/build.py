@@ -372,10 +372,10 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     mode = run.get("mode") or task.monitor_mode
     ckpt_dir = run_dir / "checkpoints"
     logger = RunCSVLogger(str(run_dir))
-    summary = RunSummary(monitor=monitor, mode=mode)
     # the score of a model that has learned nothing the metric measures yet (BLEU 0): early stopping waits for it to
-    # move, and the best checkpoint follows the val loss meanwhile
+    # move, and the best checkpoint (and the summary's best epoch) follows the val loss meanwhile
     floor = getattr(task, "monitor_floor", None) if monitor == f"val/{task.monitor}" else None
+    summary = RunSummary(monitor=monitor, mode=mode, floor=floor)
     callbacks = [
         RunCheckpoint(
             dirpath=ckpt_dir, filename="best", monitor=monitor, mode=mode, enable_version_counter=False, floor=floor

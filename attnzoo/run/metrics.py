@@ -161,9 +161,14 @@ class RunSummary(L.Callback):
     this is an upper bound); gaps holding a validation loop are not counted.
     """
 
-    def __init__(self, *, monitor: str | None = None, mode: str = "max") -> None:
-        self.monitor, self.mode = monitor, mode
+    def __init__(
+        self, *, monitor: str | None = None, mode: str = "max", floor: float | None = None, tie_break: str = "val/loss"
+    ) -> None:
+        """`floor`, `tie_break`: as the best checkpoint's (`RunCheckpoint`): while the monitored value stays at the
+        floor (BLEU 0), the best validation is the one of the lowest `tie_break`, the epoch best.ckpt holds."""
+        self.monitor, self.mode, self.floor, self.tie_break = monitor, mode, floor, tie_break
         self.best: tuple[int, float] | None = None  # (epoch, value) of the best monitored validation
+        self.best_tie: float | None = None  # its tie-break value, while at the floor
         self.started = False  # whether training began (on_train_start ran)
         self.train_seconds = 0.0
         self.train_samples = 0
@@ -186,14 +191,20 @@ class RunSummary(L.Callback):
         if trainer.sanity_checking or value is None or not torch.isfinite(value):
             return
         value = float(value)
-        if self.best is None or (value > self.best[1] if self.mode == "max" else value < self.best[1]):
-            self.best = (trainer.current_epoch, value)
+        tie = trainer.callback_metrics.get(self.tie_break)
+        tie = None if tie is None else float(tie)
+        better = self.best is None or (value > self.best[1] if self.mode == "max" else value < self.best[1])
+        if not better and self.floor is not None and value == self.best[1] == self.floor and tie is not None:
+            better = self.best_tie is None or tie < self.best_tie
+        if better:
+            self.best, self.best_tie = (trainer.current_epoch, value), tie
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": list(self.best) if self.best else None}
+        return {"best": list(self.best) if self.best else None, "best_tie": self.best_tie}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = tuple(state["best"]) if state.get("best") else None
+        self.best_tie = state.get("best_tie")
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, idx: int) -> None:
         self._t0 = time.perf_counter()

@@ -305,7 +305,7 @@ def load_run(
     except RuntimeError as err:
         lines = [line.strip() for line in str(err).splitlines()[1:] if line.strip()] or [str(err)]
         shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
-        given = [*map(str, configs), *overrides]
+        given = [*map(str, configs), *(o for o in overrides if o.startswith("model."))]  # what can change the model
         what = f"{run_dir}/config.yaml" + (f" with {', '.join(given)}" if given else "")
         hint = ": these change the model; leave out what the checkpoint was not trained with" if given else ""
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {what}{hint} ({shown})") from None
@@ -318,7 +318,7 @@ def load_run(
 SCORED_ALONE = ("text", "text_image", "translation", "lm", "mlm")
 
 
-def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
+def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, Any]:
     """{"data.train": data.test, ...} when the run's train file is not on this machine (a run directory from
     elsewhere, or data moved since) and `data.test` is: the data module reads data.test in place of the missing
     train and val files. Nothing is taken from them then: the classes are the run's labels.json and the ids its
@@ -339,15 +339,15 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, str]:
     own_ids = "data.tokenizer" in preset or data.get("tokenizer") == "bytes"  # nothing learned from the files read
     if "train" not in gone or not own_ids or any(key not in preset for key in labels):
         return {}
-    # the LM and MLM data compare val and test with train only while the three are not one file; a val left to be
-    # held out of data.test would shrink the test split to what it lacks
-    held = ["val"] if kind in ("lm", "mlm") and data.get("val") is None else []
+    # the LM and MLM data compare val and test with train, which would remove every test paragraph: they read the
+    # test file as all three splits (their val too, held out of it or the run's own), told so (`test_only`)
+    alone = {"data.val": test, "data.test_only": True} if "test_only" in takes else {}
     own = [*(["the classes (labels.json)"] if labels else []),
            *(["the token ids (tokenizer.json)"] if "data.tokenizer" in preset else [])]  # fmt: skip
     why = f"{', '.join(layout)} given for data.test" if layout else f"{'are' if len(gone) > 1 else 'is'} not here"
     log.info("data: %s (data.%s) %s: data.test %s is read in its place%s", ", ".join(data[k] for k in gone),
              " and data.".join(gone), why, test, f"; {' and '.join(own)} are the run's own" if own else "")  # fmt: skip
-    return {f"data.{k}": test for k in [*gone, *held]}
+    return {**{f"data.{k}": test for k in gone}, **alone}
 
 
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:

@@ -139,7 +139,10 @@ def _normalization(cfg: Config, converted: Any) -> dict[str, Any]:
         mine = data.get(key)
         if key not in takes or mine == value:
             continue
-        if mine is None:
+        if mine is None and _stays(cfg, f"data.{key}"):  # null on the command line, or a run's own config.yaml's
+            log.info("data.%s: null (set in %s): 0.5 for every channel, not the %s model.init_from's weights were "
+                     "trained with", key, cfg.where(f"data.{key}"), value)  # fmt: skip
+        elif mine is None:
             log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
             preset[f"data.{key}"] = value
         else:

@@ -211,3 +211,19 @@ def test_a_tokenizer_file_is_not_said_to_split_digits(tmp_path, caplog):
     value, why = dm.chosen["data.split_digits"]
     assert value is False and why.startswith(f"not used: data.tokenizer '{tmp_path / 'tokenizer.json'}'")
     assert "no effect" not in caplog.text
+
+
+def test_one_file_as_every_split_is_an_error_unless_evaluate_reads_a_test_file_alone(tmp_path):
+    # train = val = test trained and picked its best checkpoint on its training text once the evaluate-only case
+    # was inferred from the paths
+    from attnzoo.data.modules.lm import LMDataModule
+
+    f = tmp_path / "one.txt"
+    f.write_text("".join(f"line {i} of some text here\n" for i in range(30)))
+    with pytest.raises(ValueError, match="every paragraph of .*one.txt occurs in train"):
+        LMDataModule(train=str(f), val=str(f), test=str(f), tokenizer="bytes").setup()
+    alone = LMDataModule(train=str(f), val=str(f), test=str(f), tokenizer="bytes", test_only=True)
+    alone.setup()
+    assert len(alone.docs["test"]) == 30
+    with pytest.raises(ValueError, match="data.test_only: train .* must be the test file"):
+        LMDataModule(train=str(f), test=str(f), tokenizer="bytes", test_only=True)

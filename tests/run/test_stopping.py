@@ -150,6 +150,7 @@ def _best_epoch(tmp_path, bleu, loss, floor):
     import torch
 
     from attnzoo.run.checkpoint_io import RunCheckpoint
+    from attnzoo.run.metrics import RunSummary
 
     class Scored(L.LightningModule):
         def __init__(self):
@@ -168,11 +169,14 @@ def _best_epoch(tmp_path, bleu, loss, floor):
 
     best = RunCheckpoint(dirpath=tmp_path, filename="best", monitor="val/bleu", mode="max", floor=floor,
                          enable_version_counter=False)  # fmt: skip
-    trainer = L.Trainer(max_epochs=len(bleu), callbacks=[best], logger=False, enable_progress_bar=False,
+    summary = RunSummary(monitor="val/bleu", mode="max", floor=floor)
+    trainer = L.Trainer(max_epochs=len(bleu), callbacks=[best, summary], logger=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
     data = torch.utils.data.DataLoader(torch.ones(2, 1), batch_size=2)
     trainer.fit(Scored(), data, data)
-    return torch.load(tmp_path / "best.ckpt", weights_only=False)["epoch"], best
+    epoch = torch.load(tmp_path / "best.ckpt", weights_only=False)["epoch"]
+    assert summary.best[0] == epoch  # summary.json's best_epoch is the epoch best.ckpt holds
+    return epoch, best
 
 
 def test_while_bleu_stays_0_the_best_checkpoint_is_the_one_of_lowest_val_loss(tmp_path):

@@ -145,11 +145,9 @@ def unseen_held_out(
     without the paragraphs that occur verbatim in `train` (logged), so held-out scores are not scores of training text;
     ValueError naming the split's source (`sources`) when nothing is left. A warning when val and test end up the same
     (`val_is_train`: data.val is the train file, and what train lacks is its held-out test part). `one_file`: the three
-    splits are one file (evaluate of a run whose train file is not here reads data.test in its place): nothing is
-    removed, and a warning says so."""
+    splits are the test file (`test_only`): nothing is removed."""
     if one_file:
-        log.warning("data: train, val and test are one file, %s: nothing is held out of train (evaluate of a run "
-                    "whose train file is not here reads data.test in its place)", sources["test"])  # fmt: skip
+        log.info("data: %s is read as train and val too (test_only): nothing is compared with train", sources["test"])
         return {"train": train, **given}, {}
     out, counts = {"train": train}, {}
     for split in ("val", "test"):
@@ -208,6 +206,9 @@ class LMDataModule(DataModule):
             effect on "bytes" or a tokenizer file. "auto": for files, not for the embedded text
             (`attnzoo.data.modules.defaults.sequence_data`).
         block_size: tokens per training example (the model's context length).
+        test_only: train and val are the test file, read in their place (`attnzoo evaluate` of a run whose train
+            file is not here, or given a test file with other columns): nothing is compared with train, which
+            would remove every test paragraph.
     """
 
     def __init__(
@@ -228,8 +229,11 @@ class LMDataModule(DataModule):
         test_fraction: float = 0.05,
         num_workers: int = 0,
         seed: int = 0,
+        test_only: bool = False,
     ) -> None:
         super().__init__()
+        if test_only and not (train == val == test and test is not None):
+            raise ValueError(f"data.test_only: train ({train}), val ({val}) and test ({test}) must be the test file")
         if documents not in DOCUMENTS:
             raise ValueError(f"data.documents: {documents!r} is not one of {list(DOCUMENTS)}")
         if block_size < 2 or batch_size < 1:
@@ -240,6 +244,7 @@ class LMDataModule(DataModule):
         if train is None and (val is not None or test is not None):
             raise ValueError(f"data.val ({val}) / data.test ({test}) given without data.train; set data.train too")
         self.files = {"train": train, "val": val, "test": test}
+        self.test_only = test_only
         self.documents = documents
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
         self.split_digits = split_digits
@@ -301,9 +306,8 @@ class LMDataModule(DataModule):
         if missing:
             held, train = self._hold_out(train, missing)
             given.update(held)
-        one_file = self.files["train"] is not None and self.files["train"] == self.files["val"] == self.files["test"]
         out, self.removed = unseen_held_out(
-            given, train, self.sources, val_is_train=self.files["val"] == self.files["train"], one_file=one_file
+            given, train, self.sources, val_is_train=self.files["val"] == self.files["train"], one_file=self.test_only
         )
         return out
 

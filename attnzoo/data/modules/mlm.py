@@ -80,6 +80,9 @@ class MLMDataModule(DataModule):
         max_len: longer texts are cut into pieces of this many tokens.
         mask_rate: the share of tokens picked for prediction (`attnzoo.data.modules.masking`).
         bucket, bucket_pool: batches of texts of similar lengths (pools of `bucket_pool` batches).
+        test_only: train and val are the test file, read in their place (`attnzoo evaluate` of a run whose train
+            file is not here, or given a test file with other columns): nothing is compared with train, which
+            would remove every test paragraph.
     """
 
     def __init__(
@@ -103,8 +106,11 @@ class MLMDataModule(DataModule):
         test_fraction: float = 0.05,
         num_workers: int = 0,
         seed: int = 0,
+        test_only: bool = False,
     ) -> None:
         super().__init__()
+        if test_only and not (train == val == test and test is not None):
+            raise ValueError(f"data.test_only: train ({train}), val ({val}) and test ({test}) must be the test file")
         if documents not in DOCUMENTS:
             raise ValueError(f"data.documents: {documents!r} is not one of {list(DOCUMENTS)}")
         if max_len < 2 or batch_size < 1:
@@ -117,6 +123,7 @@ class MLMDataModule(DataModule):
         if train is None and (val is not None or test is not None):
             raise ValueError(f"data.val ({val}) / data.test ({test}) given without data.train; set data.train too")
         self.files = {"train": train, "val": val, "test": test}
+        self.test_only = test_only
         self.text_column, self.documents = text_column, documents
         self.tokenizer_spec, self.vocab_size, self.lowercase = tokenizer, vocab_size, lowercase
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
@@ -191,9 +198,8 @@ class MLMDataModule(DataModule):
             log.info("data: holding out %s of %d train texts", " and ".join(f"{n} ({s})" for s, n in sizes.items()),
                      len(train))  # fmt: skip
         val_is_train = self.files["val"] is not None and self.files["val"] == self.files["train"]
-        one_file = self.files["train"] is not None and self.files["train"] == self.files["val"] == self.files["test"]
         out, self.removed = unseen_held_out(
-            texts, texts["train"], self.sources, val_is_train=val_is_train, one_file=one_file
+            texts, texts["train"], self.sources, val_is_train=val_is_train, one_file=self.test_only
         )
         return out
 

@@ -387,6 +387,23 @@ def test_text_recipe_on_a_user_csv_saves_its_label_vocabulary(tmp_path):
         fit(load([recipe], [*files, "data.label_column=lable", *quick]))
 
 
+def test_a_double_quote_that_never_closes_is_named_at_the_line_it_opens(tmp_path):
+    # the reader ran on to the next quote of the file: 39 rows became one text of the last row's label, silently;
+    # or, with no other quote, "line 202 (the end of the file): fewer fields ... (a text holding a comma ...)"
+    rows = [f"text number {i},{'pos' if i % 2 else 'neg'}" for i in range(60)]
+    merged = [*rows[:10], '"an unterminated quote here,pos', *rows[10:40], 'another "stray quote,neg', *rows[40:]]
+    (tmp_path / "merged.csv").write_text("text,label\n" + "\n".join(merged) + "\n")
+    with pytest.raises(ValueError, match=r"merged\.csv line 12: a double quote opens a field there .*read to line 43"):
+        read_text_file(tmp_path / "merged.csv", text_column="text", label_column="label")
+    (tmp_path / "open.csv").write_text("text,label\n" + "\n".join([*rows[:10], '"never closed,pos', *rows[10:]]) + "\n")
+    with pytest.raises(ValueError, match=r"open\.csv line 12: a double quote opens a field .*unexpected end of data"):
+        read_text_file(tmp_path / "open.csv", text_column="text", label_column="label")
+    fine = 'text,label\n"two\nlines, quoted",pos\nsay "hi" there,neg\n"doubled ""quote""",pos\n'
+    (tmp_path / "fine.csv").write_text(fine)
+    texts, labels = read_text_file(tmp_path / "fine.csv", text_column="text", label_column="label")
+    assert labels == ["pos", "neg", "pos"] and texts[1:] == ['say "hi" there', 'doubled "quote"']
+
+
 def test_a_row_with_fewer_or_more_fields_than_the_header_is_named(tmp_path):
     # "just text" under text,label was reported as "empty label"
     (tmp_path / "short.csv").write_text("text,label\nhello there,pos\njust text\n")

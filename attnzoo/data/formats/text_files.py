@@ -54,9 +54,11 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
             return
         dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
         csv.field_size_limit(2**31 - 1)  # a long document is one field (the module's default limit is 128 KiB)
-        reader = csv.reader(f, **dialect)
+        # strict: a quote that opens a field and never closes where a field may end is an error; not strict, the
+        # reader ran on to the next quote of the file and made every row between one text, without a word
+        reader = csv.reader(f, strict=suffix == ".csv", **dialect)
         columns: list[str] | None = None  # the header: the first line that is not blank
-        for row in reader:
+        for row in _records(reader, path):
             n = reader.line_num  # where the record ends (a quoted field may hold line breaks)
             if not "".join(row).strip() and (len(row) <= 1 or suffix == ".tsv"):
                 continue  # a blank or whitespace-only line (in a CSV, ",," is a row of empty fields)
@@ -79,6 +81,24 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
                     f"{short}" + (" (a text holding a comma needs double quotes)" if suffix == ".csv" else "")
                 )
             yield n, record, columns
+
+
+def _records(reader: Any, path: Path) -> Iterator[list[str]]:
+    """The rows of a csv reader; its error names the line where the record it could not read starts."""
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:
+            raise ValueError(
+                f"{path} line {start}: a double quote opens a field there that does not close where a field may end "
+                f"(read to line {reader.line_num}: {err}); a field holding a double quote is quoted whole, with the "
+                'quote doubled inside (""), or holds it unquoted in the middle of a text'
+            ) from None
+        yield row
+        start = reader.line_num + 1
 
 
 def read_utf8(path: Path) -> str:

@@ -494,3 +494,39 @@ def test_another_study_in_the_same_out_is_said_to_replace_the_report(tmp_path, m
     ablate([VIT], write_grid(tmp_path, {"model.attention.kind": ["mha"]}, name="kind.yaml"), out)
     err = capsys.readouterr().err
     assert f"{out} held an ablation over other axes (['model.attention.backend'], grid" in err
+
+
+def test_a_finished_run_is_reused_only_for_the_same_files_not_the_same_typed_path(tmp_path, monkeypatch):
+    # data.train=train.csv typed in another directory (another file) reused the finished run silently, and the same
+    # file typed as explore/train.csv from the parent was refused as "a different config"
+    import hashlib
+
+    text = ROOT / "recipes" / "text_cls.yaml"
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"model.depth": [1]}}))
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.csv").write_text(f"text,label\nsome words {name},x\nother words,y\n")
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path / "a")
+    (run,) = plan([text], load_grid(grid), ["data.train=train.csv"], out)
+    assert f"data.train={tmp_path / 'a' / 'train.csv'}" in run.overrides  # the command reads it from anywhere
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "summary.json").write_text('{"finished": true}')
+    (run.run_dir / "ablate.json").write_text(json.dumps({"config_sha": run.config_sha, "status": "ok"}))
+    assert status(run) == "ok"
+    monkeypatch.chdir(tmp_path)  # the same file, typed from the parent
+    assert status(plan([text], load_grid(grid), ["data.train=a/train.csv"], out)[0]) == "ok"
+    monkeypatch.chdir(tmp_path / "b")  # another file of the same name
+    with pytest.raises(ConfigError, match="made from a different config"):
+        status(plan([text], load_grid(grid), ["data.train=train.csv"], out)[0])
+    # a run of an earlier ablation, planned from the typed path: reused where its config.yaml read the same file
+    typed = load([text], [*run.overrides[:-1], "data.train=train.csv"])  # the config as planned then
+    old_sha = hashlib.sha256(typed.to_yaml().encode()).hexdigest()[:16]
+    (run.run_dir / "ablate.json").write_text(json.dumps({"config_sha": old_sha, "status": "ok"}))
+    (run.run_dir / "config.yaml").write_text(f"data:\n  train: {tmp_path / 'a' / 'train.csv'}\n")
+    monkeypatch.chdir(tmp_path / "a")
+    assert status(plan([text], load_grid(grid), ["data.train=train.csv"], out)[0]) == "ok"
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(ConfigError, match="made from a different config"):
+        status(plan([text], load_grid(grid), ["data.train=train.csv"], out)[0])

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..config import ConfigError, load
+from omegaconf import OmegaConf
+
+from ..config import COMMAND_LINE, ConfigError, load
 from ..run.lock import RunLock
 from ..util.files import write_json
 from ..util.imports import imports_allowed
@@ -37,6 +39,26 @@ class Planned:
     config_sha: str  # of the resolved config: a finished run is reused only if it was made from the same config
     run_dir: Path
     devices: tuple[Any, Any] = (None, None)  # its trainer.accelerator and trainer.devices (`check_gpus`)
+    # the sha of the config with its paths as typed (before they were made absolute here), and the absolute paths:
+    # a finished run of an earlier ablation is reused when its config.yaml names those same files
+    typed_sha: str | None = None
+    paths: dict[str, str] | None = None
+
+
+def absolute_overrides(items: Sequence[str]) -> list[str]:
+    """`key=value` items whose value is a data file (`PATH_KEYS`) or `model.init_from`, relative and existing from
+    the working directory, with the absolute path: a finished run is reused only when it read the same files (the
+    same typed path from another directory is another file), and each run's command reads them from anywhere."""
+    from ..run.paths import PATH_KEYS
+
+    out = []
+    for item in items:
+        key, _, value = item.partition("=")
+        path_key = key == "model.init_from" or (key.startswith("data.") and key[5:] in PATH_KEYS)
+        if path_key and value and value[0] not in "[{'\"" and not Path(value).is_absolute() and Path(value).exists():
+            item = f"{key}={Path(value).resolve()}"
+        out.append(item)
+    return out
 
 
 def check_gpus(runs: Sequence[Planned], gpus: int, flag: str) -> None:
@@ -78,16 +100,44 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
     runs = []
     for variant in grid.variants(default_seed=int(base.tree.get("seed", 0))):
-        items = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
+        typed = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
+        items = absolute_overrides(typed)
+        where = {**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")}
+        where |= {a: where.get(t, COMMAND_LINE) for a, t in zip(items, typed, strict=True) if a != t}
         try:
-            cfg = load(configs, items, given_in={**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")})
+            cfg = load(configs, items, given_in=where)
         except ConfigError as err:
             raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
         sha = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:16]
+        typed_sha, paths = None, None
+        if items != typed:
+            typed_cfg = load(
+                configs, typed, given_in={**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")}
+            )
+            typed_sha = hashlib.sha256(typed_cfg.to_yaml().encode()).hexdigest()[:16]
+            paths = {a.partition("=")[0]: a.partition("=")[2] for a, t in zip(items, typed, strict=True) if a != t}
         trainer = cfg.section("trainer")
         runs.append(Planned(variant, items, sha, out / "runs" / variant.id,
-                            (trainer.get("accelerator"), trainer.get("devices"))))  # fmt: skip
+                            (trainer.get("accelerator"), trainer.get("devices")), typed_sha, paths))  # fmt: skip
     return runs
+
+
+def _same_files(run: Planned) -> bool:
+    """Whether the run directory's config.yaml reads the files of `run.paths` (an earlier ablation's run, planned
+    with the paths as typed: the same config if it read the same files)."""
+    from ..config import read_yaml
+
+    try:
+        saved = OmegaConf.to_container(read_yaml(run.run_dir / "config.yaml"), resolve=True)
+    except (ConfigError, OSError, ValueError):
+        return False
+    for key, value in (run.paths or {}).items():
+        node: Any = saved
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None or Path(str(node)).resolve() != Path(value):
+            return False
+    return True
 
 
 def status(run: Planned) -> str:
@@ -98,6 +148,8 @@ def status(run: Planned) -> str:
     """
     record = read_record(run.run_dir)
     same = record.get("config_sha") in (None, run.config_sha)
+    if not same and run.typed_sha is not None and record.get("config_sha") == run.typed_sha:
+        same = _same_files(run)  # planned from the paths as typed, by an earlier ablation: the same files?
     if finished(run.run_dir) and record.get("status", "ok") in ("ok", "running"):
         if not same:
             then = [a for a in record.get("command", []) if OVERRIDE.match(a)]  # its key=value words

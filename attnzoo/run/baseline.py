@@ -269,17 +269,23 @@ def baseline_metric(summary: Mapping[str, Any], metric: str) -> float | None:
 
 def comparison(summary: Mapping[str, Any]) -> str | None:
     """'test/acc 0.9120; baseline (TF-IDF of text + logistic regression) 0.9340' from a run's summary.json, on
-    the test split when it ran, else validation (the best checkpoint's score); None without a baseline."""
+    the test split when it ran, else validation (the best checkpoint's score); the run's score alone without a
+    baseline; None for a run that never validated."""
     baseline = summary.get("baseline")
     monitor = next((k for k in (summary.get("best") or {}) if k != "path"), None)
-    if not baseline or monitor is None:
+    if monitor is None or not isinstance(summary["best"][monitor], int | float):
         return None
-    if "skipped" in baseline:
-        return f"baseline skipped: {baseline['skipped']}"
     name = monitor.split("/", 1)[-1]
-    metric, value = f"test/{name}", (summary.get("test") or {}).get(f"test/{name}")
+    test = summary.get("test") or {}
+    metric, value = f"test/{name}", test.get(f"test/{name}")
     if value is None:
         metric, value = monitor, summary["best"][monitor]
-    other = baseline_metric(summary, metric)
+    elif test.get("split") == "val":  # no test examples: the test pass scored validation
+        metric += " (on the val split)"
+    if not baseline:
+        return f"{metric} {value:.4f}"
+    if "skipped" in baseline:
+        return f"{metric} {value:.4f}; baseline skipped: {baseline['skipped']}"
+    other = baseline_metric(summary, metric.split(" ")[0])
     shown = f"{other:.4f}" if other is not None else "-"
     return f"{metric} {value:.4f}; baseline ({baseline['features']} + {baseline['model']}) {shown}"

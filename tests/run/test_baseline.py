@@ -191,7 +191,11 @@ def test_a_run_tested_on_val_is_compared_with_the_baseline_on_val():
     baseline = {"features": "pixels", "model": "logistic regression", "val/acc": 0.88, "train/acc": 0.99}
     summary = {"best": {"path": "x", "val/acc": 0.9}, "test": {"test/acc": 0.93, "split": "val"}, "baseline": baseline}
     assert baseline_metric(summary, "test/acc") == 0.88
-    assert comparison(summary).endswith("(pixels + logistic regression) 0.8800")
+    assert comparison(summary) == "test/acc (on the val split) 0.9300; baseline (pixels + logistic regression) 0.8800"
+    # without a baseline (run.baseline=false, the language model's default) fit printed no result at all
+    assert comparison({**summary, "baseline": None}) == "test/acc (on the val split) 0.9300"
+    assert comparison({"best": {"path": "x", "val/ppl": 12.5}, "test": {}}) == "val/ppl 12.5000"
+    assert comparison({"best": {}, "test": {}}) is None  # never validated
     tested = {**summary, "test": {"test/acc": 0.93}, "baseline": {**baseline, "test/acc": 0.8}}
     assert baseline_metric(tested, "test/acc") == 0.8  # a real test split pairs with the baseline's test split
 

@@ -266,6 +266,8 @@ def test_a_2x1_grid_on_a_tiny_recipe_writes_csv_markdown_and_plots(tmp_path):
     table = [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
     assert len(table) == 2 + len(rows) and "backend=eager" in table[1] and "backend=sdpa" in table[2]
     assert baseline in table[3]
+    # the embedded digits have no test split: "test/acc" was the val split that also picked each checkpoint
+    assert "The runs have no test split: test/ is the val split" in (out / "report.md").read_text()
     assert all(_png_ok(out / name) for name in ("metric.png", "metric_vs_throughput.png"))
     assert len(_csv(out / "runs.csv")) == 2
 

@@ -216,6 +216,17 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
     means = {row.name: mean_std(row.metric)[0] for row in rows if row.metric and not row.baseline}
     top = (max if mode == "max" else min)(means.values()) if means else None  # ties are all bold
     seeds = sorted({r.seed for row in rows for r in row.runs})
+    on_val = (
+        metric is not None
+        and metric.startswith("test/")
+        and any((r.summary.get("test") or {}).get("split") == "val" for row in rows for r in row.runs if r.summary)
+    )  # no test examples: each run's test pass scored the val split, which also picked its best checkpoint
+    val_note = (
+        " The runs have no test split: test/ is the val split, which also picked each best checkpoint (optimistic; "
+        "give data.test a file, or a test/ folder, for held-out scores)."
+        if on_val
+        else ""
+    )
     lines = [
         f"# Ablation: {Path(info.get('grid', 'grid')).stem} on {', '.join(Path(c).stem for c in info['configs'])}",
         "",
@@ -225,7 +236,8 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
         f"mean ± std over seeds {seeds}. Throughput: training samples/s. {memory[0].upper()}{memory[1:]}: the run's "
         "process. "
         "Wall: the whole run (start-up, training, validation, test). Backend: what the attention modules ran on."
-        + (" In italic: a classical baseline fit on the same splits." if any(r.baseline for r in rows) else ""),
+        + (" In italic: a classical baseline fit on the same splits." if any(r.baseline for r in rows) else "")
+        + val_note,
         "",
         f"| variant | {metric or 'metric'} | train samples/s | {memory} | parameters | wall (s) | backend | runs |",
         "|---|---:|---:|---:|---:|---:|---|---|",

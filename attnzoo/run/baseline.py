@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,9 @@ class Features:
         from sklearn.preprocessing import StandardScaler
 
         for name, values in parts.items():
-            if _is_text(values):
+            if _is_text(values) and unspaced(values):  # Chinese, Japanese, Thai: a "word" would be a clause
+                step = TfidfVectorizer(sublinear_tf=True, analyzer="char", ngram_range=(1, 3), min_df=1)
+            elif _is_text(values):
                 # words of one character count (digits, ListOps operands); word pairs catch short phrases
                 step = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), token_pattern=r"(?u)\b\w+\b", min_df=1)
             elif _width(values) > MAX_DENSE_COLUMNS:  # a sparse random projection: distances kept
@@ -78,10 +81,22 @@ class Features:
     def describe(self) -> str:
         def one(name: str, step: Any) -> str:
             if hasattr(step, "vocabulary_"):
-                return f"TF-IDF of {name}"
+                return f"TF-IDF of {name}" + (
+                    " (character 1-3-grams: no spaces between words)" if step.analyzer == "char" else ""
+                )
             return f"{name} (random projection to {PROJECTED_COLUMNS})" if hasattr(step, "steps") else name
 
         return " + ".join(one(n, s) for n, s in self.steps.items())
+
+
+WORD_CHARS = 12  # a median "word" longer than this: the texts do not separate words with spaces
+
+
+def unspaced(texts: Sequence[str]) -> bool:
+    """Whether `texts` write words without spaces between them (Chinese, Japanese, Thai): the median length of their
+    runs of word characters, over up to 1,000 texts, is above `WORD_CHARS` (an English word is ~5)."""
+    lengths = [len(w) for text in texts[:1000] for w in re.findall(r"\w+", text)]
+    return bool(lengths) and float(np.median(lengths)) > WORD_CHARS
 
 
 def _is_text(values: Any) -> bool:

@@ -46,6 +46,29 @@ def test_text_baseline_is_tfidf_and_separates_words_that_name_the_class(tmp_path
     assert result["val/acc"] == 1.0 and result["test/acc"] == 1.0 and result["test/f1"] == 1.0
 
 
+def test_text_without_spaces_between_words_gets_character_ngrams(tmp_path):
+    # Chinese texts: each whole sentence was one TF-IDF "word", so the baseline scored chance on data a character
+    # model separates perfectly
+    rng = np.random.default_rng(0)
+    filler = list(
+        "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经"
+    )
+    for split, n in (("train", 60), ("val", 20), ("test", 20)):
+        rows = ["text,label"]
+        for i in range(n):
+            mood = ["非常好", "非常坏"][i % 2]
+            chars = list(rng.choice(filler, 10))
+            rows.append("".join(chars[:5]) + mood + "".join(chars[5:]) + f",{'好坏'[i % 2]}")
+        (tmp_path / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    files = [f"data.{split}={tmp_path / f'{split}.csv'}" for split in ("train", "val", "test")]
+    result = _baseline("text_cls.yaml", files)
+    assert result["features"] == "TF-IDF of text (character 1-3-grams: no spaces between words)"
+    assert result["test/acc"] == 1.0
+    from attnzoo.run.baseline import unspaced
+
+    assert not unspaced(["The quick brown fox jumps over the lazy dog", "Donaudampfschifffahrt ist lang"])
+
+
 def test_text_baseline_with_random_labels_is_far_from_perfect(tmp_path):
     result = _baseline("text_cls.yaml", _text_files(tmp_path, noise=True))
     assert result["test/acc"] < 0.85

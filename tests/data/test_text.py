@@ -501,3 +501,30 @@ def test_a_tokenizer_file_that_never_saw_the_texts_counts_their_unknown_tokens(t
     unknown = [r for r in caplog.records if "are unknown to the tokenizer" in r.getMessage()]
     assert [r.levelno for r in unknown] == [logging.WARNING] * 2  # train and val, each well above 1%
     assert "train tokens" in unknown[0].getMessage() and "characters it never saw" in unknown[0].getMessage()
+
+
+def test_a_single_class_a_class_held_out_whole_and_another_separator_are_named(tmp_path, caplog):
+    # one class: "task.objective (multiclass): num_classes (1) must be >= 2", after the tokenizer was learned, naming
+    # no file; a rare class drawn whole into the held-out val part: no word; a semicolon CSV: "columns found:
+    # ['text;label']"
+    (tmp_path / "one.csv").write_text("text,label\n" + "".join(f"text {i},pos\n" for i in range(20)))
+    with pytest.raises(ValueError, match=r"one\.csv: every label of column 'label' is 'pos': classification needs"):
+        TextDataModule(train=str(tmp_path / "one.csv"), tokenizer="bytes").setup()
+    rows = [f"text {i},{'a' if i % 2 else 'b'}" for i in range(40)]
+    (tmp_path / "rare.csv").write_text("text,label\n" + "\n".join([*rows, "odd one,rare"]) + "\n")
+    for seed in range(50):  # a seed whose held-out tenth takes the one "rare" row
+        data = TextDataModule(train=str(tmp_path / "rare.csv"), tokenizer="bytes", seed=seed)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnzoo"):
+            data.setup()
+        if "odd one" in data.texts["val"]:
+            break
+    assert "class(es) rare of" in caplog.text and "are all in the held-out val part" in caplog.text
+    (tmp_path / "semi.csv").write_text("text;label\nhello;pos\n")
+    with pytest.raises(ValueError, match=r"the header 'text;label' is one column, its names separated by semicolons"):
+        read_text_file(tmp_path / "semi.csv", text_column="text", label_column="label")
+    (tmp_path / "tabs.csv").write_text("text\tlabel\nhello\tpos\n")
+    with pytest.raises(
+        ValueError, match=r"separated by tabs; a \.csv file is read with commas .*rename it to tabs\.tsv"
+    ):
+        read_text_file(tmp_path / "tabs.csv", text_column="text", label_column="label")

@@ -135,7 +135,19 @@ def wide_unicode(head: bytes, name: str) -> str | None:
     return None
 
 
+SEPARATORS = {"\t": "tabs", ";": "semicolons", "|": "bars"}  # what a one-column CSV header may be separated by
+
+
 def _column_error(path: Path, what: str, column: str, columns: Sequence[str], where: str = "") -> ValueError:
+    joined = "".join(columns)
+    sep = next((s for s in SEPARATORS if s in joined), None)
+    if len(columns) == 1 and sep is not None and Path(path).suffix.lower() == ".csv":  # another separator than ","
+        name = SEPARATORS[sep]
+        fix = f"rename it to {Path(path).stem}.tsv" if sep == "\t" else "save it with commas (or tabs, as .tsv)"
+        return ValueError(
+            f"{path}{where}: no {what} column {column!r}: the header {joined!r} is one column, its names separated by "
+            f"{name}; a .csv file is read with commas between fields: {fix}"
+        )
     return ValueError(
         f"{path}{where}: no {what} column {column!r}; columns found: {list(columns)}{suggest(column, list(columns))} "
         f"(set data.{what}_column)"

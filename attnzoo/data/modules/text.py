@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ...util.names import suggest
+from ...util.names import shortened, suggest
 from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
 from ..tokenizers.factory import make_tokenizer
@@ -190,6 +190,11 @@ class TextDataModule(DataModule):
         read = {name: read_text_file(path, **cols) for name, path in self.files.items() if path is not None}
         train_texts, train_labels = read["train"]
         self.class_names = self._class_names(train_labels)
+        if len(self.class_names) < 2:
+            raise ValueError(
+                f"{self.files['train']}: every label of column {self.label_column!r} is {self.class_names[0]!r}: "
+                "classification needs at least 2 classes in the train split"
+            )
         source = f"the train split {self.files['train']}"
         splits = {}
         for name, (texts, labels) in read.items():
@@ -206,6 +211,10 @@ class TextDataModule(DataModule):
             name = self.files["train"]
             splits["train"] = (pick(train, train_texts), pick(train, train_labels), f"{name} (train part)")
             splits["val"] = (pick(val, train_texts), pick(val, train_labels), f"{name} (held-out val part)")
+            lost = sorted(set(pick(val, train_labels)) - set(pick(train, train_labels)))
+            if lost:  # the model has an output for them that training never sees
+                log.warning("data: class(es) %s of %s are all in the held-out val part: training sees none of them; "
+                            "give data.val a file, or more examples of them", shortened(lost), name)  # fmt: skip
         return splits
 
     def _class_names(self, train_labels: list[str]) -> list[str]:

@@ -506,13 +506,13 @@ def test_a_finished_run_is_reused_only_for_the_same_files_not_the_same_typed_pat
     text = ROOT / "recipes" / "text_cls.yaml"
     grid = tmp_path / "grid.yaml"
     grid.write_text(json.dumps({"seeds": [0], "axes": {"model.depth": [1]}}))
-    for name in ("a", "b"):
+    for name in ("a", "b", "run #2: x"):  # a folder name that YAML would read as a comment or a mapping
         (tmp_path / name).mkdir()
         (tmp_path / name / "train.csv").write_text(f"text,label\nsome words {name},x\nother words,y\n")
     out = tmp_path / "out"
     monkeypatch.chdir(tmp_path / "a")
     (run,) = plan([text], load_grid(grid), ["data.train=train.csv"], out)
-    assert f"data.train={tmp_path / 'a' / 'train.csv'}" in run.overrides  # the command reads it from anywhere
+    assert f'data.train="{tmp_path / "a" / "train.csv"}"' in run.overrides  # the command reads it from anywhere
     run.run_dir.mkdir(parents=True)
     (run.run_dir / "summary.json").write_text('{"finished": true}')
     (run.run_dir / "ablate.json").write_text(json.dumps({"config_sha": run.config_sha, "status": "ok"}))
@@ -522,8 +522,15 @@ def test_a_finished_run_is_reused_only_for_the_same_files_not_the_same_typed_pat
     monkeypatch.chdir(tmp_path / "b")  # another file of the same name
     with pytest.raises(ConfigError, match="made from a different config"):
         status(plan([text], load_grid(grid), ["data.train=train.csv"], out)[0])
+    fixed = tmp_path / "fixed.yaml"  # the path set by the grid (its values are JSON-quoted overrides)
+    fixed.write_text(json.dumps({"seeds": [0], "fixed": {"data.train": "train.csv"}, "axes": {"model.depth": [1]}}))
+    with pytest.raises(ConfigError, match="made from a different config"):
+        status(plan([text], load_grid(fixed), [], out)[0])
+    monkeypatch.chdir(tmp_path / "run #2: x")
+    (other,) = plan([text], load_grid(grid), ["data.train=train.csv"], tmp_path / "out2")
+    assert other.paths == {"data.train": str(tmp_path / "run #2: x" / "train.csv")}
     # a run of an earlier ablation, planned from the typed path: reused where its config.yaml read the same file
-    typed = load([text], [*run.overrides[:-1], "data.train=train.csv"])  # the config as planned then
+    typed = load([text], run.overrides[:-1])  # the config as planned then
     old_sha = hashlib.sha256(typed.to_yaml().encode()).hexdigest()[:16]
     (run.run_dir / "ablate.json").write_text(json.dumps({"config_sha": old_sha, "status": "ok"}))
     (run.run_dir / "config.yaml").write_text(f"data:\n  train: {tmp_path / 'a' / 'train.csv'}\n")

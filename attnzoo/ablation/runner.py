@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from omegaconf import OmegaConf
 
-from ..config import COMMAND_LINE, ConfigError, load
+from ..config import ConfigError, load
 from ..run.lock import RunLock
 from ..util.files import write_json
 from ..util.imports import imports_allowed
@@ -42,23 +42,7 @@ class Planned:
     # the sha of the config with its paths as typed (before they were made absolute here), and the absolute paths:
     # a finished run of an earlier ablation is reused when its config.yaml names those same files
     typed_sha: str | None = None
-    paths: dict[str, str] | None = None
-
-
-def absolute_overrides(items: Sequence[str]) -> list[str]:
-    """`key=value` items whose value is a data file (`PATH_KEYS`) or `model.init_from`, relative and existing from
-    the working directory, with the absolute path: a finished run is reused only when it read the same files (the
-    same typed path from another directory is another file), and each run's command reads them from anywhere."""
-    from ..run.paths import PATH_KEYS
-
-    out = []
-    for item in items:
-        key, _, value = item.partition("=")
-        path_key = key == "model.init_from" or (key.startswith("data.") and key[5:] in PATH_KEYS)
-        if path_key and value and value[0] not in "[{'\"" and not Path(value).is_absolute() and Path(value).exists():
-            item = f"{key}={Path(value).resolve()}"
-        out.append(item)
-    return out
+    paths: dict[str, Any] | None = None
 
 
 def check_gpus(runs: Sequence[Planned], gpus: int, flag: str) -> None:
@@ -96,29 +80,30 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
             f"overrides {clash} set keys that axes of the grid {grid.path} set again (an axis value replaces all of "
             "its key): vary them in the grid, or change the grid's values"
         )
+    from ..run.build import absolute_config_paths
+
     given_in = {o: f"grid {grid.path}, fixed" for o in grid.fixed_overrides()}
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
     runs = []
     for variant in grid.variants(default_seed=int(base.tree.get("seed", 0))):
         typed = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
-        items = absolute_overrides(typed)
         where = {**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")}
-        where |= {a: where.get(t, COMMAND_LINE) for a, t in zip(items, typed, strict=True) if a != t}
         try:
-            cfg = load(configs, items, given_in=where)
+            typed_cfg = load(configs, typed, given_in=where)
+            # data paths and model.init_from as the absolute paths they name from here (wherever they were set): a
+            # finished run is reused only when it read the same files, and each run's command reads them from anywhere
+            paths = absolute_config_paths(typed_cfg)
+            fixed = [f"{key}={json.dumps(value)}" for key, value in paths.items()]
+            items = [*typed, *fixed]
+            where |= {item: typed_cfg.where(key) for item, key in zip(fixed, paths, strict=True)}
+            cfg = load(configs, items, given_in=where) if fixed else typed_cfg
         except ConfigError as err:
             raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
         sha = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:16]
-        typed_sha, paths = None, None
-        if items != typed:
-            typed_cfg = load(
-                configs, typed, given_in={**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")}
-            )
-            typed_sha = hashlib.sha256(typed_cfg.to_yaml().encode()).hexdigest()[:16]
-            paths = {a.partition("=")[0]: a.partition("=")[2] for a, t in zip(items, typed, strict=True) if a != t}
+        typed_sha = hashlib.sha256(typed_cfg.to_yaml().encode()).hexdigest()[:16] if fixed else None
         trainer = cfg.section("trainer")
-        runs.append(Planned(variant, items, sha, out / "runs" / variant.id,
-                            (trainer.get("accelerator"), trainer.get("devices")), typed_sha, paths))  # fmt: skip
+        devices = (trainer.get("accelerator"), trainer.get("devices"))
+        runs.append(Planned(variant, items, sha, out / "runs" / variant.id, devices, typed_sha, paths or None))
     return runs
 
 
@@ -126,6 +111,7 @@ def _same_files(run: Planned) -> bool:
     """Whether the run directory's config.yaml reads the files of `run.paths` (an earlier ablation's run, planned
     with the paths as typed: the same config if it read the same files)."""
     from ..config import read_yaml
+    from ..run.paths import same_path
 
     try:
         saved = OmegaConf.to_container(read_yaml(run.run_dir / "config.yaml"), resolve=True)
@@ -135,7 +121,7 @@ def _same_files(run: Planned) -> bool:
         node: Any = saved
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        if node is None or Path(str(node)).resolve() != Path(value):
+        if node is None or not (node == value or same_path(key, node, value)):
             return False
     return True
 

@@ -228,6 +228,12 @@ def _absolute_start(cfg: Config, start_preset: Mapping[str, Any]) -> dict[str, A
     return out
 
 
+def absolute_config_paths(cfg: Config) -> dict[str, Any]:
+    """{dotted key: absolute path} for the relative data paths and `model.init_from` of `cfg` that exist from the
+    working directory: what the run's config.yaml records for them (`ablate` plans with them)."""
+    return absolute_paths(cfg.section("data")) | _absolute_start(cfg, {})
+
+
 def _auto_precision(cfg: Config) -> dict[str, Any]:
     """`trainer.precision: auto` -> {"trainer.precision": the value for this machine}, logged."""
     trainer_cfg = cfg.section("trainer")

@@ -17,10 +17,11 @@ one that has not finished by then is stopped and recorded as `{"skipped": why}`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
-import re
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,21 +83,28 @@ class Features:
         def one(name: str, step: Any) -> str:
             if hasattr(step, "vocabulary_"):
                 return f"TF-IDF of {name}" + (
-                    " (character 1-3-grams: no spaces between words)" if step.analyzer == "char" else ""
+                    " (character 1-3-grams: a script without spaces between words)" if step.analyzer == "char" else ""
                 )
             return f"{name} (random projection to {PROJECTED_COLUMNS})" if hasattr(step, "steps") else name
 
         return " + ".join(one(n, s) for n, s in self.steps.items())
 
 
-WORD_CHARS = 12  # a median "word" longer than this: the texts do not separate words with spaces
+# scripts written without spaces between words (their Unicode character names start so); Korean (Hangul) has spaces
+UNSPACED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
+UNSPACED_SHARE = 0.3  # of the letters: above it, the texts are taken for such a script's
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _unspaced_letter(c: str) -> bool:
+    return unicodedata.name(c, "").startswith(UNSPACED_SCRIPTS)
 
 
 def unspaced(texts: Sequence[str]) -> bool:
-    """Whether `texts` write words without spaces between them (Chinese, Japanese, Thai): the median length of their
-    runs of word characters, over up to 1,000 texts, is above `WORD_CHARS` (an English word is ~5)."""
-    lengths = [len(w) for text in texts[:1000] for w in re.findall(r"\w+", text)]
-    return bool(lengths) and float(np.median(lengths)) > WORD_CHARS
+    """Whether `texts` are mostly written in scripts without spaces between words (Chinese, Japanese, Thai, ...):
+    more than `UNSPACED_SHARE` of the letters (and combining marks) of up to 1,000 texts are of `UNSPACED_SCRIPTS`."""
+    letters = [c for text in texts[:1000] for c in text[:2000] if c.isalpha() or unicodedata.category(c) == "Mn"]
+    return bool(letters) and sum(map(_unspaced_letter, letters)) / len(letters) > UNSPACED_SHARE
 
 
 def _is_text(values: Any) -> bool:

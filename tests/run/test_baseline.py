@@ -62,11 +62,17 @@ def test_text_without_spaces_between_words_gets_character_ngrams(tmp_path):
         (tmp_path / f"{split}.csv").write_text("\n".join(rows) + "\n")
     files = [f"data.{split}={tmp_path / f'{split}.csv'}" for split in ("train", "val", "test")]
     result = _baseline("text_cls.yaml", files)
-    assert result["features"] == "TF-IDF of text (character 1-3-grams: no spaces between words)"
+    assert result["features"] == "TF-IDF of text (character 1-3-grams: a script without spaces between words)"
     assert result["test/acc"] == 1.0
     from attnzoo.run.baseline import unspaced
 
-    assert not unspaced(["The quick brown fox jumps over the lazy dog", "Donaudampfschifffahrt ist lang"])
+    # real texts, punctuated (a first rule on runs of word characters took all of these for spaced text)
+    assert unspaced(["这个酒店的服务态度非常好，房间也很干净，下次还会再来。", "房间太小了，隔音也不好，不推荐。"])
+    assert unspaced(["この映画はとても面白かったです。また見たいと思います。"])
+    assert unspaced(["วันนี้อากาศดีมากเราไปเที่ยวกันเถอะ"]) and unspaced(["好开心", "无语了", "太棒了！"])
+    assert unspaced(["我今天买了一部iPhone手机，很好用"])  # Chinese with a Latin word
+    spaced = ["The quick brown fox jumps over the lazy dog", "Donaudampfschifffahrt ist lang", "def snake_case_name():"]
+    assert not unspaced(spaced) and not unspaced(["오늘 날씨가 정말 좋네요"])  # Korean writes spaces
 
 
 def test_text_baseline_with_random_labels_is_far_from_perfect(tmp_path):

@@ -399,9 +399,30 @@ def test_a_double_quote_that_never_closes_is_named_at_the_line_it_opens(tmp_path
     with pytest.raises(ValueError, match=r"open\.csv line 12: a double quote opens a field .*unexpected end of data"):
         read_text_file(tmp_path / "open.csv", text_column="text", label_column="label")
     fine = 'text,label\n"two\nlines, quoted",pos\nsay "hi" there,neg\n"doubled ""quote""",pos\n'
+    # quotes that close, then more of the line: read as before (the lenient reader's way), not refused
+    fine += '"hello, world" ,pos\n"Hi" she said,neg\nhello,"pos" \n'
     (tmp_path / "fine.csv").write_text(fine)
     texts, labels = read_text_file(tmp_path / "fine.csv", text_column="text", label_column="label")
-    assert labels == ["pos", "neg", "pos"] and texts[1:] == ['say "hi" there', 'doubled "quote"']
+    assert labels == ["pos", "neg", "pos", "pos", "neg", "pos"]
+    assert texts[1:5] == ['say "hi" there', 'doubled "quote"', "hello, world", "Hi she said"]
+
+
+def test_a_quoted_field_that_runs_over_rows_is_warned_about_and_a_semicolon_file_named(tmp_path, caplog):
+    # a stray quote closed by a later one followed by a comma ('15.6",neg'): 30 rows were one text, silently
+    rows = [f"text number {i},{'pos' if i % 2 else 'neg'}" for i in range(60)]
+    merged = [*rows[:10], '"an unterminated quote here,pos', *rows[10:40], 'the screen is 15.6",neg', *rows[40:]]
+    (tmp_path / "runon.csv").write_text("text,label\n" + "\n".join(merged) + "\n")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        read_text_file(tmp_path / "runon.csv", text_column="text", label_column="label")
+    assert "runon.csv line 12: a quoted field runs on to line 43, and 31 of its lines look like rows" in caplog.text
+    caplog.clear()
+    (tmp_path / "review.csv").write_text('text,label\n"A long review.\nIt goes on.\nThe end",pos\nok,neg\n')
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):  # lines of prose inside a quoted field: no warning
+        read_text_file(tmp_path / "review.csv", text_column="text", label_column="label")
+    assert "runs on" not in caplog.text
+    (tmp_path / "r.csv").write_text('"text";"label"\n"good";"pos"\n')  # R's write.csv2: quoted, semicolons
+    with pytest.raises(ValueError, match=r"the header '\"text\";\"label\"' is one column, its names separated by semi"):
+        read_text_file(tmp_path / "r.csv", text_column="text", label_column="label")
 
 
 def test_a_row_with_fewer_or_more_fields_than_the_header_is_named(tmp_path):

@@ -11,6 +11,7 @@ import csv
 import functools
 import io
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -29,13 +30,17 @@ WIDE_BOMS = (
 )
 
 
+log = logging.getLogger("attnzoo")
+
+
 def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, list[str]]]:
     """(line number, record, columns) for every data row. A column (JSON key) of `used` named twice is an error:
     the reader would keep the last one without a word."""
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise ValueError(f"{path}: unknown text file format {suffix!r}; valid: {list(FORMATS)}")
-    with io.StringIO(read_utf8(path), newline="") as f:
+    text = read_utf8(path)
+    with io.StringIO(text, newline="") as f:
         if suffix == ".jsonl":
             for n, line in enumerate(f, start=1):
                 if not line.strip():
@@ -58,7 +63,8 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
         # reader ran on to the next quote of the file and made every row between one text, without a word
         reader = csv.reader(f, strict=suffix == ".csv", **dialect)
         columns: list[str] | None = None  # the header: the first line that is not blank
-        for row in _records(reader, path):
+        lines = io.StringIO(text, newline="").readlines()  # the physical lines the reader counts
+        for row in _records(reader, lines, path, dialect):
             n = reader.line_num  # where the record ends (a quoted field may hold line breaks)
             if not "".join(row).strip() and (len(row) <= 1 or suffix == ".tsv"):
                 continue  # a blank or whitespace-only line (in a CSV, ",," is a row of empty fields)
@@ -83,22 +89,40 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
             yield n, record, columns
 
 
-def _records(reader: Any, path: Path) -> Iterator[list[str]]:
-    """The rows of a csv reader; its error names the line where the record it could not read starts."""
-    start = 1
+def _records(reader: Any, lines: Sequence[str], path: Path, dialect: dict[str, Any]) -> Iterator[list[str]]:
+    """The rows of a strict csv reader over `lines`. A record that fails on one line (a quote that closed, then more
+    text: `"Hi" she said,pos`) is read as the lenient reader reads it; one that fails after running over line breaks
+    (a quote that never closed) is an error naming the line it starts on, and a quoted field that runs over lines
+    that look like rows of their own is warned about (a stray quote that a later one closed)."""
+    start, width = 1, None
+    header = next((line for line in lines if line.strip()), "")
     while True:
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as err:
-            raise ValueError(
-                f"{path} line {start}: a double quote opens a field there that does not close where a field may end "
-                f"(read to line {reader.line_num}: {err}); a field holding a double quote is quoted whole, with the "
-                'quote doubled inside (""), or holds it unquoted in the middle of a text'
-            ) from None
+            other = _separator_error(path, header)  # the file is not comma-separated: its quotes are not CSV's
+            if other is not None:
+                raise other from None
+            if reader.line_num > start or "unexpected end of data" in str(err):
+                raise ValueError(
+                    f"{path} line {start}: a double quote opens a field there that does not close where a field may "
+                    f"end (read to line {reader.line_num}: {err}); a field holding a double quote is quoted whole, "
+                    'with the quote doubled inside (""), or holds it unquoted in the middle of a text'
+                ) from None
+            row = next(csv.reader([lines[start - 1]], **dialect))
+        end = reader.line_num
+        if width is None and "".join(row).strip():
+            width = len(row)
+        elif width and width > 1 and end - start >= 2:
+            rowlike = sum(line.count(",") >= width - 1 for line in lines[start:end])  # after the record's first
+            if rowlike >= 2 and rowlike >= 0.8 * (end - start):
+                log.warning("%s line %d: a quoted field runs on to line %d, and %d of its lines look like rows of "
+                            "their own: a double quote that does not close? (the rows between are read as one text)",
+                            path, start, end, rowlike)  # fmt: skip
         yield row
-        start = reader.line_num + 1
+        start = end + 1
 
 
 def read_utf8(path: Path) -> str:
@@ -138,16 +162,22 @@ def wide_unicode(head: bytes, name: str) -> str | None:
 SEPARATORS = {"\t": "tabs", ";": "semicolons", "|": "bars"}  # what a one-column CSV header may be separated by
 
 
+def _separator_error(path: Path, header: str, where: str = "") -> ValueError | None:
+    """The error for a .csv file whose header (a line) separates its names by another character than a comma."""
+    sep = next((s for s in SEPARATORS if s in header), None)
+    if sep is None or "," in header or Path(path).suffix.lower() != ".csv":
+        return None
+    fix = f"rename it to {Path(path).stem}.tsv" if sep == "\t" else "save it with commas (or tabs, as .tsv)"
+    return ValueError(
+        f"{path}{where}: the header {header.strip()!r} is one column, its names separated by {SEPARATORS[sep]}; a .csv "
+        f"file is read with commas between fields: {fix}"
+    )
+
+
 def _column_error(path: Path, what: str, column: str, columns: Sequence[str], where: str = "") -> ValueError:
-    joined = "".join(columns)
-    sep = next((s for s in SEPARATORS if s in joined), None)
-    if len(columns) == 1 and sep is not None and Path(path).suffix.lower() == ".csv":  # another separator than ","
-        name = SEPARATORS[sep]
-        fix = f"rename it to {Path(path).stem}.tsv" if sep == "\t" else "save it with commas (or tabs, as .tsv)"
-        return ValueError(
-            f"{path}{where}: no {what} column {column!r}: the header {joined!r} is one column, its names separated by "
-            f"{name}; a .csv file is read with commas between fields: {fix}"
-        )
+    other = _separator_error(path, columns[0], where) if len(columns) == 1 else None
+    if other is not None:
+        return other
     return ValueError(
         f"{path}{where}: no {what} column {column!r}; columns found: {list(columns)}{suggest(column, list(columns))} "
         f"(set data.{what}_column)"

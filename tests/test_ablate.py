@@ -539,3 +539,21 @@ def test_a_finished_run_is_reused_only_for_the_same_files_not_the_same_typed_pat
     monkeypatch.chdir(tmp_path / "b")
     with pytest.raises(ConfigError, match="made from a different config"):
         status(plan([text], load_grid(grid), ["data.train=train.csv"], out)[0])
+
+
+def test_a_variant_scored_on_its_val_split_is_marked_beside_held_out_ones(tmp_path):
+    # "The runs have no test split" was said of every variant as soon as one of them had none
+    from attnzoo.ablation.report import Row, Run, write_tables
+
+    def row(name, split, value):
+        summary = {"test": {"test/acc": value, "split": split}, "best": {"val/acc": value}}
+        return Row(name, {}, [Run(f"{name},seed=0", 0, "ok", {}, summary)], metric=[value])
+
+    info = {"configs": ["recipes/text_cls.yaml"], "grid": "g.yaml"}
+    write_tables(tmp_path, info, [row("held_out", "test", 0.90), row("no_test", "val", 0.95)], "test/acc", "max")
+    report = (tmp_path / "report.md").read_text()
+    assert "| **`no_test`** | **0.9500 †** |" in report and "| `held_out` | 0.9000 |" in report
+    assert "† No test split: test/ is the val split" in report and "The runs have no test split" not in report
+    write_tables(tmp_path, info, [row("a", "val", 0.9), row("b", "val", 0.8)], "test/acc", "max")
+    report = (tmp_path / "report.md").read_text()
+    assert "The runs have no test split: test/ is the val split" in report and "†" not in report

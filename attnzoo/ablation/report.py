@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..run.baseline import baseline_metric
+from ..run.baseline import baseline_metric, tested_on_val
 from ..util.files import replacing, write_text
 from ..util.names import suggest
 
@@ -216,15 +216,19 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
     means = {row.name: mean_std(row.metric)[0] for row in rows if row.metric and not row.baseline}
     top = (max if mode == "max" else min)(means.values()) if means else None  # ties are all bold
     seeds = sorted({r.seed for row in rows for r in row.runs})
-    on_val = (
-        metric is not None
-        and metric.startswith("test/")
-        and any((r.summary.get("test") or {}).get("split") == "val" for row in rows for r in row.runs if r.summary)
-    )  # no test examples: each run's test pass scored the val split, which also picked its best checkpoint
+    # no test examples: a run's test pass scored the val split, which also picked its best checkpoint
+    scored_val = {
+        row.name
+        for row in rows
+        if metric is not None and metric.startswith("test/") and not row.baseline
+        and any(tested_on_val(r.summary) for r in row.runs if r.summary)
+    }  # fmt: skip
+    every = scored_val and all(row.name in scored_val for row in rows if not row.baseline and row.metric)
     val_note = (
-        " The runs have no test split: test/ is the val split, which also picked each best checkpoint (optimistic; "
-        "give data.test a file, or a test/ folder, for held-out scores)."
-        if on_val
+        (" The runs have no test split" if every else " † No test split")
+        + ": test/ is the val split, which also chose the checkpoint scored (optimistic; give data.test a file, or a "
+        "test/ folder, for held-out scores)."
+        if scored_val
         else ""
     )
     lines = [
@@ -244,6 +248,8 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
     ]
     for row in rows:
         name, value = f"`{row.name}`", _fmt(row.metric, 4)
+        if row.name in scored_val and not every:
+            value += " †"
         if row.baseline:
             lines.append(f"| *{row.name}* | *{value}* | - | - | - | - | scikit-learn | {len(row.metric)} runs |")
             continue

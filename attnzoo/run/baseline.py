@@ -284,10 +284,15 @@ def baseline_metric(summary: Mapping[str, Any], metric: str) -> float | None:
     """The baseline's value of the run's `metric`, on the split the run scored: a run without a test split tests on
     val (`summary["test"]["split"] == "val"`), so its `test/*` metrics pair with the baseline's `val/*`."""
     baseline = summary.get("baseline") or {}
-    if metric.startswith("test/") and (summary.get("test") or {}).get("split") == "val":
+    if metric.startswith("test/") and tested_on_val(summary):
         metric = "val/" + metric.removeprefix("test/")
     value = baseline.get(metric)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def tested_on_val(summary: Mapping[str, Any]) -> bool:
+    """Whether a run's test pass scored its validation split (its data had no test examples)."""
+    return (summary.get("test") or {}).get("split") == "val"
 
 
 def comparison(summary: Mapping[str, Any]) -> str | None:
@@ -303,7 +308,7 @@ def comparison(summary: Mapping[str, Any]) -> str | None:
     metric, value = f"test/{name}", test.get(f"test/{name}")
     if value is None:
         metric, value = monitor, summary["best"][monitor]
-    elif test.get("split") == "val":  # no test examples: the test pass scored validation
+    elif tested_on_val(summary):  # no test examples: the test pass scored validation
         metric += " (on the val split)"
     if not baseline:
         return f"{metric} {value:.4f}"

@@ -308,12 +308,12 @@ def comparison(summary: Mapping[str, Any]) -> str | None:
     metric, value = f"test/{name}", test.get(f"test/{name}")
     if value is None:
         metric, value = monitor, summary["best"][monitor]
-    elif tested_on_val(summary):  # no test examples: the test pass scored validation
-        metric += " (on the val split)"
+    # no test examples: the test pass scored validation
+    label = f"{metric} (on the val split)" if metric.startswith("test/") and tested_on_val(summary) else metric
     if not baseline:
-        return f"{metric} {value:.4f}"
+        return f"{label} {value:.4f}"
     if "skipped" in baseline:
-        return f"{metric} {value:.4f}; baseline skipped: {baseline['skipped']}"
-    other = baseline_metric(summary, metric.split(" ")[0])
+        return f"{label} {value:.4f}; baseline skipped: {baseline['skipped']}"
+    other = baseline_metric(summary, metric)
     shown = f"{other:.4f}" if other is not None else "-"
-    return f"{metric} {value:.4f}; baseline ({baseline['features']} + {baseline['model']}) {shown}"
+    return f"{label} {value:.4f}; baseline ({baseline['features']} + {baseline['model']}) {shown}"

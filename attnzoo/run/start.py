@@ -129,26 +129,28 @@ def read_start(cfg: Config) -> Start | None:
 
 def _normalization(cfg: Config, converted: Any) -> dict[str, Any]:
     """{"data.mean": ..., "data.std": ...}: the data options the weights were trained with (`Converted.data`, a ViT's
-    pixel statistics) that the config leaves unset; one it sets stays, with a warning when it differs."""
+    pixel statistics), unless the config sets one of them: a value given for this very key (or a null on the command
+    line or in a run's own config.yaml) keeps the pair the user's, with a warning where it differs."""
     from ..data import DATAMODULES
 
     data = cfg.section("data")
     takes = inspect.signature(DATAMODULES[data["kind"]]).parameters
-    preset = {}
-    for key, value in converted.data.items():
-        mine = data.get(key)
-        if key not in takes or mine == value:
-            continue
-        if mine is None and _stays(cfg, f"data.{key}"):  # null on the command line, or a run's own config.yaml's
-            log.info("data.%s: null (set in %s): 0.5 for every channel, not the %s model.init_from's weights were "
-                     "trained with", key, cfg.where(f"data.{key}"), value)  # fmt: skip
-        elif mine is None:
-            log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
-            preset[f"data.{key}"] = value
-        else:
-            log.warning("data.%s: %s (set in %s), not the %s model.init_from's weights were trained with", key, mine,
-                        cfg.where(f"data.{key}"), value)  # fmt: skip
-    return preset
+    theirs = {k: v for k, v in converted.data.items() if k in takes}
+
+    def given(key: str) -> bool:  # `Config.where` of an unset key is its section's: another data.* key's origin
+        full = f"data.{key}"
+        return full in cfg.origins and (data.get(key) is not None or _stays(cfg, full))
+
+    mine = [k for k in theirs if given(k)]
+    for key in mine:
+        if data.get(key) != theirs[key]:
+            log.warning("data.%s: %s (set in %s), not the %s model.init_from's weights were trained with", key,
+                        data.get(key), cfg.where(f"data.{key}"), theirs[key])  # fmt: skip
+    if mine:
+        return {}
+    for key, value in theirs.items():
+        log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
+    return {f"data.{k}": v for k, v in theirs.items()}
 
 
 def _pretrained_origin(run: Path | None) -> str | None:

@@ -89,8 +89,8 @@ def test_a_vit_directorys_pixel_normalization_is_the_datas_unless_the_config_set
     source = tmp_path / "vit"
     save_vit(source)
     (source / "preprocessor_config.json").write_text(json.dumps({"do_normalize": True, **IMAGENET}))
-    with caplog.at_level(logging.INFO, logger="attnzoo"):
-        data, _, cfg = _built("vit", source)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):  # another data key on the command line: mean stays unset
+        data, _, cfg = _built("vit", source, "data.batch_size=8")
     assert (cfg.section("data")["mean"], cfg.section("data")["std"]) == (IMAGENET["image_mean"], IMAGENET["image_std"])
     assert "data.mean: None -> [0.485, 0.456, 0.406] (as model.init_from's weights were trained)" in caplog.text
     white = torch.full((1, 8, 8), 255, dtype=torch.uint8)  # the embedded digits are grey: the channels' mean
@@ -103,6 +103,8 @@ def test_a_vit_directorys_pixel_normalization_is_the_datas_unless_the_config_set
         cfg.section("data")["mean"] == [0.5]
         and "data.mean: [0.5] (set in the command line ('data.mean=[0.5]')), not" in caplog.text
     )
+    _, _, cfg = _built("vit", source, "data.mean=null")  # null named on the command line: attnzoo's 0.5, both
+    assert cfg.section("data").get("mean") is None and cfg.section("data").get("std") is None
     (source / "preprocessor_config.json").write_text(json.dumps({"do_normalize": False}))
     assert pretrained.convert(source).data == {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
     (source / "preprocessor_config.json").write_text(json.dumps({"image_mean": 0.5, "image_std": [0.5]}))

@@ -53,9 +53,10 @@ def heads_stated(path: str | Path, timm_name: str | None = None) -> bool:
     return run_dir.matches(path) or Path(str(path)).is_dir() or timm_name is not None
 
 
-def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
+def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | Path | None = None) -> Converted:
     """The checkpoint at `path` as attnzoo sees it; ValueError naming `path` and what was expected there.
-    `timm_name` names the timm architecture of a timm ViT file whose tensors do not tell it (its head count)."""
+    `timm_name` names the timm architecture of a timm ViT file whose tensors do not tell it (its head count);
+    `tokenizer` the tokenizer.json of a BERT/RoBERTa directory that lacks its own (its [CLS] id is read from it)."""
     text = str(path)
     path = Path(path).expanduser()
     if not path.exists():
@@ -69,6 +70,8 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
     found = families()
     for name, module in found.items():
         if module.matches(path):
+            if tokenizer is not None and "tokenizer" in inspect.signature(module.convert).parameters:
+                return module.convert(path, tokenizer=tokenizer)
             if timm_name is None:
                 return module.convert(path)
             if name != "vit":
@@ -88,19 +91,22 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
     )
 
 
-def load(path: str | Path, *, timm_name: str | None = None, **overrides: Any) -> nn.Module:
+def load(
+    path: str | Path, *, timm_name: str | None = None, tokenizer: str | Path | None = None, **overrides: Any
+) -> nn.Module:
     """The attnzoo network of the checkpoint at `path`, with its weights, in training mode as any new module (its
     dropout on: `.eval()` before inference).
 
     Args:
         timm_name: the timm architecture of a timm ViT file (see `convert`).
+        tokenizer: the tokenizer.json of a BERT/RoBERTa directory without one (see `convert`).
         overrides: model options replacing the checkpoint's (`num_classes` for a new head, `attention` parts, ...);
             tensors that no longer fit start new when they are the head, and raise otherwise.
     """
     from ..models import MODELS
     from .transfer import source_kind, transfer
 
-    converted = convert(path, timm_name=timm_name)
+    converted = convert(path, timm_name=timm_name, tokenizer=tokenizer)
     if not converted.model_kind and converted.source.startswith("attnzoo run"):  # a .ckpt outside its run directory
         raise ValueError(
             f"{path}: no config.yaml beside it to say which model its tensors are: give the run directory, or keep "

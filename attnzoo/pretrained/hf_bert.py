@@ -42,14 +42,17 @@ def matches(path: str | Path) -> bool:
         return False
 
 
-def _tokenizer(path: Path, family: str) -> tuple[Path, int, bool]:
-    """(tokenizer.json, the id of the token a sequence starts with, whether the tokenizer puts it first itself);
-    ValueError when there is none."""
+def _tokenizer(path: Path, family: str, given: str | Path | None = None) -> tuple[Path, int, bool]:
+    """(tokenizer.json, the id of the token a sequence starts with, whether the tokenizer puts it first itself): the
+    directory's, else `given` (data.tokenizer); ValueError when there is none."""
     file = path / "tokenizer.json"
+    if not file.is_file() and given is not None:
+        file = Path(given)
     if not file.is_file():
         raise ValueError(
             f"{str(path)!r} has no tokenizer.json: the run needs the tokenizer the weights were trained with (write "
-            "it where the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"
+            "it where the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir)), or name "
+            "it: data.tokenizer=<tokenizer.json> (in Python: load(dir, tokenizer=<tokenizer.json>))"
         )
     from tokenizers import Tokenizer
 
@@ -114,12 +117,13 @@ def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def convert(path: str | Path) -> Converted:
-    """A BERT or RoBERTa model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer.json)."""
+def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
+    """A BERT or RoBERTa model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer.json, or
+    `tokenizer` naming the file where the directory has none)."""
     path = Path(path)
     cfg = read_hf_config(path)
     family = cfg.get("model_type")
-    file, cls_id, starts = _tokenizer(path, family)
+    file, cls_id, starts = _tokenizer(path, family, tokenizer)
     options = _options(cfg, family, path / "config.json", starts)
     rows = options["max_len"] + (0 if starts else 1)
     hf = _renamed(read_weights(path))

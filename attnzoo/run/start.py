@@ -90,8 +90,10 @@ def read_start(cfg: Config) -> Start | None:
         return None
     where = cfg.where("model.init_from")
     timm_name = cfg.section("model").get("timm_name")
+    named = cfg.section("data").get("tokenizer")  # a tokenizer.json for weights whose directory has none
+    named = named if isinstance(named, str) and named.endswith(".json") and Path(named).is_file() else None
     try:
-        converted = pretrained.convert(given, timm_name=timm_name)
+        converted = pretrained.convert(given, timm_name=timm_name, tokenizer=named)
     except ValueError as err:
         if timm_name is not None and timm_name.split(".", 1)[0] in str(err):  # the name does not fit, or is no ViT's
             raise ConfigError(

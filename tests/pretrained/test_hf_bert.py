@@ -228,11 +228,23 @@ def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
     assert converted.source == f"bert (HF) {tmp_path}"
 
 
-def test_a_directory_without_tokenizer_json_says_how_to_write_it(tmp_path):
-    save_encoder("bert", tmp_path)
-    (tmp_path / "tokenizer.json").unlink()
-    with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained"):
-        convert(tmp_path)
+def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_one_named(tmp_path):
+    # data.tokenizer=<its tokenizer.json> was refused all the same ("has no tokenizer.json"), as README says it is not
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    (tmp_path / "bert" / "tokenizer.json").rename(tmp_path / "tok.json")
+    with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained.*or name it: data.tokenizer="):
+        convert(tmp_path / "bert")
+    assert convert(tmp_path / "bert", tokenizer=tmp_path / "tok.json").tokenizer == tmp_path / "tok.json"
+    assert load(tmp_path / "bert", tokenizer=tmp_path / "tok.json", num_classes=3).head.out_features == 3
+    texts = "".join(f"word{i % 5} film,{'ab'[i % 2]}\n" for i in range(24))
+    (tmp_path / "train.csv").write_text("text,label\n" + texts)
+    files = [f"data.train={tmp_path / 'train.csv'}", "run.baseline=false"]
+    given = [f"model.init_from={tmp_path / 'bert'}", f"data.tokenizer={tmp_path / 'tok.json'}"]
+    _, task, cfg = build(load_config([ROOT / "recipes" / "text_cls.yaml"], [*QUICK, *files, *given]))
+    assert cfg.section("data")["tokenizer"] == str(tmp_path / "tok.json") and task.net.started_from["loaded"]
 
 
 def loaded_test(loaded) -> dict:

@@ -37,6 +37,9 @@ class Converted(NamedTuple):
     # data options the weights were trained with that the data cannot tell ({"mean": [...], "std": [...]}: a ViT's
     # pixel normalization, from its preprocessor_config.json); they fill the keys a config leaves unset
     data: dict[str, Any] = {}  # noqa: RUF012 (a NamedTuple's default, never changed in place)
+    # the checkpoint's tensors (their names there) the converter left out: no counterpart in the attnzoo model (BERT's
+    # pretraining heads, ViTModel's pooler); reported with those the transfer drops
+    dropped: tuple[str, ...] = ()
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:

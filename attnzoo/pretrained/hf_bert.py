@@ -181,4 +181,4 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
     if left:
         log.info("%s: %d tensors have no place in attnzoo's text classifier (%s%s)", path, len(left),
                  ", ".join(left[:4]), ", ..." if len(left) > 4 else "")  # fmt: skip
-    return Converted("text", options, state, file, f"{family} (HF) {path}")
+    return Converted("text", options, state, file, f"{family} (HF) {path}", dropped=tuple(left))

@@ -138,7 +138,8 @@ def _convert_hf(path: Path) -> Converted:
         log.info("%s: %s dropped (no attnzoo ViT counterpart: the pooler, the MIM mask token)", file, dropped)
     check_consumed({k: v for k, v in state.items() if k not in dropped}, file)
     check_fits(MODEL_KIND, options, out, file)
-    return Converted(MODEL_KIND, options, out, None, f"vit (Hugging Face) {path}", _hf_normalization(path))
+    source = f"vit (Hugging Face) {path}"
+    return Converted(MODEL_KIND, options, out, None, source, _hf_normalization(path), tuple(dropped))
 
 
 # --- timm --------------------------------------------------------------------------------------------------------

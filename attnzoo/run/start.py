@@ -473,6 +473,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
     except ValueError as err:
         hint = _differences(start, cfg)
         raise ConfigError(f"model.init_from: {err}{hint} (set in {cfg.where('model.init_from')})") from None
+    done = done._replace(dropped=[*start.converted.dropped, *done.dropped])  # the converter's too (a BERT's MLM head)
     log.info("model.init_from: %s: %s", start.converted.source, done.describe())
     return {
         "path": start.given,

@@ -114,6 +114,23 @@ def test_a_vit_directorys_pixel_normalization_is_the_datas_unless_the_config_set
     assert pretrained.convert(source).data == {}  # the processor's default, 0.5: attnzoo's
 
 
+def test_the_tensors_a_converter_leaves_out_are_reported_as_dropped(tmp_path, caplog):
+    # a BertForMaskedLM folder (what a pretrained BERT is): its MLM head was logged apart, and the start said "none
+    # dropped" (summary.json: "dropped": [])
+    import transformers
+
+    from tests.helpers.hf import VOCAB, tokenizer
+
+    config = transformers.BertConfig(vocab_size=VOCAB, max_position_embeddings=24, pad_token_id=0, **SIZES)
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path / "mlm")
+    tokenizer("bert").save(str(tmp_path / "mlm" / "tokenizer.json"))
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, task, _ = _built("text_cls", tmp_path / "mlm")
+    dropped = task.net.started_from["dropped"]
+    assert any(k.startswith("cls.predictions") for k in dropped), dropped
+    assert "none dropped" not in caplog.text and f"{len(dropped)} dropped (" in caplog.text
+
+
 def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_time(tmp_path, caplog):
     source = tmp_path / "ast"
     save_ast(source)

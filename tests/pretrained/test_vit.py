@@ -64,6 +64,8 @@ def test_hf_vit_model_hidden_states_and_dropped_pooler(tmp_path, caplog):
     with caplog.at_level("INFO", logger="attnzoo"):
         c = vit_family.convert(tmp_path)
     assert "pooler.dense.weight" in caplog.text and c.options["num_classes"] == 0
+    # named as dropped for the start's log and record too (summary.json said "none dropped")
+    assert c.dropped == ("pooler.dense.bias", "pooler.dense.weight")
     model = _build(c)
     x = torch.randn(2, 1, 32, 32)
     with torch.no_grad():

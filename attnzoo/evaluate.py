@@ -84,6 +84,19 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
     stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)
     trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, callbacks=[stop])
+    from .run.splits import split_size
+
+    sizes = {s: split_size(run.data, s) for s in ("test", "val")}
+    if sizes["val"] == 0 and (split == "val" or sizes["test"] == 0):  # nothing to score: not a report of no metrics
+        where = ", ".join(f"data.{k}={v}" for k, v in run.cfg.section("data").items() if k in DATA_KEYS and v)
+        what = "val split" if split == "val" else "test split (nor its val split)"
+        hint = ""
+        if run.data_kind in ("audio", "image"):
+            hint = (
+                "; a folder without split folders is split into train/val/test by the run's rule, which may leave "
+                "few files none: put the files to score in DIR/test/<class>/ and give data.root=DIR"
+            )
+        raise ConfigError(f"evaluate: the {what} of {where or 'the data'} has no examples{hint}")
     if split == "val":
         results = trainer.validate(run.task, datamodule=run.data, verbose=False)
     elif test_split(run.data) == "test":

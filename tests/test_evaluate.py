@@ -118,3 +118,32 @@ def test_a_language_model_run_scores_a_test_file_of_its_own_without_its_train_fi
     assert alone["metrics"] == here["metrics"] and alone["split_examples"] == here["split_examples"]
     assert f"{train} (data.train) is not here: data.test" in caplog.text
     assert "is read as train and val too (test_only)" in caplog.text  # nothing held out: said
+
+
+def test_a_split_without_examples_is_an_error_naming_the_data_not_an_empty_report(tmp_path, capsys):
+    # an audio folder whose few files all hashed into train: "set run.test=false" (which evaluate cannot), and
+    # --split val exited 0 with a report of no metrics ("the val split, of 0 examples")
+    import torch
+
+    from attnzoo.evaluate import main
+    from attnzoo.run import build
+    from tests.helpers.audio import RATE, speech_commands, tone, write_pcm16
+
+    speech_commands(tmp_path / "clips")
+    given = ["data.source=folder", f"data.root={tmp_path / 'clips'}", f"data.sample_rate={RATE}", "model.depth=1",
+             "model.embed_dim=16", "data.clip_seconds=0.5", "run.baseline=false"]  # fmt: skip
+    data, task, cfg = build(load([ROOT / "recipes" / "ast.yaml"], [*QUICK, *given]))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    data.save_artifacts(run)
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    torch.save({"state_dict": task.state_dict()}, run / "checkpoints" / "best.ckpt")
+    for name in ("down", "go", "yes"):  # files of one name in every class: a name hash sends them all to train
+        (tmp_path / "flat" / name).mkdir(parents=True)
+        for i in range(3):
+            write_pcm16(tmp_path / "flat" / name / f"{i}.wav", tone(RATE, 0.5, 200.0, 1), RATE)
+    for split in ("test", "val"):
+        assert main([str(run), f"data.root={tmp_path / 'flat'}", "--split", split]) == 2
+        err = capsys.readouterr().err
+        assert f"the {split} split" in err and "has no examples" in err and "DIR/test/<class>/" in err, err
+        assert not list(run.glob("evaluate-*.json"))

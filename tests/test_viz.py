@@ -214,6 +214,9 @@ def test_viz_command_draws_an_ast_run_over_the_spectrogram_of_a_wav_file(tmp_pat
     wavfile.write(tmp_path / "click.wav", 16000, (0.3 * torch.sin(2 * torch.pi * 440 * t[:800])).numpy())  # 50 ms
     assert main([str(run), "--input", str(tmp_path / "click.wav")]) == 2
     assert f"--input '{tmp_path / 'click.wav'}': a clip of" in capsys.readouterr().err
+    wavfile.write(tmp_path / "tick.wav", 16000, (0.3 * torch.sin(2 * torch.pi * 440 * t[:160])).numpy())  # 10 ms
+    assert main([str(run), "--input", str(tmp_path / "tick.wav")]) == 2  # shorter than one window: named too
+    assert f"--input '{tmp_path / 'tick.wav'}': clips of" in capsys.readouterr().err
 
 
 def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):

@@ -88,15 +88,21 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
 
     sizes = {s: split_size(run.data, s) for s in ("test", "val")}
     if sizes["val"] == 0 and (split == "val" or sizes["test"] == 0):  # nothing to score: not a report of no metrics
-        where = ", ".join(f"data.{k}={v}" for k, v in run.cfg.section("data").items() if k in DATA_KEYS and v)
-        what = "val split" if split == "val" else "test split (nor its val split)"
+        data = run.cfg.section("data")
+        where = ", ".join(f"data.{k}={v}" for k, v in data.items() if k in DATA_KEYS and v)
+        what = "the val split" if split == "val" else "neither the test nor the val split"  # ... has (no) examples
         hint = ""
-        if run.data_kind in ("audio", "image"):
-            hint = (
-                "; a folder without split folders is split into train/val/test by the run's rule, which may leave "
-                "few files none: put the files to score in DIR/test/<class>/ and give data.root=DIR"
-            )
-        raise ConfigError(f"evaluate: the {what} of {where or 'the data'} has no examples{hint}")
+        root = data.get("root")
+        if run.data_kind in ("audio", "image") and isinstance(root, str):
+            from .data.formats.folders import split_folders
+
+            hint = f"; put the files to score in {root}/{split}/<class>/"
+            if not split_folders(Path(root)):
+                hint += (" (a folder without split folders is split into train/val/test by the run's rule, which may"
+                         " leave a few files none)")  # fmt: skip
+        raise ConfigError(
+            f"evaluate: {what} of {where or 'the data'} has {'no ' if split == 'val' else ''}examples{hint}"
+        )
     if split == "val":
         results = trainer.validate(run.task, datamodule=run.data, verbose=False)
     elif test_split(run.data) == "test":

@@ -279,7 +279,7 @@ def visualize(
 
     try:
         logits, maps = capture(net, inputs)
-    except (ClipTooShort, ValueError) as err:  # the input's fault (a clip shorter than one window): name the file
+    except ClipTooShort as err:  # the input's fault (shorter than one feature window or patch): name the file
         if input_path is None:
             raise
         raise ConfigError(f"--input {str(input_path)!r}: {err}") from None

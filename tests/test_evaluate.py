@@ -142,8 +142,13 @@ def test_a_split_without_examples_is_an_error_naming_the_data_not_an_empty_repor
         (tmp_path / "flat" / name).mkdir(parents=True)
         for i in range(3):
             write_pcm16(tmp_path / "flat" / name / f"{i}.wav", tone(RATE, 0.5, 200.0, 1), RATE)
-    for split in ("test", "val"):
+    for split, said in (("test", "neither the test nor the val split of"), ("val", "the val split of")):
         assert main([str(run), f"data.root={tmp_path / 'flat'}", "--split", split]) == 2
         err = capsys.readouterr().err
-        assert f"the {split} split" in err and "has no examples" in err and "DIR/test/<class>/" in err, err
+        assert said in err and f"put the files to score in {tmp_path / 'flat'}/{split}/<class>/ (a folder" in err, err
         assert not list(run.glob("evaluate-*.json"))
+    (tmp_path / "flat" / "test").mkdir()  # split folders: scored on test, and --split val names its own folder
+    (tmp_path / "flat" / "down").rename(tmp_path / "flat" / "test" / "down")
+    assert main([str(run), f"data.root={tmp_path / 'flat'}", "--split", "val"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'flat'}/val/<class>/" in err and "without split folders" not in err, err

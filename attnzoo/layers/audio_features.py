@@ -19,6 +19,10 @@ Tensor = torch.Tensor
 FEATURE_KINDS = ("fbank", "melspec")
 
 
+class ClipTooShort(ValueError):
+    """A clip too short for the features or patches: the input's fault, not the model's (commands name the file)."""
+
+
 class LogMel(nn.Module):
     """Waveforms [B, T] -> log-mel features [B, F, N].
 
@@ -82,7 +86,7 @@ class LogMel(nn.Module):
         if wave.dim() != 2:
             raise ValueError(f"LogMel expects waveforms [B, T], got shape {tuple(wave.shape)}")
         if wave.shape[1] < self.win:
-            raise ValueError(f"clips of {wave.shape[1]} samples are shorter than one {self.win}-sample window")
+            raise ClipTooShort(f"clips of {wave.shape[1]} samples are shorter than one {self.win}-sample window")
         # features in fp32 whatever the trainer's precision: FFTs and logs of small energies need it
         with torch.autocast(device_type=wave.device.type, enabled=False):
             wave = wave.float()

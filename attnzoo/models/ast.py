@@ -26,7 +26,7 @@ from torch import nn
 
 from ..attention.factory import layer_shape
 from ..attention.patterns import Pattern
-from ..layers.audio_features import LogMel, SpecAugment
+from ..layers.audio_features import ClipTooShort, LogMel, SpecAugment
 from ..layers.encoder import make_encoder
 
 log = logging.getLogger("attnzoo")
@@ -38,10 +38,6 @@ def patch_grid(n_mels: int, frames: int, patch_size: int = 16, fstride: int = 10
     if n_mels < patch_size or frames < patch_size:
         raise ValueError(f"features of {n_mels} mel bins x {frames} frames are smaller than a {patch_size} patch")
     return (frames - patch_size) // tstride + 1, (n_mels - patch_size) // fstride + 1
-
-
-class ClipTooShort(ValueError):
-    """A clip with fewer frames than one patch: the input's fault, not the model's (commands name the file)."""
 
 
 class TimeWindow(Pattern):

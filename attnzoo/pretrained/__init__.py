@@ -70,13 +70,13 @@ def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | 
     found = families()
     for name, module in found.items():
         if module.matches(path):
+            if timm_name is not None and name != "vit":
+                raise ValueError(f"timm_name={timm_name!r} is for timm ViT files, but {text!r} is read as {name}")
+            if timm_name is not None:
+                return module.convert(path, timm_name=timm_name)
             if tokenizer is not None and "tokenizer" in inspect.signature(module.convert).parameters:
                 return module.convert(path, tokenizer=tokenizer)
-            if timm_name is None:
-                return module.convert(path)
-            if name != "vit":
-                raise ValueError(f"timm_name={timm_name!r} is for timm ViT files, but {text!r} is read as {name}")
-            return module.convert(path, timm_name=timm_name)
+            return module.convert(path)
     if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
         read_weights(path)  # a damaged or foreign file is named as unreadable, with the reason
     said = ""

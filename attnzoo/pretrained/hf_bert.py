@@ -48,6 +48,10 @@ def _tokenizer(path: Path, family: str, given: str | Path | None = None) -> tupl
     file = path / "tokenizer.json"
     if not file.is_file() and given is not None:
         file = Path(given)
+        if not file.is_file():
+            raise ValueError(
+                f"{str(path)!r} has no tokenizer.json, and the tokenizer named, {str(given)!r}, is no file"
+            )
     if not file.is_file():
         raise ValueError(
             f"{str(path)!r} has no tokenizer.json: the run needs the tokenizer the weights were trained with (write "

@@ -90,8 +90,7 @@ def read_start(cfg: Config) -> Start | None:
         return None
     where = cfg.where("model.init_from")
     timm_name = cfg.section("model").get("timm_name")
-    named = cfg.section("data").get("tokenizer")  # a tokenizer.json for weights whose directory has none
-    named = named if isinstance(named, str) and named.endswith(".json") and Path(named).is_file() else None
+    named = _named_tokenizer(cfg)  # a tokenizer file for weights whose directory has none
     try:
         converted = pretrained.convert(given, timm_name=timm_name, tokenizer=named)
     except ValueError as err:
@@ -129,6 +128,20 @@ def read_start(cfg: Config) -> Start | None:
     return Start(str(given), converted, own_run, preset, options, tuning, origin)
 
 
+def _named_tokenizer(cfg: Config) -> str | None:
+    """The tokenizer file `data.tokenizer` names for the start (not a kind, and not another run's config.yaml's,
+    which gives way to the checkpoint's as `_tokenizer` says)."""
+    from ..data.tokenizers.subword import KINDS
+    from ..data.tokenizers.tokenize import TOKENIZERS
+
+    spec = cfg.section("data").get("tokenizer")
+    if not isinstance(spec, str) or spec in (AUTO, *KINDS, *TOKENIZERS):
+        return None
+    if _run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer"):
+        return None
+    return spec
+
+
 def _normalization(cfg: Config, converted: Any) -> dict[str, Any]:
     """{"data.mean": ..., "data.std": ...}: the data options the weights were trained with (`Converted.data`, a ViT's
     pixel statistics), unless the config sets one of them: a value given for this very key (or a null on the command
@@ -143,16 +156,18 @@ def _normalization(cfg: Config, converted: Any) -> dict[str, Any]:
         full = f"data.{key}"
         return full in cfg.origins and (data.get(key) is not None or _stays(cfg, full))
 
-    mine = [k for k in theirs if given(k)]
-    for key in mine:
-        if data.get(key) != theirs[key]:
-            log.warning("data.%s: %s (set in %s), not the %s model.init_from's weights were trained with", key,
-                        data.get(key), cfg.where(f"data.{key}"), theirs[key])  # fmt: skip
-    if mine:
-        return {}
-    for key, value in theirs.items():
-        log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
-    return {f"data.{k}": v for k, v in theirs.items()}
+    mine = [k for k in theirs if given(k) and data.get(k) != theirs[k]]  # the checkpoint's own value is no change
+    if not mine:
+        for key, value in theirs.items():
+            if data.get(key) != value:
+                log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
+        return {f"data.{k}": v for k, v in theirs.items()}
+    for key in theirs:
+        shown = "null (0.5 for every channel)" if data.get(key) is None else data.get(key)
+        how = f"set in {cfg.where(f'data.{key}')}" if key in mine else f"data.{mine[0]} is set, so it stays"
+        log.warning("data.%s: %s (%s), not the %s model.init_from's weights were trained with", key, shown, how,
+                    theirs[key])  # fmt: skip
+    return {}
 
 
 def _pretrained_origin(run: Path | None) -> str | None:

@@ -103,6 +103,8 @@ def test_a_vit_directorys_pixel_normalization_is_the_datas_unless_the_config_set
         cfg.section("data")["mean"] == [0.5]
         and "data.mean: [0.5] (set in the command line ('data.mean=[0.5]')), not" in caplog.text
     )
+    _, _, cfg = _built("vit", source, f"data.mean={IMAGENET['image_mean']}")  # the checkpoint's own: no change
+    assert cfg.section("data")["std"] == IMAGENET["image_std"]
     _, _, cfg = _built("vit", source, "data.mean=null")  # null named on the command line: attnzoo's 0.5, both
     assert cfg.section("data").get("mean") is None and cfg.section("data").get("std") is None
     (source / "preprocessor_config.json").write_text(json.dumps({"do_normalize": False}))

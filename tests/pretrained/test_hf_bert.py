@@ -238,6 +238,10 @@ def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_on
     with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained.*or name it: data.tokenizer="):
         convert(tmp_path / "bert")
     assert convert(tmp_path / "bert", tokenizer=tmp_path / "tok.json").tokenizer == tmp_path / "tok.json"
+    with pytest.raises(
+        ValueError, match=r"has no tokenizer.json, and the tokenizer named, '.*missing.json', is no file"
+    ):
+        convert(tmp_path / "bert", tokenizer=tmp_path / "missing.json")
     assert load(tmp_path / "bert", tokenizer=tmp_path / "tok.json", num_classes=3).head.out_features == 3
     texts = "".join(f"word{i % 5} film,{'ab'[i % 2]}\n" for i in range(24))
     (tmp_path / "train.csv").write_text("text,label\n" + texts)

@@ -451,3 +451,18 @@ def test_an_image_of_too_many_pixels_is_named_and_can_be_skipped(tmp_path, monke
     data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, on_bad_image="skip")
     data.setup()
     assert data.skipped == [str(tmp_path / "cat" / "huge.png")]
+
+
+def test_a_class_drawn_whole_into_the_held_out_val_part_is_warned_about(tmp_path, caplog):
+    # a class of one image could land in the val fraction: the model kept an output training never saw, silently
+    _write_folder(tmp_path, classes=("cat", "dog"), n=9)
+    (tmp_path / "owl").mkdir()
+    Image.new("RGB", (20, 12), (200, 10, 10)).save(tmp_path / "owl" / "0.png")
+    for seed in range(60):  # a seed whose held-out tenth takes the one owl
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnzoo"):
+            data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, seed=seed)
+            data.setup()
+        if 2 in [int(data.splits["val"][i]["label"]) for i in range(len(data.splits["val"]))]:
+            break
+    assert "class(es) owl are all in the held-out val part" in caplog.text

@@ -500,6 +500,14 @@ class ImageDataModule(DataModule):
             self.untrainable = f"data.root {str(self.root)!r} holds one image"
             return data, data
         n_val = min(n_val, len(data) - 1)
+        labels = getattr(data, "targets", getattr(data, "labels", None))  # ImageFolder's, torchvision's, in memory
+        if labels is not None:
+            labels = [int(y) for y in labels]
+            lost = sorted({labels[i] for i in order[:n_val]} - {labels[i] for i in order[n_val:]})
+            if lost:  # the model has an output for them that training never sees
+                names = [self.class_names[i] if i < len(self.class_names) else str(i) for i in lost]
+                log.warning("data: class(es) %s are all in the held-out val part (data.val_fraction): training sees "
+                            "none of them; give them more images, or a val/ folder", shortened(names))  # fmt: skip
         return Subset(data, order[n_val:]), Subset(data, order[:n_val])
 
     @property

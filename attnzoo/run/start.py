@@ -162,7 +162,7 @@ def _normalization(cfg: Config, converted: Any) -> dict[str, Any]:
             if data.get(key) != value:
                 log.info("data.%s: None -> %s (as model.init_from's weights were trained)", key, value)
         return {f"data.{k}": v for k, v in theirs.items()}
-    for key in theirs:
+    for key in [k for k in theirs if data.get(k) != theirs[k]]:
         shown = "null (0.5 for every channel)" if data.get(key) is None else data.get(key)
         how = f"set in {cfg.where(f'data.{key}')}" if key in mine else f"data.{mine[0]} is set, so it stays"
         log.warning("data.%s: %s (%s), not the %s model.init_from's weights were trained with", key, shown, how,

@@ -59,6 +59,18 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.close(dir_fd)
 
 
+def metric_value(trainer: Any, name: str) -> float | None:
+    """The float value of a logged metric this step (`trainer.callback_metrics`), None when it was not logged."""
+    value = trainer.callback_metrics.get(name)
+    return None if value is None else float(value)
+
+
+def tie_wins(tie: float | None, best_tie: float | None) -> bool:
+    """Whether a validation whose monitored score ties the best one at its floor (BLEU 0) replaces it: by a lower
+    tie-break value (val loss); the rule of both the best checkpoint and the summary's best epoch."""
+    return tie is not None and (best_tie is None or tie < best_tie)
+
+
 class RunCheckpoint(ModelCheckpoint):
     """Lightning's `ModelCheckpoint`, whose record (the best score, the best and last paths) survives a run directory
     that moved or was copied. Lightning keeps only `best_model_path` when the saved `dirpath` differs from its own:
@@ -86,13 +98,8 @@ class RunCheckpoint(ModelCheckpoint):
         best = self.best_model_score
         if best is not None and self.best_k_models and float(best) != self.floor:
             return False  # a score off the floor is better than the floor
-        tie = trainer.callback_metrics.get(self.tie_break)
-        tie = None if tie is None else float(tie)
-        take = (
-            best is None
-            or not self.best_k_models
-            or (tie is not None and (self.floor_tie is None or tie < self.floor_tie))
-        )
+        tie = metric_value(trainer, self.tie_break)
+        take = best is None or not self.best_k_models or tie_wins(tie, self.floor_tie)
         take = trainer.strategy.reduce_boolean_decision(take)  # every process decides alike
         if take:
             if best is not None and self.best_k_models and not self._said:

@@ -28,6 +28,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..config import ConfigError
+from .checkpoint_io import metric_value, tie_wins
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -191,11 +192,10 @@ class RunSummary(L.Callback):
         if trainer.sanity_checking or value is None or not torch.isfinite(value):
             return
         value = float(value)
-        tie = trainer.callback_metrics.get(self.tie_break)
-        tie = None if tie is None else float(tie)
+        tie = metric_value(trainer, self.tie_break)
         better = self.best is None or (value > self.best[1] if self.mode == "max" else value < self.best[1])
-        if not better and self.floor is not None and value == self.best[1] == self.floor and tie is not None:
-            better = self.best_tie is None or tie < self.best_tie
+        if not better and self.floor is not None and value == self.best[1] == self.floor:
+            better = tie_wins(tie, self.best_tie)
         if better:
             self.best, self.best_tie = (trainer.current_epoch, value), tie
 

@@ -53,6 +53,21 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
 
 
+def read_preprocessor_config(path: str | Path) -> dict[str, Any] | None:
+    """A Hugging Face directory's `preprocessor_config.json` (its feature extractor or image processor), None when it
+    has none; ValueError naming the file when it cannot be read as a JSON object."""
+    file = Path(path) / "preprocessor_config.json"
+    if not file.is_file():
+        return None
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{str(file)!r}: not a JSON object")
+    return config
+
+
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a weights file, or of the first of `WEIGHT_FILES` in a directory (an index: of every shard it
     names); data only, never code."""

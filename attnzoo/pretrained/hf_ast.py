@@ -13,14 +13,13 @@ Hugging Face orders patch tokens frequency-major, attnzoo time-major: the positi
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .converted import Converted, read_hf_config, read_weights
+from .converted import Converted, read_hf_config, read_preprocessor_config, read_weights
 from .family import check_consumed, check_fits, config_value, hf_model_type, hf_vit_blocks, refuse, take, weights_name
 
 Tensor = torch.Tensor
@@ -37,13 +36,7 @@ def matches(path: str | Path) -> bool:
 
 
 def _extractor(path: Path) -> dict[str, Any]:
-    file = path / "preprocessor_config.json"
-    if not file.is_file():
-        return dict(EXTRACTOR_DEFAULTS)
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
+    config = read_preprocessor_config(path) or {}
     return {k: config.get(k, v) for k, v in EXTRACTOR_DEFAULTS.items()}
 
 

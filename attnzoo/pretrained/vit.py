@@ -16,7 +16,6 @@ Loading into a model of another image size resamples `pos_embed` (`ViT` does it 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch
 from torch import nn
 
 from ..models.vit import timm_to_attnzoo
-from .converted import Converted, read_hf_config, read_weights
+from .converted import Converted, read_hf_config, read_preprocessor_config, read_weights
 from .family import check_consumed, check_fits, config_value, hf_model_type, hf_vit_blocks, refuse, take, weights_name
 
 log = logging.getLogger("attnzoo")
@@ -149,15 +148,10 @@ def _hf_normalization(path: Path) -> dict[str, Any]:
     """{"mean", "std"} of the pixels as the directory's preprocessor_config.json (ViTImageProcessor) normalizes them,
     when it has one: ImageNet's statistics for some checkpoints, 0.5 for others; {} without the file (the processor's
     default, 0.5, is attnzoo's)."""
-    file = path / "preprocessor_config.json"
-    if not file.is_file():
+    config = read_preprocessor_config(path)
+    if config is None:
         return {}
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{str(file)!r}: not a JSON object")
+    file = path / "preprocessor_config.json"
     if not config.get("do_rescale", True):
         raise ValueError(f"{str(file)!r}: do_rescale=false is not supported (attnzoo scales pixels to [0, 1] first)")
     if not config.get("do_normalize", True):

@@ -75,7 +75,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
 
     from .run import load_run
     from .run.signals import StopAtOnce
-    from .run.splits import test_split
+    from .run.splits import split_size, test_split
     from .util.files import write_json
 
     run = load_run(run_dir, checkpoint, configs, overrides)
@@ -84,8 +84,6 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
     stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)
     trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, callbacks=[stop])
-    from .run.splits import split_size
-
     sizes = {s: split_size(run.data, s) for s in ("test", "val")}
     if sizes["val"] == 0 and (split == "val" or sizes["test"] == 0):  # nothing to score: not a report of no metrics
         data = run.cfg.section("data")

@@ -155,10 +155,6 @@ class RunInputs:
         return decode_generated(self.tokenizer, ids.tolist())
 
 
-# data kinds whose single inputs (--input, --text) viz reads without the run's data
-ALONE = ("image", "audio", "text", "translation")
-
-
 def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> Canvas | None:
     """How to draw per-patch values over this input, or None when the tokens are not patches of it."""
     prefix = int(getattr(net, "num_prefix_tokens", 0))
@@ -229,6 +225,7 @@ def visualize(
     (`<out>/cross_attention/`).
     """
     from .run import load_run
+    from .run.inference import CLASSIFIERS
     from .run.lock import refuse_links
     from .run.rundir import saved_kind
 
@@ -237,7 +234,7 @@ def visualize(
     if out is None:  # drawings go into <run>/viz/
         refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)", entries=("viz",))
     one_input = input_path is not None or text is not None
-    alone = one_input and saved_kind(Path(run_dir)) in ALONE
+    alone = one_input and saved_kind(Path(run_dir)) in (*CLASSIFIERS, "translation")  # read without the run's data
     run = load_run(run_dir, checkpoint, with_data=not alone, classifiers=True)
     run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
     data, net, kind = run.data if run.data is not None else RunInputs.of(run), run.net, run.data_kind

@@ -191,6 +191,12 @@ class BlockDataset(Dataset):
         return {"tokens": tokens, "labels": labels, "padding_mask": torch.arange(self.block_size) >= n}
 
 
+def check_test_only(test_only: bool, train: Any, val: Any, test: Any) -> None:
+    """ValueError unless `test_only` (the LM and MLM data's) comes with train, val and test all the test file."""
+    if test_only and not (train == val == test and test is not None):
+        raise ValueError(f"data.test_only: train ({train}), val ({val}) and test ({test}) must be the test file")
+
+
 class LMDataModule(DataModule):
     """Causal language-model data.
 
@@ -232,8 +238,7 @@ class LMDataModule(DataModule):
         test_only: bool = False,
     ) -> None:
         super().__init__()
-        if test_only and not (train == val == test and test is not None):
-            raise ValueError(f"data.test_only: train ({train}), val ({val}) and test ({test}) must be the test file")
+        check_test_only(test_only, train, val, test)
         if documents not in DOCUMENTS:
             raise ValueError(f"data.documents: {documents!r} is not one of {list(DOCUMENTS)}")
         if block_size < 2 or batch_size < 1:

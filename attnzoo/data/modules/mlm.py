@@ -40,7 +40,7 @@ from ..tokenizers.subword import save_run_tokenizer
 from . import defaults
 from .base import DataModule
 from .batching import TokenDataset, sequence_loader
-from .lm import DOCUMENTS, PARAGRAPH, embedded_documents, read_documents, unseen_held_out
+from .lm import DOCUMENTS, PARAGRAPH, check_test_only, embedded_documents, read_documents, unseen_held_out
 from .masking import MaskingCollate, mask_token_id, special_ids
 
 log = logging.getLogger("attnzoo")
@@ -109,8 +109,7 @@ class MLMDataModule(DataModule):
         test_only: bool = False,
     ) -> None:
         super().__init__()
-        if test_only and not (train == val == test and test is not None):
-            raise ValueError(f"data.test_only: train ({train}), val ({val}) and test ({test}) must be the test file")
+        check_test_only(test_only, train, val, test)
         if documents not in DOCUMENTS:
             raise ValueError(f"data.documents: {documents!r} is not one of {list(DOCUMENTS)}")
         if max_len < 2 or batch_size < 1:

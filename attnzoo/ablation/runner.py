@@ -114,13 +114,12 @@ def _same_files(run: Planned) -> bool:
     from ..run.paths import same_path
 
     try:
-        saved = OmegaConf.to_container(read_yaml(run.run_dir / "config.yaml"), resolve=True)
+        saved = read_yaml(run.run_dir / "config.yaml")
     except (ConfigError, OSError, ValueError):
         return False
     for key, value in (run.paths or {}).items():
-        node: Any = saved
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
+        node = OmegaConf.select(saved, key)
+        node = OmegaConf.to_container(node) if OmegaConf.is_config(node) else node  # a list of files
         if node is None or not (node == value or same_path(key, node, value)):
             return False
     return True

@@ -628,16 +628,16 @@ class AudioDataModule(DataModule):
 
     # ---- loaders -------------------------------------------------------------------------------------------------
 
-    def _loader(self, split: str, shuffle: bool, collate=None) -> DataLoader:
+    def _loader(self, split: str, *, train: bool, collate=None) -> DataLoader:
         self.setup()
         data = self.datasets[split]
         return DataLoader(
             data,
             batch_size=self.batch_size,
-            sampler=EpochShuffle(data, seed=run_seed(self.seed)) if shuffle else None,
+            sampler=EpochShuffle(data, seed=run_seed(self.seed)) if train else None,
             num_workers=self.num_workers,
             collate_fn=collate,
-            drop_last=shuffle and self.full_batches(len(self.datasets[split]), self.batch_size),
+            drop_last=train and self.full_batches(len(self.datasets[split]), self.batch_size),
             persistent_workers=self.num_workers > 0,
         )
 
@@ -651,13 +651,7 @@ class AudioDataModule(DataModule):
         mixup = None
         if self.mixup_alpha > 0:
             mixup = Mixup(alpha=self.mixup_alpha, num_classes=self.num_classes, multilabel=self.multilabel)
-        return self._loader("train", True, mixup)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
+        return self._loader("train", train=True, collate=mixup)
 
 
 def _class_folders(folder: Path) -> list[str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
+from torch.utils.data import DataLoader
 
 Proposals = dict[str, tuple[Any, str]]  # dotted config key -> (value, why)
 
@@ -80,6 +81,25 @@ class DataModule(L.LightningDataModule):
     def save_artifacts(self, run_dir: str | Path) -> Path | list[Path]:
         """Write what a run must keep to be loaded again into `run_dir`; the files written."""
         return []
+
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
+        """The dataloader of `split` ("train", "val" or "test"); `train`: the training one (shuffled each epoch,
+        its last partial batch dropped where every process still gets a full one)."""
+        raise NotImplementedError(f"{type(self).__name__} must make its dataloaders (_loader)")
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+    def _require_setup(self) -> None:
+        """RuntimeError unless `setup()` has made the splits (`self.datasets`)."""
+        if not getattr(self, "datasets", None):
+            raise RuntimeError(f"call {type(self).__name__}.setup() first")
 
     @classmethod
     def baseline_kind(cls) -> str | None:

@@ -556,12 +556,11 @@ class ImageDataModule(DataModule):
         pixels, labels = zip(*((b["image"].flatten(1), b["label"]) for b in loader), strict=True)
         return {"pixels": torch.cat(pixels).numpy()}, torch.cat(labels).numpy()
 
-    def _loader(self, split: str) -> DataLoader:
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
         self.setup()
         if split not in self.splits:  # only "test", when the source has none (a run then tests on val)
             where = f" under {self.root}" if self.root is not None else ""
             raise ValueError(f"data: {self.dataset}{where} has no {split} split")
-        train = split == "train"
         data = self.splits[split]
         sampler = None
         if train and self.shuffle:  # seed as Lightning's DistributedSampler: seed_everything's seed
@@ -580,13 +579,7 @@ class ImageDataModule(DataModule):
     def train_dataloader(self) -> DataLoader:
         if self.untrainable:  # set up to be scored with a run's classes (evaluate): its train split is another's
             raise ValueError(f"{self.untrainable}: nothing to train on (give train/ and class folders of images)")
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return self._loader("train", train=True)
 
 
 def normalized(in_chans: int, mean: Sequence[float] | None, std: Sequence[float] | None) -> list[Any]:

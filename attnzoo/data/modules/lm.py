@@ -389,15 +389,6 @@ class LMDataModule(DataModule):
             ds, batch_size=batch_size, train=train, drop_last=drop_last, num_workers=self.num_workers, seed=self.seed
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
-
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`lm.json`)."""
         self._require_setup()
@@ -414,7 +405,3 @@ class LMDataModule(DataModule):
         }
         (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return [*saved, run_dir / ARTIFACT]
-
-    def _require_setup(self) -> None:
-        if not self.datasets:
-            raise RuntimeError("call LMDataModule.setup() first")

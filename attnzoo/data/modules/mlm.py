@@ -254,15 +254,6 @@ class MLMDataModule(DataModule):
             pool=self.bucket_pool,
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
-
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, which a classifier starting from this run reads) and what the data
         was (`mlm.json`)."""
@@ -281,7 +272,3 @@ class MLMDataModule(DataModule):
         }
         (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return [*saved, run_dir / ARTIFACT]
-
-    def _require_setup(self) -> None:
-        if not self.datasets:
-            raise RuntimeError("call MLMDataModule.setup() first")

@@ -279,15 +279,6 @@ class TextDataModule(DataModule):
             pool=self.bucket_pool,
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
-
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the label vocabulary and tokenizer description (`labels.json`) into `run_dir`, and a tokenizer
         learned from the train split (`tokenizer.json`, which `data.tokenizer=<run>/tokenizer.json` reloads)."""
@@ -298,7 +289,3 @@ class TextDataModule(DataModule):
         if self.tokenizer.name in SUBWORD_KINDS:  # learned here (not loaded from a file)
             saved.append(self.tokenizer.save(Path(run_dir) / "tokenizer.json"))
         return saved
-
-    def _require_setup(self) -> None:
-        if not self.datasets:
-            raise RuntimeError("call TextDataModule.setup() first")

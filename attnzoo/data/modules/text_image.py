@@ -371,27 +371,18 @@ class TextImageDataModule(DataModule):
         pixels = np.stack([ds[i]["image"].flatten().numpy() for i in range(len(ds))])  # [N, 3 * S * S]
         return {"text": list(ds.texts), "pixels": pixels}, np.asarray(ds.labels)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give data.{split} (a JSONL file)")
         data = self.datasets[split]
         return DataLoader(
             data,
             batch_size=self.batch_size,
-            sampler=EpochShuffle(data, seed=run_seed(self.seed)) if shuffle else None,
+            sampler=EpochShuffle(data, seed=run_seed(self.seed)) if train else None,
             num_workers=self.num_workers,
             collate_fn=Collate(self.tokenizer.pad_id),
             persistent_workers=self.num_workers > 0,
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
 
 def _answer(label: Any) -> str:

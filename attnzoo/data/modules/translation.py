@@ -367,15 +367,6 @@ class TranslationDataModule(DataModule):
             pool=self.bucket_pool,
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
-
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`translation.json`)."""
         self._require_setup()
@@ -393,10 +384,6 @@ class TranslationDataModule(DataModule):
         }
         (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return [*saved, run_dir / ARTIFACT]
-
-    def _require_setup(self) -> None:
-        if not self.datasets:
-            raise RuntimeError("call TranslationDataModule.setup() first")
 
 
 __all__ = ["IGNORE_INDEX", "Seq2SeqCollate", "TokenPairDataset", "TranslationDataModule"]

@@ -34,7 +34,7 @@ def replacing(path: Path) -> Iterator[Path]:
 def write_text(path: Path, text: str) -> None:
     """`text` at `path`, written whole (`replacing`)."""
     with replacing(path) as tmp:
-        tmp.write_text(text)
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_json(path: Path, data: Any) -> None:

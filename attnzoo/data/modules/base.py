@@ -82,6 +82,19 @@ class DataModule(L.LightningDataModule):
         """Write what a run must keep to be loaded again into `run_dir`; the files written."""
         return []
 
+    def save_record(self, run_dir: str | Path, name: str, record: dict[str, Any]) -> list[Path]:
+        """Write the data's tokenizer (a subword one as `tokenizer.json`: `save_run_tokenizer`) and `record`, what the
+        data was, with the tokenizer's description under "tokenizer", as `run_dir/name`; the files written."""
+        from ...util.files import write_text
+        from ..tokenizers.subword import save_run_tokenizer
+
+        self._require_setup()
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
+        write_text(run_dir / name, json.dumps(record | {"tokenizer": tokenizer}, indent=2, ensure_ascii=False) + "\n")
+        return [*saved, run_dir / name]
+
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         """The dataloader of `split` ("train", "val" or "test"); `train`: the training one (shuffled each epoch,
         its last partial batch dropped where every process still gets a full one)."""

@@ -23,7 +23,6 @@ Batches (B batch, L = block_size):
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import re
@@ -37,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ...util.names import shortened
 from ..tokenizers.factory import make_tokenizer
-from ..tokenizers.subword import decode_generated, encode_user_text, save_run_tokenizer
+from ..tokenizers.subword import decode_generated, encode_user_text
 from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
@@ -392,16 +391,14 @@ class LMDataModule(DataModule):
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`lm.json`)."""
         self._require_setup()
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
-        record = {
-            "sources": self.sources,
-            "documents": {k: len(v) for k, v in self.docs.items()},
-            "tokens": {k: len(v.stream) for k, v in self.datasets.items()},
-            "paragraphs_removed_as_seen_in_train": self.removed,
-            "tokenizer": tokenizer,
-            "block_size": self.block_size,
-        }
-        (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        return [*saved, run_dir / ARTIFACT]
+        return self.save_record(
+            run_dir,
+            ARTIFACT,
+            {
+                "sources": self.sources,
+                "documents": {k: len(v) for k, v in self.docs.items()},
+                "tokens": {k: len(v.stream) for k, v in self.datasets.items()},
+                "paragraphs_removed_as_seen_in_train": self.removed,
+                "block_size": self.block_size,
+            },
+        )

@@ -23,7 +23,6 @@ Batches (masking: `attnzoo.data.modules.masking`; B batch, L the longest text in
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -36,7 +35,6 @@ from torch.utils.data import DataLoader
 from ..formats.text_files import FORMATS, one_line, read_texts
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
-from ..tokenizers.subword import save_run_tokenizer
 from . import defaults
 from .base import DataModule
 from .batching import TokenDataset, sequence_loader
@@ -258,17 +256,15 @@ class MLMDataModule(DataModule):
         """Write the tokenizer (`tokenizer.json`, which a classifier starting from this run reads) and what the data
         was (`mlm.json`)."""
         self._require_setup()
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
-        record = {
-            "sources": self.sources,
-            "texts": {k: len(v) for k, v in self.texts.items()},
-            "paragraphs_removed_as_seen_in_train": self.removed,
-            "tokens": {k: sum(v.lengths) for k, v in self.datasets.items()},
-            "tokenizer": tokenizer,
-            "mask": {"token": self.mask_token, "id": self.mask_id, "rate": self.mask_rate},
-            "max_len": self.max_len,
-        }
-        (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        return [*saved, run_dir / ARTIFACT]
+        return self.save_record(
+            run_dir,
+            ARTIFACT,
+            {
+                "sources": self.sources,
+                "texts": {k: len(v) for k, v in self.texts.items()},
+                "paragraphs_removed_as_seen_in_train": self.removed,
+                "tokens": {k: sum(v.lengths) for k, v in self.datasets.items()},
+                "mask": {"token": self.mask_token, "id": self.mask_id, "rate": self.mask_rate},
+                "max_len": self.max_len,
+            },
+        )

@@ -16,7 +16,6 @@ Batches (B batch, S longest source, T longest target + 1), padded per batch, sim
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
 from ..tokenizers.factory import make_tokenizer
-from ..tokenizers.subword import decode_generated, log_unknown, save_run_tokenizer
+from ..tokenizers.subword import decode_generated, log_unknown
 from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
@@ -370,20 +369,18 @@ class TranslationDataModule(DataModule):
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`translation.json`)."""
         self._require_setup()
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        saved, tokenizer = save_run_tokenizer(self.tokenizer, run_dir)
-        record = {
-            "src_lang": self.src_lang,
-            "tgt_lang": self.tgt_lang,
-            "sources": self.sources,
-            "sizes": {k: len(v) for k, v in self.datasets.items()},
-            "tokenizer": tokenizer,
-            "max_len": self.max_len,
-            "skipped": {k: [{"line": n, "reason": r} for n, r in v] for k, v in self.skipped.items() if v},
-        }
-        (run_dir / ARTIFACT).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        return [*saved, run_dir / ARTIFACT]
+        return self.save_record(
+            run_dir,
+            ARTIFACT,
+            {
+                "src_lang": self.src_lang,
+                "tgt_lang": self.tgt_lang,
+                "sources": self.sources,
+                "sizes": {k: len(v) for k, v in self.datasets.items()},
+                "max_len": self.max_len,
+                "skipped": {k: [{"line": n, "reason": r} for n, r in v] for k, v in self.skipped.items() if v},
+            },
+        )
 
 
 __all__ = ["IGNORE_INDEX", "Seq2SeqCollate", "TokenPairDataset", "TranslationDataModule"]

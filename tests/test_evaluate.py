@@ -152,3 +152,38 @@ def test_a_split_without_examples_is_an_error_naming_the_data_not_an_empty_repor
     assert main([str(run), f"data.root={tmp_path / 'flat'}", "--split", "val"]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'flat'}/val/<class>/" in err and "without split folders" not in err, err
+
+
+def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tmp_path):
+    """A text run given `data.tokenizer=<file>` kept only the file's path: evaluate, viz and --resume of the run on
+    another machine, or after the file moved, stopped with "no tokenizer file"."""
+    import csv
+    import json
+    import random
+
+    from attnzoo.evaluate import evaluate
+    from attnzoo.viz import main as viz_main
+    from tests.helpers.hf import tokenizer
+
+    words = "red green blue cat dog fish one two three".split()
+    tok = tokenizer("bert", words)  # [CLS] ... [SEP] around every text, and padding settings of its own
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    tok.save(str(tmp_path / "mine.json"))
+    rng = random.Random(0)
+    for name, n in (("train", 64), ("val", 16), ("test", 16)):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["text", "label"])
+            out.writerows([" ".join(rng.choice(words) for _ in range(5)), "ab"[i % 2]] for i in range(n))
+    files = [f"data.{s}={tmp_path / f'{s}.csv'}" for s in ("train", "val", "test")]
+    overrides = [*QUICK, "trainer.max_epochs=1", "model.depth=1", "run.baseline=false", f"run.dir={tmp_path / 'r'}",
+                 f"data.tokenizer={tmp_path / 'mine.json'}", *files]  # fmt: skip
+    run = fit(load([ROOT / "recipes" / "text_cls.yaml"], overrides))
+    assert (run / "tokenizer.json").read_text() == (tmp_path / "mine.json").read_text()
+    here = evaluate(run, "best", "test", [], [])["metrics"]
+    (tmp_path / "mine.json").rename(tmp_path / "moved.json")
+    assert evaluate(run, "best", "test", [], [])["metrics"] == here
+    assert viz_main([str(run), "--text", "red cat dog", "--out", str(tmp_path / "viz")]) == 0
+    fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 2
+    assert f"tokenizer: {tmp_path / 'mine.json'}" in (run / "config.yaml").read_text()  # still names the file given

@@ -122,17 +122,17 @@ def fit(
 KEPT_UNTRAINED = ("metrics", "train_samples_per_second", "train_seconds", "data_wait_share", "stopped", "best_epoch")
 
 
-def _build_resumed(cfg: Config, run_dir: Path) -> Any:
-    """`build` of a resumed run that started from a checkpoint (`model.init_from`), from the run directory alone: the
-    checkpoint is not read again (its architecture and tokenizer are in config.yaml, its weights in the checkpoint
-    resumed from), and a tokenizer file is read from the run's own copy (checked against the checkpoint's digest
-    after the build), so the run goes on after the folder it started from moved. The resolved config keeps the
-    configured `data.tokenizer`, as config.yaml holds it."""
+def _build_resumed(cfg: Config, run_dir: Path, *, started: bool) -> Any:
+    """`build` of a run resumed from its own config.yaml: a tokenizer file is read from the run's own copy (checked
+    against the checkpoint's digest after the build), so the run goes on after the file it was given, or the folder
+    it started from, moved; the resolved config keeps the configured `data.tokenizer`, as config.yaml holds it. For
+    a run that recorded its start (`model.init_from`; `started`) the checkpoint is not read again: its architecture
+    and tokenizer are in config.yaml, its weights in the checkpoint resumed from."""
     from .tokenizer_stamp import saved_tokenizer
 
     spec = cfg.section("data").get("tokenizer")
     preset = saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and Path(spec).suffix == ".json" else {}
-    return build(cfg, preset=preset or None, init=False, unrecorded=("data.tokenizer",))
+    return build(cfg, preset=preset or None, init=not started, unrecorded=("data.tokenizer",))
 
 
 def _written_by_a_run(path: Path) -> bool:
@@ -216,10 +216,11 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if ckpt_path is not None:  # a changed key of the command line named before the data is read again
         resume_changes(run_dir, cfg, given_only=True)
     own_config = Path(cfg.where("model.init_from")).resolve() == (run_dir / "config.yaml").resolve()
-    recorded = recorded_start(run_dir) if ckpt_path is not None and own_config else None
-    if recorded is not None:
-        data, task, cfg = _build_resumed(cfg, run_dir)
-        task.net.started_from = recorded
+    if ckpt_path is not None and own_config:
+        recorded = recorded_start(run_dir)
+        data, task, cfg = _build_resumed(cfg, run_dir, started=recorded is not None)
+        if recorded is not None:
+            task.net.started_from = recorded
     else:
         data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
     resumes = read_resumes(run_dir)

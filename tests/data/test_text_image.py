@@ -343,6 +343,10 @@ def test_learned_tokenizer_keeps_question_words_whole_and_is_saved_with_the_run(
     again.setup()
     assert again.datasets["val"].tokens == dm.datasets["val"].tokens
     assert _dm().save_artifacts(tmp_path / "bytes") == [tmp_path / "bytes" / "labels.json"]  # no tokenizer to keep
+    # a tokenizer file given: the run keeps a copy of it (it loaded only while the file stayed where it was)
+    given = _dm(tokenizer=str(saved)).save_artifacts(tmp_path / "given")
+    assert given == [tmp_path / "given" / "labels.json", tmp_path / "given" / "tokenizer.json"]
+    assert given[1].read_text() == saved.read_text()
 
 
 def test_other_data_numbers_its_answers_as_the_run_did(tmp_path):

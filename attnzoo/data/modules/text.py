@@ -286,6 +286,6 @@ class TextDataModule(DataModule):
         label_column = self.label_column if self.files["train"] else None
         saved = [save_class_names(run_dir, self.class_names, self.files["train"] or "listops",
                                   label_column=label_column, tokenizer=self.tokenizer.describe())]  # fmt: skip
-        if self.tokenizer.name in SUBWORD_KINDS:  # learned here (not loaded from a file)
+        if hasattr(self.tokenizer, "save"):  # learned here, or a file given: the run keeps its own copy
             saved.append(self.tokenizer.save(Path(run_dir) / "tokenizer.json"))
         return saved

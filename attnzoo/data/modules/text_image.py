@@ -352,12 +352,10 @@ class TextImageDataModule(DataModule):
 
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """The answers in the model's order (`labels.json`: evaluate on other data numbers its answers alike, not
-        from that data's train file), and a tokenizer learned from the train split as `run_dir/tokenizer.json` (what
-        every command that loads the run reads: the weights need exactly these ids)."""
+        from that data's train file), and a tokenizer learned from the train split, or a copy of the file given, as
+        `run_dir/tokenizer.json` (what every command that loads the run reads: the weights need exactly these ids)."""
         self.setup()
         labels = save_class_names(run_dir, self.class_names, str(self.files.get("train") or "embedded"))
-        if self.tokenizer_spec not in SUBWORD_KINDS:
-            return [labels]
         return [labels, *save_run_tokenizer(self.tokenizer, Path(run_dir))[0]]
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:

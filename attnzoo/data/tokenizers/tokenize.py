@@ -106,7 +106,8 @@ class FileTokenizer:
                 "or use data.tokenizer=bytes"
             ) from err
         try:
-            self.tok = HFTokenizer.from_file(str(self.path))
+            self.text = self.path.read_text(encoding="utf-8")  # what `save` copies: the file as it was read
+            self.tok = HFTokenizer.from_str(self.text)
         except Exception as err:  # the Rust side raises its own exception type
             raise ValueError(f"{self.path}: not a `tokenizers` JSON file: {err}") from err
         padding = self.tok.padding  # the file's padding settings, if any (read before turning padding off)
@@ -134,6 +135,17 @@ class FileTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def save(self, path: str | Path) -> Path:
+        """Copy the file as it was read to `path` (a run's `tokenizer.json`: the run then loads without the file it
+        was given, as its checkpoints' tokenizer digest expects); written whole, also over `self.path` itself."""
+        from ...util.files import replacing
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with replacing(path) as tmp:
+            tmp.write_text(self.text, encoding="utf-8")
+        return path
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path), "vocab_size": self.vocab_size, "pad_id": self.pad_id}

@@ -184,6 +184,11 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     (tmp_path / "mine.json").rename(tmp_path / "moved.json")
     assert evaluate(run, "best", "test", [], [])["metrics"] == here
     assert viz_main([str(run), "--text", "red cat dog", "--out", str(tmp_path / "viz")]) == 0
+    for name in ("train", "val"):  # scored alone, as a run from elsewhere: classes and ids are the run's own
+        (tmp_path / f"{name}.csv").rename(tmp_path / f"{name}.gone")
+    assert evaluate(run, "best", "test", [], [f"data.test={tmp_path / 'test.csv'}"])["metrics"] == here
+    for name in ("train", "val"):
+        (tmp_path / f"{name}.gone").rename(tmp_path / f"{name}.csv")
     fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2
     assert f"tokenizer: {tmp_path / 'mine.json'}" in (run / "config.yaml").read_text()  # still names the file given

@@ -49,6 +49,8 @@ MODEL_EXTRAS: dict[str, Any] = {
 RENAMED_MODEL_KEYS = {
     ("vit", "pretrained"): ("init_from", "and model.timm_name=<timm architecture> when its width is not a classic one"),
 }
+# what a run directory holds besides its config.yaml once training started (`attnzoo.run.train`)
+TRAINED_FILES = ("checkpoints", "metrics.csv", "summary.json")
 # lightning.Trainer arguments that attnzoo sets itself
 TRAINER_RESERVED = ("logger", "callbacks", "default_root_dir", "plugins", "profiler", "model_registry")
 RUN_OPTIONS: dict[str, Any] = {
@@ -189,13 +191,22 @@ def _renamed(tree: DictConfig, origins: dict[str, str]) -> tuple[DictConfig, dic
     return tree, origins
 
 
+def is_run_config(path: Path) -> bool:
+    """Whether `path` is a run's own config.yaml (its folder holds what training wrote)."""
+    return path.name == "config.yaml" and any((path.parent / name).exists() for name in TRAINED_FILES)
+
+
 def read_yaml(path: str | Path) -> Any:
-    """The YAML file at `path` as an OmegaConf object; a syntax error is one line naming the file, line and column."""
+    """The YAML file at `path` as an OmegaConf object; a syntax error is one line naming the file, line and column.
+    A run's own config.yaml (`is_run_config`) must hold no interpolation (`_refuse_interpolations`)."""
     import yaml
 
     path = Path(path)
     try:
-        return OmegaConf.load(path)
+        tree = OmegaConf.load(path)
+        if is_run_config(path):
+            _refuse_interpolations(tree, path)
+        return tree
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = err.problem or err.context or "invalid YAML"
@@ -214,6 +225,28 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}: {err.reason})") from None
     except (yaml.YAMLError, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(f"{path}: cannot read: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+
+
+def _refuse_interpolations(node: Any, path: Path, prefix: str = "") -> None:
+    """ConfigError at the first `${...}` in a run's config.yaml. A run writes its config resolved, so it holds none;
+    one from a run directory made elsewhere would be resolved here, where `${oc.env:NAME}` reads this machine's
+    environment into the run's reports."""
+    from omegaconf import ListConfig
+
+    if not isinstance(node, DictConfig | ListConfig):
+        return
+    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
+        full = f"{prefix}[{key}]" if isinstance(node, ListConfig) else f"{prefix}.{key}" if prefix else str(key)
+        child = node._get_node(key)
+        if OmegaConf.is_interpolation(node, key):
+            raise ConfigError(
+                f"{path}: {full}: {child._value()!r} is an interpolation, which a run's config.yaml (one beside "
+                f"{' / '.join(TRAINED_FILES)}) never holds: a run writes its values resolved. attnzoo does not resolve "
+                "it in a run directory, where ${oc.env:...} would read this machine's environment; write the value "
+                "itself (or name a config file of your own something other than config.yaml)"
+            )
+        _refuse_interpolations(child, path, full)
 
 
 # ---------------------------------------------------------------------------------------------- validation

@@ -129,6 +129,29 @@ def test_a_python_tag_in_config_yaml_is_not_constructed(lm_run, tmp_path, monkey
     assert "YAML syntax error" not in err and not marker.exists()
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_command_reads_the_environment_named_in_a_run_config(command, lm_run, tmp_path, monkeypatch, capsys):
+    # `prompt: ${oc.env:SECRET}` in a downloaded run's config.yaml was resolved: evaluate wrote the secret into its
+    # report (and errors echoed it); a run writes its config resolved, so a run's config.yaml holds no interpolation
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNZOO_TEST_SECRET", "s3cr3t-value")
+    run = tmp_path / "downloaded"
+    shutil.copytree(lm_run, run)
+    text = (run / "config.yaml").read_text()
+    assert "\n  prompt: " in text and "${" not in text  # as fit writes it: resolved
+    lines = [
+        "  prompt: ${oc.env:ATTNZOO_TEST_SECRET}" if line.startswith("  prompt: ") else line
+        for line in text.splitlines()
+    ]
+    (run / "config.yaml").write_text("\n".join(lines) + "\n")
+    main, argv = _commands(run, tmp_path)[command]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "s3cr3t-value" not in out + err
+    assert not any("s3cr3t-value" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
+    assert f"{run / 'config.yaml'}: task.prompt: '${{oc.env:ATTNZOO_TEST_SECRET}}' is an interpolation" in err, err
+
+
 def test_the_payload_runs_once_imports_are_allowed(lm_run, tmp_path, monkeypatch):
     # the gate is what stops the payload above: with the opt-in, the config is trusted and its code runs
     monkeypatch.chdir(tmp_path)

@@ -29,12 +29,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, read_yaml
+from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, is_run_config, read_yaml
 from .paths import same_path
 
 log = logging.getLogger("attnzoo")
-# what a run directory holds besides its config.yaml once training started (`attnzoo.run.train`)
-TRAINED_FILES = ("checkpoints", "metrics.csv", "summary.json")
 START_FILE = "init_from.json"  # a run's record of the checkpoint it started from (`keep_start`)
 # its keys (`apply_start`); `origin`: the pretrained checkpoint (not an attnzoo run) the weights descend from, if any
 START_KEYS = ("path", "source", "origin", "tokenizer", "loaded", "new", "dropped", "attention")
@@ -137,7 +135,7 @@ def _named_tokenizer(cfg: Config) -> str | None:
     spec = cfg.section("data").get("tokenizer")
     if not isinstance(spec, str) or spec in (AUTO, *KINDS, *TOKENIZERS):
         return None
-    if _run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer"):
+    if is_run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer"):
         return None
     return spec
 
@@ -303,7 +301,7 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
     if converted.tokenizer is None or "tokenizer" not in data:
         return {}
     # a run's config.yaml for another checkpoint names that checkpoint's tokenizer: it gives way, as its model keys do
-    other_run = _run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer")
+    other_run = is_run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer")
     if spec in ("auto", None, *KINDS) or (other_run and str(spec) != str(converted.tokenizer)):
         log.info("data.tokenizer: %r -> %s (the tokenizer model.init_from's weights were trained with)", spec,
                  converted.tokenizer)  # fmt: skip
@@ -396,7 +394,7 @@ def _stays(cfg: Config, key: str) -> bool:
         return True
     where = cfg.where(key)
     path = Path(where)
-    if not _run_config(path):
+    if not is_run_config(path):
         return False
     if cfg.where("model.init_from") == where:
         return True
@@ -405,11 +403,6 @@ def _stays(cfg: Config, key: str) -> bool:
     except (ConfigError, AttributeError):
         return False
     return saved is not None and same_path("model.init_from", str(saved), str(cfg.section("model").get("init_from")))
-
-
-def _run_config(path: Path) -> bool:
-    """Whether `path` is a run's own config.yaml (its folder holds what training wrote)."""
-    return path.name == "config.yaml" and any((path.parent / name).exists() for name in TRAINED_FILES)
 
 
 def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str, Any]) -> dict[str, Any]:

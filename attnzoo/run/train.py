@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
+from ..config import TRAINED_FILES, Config, ConfigError
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
@@ -35,7 +35,7 @@ from .rundir import (
 )
 from .signals import Interrupted
 from .splits import test_split
-from .start import TRAINED_FILES, keep_start, recorded_start
+from .start import keep_start, recorded_start
 
 log = logging.getLogger("attnzoo")
 # what a run directory holds once a run has started in it (an ablation's fresh run dir holds only its own logs)

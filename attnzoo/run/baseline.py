@@ -17,16 +17,15 @@ one that has not finished by then is stopped and recorded as `{"skipped": why}`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import multiprocessing
 import time
-import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ..util.scripts import unspaced
 from .translation_memory import BudgetExceeded, fit_translation_memory
 
 log = logging.getLogger("attnzoo")
@@ -88,23 +87,6 @@ class Features:
             return f"{name} (random projection to {PROJECTED_COLUMNS})" if hasattr(step, "steps") else name
 
         return " + ".join(one(n, s) for n, s in self.steps.items())
-
-
-# scripts written without spaces between words (their Unicode character names start so); Korean (Hangul) has spaces
-UNSPACED_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HALFWIDTH KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN")
-UNSPACED_SHARE = 0.3  # of the letters: above it, the texts are taken for such a script's
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _unspaced_letter(c: str) -> bool:
-    return unicodedata.name(c, "").startswith(UNSPACED_SCRIPTS)
-
-
-def unspaced(texts: Sequence[str]) -> bool:
-    """Whether `texts` are mostly written in scripts without spaces between words (Chinese, Japanese, Thai, ...):
-    more than `UNSPACED_SHARE` of the letters (and combining marks) of up to 1,000 texts are of `UNSPACED_SCRIPTS`."""
-    letters = [c for text in texts[:1000] for c in text[:2000] if c.isalpha() or unicodedata.category(c) == "Mn"]
-    return bool(letters) and sum(map(_unspaced_letter, letters)) / len(letters) > UNSPACED_SHARE
 
 
 def _is_text(values: Any) -> bool:

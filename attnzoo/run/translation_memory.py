@@ -50,12 +50,15 @@ def nearest_targets(
     return out, vectorizer
 
 
-def translation_scores(hyps: list[str], refs: list[str], *, chrf: bool = True) -> dict[str, float]:
-    """BLEU and chrF (0-100) as `attnzoo.tasks.sequence.Seq2SeqTask` computes them (chrF: ~30 ms a sentence)."""
+def translation_scores(
+    hyps: list[str], refs: list[str], *, chrf: bool = True, tokenize: str = "13a"
+) -> dict[str, float]:
+    """BLEU (words split by sacreBLEU's `tokenize`) and chrF (0-100) as `attnzoo.tasks.sequence.Seq2SeqTask` computes
+    them (chrF: ~30 ms a sentence)."""
     from torchmetrics.text import CHRFScore, SacreBLEUScore
 
     wrapped = [[r] for r in refs]
-    out = {"bleu": 100 * float(SacreBLEUScore()(hyps, wrapped))}
+    out = {"bleu": 100 * float(SacreBLEUScore(tokenize=tokenize)(hyps, wrapped))}
     if chrf:
         out["chrf"] = 100 * float(CHRFScore()(hyps, wrapped))
     return out
@@ -73,6 +76,7 @@ def fit_translation_memory(data: Any, *, deadline: float | None = None) -> dict[
     if "train" not in splits:
         raise ValueError(f"the translation memory needs a train split; the data has {sorted(splits)}")
     train = splits["train"]
+    tokenize = getattr(data, "bleu_tokenize", "13a")  # the model's BLEU splits words as the data says
     result: dict[str, Any] = {
         "model": "translation memory",
         "features": "TF-IDF of character 2-4-grams of the source",
@@ -84,7 +88,8 @@ def fit_translation_memory(data: Any, *, deadline: float | None = None) -> dict[
             hyps, _ = nearest_targets(train, [s for s, _ in pairs], deadline=deadline)
             _check(deadline, f"scoring {split}")
             chrf = split == "test" or "test" not in splits
-            for name, value in translation_scores(hyps, [t for _, t in pairs], chrf=chrf).items():
+            refs = [t for _, t in pairs]
+            for name, value in translation_scores(hyps, refs, chrf=chrf, tokenize=tokenize).items():
                 result[f"{split}/{name}"] = value
             result[f"{split}/exact"] = sum(h == t for h, (_, t) in zip(hyps, pairs, strict=True)) / len(pairs)
     result["seconds"] = time.perf_counter() - start

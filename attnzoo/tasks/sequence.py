@@ -175,6 +175,8 @@ class Seq2SeqTask(_SequenceTask):
         beam_size, length_penalty: test-time beam search (`attnzoo.generation.beam_search`).
         max_new_tokens: the longest translation generated (default: max_len).
         num_examples: source / reference / hypothesis lines logged and written per evaluation.
+        bleu_tokenize: how BLEU splits text into words (sacreBLEU's `tokenize`), from the data
+            (`data.bleu_tokenize`: "zh" or "char" for targets in a script without spaces between words).
     """
 
     def __init__(
@@ -185,6 +187,7 @@ class Seq2SeqTask(_SequenceTask):
         bos_id: int,
         eos_id: int,
         max_len: int,
+        bleu_tokenize: str = "13a",
         label_smoothing: float = 0.1,
         optimizer: Mapping[str, Any] | None = None,
         scheduler: Mapping[str, Any] | str | None = "cosine",
@@ -203,7 +206,7 @@ class Seq2SeqTask(_SequenceTask):
         self.max_new_tokens = max_new_tokens or max_len
         self.monitor, self.monitor_mode, self.metric_names = "bleu", "max", ("bleu", "chrf")
         self.monitor_floor = 0.0  # BLEU before any 4-gram matches: early stopping waits for it to move
-        self.bleu = nn.ModuleDict({s: SacreBLEUScore() for s in ("val", "test")})
+        self.bleu = nn.ModuleDict({s: SacreBLEUScore(tokenize=bleu_tokenize) for s in ("val", "test")})
         self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
         self._kept: list[dict[str, str]] = []
 

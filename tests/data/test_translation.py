@@ -111,7 +111,8 @@ def test_embedded_datamodule(caplog):
     dm.setup()
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 600, "val": 40, "test": 60}
     ctx = dm.model_inputs()
-    assert ctx == {"vocab_size": dm.tokenizer.vocab_size, "pad_id": 0, "bos_id": 2, "eos_id": 3, "max_len": 128}
+    assert ctx == {"vocab_size": dm.tokenizer.vocab_size, "pad_id": 0, "bos_id": 2, "eos_id": 3, "max_len": 128,
+                   "bleu_tokenize": "13a"}  # fmt: skip
     assert "de -> en" in caplog.text
     again = TranslationDataModule(**SMALL, src_lang="de", tgt_lang="en", vocab_size=500, seed=4)
     again.setup()

@@ -64,7 +64,7 @@ def test_text_without_spaces_between_words_gets_character_ngrams(tmp_path):
     result = _baseline("text_cls.yaml", files)
     assert result["features"] == "TF-IDF of text (character 1-3-grams: a script without spaces between words)"
     assert result["test/acc"] == 1.0
-    from attnzoo.run.baseline import unspaced
+    from attnzoo.util.scripts import unspaced
 
     # real texts, punctuated (a first rule on runs of word characters took all of these for spaced text)
     assert unspaced(["这个酒店的服务态度非常好，房间也很干净，下次还会再来。", "房间太小了，隔音也不好，不推荐。"])
@@ -73,6 +73,17 @@ def test_text_without_spaces_between_words_gets_character_ngrams(tmp_path):
     assert unspaced(["我今天买了一部iPhone手机，很好用"])  # Chinese with a Latin word
     spaced = ["The quick brown fox jumps over the lazy dog", "Donaudampfschifffahrt ist lang", "def snake_case_name():"]
     assert not unspaced(spaced) and not unspaced(["오늘 날씨가 정말 좋네요"])  # Korean writes spaces
+
+
+def test_bleu_splits_the_words_of_each_script_as_sacrebleu_does():
+    from attnzoo.util.scripts import bleu_tokenize
+
+    assert bleu_tokenize(["Die Sitzung ist am Montag.", "Er kostet 250 Euro."])[0] == "13a"
+    assert bleu_tokenize(["오늘 날씨가 정말 좋네요"])[0] == "13a"  # Korean writes spaces
+    assert bleu_tokenize(["我今天买了一部iPhone手机，很好用", "猫今天看见房子。"])[0] == "zh"
+    assert bleu_tokenize(["この映画はとても面白かったです。"])[0] == "char"  # kana: Japanese
+    assert bleu_tokenize(["วันนี้อากาศดีมาก"])[0] == "char"
+    assert bleu_tokenize([""])[0] == "13a"
 
 
 def test_text_baseline_with_random_labels_is_far_from_perfect(tmp_path):

@@ -129,3 +129,31 @@ def test_the_baseline_command_scores_a_translation_memory(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert result["model"] == "translation memory" and result["train_examples"] == 60
     assert 0 < result["test/bleu"] < 100 and "test/bleu" in capsys.readouterr().out  # numbers differ from train's
+
+
+def test_chinese_targets_are_scored_by_their_characters(tmp_path, capsys):
+    # BLEU of 13a words: a Chinese sentence is one "word", so BLEU was 0 for every translation, an exact one too, and
+    # val/bleu never moved (no best checkpoint, no early stopping); the translation memory scored 0 as well
+    from torch import nn
+
+    from attnzoo import baseline as command
+    from attnzoo.data.modules.translation import TranslationDataModule
+    from attnzoo.tasks.sequence import Seq2SeqTask
+
+    places, things = "河山房子花园学校", "猫狗鸟鱼"
+    files = []
+    for split, first, n in (("train", 0, 60), ("val", 100, 12), ("test", 200, 12)):
+        rows = [f"the {i} animal sees place {i % 8}\t{things[i % 4]}今天看见{places[(i % 8) // 2 * 2:][:2]}。"
+                for i in range(first, first + n)]  # fmt: skip
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+        files.append(f"data.{split}={tmp_path / f'{split}.tsv'}")
+    out = tmp_path / "tm.json"
+    assert command.main(["--config", str(ROOT / "recipes" / "translation.yaml"), *files, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["test/exact"] == 1.0 and result["test/bleu"] == 100.0  # every test target is a train target
+    data = TranslationDataModule(train=str(tmp_path / "train.tsv"), val=str(tmp_path / "val.tsv"))
+    data.setup()
+    assert data.model_inputs()["bleu_tokenize"] == "zh"
+    assert data.auto_values()["data.bleu_tokenize"][0] == "zh"
+    task = Seq2SeqTask(net=nn.Linear(1, 1), pad_id=0, bos_id=1, eos_id=2, max_len=8, bleu_tokenize="zh")
+    assert float(task.bleu["val"](["猫今天看见房子。"], [["猫今天看见房子。"]])) == 1.0

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ...util.scripts import bleu_tokenize
 from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
 from ..tokenizers.factory import make_tokenizer
@@ -110,6 +111,9 @@ class TranslationDataModule(DataModule):
         split_digits: a learned subword vocabulary splits numbers into single digits ("1995" is 4 tokens), so that
             numbers are copied digit by digit; no effect on "bytes" or a tokenizer file. "auto": for files, not for
             the embedded phrases (`attnzoo.data.modules.defaults.sequence_data`).
+        bleu_tokenize: how BLEU (model and translation memory) splits hypotheses and references into words, as
+            sacreBLEU's `tokenize`: "13a" (its default), "zh" (Chinese), "char" (every character), "intl", "none".
+            "auto": from the train targets' script (`attnzoo.util.scripts.bleu_tokenize`), 13a for spaced ones.
         max_len: the most tokens of a source, and of a target with bos or eos. Longer train pairs are left out, longer
             val/test pairs cut (both counted in the log; `tgt_text` keeps the whole reference).
         bucket, bucket_pool: batch pairs of similar lengths (pools of `bucket_pool` batches).
@@ -137,6 +141,7 @@ class TranslationDataModule(DataModule):
         vocab_size: int = 4000,
         min_frequency: int = 2,
         split_digits: bool | Literal["auto"] = "auto",
+        bleu_tokenize: Literal["auto", "13a", "zh", "char", "intl", "none"] = "auto",
         max_len: int = 128,
         batch_size: int = 64,
         eval_batch_size: int | None = None,
@@ -179,7 +184,7 @@ class TranslationDataModule(DataModule):
             )
         self.sizes = {k.removeprefix("num_"): v if v is not None else EMBEDDED[k] for k, v in sizes.items()}
         self.tokenizer_spec, self.vocab_size, self.min_frequency = tokenizer, vocab_size, min_frequency
-        self.split_digits = split_digits
+        self.split_digits, self.bleu_tokenize = split_digits, bleu_tokenize
         self.chosen: dict[str, tuple[Any, str]] = {}  # data.* options chosen from the data (`auto_values`)
         self.max_len = max_len
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
@@ -201,10 +206,12 @@ class TranslationDataModule(DataModule):
         embedded = self.files["train"] is None
         self.pairs = self._embedded_splits() if embedded else self._file_splits()
         if self.split_digits == "auto":
-            self.chosen = defaults.sequence_data(
-                embedded=embedded, what="the embedded CLDR phrases", tokenizer=self.tokenizer_spec
-            )
+            what = "the embedded CLDR phrases"
+            self.chosen.update(defaults.sequence_data(embedded=embedded, what=what, tokenizer=self.tokenizer_spec))
             self.split_digits = self.chosen["data.split_digits"][0]
+        if self.bleu_tokenize == "auto":  # the test split's references are of the train targets' language
+            self.chosen["data.bleu_tokenize"] = bleu_tokenize([t for _, t in self.pairs["train"]])
+            self.bleu_tokenize = self.chosen["data.bleu_tokenize"][0]
         texts = [side for pair in self.pairs["train"] for side in pair]
         self.tokenizer = make_tokenizer(
             self.tokenizer_spec,
@@ -328,6 +335,7 @@ class TranslationDataModule(DataModule):
             "bos_id": tok.bos_id,
             "eos_id": tok.eos_id,
             "max_len": self.max_len,
+            "bleu_tokenize": self.bleu_tokenize,
         }
 
     def baseline_pairs(self, split: str) -> list[tuple[str, str]] | None:

@@ -72,10 +72,11 @@ def generate(
         task.top_p = top_p
     tok = run.tokenizer
     unknown: list[str] = []
-    ids = torch.tensor([[tok.bos_id, *encode_user_text(tok, prompt, unknown)]])  # [1, P], bos first
+    # stripped as training strips its documents: a trailing space would be a token the model never saw there
+    ids = torch.tensor([[tok.bos_id, *encode_user_text(tok, prompt.strip(), unknown)]])  # [1, P], bos first
     if unknown:
         log.warning("generate: --prompt holds %s, and the text printed leaves them out", unknown_note(unknown))
-    room = task.max_len - ids.shape[1]
+    room = task.max_len - ids.shape[1] + 1  # the last position read predicts one more token
     if room < 1:
         raise ConfigError(
             f"--prompt has {ids.shape[1] - 1} tokens (and bos); the model reads at most {task.max_len} "

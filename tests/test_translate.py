@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnzoo.config import ConfigError, load
-from attnzoo.data.tokenizers.subword import SubwordTokenizer
+from attnzoo.data.tokenizers.subword import SubwordTokenizer, decode_generated
 from attnzoo.generate import generate
 from attnzoo.generate import main as generate_main
 from attnzoo.generation import beam_search, greedy
@@ -321,6 +321,30 @@ def test_generate_says_when_it_caps_max_new_tokens(lm_run, caplog):
     assert "--max-new-tokens 10000 capped to" in caplog.text and f"at most {block} tokens" in caplog.text
     with pytest.raises(ConfigError, match="--prompt has .* tokens"):
         generate(lm_run, "word " * block, max_new_tokens=2)
+
+
+def test_generate_reads_a_prompt_as_long_as_the_context_and_strips_it_as_training_does(lm_run, caplog):
+    # a prompt of bos + block - 1 tokens fills the context and still predicts one token (it was refused); a
+    # trailing space was a token of its own that training never saw before a word, and derailed the continuation
+    run = load_run(lm_run, "best", with_data=False)
+    block, tok = run.task.max_len, run.tokenizer
+    words = ("The " * block).split()
+    while len(tok.encode(" ".join(words))) > block - 1:
+        words.pop()
+    prompt = " ".join(words)
+    assert len(tok.encode(prompt)) == block - 1  # "The" is one token
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        out = generate(lm_run, prompt, max_new_tokens=3, temperature=0.0)
+    assert "--max-new-tokens 3 capped to 1" in caplog.text
+    ids = torch.tensor([[tok.bos_id, *tok.encode(prompt)]])
+    with torch.no_grad():
+        expected = decode_generated(tok, [*ids[0].tolist(), int(run.task.eval()(ids)[0, -1].argmax())])
+    assert out == expected
+    assert (
+        generate(lm_run, "The ", max_new_tokens=4, temperature=0.0)
+        == generate(lm_run, " The", max_new_tokens=4, temperature=0.0)
+        == generate(lm_run, "The", max_new_tokens=4, temperature=0.0)
+    )
 
 
 def test_viz_draws_a_validation_example_of_a_language_model(lm_run, tmp_path, capsys):

@@ -374,11 +374,11 @@ class LanguageModelTask(_SequenceTask):
         if unknown:
             log.warning("task.prompt (%s) holds %s, and the samples leave them out", _short(self.prompt),
                         unknown_note(unknown))  # fmt: skip
-        if tokens >= self.max_len:
+        if tokens > self.max_len:
             raise ValueError(
                 f"task.prompt ({_short(self.prompt)}) is {tokens} tokens with the beginning of document, and the model "
                 f"reads at most {self.max_len} (data.block_size): no room to sample; give a prompt of at most "
-                f"{self.max_len - 2} tokens, or task.num_examples=0 for no samples"
+                f"{self.max_len - 1} tokens, or task.num_examples=0 for no samples"
             )
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -396,7 +396,7 @@ class LanguageModelTask(_SequenceTask):
 
     def generate(self, prompt: Tensor, *, max_new_tokens: int, seed: int = 0) -> Tensor:
         """Ids [1, T] continuing prompt [1, P] (bos first), drawn as configured; stops at eos or the context end."""
-        room = self.max_len - prompt.shape[1]
+        room = self.max_len - prompt.shape[1] + 1  # the prompt's last position predicts the first new token
         if room < 1:
             raise ValueError(f"the prompt has {prompt.shape[1]} tokens; the model reads at most {self.max_len}")
         common = dict(prompt=prompt, eos_id=self.eos_id, pad_id=self.pad_id, max_new_tokens=min(max_new_tokens, room))

@@ -159,12 +159,16 @@ def test_lm_generation_is_greedy_at_temperature_zero_and_stops_at_the_context_le
     task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=8, temperature=0.0)
     prompt = torch.tensor([[BOS, 3, 4]])
     out = task.generate(prompt, max_new_tokens=50)
-    assert out.shape[1] <= 8 - 3
+    assert out.shape[1] <= 8 - 3 + 1  # the context filled, and the token its last position predicts
     with torch.no_grad():
         first = net(prompt)[0, -1].argmax()
     assert out[0, 0] == first
+    # a prompt as long as the context still predicts one token, from its last position (it was refused)
+    full = torch.tensor([[BOS, *([3, 4] * 3), 3]])  # [1, 8]
+    with torch.no_grad():
+        assert task.generate(full, max_new_tokens=5).tolist() == [[int(net(full)[0, -1].argmax())]]
     with pytest.raises(ValueError, match="the model reads at most 8"):
-        task.generate(torch.ones(1, 8, dtype=torch.long), max_new_tokens=1)
+        task.generate(torch.ones(1, 9, dtype=torch.long), max_new_tokens=1)
 
 
 def test_batch_samples_counts_classification_and_sequence_batches():

@@ -370,9 +370,10 @@ class LMDataModule(DataModule):
 
     def encode_prompt(self, text: str, unknown: list[str] | None = None) -> list[int]:
         """Ids that start a document with `text` (bos first), to generate its continuation; the text is the user's
-        (`encode_user_text`: "[EOS]" in it is plain text), and pieces the tokenizer cannot encode go to `unknown`."""
+        (`encode_user_text`: "[EOS]" in it is plain text), stripped as the documents are (a trailing space would be a
+        token the model never saw), and pieces the tokenizer cannot encode go to `unknown`."""
         self._require_setup()
-        return [self.tokenizer.bos_id, *encode_user_text(self.tokenizer, text, unknown)]
+        return [self.tokenizer.bos_id, *encode_user_text(self.tokenizer, text.strip(), unknown)]
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ..util.files import unfinished
+
 # a Hugging Face directory's weights, one file or an index of shards (`save_pretrained(max_shard_size=...)`)
 WRAPPERS = ("state_dict", "model")  # keys a checkpoint file may hold its tensors under
 WEIGHT_FILES = (
@@ -81,6 +83,9 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"weights file {str(path)!r} does not exist")
     if path.name.endswith(".index.json"):
         return _read_shards(path)
+    why = unfinished(path)
+    if why:
+        raise ValueError(f"{str(path)!r} is not a readable checkpoint: {why}")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file

@@ -22,7 +22,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from ..util.files import SHARED_MODE
+from ..util.files import SHARED_MODE, unfinished
 
 log = logging.getLogger("attnzoo")
 
@@ -142,11 +142,11 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     path = Path(path)
     what = f"{str(path)!r} is not a checkpoint"
     try:
-        size = path.stat().st_size
+        why = unfinished(path)
     except OSError as err:
         raise ValueError(f"checkpoint {str(path)!r} cannot be read: {err.strerror or err}") from None
-    if size == 0:
-        raise ValueError(f"{what}: the file is empty (a copy or a save that did not finish?)")
+    if why:
+        raise ValueError(f"{what}: {why}")
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{what}: it is not a PyTorch checkpoint file (torch.save writes a zip archive)")
     try:

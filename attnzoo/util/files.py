@@ -40,3 +40,20 @@ def write_text(path: Path, text: str) -> None:
 def write_json(path: Path, data: Any) -> None:
     """`data` as indented JSON at `path`, written whole (`replacing`)."""
     write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def unfinished(path: Path) -> str | None:
+    """Why the file at `path` looks like a copy or a save that did not finish, or None: it is empty, or it starts as a
+    zip archive (what torch.save writes) but has no end (a zip archive's directory is its last part)."""
+    import zipfile
+
+    if path.stat().st_size == 0:
+        return "the file is empty (a copy or a save that did not finish?)"
+    with open(path, "rb") as f:
+        zip_start = f.read(4) == b"PK\x03\x04"
+    if zip_start and not zipfile.is_zipfile(path):
+        return (
+            "the file is cut short or damaged: it starts as the zip archive torch.save writes, but its end is "
+            "missing (a copy or a save that did not finish?)"
+        )
+    return None

@@ -264,9 +264,14 @@ def test_a_checkpoint_of_another_shape_names_the_keys(tmp_path):
     with pytest.raises(ValueError, match=r"weight \[3, 4\] in the checkpoint vs \[5, 4\] here"):
         check_checkpoint_shapes(tmp_path / "c.ckpt", torch.nn.Linear(4, 5))
     check_checkpoint_shapes(tmp_path / "c.ckpt", torch.nn.Linear(4, 3))  # the same shape passes
-    (tmp_path / "bad.ckpt").write_bytes(b"PK\x03\x04 truncated")
+    (tmp_path / "bad.ckpt").write_bytes(b"not a zip archive")
     with pytest.raises(ValueError, match="bad.ckpt' is not a checkpoint: it is not a PyTorch checkpoint file"):
         check_checkpoint_shapes(tmp_path / "bad.ckpt", small)
+    # a checkpoint cut short (a copy that did not finish) was "not a PyTorch checkpoint file"
+    whole = (tmp_path / "c.ckpt").read_bytes()
+    (tmp_path / "cut.ckpt").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match="cut.ckpt' is not a checkpoint: the file is cut short or damaged"):
+        check_checkpoint_shapes(tmp_path / "cut.ckpt", small)
 
 
 @pytest.mark.parametrize(

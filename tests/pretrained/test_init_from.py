@@ -162,11 +162,18 @@ def test_a_checkpoint_of_another_model_kind_is_refused(tmp_path):
         build(load([TEXT], [*SMALL, f"model.init_from={run}"]))
 
 
-@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04broken zip"])
-def test_a_corrupted_checkpoint_is_named_before_training(tmp_path, content):
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"", "the file is empty"),
+        (b"not a checkpoint at all", "UnpicklingError"),
+        (b"PK\x03\x04broken zip", "cut short"),
+    ],
+)
+def test_a_corrupted_checkpoint_is_named_before_training(tmp_path, content, why):
     ckpt = tmp_path / "broken.ckpt"
     ckpt.write_bytes(content)
-    with pytest.raises(ConfigError, match=rf"model.init_from: '{ckpt}' is not a readable checkpoint"):
+    with pytest.raises(ConfigError, match=rf"model.init_from: '{ckpt}' is not a readable checkpoint.*{why}"):
         fit(load([TEXT], [*SMALL, f"model.init_from={ckpt}", f"run.dir={tmp_path / 'runs'}"]))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("summary.json"))
 

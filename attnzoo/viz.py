@@ -234,7 +234,17 @@ def visualize(
     if out is None:  # drawings go into <run>/viz/
         refuse_links(Path(run_dir), "run directory (viz draws into its viz/ folder)", entries=("viz",))
     one_input = input_path is not None or text is not None
-    alone = one_input and saved_kind(Path(run_dir)) in (*CLASSIFIERS, "translation")  # read without the run's data
+    # what the run takes is checked before it is loaded, and its data read (None: load_run says why it cannot be)
+    kind = saved_kind(Path(run_dir))
+    if text is not None and kind is not None and (kind not in ("text", "translation") or input_path is not None):
+        raise ConfigError(
+            f"--text: for runs with data kind 'text' or 'translation' (this run: {kind!r}), without --input"
+        )
+    if input_path is not None and kind == "translation":
+        raise ConfigError("--input: translation runs take a sentence with --text (or --index of --split)")
+    if input_path is not None and kind is not None and kind not in INPUTS:
+        raise ConfigError(f"--input: runs with data kind {kind!r} take no input files yet; valid: {sorted(INPUTS)}")
+    alone = one_input and kind in (*CLASSIFIERS, "translation")  # read without the run's data
     run = load_run(run_dir, checkpoint, with_data=not alone, classifiers=True)
     run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
     data, net, kind = run.data if run.data is not None else RunInputs.of(run), run.net, run.data_kind
@@ -242,8 +252,6 @@ def visualize(
     if hasattr(net, "cross_blocks"):
         check_cross_split(data, split, count, cross_index)
     if kind == "translation":
-        if input_path is not None:
-            raise ConfigError("--input: translation runs take a sentence with --text (or --index of --split)")
         name = "text" if text is not None else f"{split}-{index}"  # as the other kinds name their folders
         if text is None:
             pairs = data.pairs.get(split) or []
@@ -253,15 +261,11 @@ def visualize(
         return [translation_alignment(run, data, text, out or run_dir / "viz" / name)]
     label = None
     if text is not None:
-        if kind != "text" or input_path is not None:
-            raise ConfigError(f"--text: for runs with data kind 'text' (this run: {kind!r}), without --input")
         inputs, name = text_input(data, text), "text"
     elif input_path is None:
         inputs, label = example_input(run, index, split)
         name = f"{split}-{index}"
     else:
-        if kind not in INPUTS:
-            raise ConfigError(f"--input: runs with data kind {kind!r} take no input files yet; valid: {sorted(INPUTS)}")
         suffixes, make = INPUTS[kind]
         if not input_path.is_file():
             raise ConfigError(f"--input: {str(input_path)!r} is not a file")

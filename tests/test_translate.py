@@ -347,6 +347,24 @@ def test_generate_reads_a_prompt_as_long_as_the_context_and_strips_it_as_trainin
     )
 
 
+def test_viz_refuses_a_text_for_a_language_model_before_reading_its_data(lm_run, tmp_path, capsys):
+    # a language model run whose training file had moved answered --text with "data.train: no such file"; with the
+    # file there, with what viz takes
+    import shutil
+
+    run = tmp_path / "moved"
+    shutil.copytree(lm_run, run)
+    text = (run / "config.yaml").read_text().replace("  train: null\n", f"  train: {tmp_path / 'gone.txt'}\n")
+    (run / "config.yaml").write_text(text)
+    assert "gone.txt" in text
+    said = {"--text": "--text: for runs with data kind 'text' or 'translation' (this run: 'lm')",
+            "--input": "--input: runs with data kind 'lm' take no input files"}  # fmt: skip
+    for args in (["--text", "The"], ["--input", str(tmp_path / "x.png")]):
+        assert viz_main([str(run), *args, "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert said[args[0]] in err and "gone.txt" not in err, err
+
+
 def test_viz_draws_a_validation_example_of_a_language_model(lm_run, tmp_path, capsys):
     assert viz_main([str(lm_run), "--index", "0", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
     saved = torch.load(tmp_path / "maps.pt")

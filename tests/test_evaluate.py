@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from attnzoo.config import load
+from attnzoo.config import ConfigError, load
 from attnzoo.run import fit
 from attnzoo.run.signals import SELF_SIGNAL_ENV
 from tests.helpers import QUICK, ROOT, TINY_RUN, VIT
@@ -187,6 +187,14 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     for name in ("train", "val"):  # scored alone, as a run from elsewhere: classes and ids are the run's own
         (tmp_path / f"{name}.csv").rename(tmp_path / f"{name}.gone")
     assert evaluate(run, "best", "test", [], [f"data.test={tmp_path / 'test.csv'}"])["metrics"] == here
+    with pytest.raises(ConfigError) as err:  # the run's own test file is gone too: say what works without it
+        evaluate(run, "best", "test", [], [f"data.test={tmp_path / 'nothing.csv'}"])
+    assert (
+        f"The run's data '{tmp_path / 'train.csv'}', '{tmp_path / 'val.csv'}', '{tmp_path / 'nothing.csv'}' is not"
+        in str(err.value)
+    )
+    for part in ("`evaluate <run> data.test=<file>` scores", "`viz <run> --input <file>` (or `--text`)"):
+        assert part in str(err.value), err.value
     for name in ("train", "val"):
         (tmp_path / f"{name}.gone").rename(tmp_path / f"{name}.csv")
     fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)

@@ -292,7 +292,10 @@ def load_run(
         raise ConfigError(str(err)) from None
     checked = check_saved_tokenizer(run_dir, ckpt, saved)  # before anything is built from it
     if with_data:
-        data, task, cfg = build(cfg, preset=preset, init=False)  # the run's own weights, not model.init_from's
+        try:
+            data, task, cfg = build(cfg, preset=preset, init=False)  # the run's own weights, not model.init_from's
+        except ConfigError as err:
+            raise ConfigError(f"{err}{_gone_data_hint(cfg)}") from None
         tokenizer = data.tokenizer
     else:
         from .inference import build_without_data
@@ -310,6 +313,25 @@ def load_run(
         hint = ": these change the model; leave out what the checkpoint was not trained with" if given else ""
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {what}{hint} ({shown})") from None
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
+
+
+def _gone_data_hint(cfg: Config) -> str:
+    """What to do when the run's data files are not here (a run directory from elsewhere, or data moved since): score
+    a file of one's own with the run alone (`_scored_alone`), draw one input without data (viz); "" when they are
+    all here."""
+    from .inference import CLASSIFIERS
+
+    data = cfg.section("data")
+    gone = [str(v) for k in ("train", "val", "test") if isinstance(v := data.get(k), str) and not Path(v).exists()]
+    if not gone:
+        return ""
+    ways = ["or put the data back where config.yaml names it"]
+    if data.get("kind") in SCORED_ALONE:
+        ways.insert(0, "`evaluate <run> data.test=<file>` scores a file of yours with the run alone")
+    if data.get("kind") in (*CLASSIFIERS, "translation"):
+        ways.insert(-1, "`viz <run> --input <file>` (or `--text`) draws one input without them")
+    shown = ", ".join(map(repr, gone))
+    return f". The run's data {shown} is not here (a run from elsewhere, or the data moved since): {'; '.join(ways)}"
 
 
 # data kinds whose missing train/val files `_scored_alone` replaces with data.test: the classes and ids come from the

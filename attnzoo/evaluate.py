@@ -70,6 +70,27 @@ def _count(loader: Any) -> int | None:
         return None
 
 
+# data kinds that hold out test, then val, from a train file given alone: a test file given instead moves val
+HELD_OUT_TEST_FIRST = ("lm", "translation")
+
+
+def _check_held_out_val(run_dir: Path, split: str, overrides: Sequence[str]) -> None:
+    """ConfigError for `--split val` with `data.test=...` on a run whose val and test were both held out of its
+    train file by a data kind that holds out test first: given a test file, that data holds val out where the run
+    held out its test, so the run's test (and other train documents) would be scored as its val."""
+    from .config import load
+
+    if split != "val" or not any(o.partition("=")[0].strip() == "data.test" for o in overrides):
+        return
+    own = load([run_dir / "config.yaml"]).section("data")
+    if own.get("kind") in HELD_OUT_TEST_FIRST and own.get("train") and not own.get("val") and not own.get("test"):
+        raise ConfigError(
+            f"--split val with data.test: {run_dir} held its val and test splits out of its train file, and with a "
+            "test file given the val split held out would be another (the run's test part among it). Leave out "
+            "data.test to score the run's own val split, or give data.val=<file> to score a file of your own"
+        )
+
+
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
 
@@ -78,6 +99,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     from .run.splits import split_size, test_split
     from .util.files import write_json
 
+    _check_held_out_val(run_dir, split, overrides)
     run = load_run(run_dir, checkpoint, configs, overrides)
     asked = split
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")

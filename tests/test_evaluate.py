@@ -200,3 +200,19 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2
     assert f"tokenizer: {tmp_path / 'mine.json'}" in (run / "config.yaml").read_text()  # still names the file given
+
+
+@pytest.mark.parametrize("recipe", ["lm.yaml", "translation.yaml"])
+def test_the_val_split_of_a_run_that_held_out_both_is_not_scored_with_another_test_file(recipe, tmp_path):
+    # `evaluate --split val data.test=other` held val out where the run had held out its test: the run's test
+    # documents were reported as its val/ppl
+    from attnzoo.evaluate import evaluate
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    text = (ROOT / "recipes" / recipe).read_text().replace("  train: null", f"  train: {tmp_path / 'corpus.txt'}")
+    (run / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=r"--split val with data.test: .* held its val and test splits out"):
+        evaluate(run, "best", "val", [], [f"data.test={tmp_path / 'other.txt'}"])
+    with pytest.raises(ConfigError, match="no checkpoint"):  # the check passed: a val file of one's own is fine
+        evaluate(run, "best", "val", [], [f"data.val={tmp_path / 'other.txt'}"])

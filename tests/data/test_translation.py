@@ -170,6 +170,20 @@ def test_tsv_tatoeba_layouts(tmp_path):
     assert read_pairs(bom, PairFormat()).pairs == [("a", "b")]
 
 
+def test_a_header_row_is_read_as_a_pair_and_named(tmp_path, caplog):
+    # "english<TAB>german" on the first line became a training pair without a word (TSV pair files have no header)
+    rows = ["I see the house today.\tIch sehe heute das Haus.", "The cat sleeps on the mat.\tDie Katze schläft."] * 3
+    words = ["cat\tKatze", "dog\tHund", "house\tHaus", "tree\tBaum"]  # a word list: its first pair is a pair
+    for first, body, header in [("english\tgerman", rows, True), ("en\tde", words, True), ("src\ttgt", rows, True),
+                                ("Hello\tHallo", rows, True), ("Hello\tHallo", words, False),
+                                ("Go.\tGeh.", rows, False)]:  # fmt: skip
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnzoo"):
+            pairs = read_pairs(_write(tmp_path / "p.tsv", [first, *body]), PairFormat()).pairs
+        assert pairs[0] == tuple(first.split("\t"))  # read as it is
+        assert ("looks like a header row" in caplog.text) == header, (first, caplog.text)
+
+
 def test_jsonl(tmp_path):
     path = _write(tmp_path / "p.jsonl", ['{"src": "a", "tgt": "b"}', '{"en": "c", "de": "d", "id": 3}'])
     with pytest.raises(BadLine, match=r"p.jsonl line 2: no key 'src' \(keys: \['en', 'de', 'id'\]; set data.src_key\)"):

@@ -8,13 +8,15 @@
 Lines end at "\\n" or "\\r\\n", or at a lone "\\r" in a file without any "\\n" (old Mac Excel); a stray "\\r" inside
 a line stays in it. Blank lines are ignored. Sides are stripped of surrounding whitespace. A bad line (too few
 fields, an empty side, bad JSON, a missing key, a value that is not a string, bytes that are not UTF-8) raises an
-error naming the file and the line, or, with `on_bad_line="skip"`, is left out, counted and logged.
+error naming the file and the line, or, with `on_bad_line="skip"`, is left out, counted and logged. A TSV whose
+first line looks like a header (`_header_like`) is read as it is, with a warning naming the line.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,10 @@ from .text_files import wide_unicode
 log = logging.getLogger("attnzoo")
 
 TSV_SUFFIXES = (".tsv", ".txt", ".tab")
+# what the columns of a header row are called: a side of its first line that is one of these (or a language code)
+HEADER_NAMES = ("src", "source", "tgt", "target", "input", "output", "text", "sentence", "translation",
+                "english", "german", "french", "spanish", "italian", "portuguese", "dutch", "russian", "chinese",
+                "japanese")  # fmt: skip
 JSONL_SUFFIXES = (".jsonl",)
 FORMATS = ("auto", "tsv", "jsonl")
 ON_BAD_LINE = ("error", "skip")
@@ -177,4 +183,21 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
         )
     if not out.pairs:
         raise ValueError(f"{path}: no pairs" + (f" ({len(out.skipped)} bad lines skipped)" if out.skipped else ""))
+    if parse is _tsv_pair and _header_like(out.pairs):
+        log.warning(
+            "data: %s: its first pair %r looks like a header row; pair files have none, so it is read as a pair "
+            "(remove the line if it names the columns)", path, out.pairs[0],
+        )  # fmt: skip
     return out
+
+
+def _header_like(pairs: list[tuple[str, str]]) -> bool:
+    """Whether the first pair names columns rather than translating: both sides one word of letters, and either
+    names of columns or languages (`HEADER_NAMES`, "en", "de_DE") or the other pairs mostly sentences (3 words or
+    more on both sides)."""
+    if len(pairs) < 3 or not all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", side) for side in pairs[0]):
+        return False
+    if all(side.lower() in HEADER_NAMES or re.fullmatch(r"[a-z]{2}(_[A-Za-z]{2})?", side) for side in pairs[0]):
+        return True
+    words = sorted(min(len(src.split()), len(tgt.split())) for src, tgt in pairs[1:1001])
+    return words[len(words) // 2] >= 3

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from ..config import AUTO, Config, ConfigError, load, read_yaml
 from ..util.files import write_json
-from .paths import same_path
+from .paths import DATA_FILES_RECORD, gone, moved_data, same_path
 
 log = logging.getLogger("attnzoo")
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
@@ -149,6 +149,9 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
     `given_only`: of the data files set on the command line alone (before the build, which reads them: another file
     would first show as what the data derives from it, such as the vocabulary's size).
 
+    A data file given where it is now, after the one the run read moved away, is no change when it is that file
+    (`attnzoo.run.paths.moved_data`: the size and fingerprint the run recorded); it is kept in the result.
+
     Raises ConfigError naming every changed key outside `RESUME_MAY_CHANGE`, with its old and new value.
     """
     saved = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True)
@@ -165,12 +168,22 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
         and (not given_only or _given(cfg, k, new.get(k, unset)))
     }
     refused = [k for k in changes if not any(k == a or k.startswith(f"{a}.") for a in RESUME_MAY_CHANGE)]
+    moved = [k for k in refused if k in DATA_FILES and moved_data(run_dir, k, *changes[k])]
+    for key in moved if not given_only else ():  # said once: the check after the build
+        log.info("resume: %s moved: %s -> %s (the size and content fingerprint the run recorded)", key, *changes[key])
+    refused = [k for k in refused if k not in moved]
     if refused:
         shown = "; ".join(f"{k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in refused)
-        back = " ".join(f"{k}={json.dumps(changes[k][0])}" for k in refused if changes[k][0] != unset)
+        away = [k for k in refused if k in DATA_FILES and gone(changes[k][0])]
+        back = " ".join(f"{k}={json.dumps(changes[k][0])}" for k in refused if changes[k][0] != unset and k not in away)
+        moved_note = (
+            f" The run's {', '.join(away)} is not where it was any more: put it back there, or give it where it is now "
+            f"(known again by its size and content where the run recorded them in {DATA_FILES_RECORD})."
+            if away else ""
+        )  # fmt: skip
         raise ConfigError(
-            f"--resume: the config differs from the run's {run_dir / 'config.yaml'} in what defines the run: {shown}. "
-            f"A resume may change only {list(RESUME_MAY_CHANGE)}. Resume without these changes"
+            f"--resume: the config differs from the run's {run_dir / 'config.yaml'} in what defines the run: {shown}."
+            f"{moved_note} A resume may change only {list(RESUME_MAY_CHANGE)}. Resume without these changes"
             + (f" (e.g. {back})" if back else "")
             + f", or start a new run with --config {run_dir / 'config.yaml'} and the changes"
         )

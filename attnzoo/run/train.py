@@ -22,6 +22,7 @@ from ..config import TRAINED_FILES, Config, ConfigError
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
+from .paths import DATA_FILES_RECORD, record_data_files
 from .rundir import (
     RESUMES_FILE,
     RUN_DIR_ENV,
@@ -43,7 +44,7 @@ RUN_FILES = ("config.yaml", *TRAINED_FILES)
 CONFIG_HEADER = "# attnzoo fit: the run's resolved config\n"  # tells the config.yaml a run wrote from a user's own
 # the files a run writes besides: in a folder that holds no run (`--run-dir`), a user's own file of such a name stays
 ARTIFACT_FILES = ("labels.json", "tokenizer.json", "audio_stats.json", "lm.json", "mlm.json", "translation.json",
-                  "init_from.json", "resumes.json", "examples.txt", "examples.json")  # fmt: skip
+                  "init_from.json", "resumes.json", "examples.txt", "examples.json", DATA_FILES_RECORD)  # fmt: skip
 
 
 def fit(
@@ -252,6 +253,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
         (run_dir / "config.yaml").write_text(CONFIG_HEADER + cfg.to_yaml())
+        record_data_files(cfg.section("data"), run_dir)  # a data file moved later is known again on --resume
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
         if ckpt_path is None and getattr(task.net, "started_from", None) is not None:
             keep_start(task.net.started_from, run_dir)  # model.init_from: recorded once, when the run starts

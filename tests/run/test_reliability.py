@@ -2,6 +2,7 @@
 
 import csv
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -558,6 +559,36 @@ def test_resuming_after_the_training_file_changed_says_so_not_to_remove_a_key(tm
     text = str(err.value)
     assert "this is not the data the run was trained on, or it changed since" in text and "remove it" not in text
     assert (run_dir / "config.yaml").read_text() == saved
+
+
+def test_a_run_resumes_from_its_data_files_where_they_moved_and_not_from_other_files(tmp_path, caplog):
+    # "--resume: the config differs ... data.train ... Resume without these changes (e.g. data.train=<old path>)":
+    # data moved (a renamed project or scratch folder) could not be given where it is now, and the hint named a path
+    # that was gone
+    import shutil
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    lines = ["text,label", *(f"{words[i % 12]} {words[(i * 5) % 12]} {i},{'a' if i % 2 else 'b'}" for i in range(40))]
+    (tmp_path / "old").mkdir()
+    for name in ("train", "val"):
+        (tmp_path / "old" / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    files = [f"data.{n}={tmp_path / 'old' / f'{n}.csv'}" for n in ("train", "val")]
+    run_dir = fit(load([TEXT], [*TINY_TEXT, "trainer.max_epochs=1", *files, "run.test=false", "run.baseline=false",
+                                f"run.dir={tmp_path / 'runs'}"]))  # fmt: skip
+    assert (run_dir / "data_files.json").is_file()
+    shutil.move(tmp_path / "old", tmp_path / "new")
+    moved = [f"data.{n}={tmp_path / 'new' / f'{n}.csv'}" for n in ("train", "val")]
+    (tmp_path / "other.csv").write_text("\n".join([*lines[:-1], "omega omega 99,a"]) + "\n")  # the same size
+    assert (tmp_path / "other.csv").stat().st_size == (tmp_path / "new" / "train.csv").stat().st_size
+    with pytest.raises(ConfigError) as err:  # another file is not the moved one
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2", f"data.train={tmp_path / 'other.csv'}",
+                                             moved[1]]), resume=run_dir)  # fmt: skip
+    assert "data.train is not where it was any more: put it back there, or give it where it is now" in str(err.value)
+    assert f"data.train={tmp_path / 'old'}" not in str(err.value)  # no hint to a path that is gone
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2", *moved]), resume=run_dir)
+    assert _summary(run_dir)["epochs"] == 2 and f"resume: data.train moved: {tmp_path / 'old'}" in caplog.text
+    assert str(tmp_path / "new" / "train.csv") in (run_dir / "config.yaml").read_text()  # and recorded where it is
 
 
 def test_a_checkpoints_folder_linked_to_other_storage_is_not_refused(tmp_path, capsys):

@@ -102,7 +102,18 @@ class Config:
         return OmegaConf.to_container(value, resolve=True)
 
     def to_yaml(self) -> str:
-        return OmegaConf.to_yaml(self.tree, resolve=True)
+        """The config resolved, as YAML that reads back to the same values: a `${` of a value (a prompt's text) is
+        written escaped, or reading it would take it for an interpolation."""
+        return OmegaConf.to_yaml(OmegaConf.create(_escaped(OmegaConf.to_container(self.tree, resolve=True))))
+
+
+def _escaped(node: Any) -> Any:
+    """`node` (plain data) with every `${` of its strings escaped as OmegaConf reads a literal one (`\\${`)."""
+    if isinstance(node, dict):
+        return {key: _escaped(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_escaped(value) for value in node]
+    return node.replace("${", "\\${") if isinstance(node, str) else node
 
 
 def _flatten(node: Any, prefix: str = "") -> list[str]:
@@ -198,15 +209,12 @@ def is_run_config(path: Path) -> bool:
 
 def read_yaml(path: str | Path) -> Any:
     """The YAML file at `path` as an OmegaConf object; a syntax error is one line naming the file, line and column.
-    A run's own config.yaml (`is_run_config`) must hold no interpolation (`_refuse_interpolations`)."""
+    A run's own config.yaml (`is_run_config`) must hold no interpolation (`refuse_interpolations`)."""
     import yaml
 
     path = Path(path)
     try:
         tree = OmegaConf.load(path)
-        if is_run_config(path):
-            _refuse_interpolations(tree, path)
-        return tree
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         problem = err.problem or err.context or "invalid YAML"
@@ -225,9 +233,12 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}: {err.reason})") from None
     except (yaml.YAMLError, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(f"{path}: cannot read: {type(err).__name__}: {str(err).splitlines()[0]}") from None
+    if is_run_config(path):
+        refuse_interpolations(tree, path)
+    return tree
 
 
-def _refuse_interpolations(node: Any, path: Path, prefix: str = "") -> None:
+def refuse_interpolations(node: Any, path: Path, prefix: str = "") -> None:
     """ConfigError at the first `${...}` in a run's config.yaml. A run writes its config resolved, so it holds none;
     one from a run directory made elsewhere would be resolved here, where `${oc.env:NAME}` reads this machine's
     environment into the run's reports."""
@@ -239,14 +250,15 @@ def _refuse_interpolations(node: Any, path: Path, prefix: str = "") -> None:
     for key in keys:
         full = f"{prefix}[{key}]" if isinstance(node, ListConfig) else f"{prefix}.{key}" if prefix else str(key)
         child = node._get_node(key)
-        if OmegaConf.is_interpolation(node, key):
+        raw = child._value()
+        if OmegaConf.is_interpolation(node, key) and "${" in str(raw).replace("\\${", ""):  # not only escaped `${`
             raise ConfigError(
-                f"{path}: {full}: {child._value()!r} is an interpolation, which a run's config.yaml (one beside "
+                f"{path}: {full}: {raw!r} is an interpolation, which a run's config.yaml (one beside "
                 f"{' / '.join(TRAINED_FILES)}) never holds: a run writes its values resolved. attnzoo does not resolve "
                 "it in a run directory, where ${oc.env:...} would read this machine's environment; write the value "
                 "itself (or name a config file of your own something other than config.yaml)"
             )
-        _refuse_interpolations(child, path, full)
+        refuse_interpolations(child, path, full)
 
 
 # ---------------------------------------------------------------------------------------------- validation

@@ -182,3 +182,15 @@ def test_cli_reports_errors_without_traceback_and_prints_config(capsys):
     assert main(["--config", str(VIT), "--print-config", "model.depth=3"]) == 0
     out = capsys.readouterr().out
     assert "depth: 3" in out and "kind: vit" in out
+
+
+def test_a_literal_dollar_brace_in_a_value_is_written_so_that_it_reads_back(tmp_path):
+    # `task.prompt='cost \${x}'` trained, but config.yaml held `prompt: cost ${x}`: reading the run back took it for
+    # an interpolation ("Interpolation key 'x' not found"; in a run directory: refused as one)
+    cfg = load([ROOT / "recipes" / "lm.yaml"], ["task.prompt=cost \\${x}", "data.val=b\\${c}.txt"])
+    assert cfg.section("task")["prompt"] == "cost ${x}"
+    (tmp_path / "checkpoints").mkdir()  # read as a run's own config.yaml: one that holds an interpolation is refused
+    (tmp_path / "config.yaml").write_text(cfg.to_yaml())
+    again = load([tmp_path / "config.yaml"])
+    assert again.section("task")["prompt"] == "cost ${x}"
+    assert again.section("data")["val"] == "b${c}.txt"

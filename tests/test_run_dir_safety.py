@@ -150,6 +150,25 @@ def test_no_command_reads_the_environment_named_in_a_run_config(command, lm_run,
     assert "s3cr3t-value" not in out + err
     assert not any("s3cr3t-value" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
     assert f"{run / 'config.yaml'}: task.prompt: '${{oc.env:ATTNZOO_TEST_SECRET}}' is an interpolation" in err, err
+    assert "cannot read" not in err  # said once, not wrapped in "cannot read: ConfigError: ..."
+
+
+def test_a_start_from_a_run_does_not_read_the_environment_named_in_its_config(lm_run, tmp_path, monkeypatch):
+    # model.init_from=<downloaded run> read its config.yaml with yaml.safe_load, and `${oc.env:...}` in its model
+    # section was resolved in the new run (recorded in its config.yaml, or echoed in an error)
+    monkeypatch.setenv("ATTNZOO_TEST_SECRET", "s3cr3t-value")
+    run = tmp_path / "downloaded"
+    shutil.copytree(lm_run, run)
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(
+        text.replace("\nmodel:\n", "\nmodel:\n  activation: ${oc.env:ATTNZOO_TEST_SECRET}\n")
+    )
+    cfg = load([ROOT / "recipes" / "lm.yaml"])
+    overrides = [*smoke_overrides(cfg), *PINNED, f"model.init_from={run}", f"run.dir={tmp_path / 'runs'}"]
+    with pytest.raises(ConfigError) as err:
+        build(load([ROOT / "recipes" / "lm.yaml"], overrides))
+    assert "model.activation: '${oc.env:ATTNZOO_TEST_SECRET}' is an interpolation" in str(err.value)
+    assert "s3cr3t-value" not in str(err.value) and "cannot read" not in str(err.value)
 
 
 def test_the_payload_runs_once_imports_are_allowed(lm_run, tmp_path, monkeypatch):

@@ -11,8 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .converted import Converted, read_weights
 
 NET_PREFIX = "net."  # the LightningModule holds the network as `self.net`
@@ -52,10 +50,18 @@ def run_config(path: str | Path) -> dict[str, Any]:
     run = run_of(path)
     if run is None:
         return {}
+    from omegaconf import OmegaConf
+
+    from ..config import ConfigError, read_yaml, refuse_interpolations
+
     file = run / "config.yaml"
-    try:
-        tree = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError) as err:
+    try:  # YAML read as data, holding no interpolation (`${oc.env:...}` would read this machine's environment)
+        node = read_yaml(file)
+        refuse_interpolations(node, file)
+        tree = OmegaConf.to_container(node, resolve=True)  # escaped literals (`\${`) as the values they are
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:
         raise ValueError(f"{str(file)!r} cannot be read as a run config ({type(err).__name__})") from None
     if not isinstance(tree, dict):
         raise ValueError(f"{str(file)!r} is not a run config (no mapping of sections)")

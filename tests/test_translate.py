@@ -1,6 +1,7 @@
 """`attnzoo.translate` and `attnzoo.generate` on tiny saved runs; `load_run` reuses the run's tokenizer; viz draws
 the cross-attention alignment of a translation."""
 
+import json
 import logging
 from pathlib import Path
 
@@ -529,3 +530,26 @@ def test_a_checkpoint_of_another_run_is_named_as_such_not_as_a_replaced_tokenize
     assert translate_main([str(translation_run), "--checkpoint", str(foreign), "--text", "three four"]) == 2
     err = capsys.readouterr().err
     assert f"the checkpoint is not one of {translation_run}'s own" in err and "was replaced" not in err
+
+
+def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it_ran(tmp_path):
+    # a run's config.yaml without data.bleu_tokenize (made before it) was refused by --resume ("data.bleu_tokenize:
+    # '<not set>' -> 'zh'"), and evaluate scored it with another BLEU than its summary's (13a words)
+    from attnzoo.run import fit
+
+    rows = [
+        f"the {i} animal sees place {i % 8}\t{'猫狗鸟鱼'[i % 4]}今天看见{'河山房子花园学校'[i % 8]}。"
+        for i in range(80)
+    ]
+    (tmp_path / "pairs.tsv").write_text("\n".join(rows) + "\n")
+    cfg = load([ROOT / "recipes" / "translation.yaml"])
+    small = [o for o in smoke_overrides(cfg) if not o.startswith("data.num_")]  # those size the embedded data
+    files = [f"data.train={tmp_path / 'pairs.tsv'}", "run.baseline=false", f"run.dir={tmp_path / 'runs'}"]
+    run = fit(load([ROOT / "recipes" / "translation.yaml"], [*small, *files, "trainer.max_epochs=1"]))
+    text = (run / "config.yaml").read_text()
+    assert "  bleu_tokenize: zh\n" in text  # chosen from the targets by a run made now
+    (run / "config.yaml").write_text("".join(line for line in text.splitlines(True) if "bleu_tokenize" not in line))
+    loaded = load_run(run)
+    assert loaded.cfg.section("data")["bleu_tokenize"] == "13a" and loaded.task.bleu_tokenize == "13a"
+    fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 2

@@ -124,6 +124,19 @@ RESUME_MAY_CHANGE = (
     "run.early_stopping",
 )
 RESUMES_FILE = "resumes.json"  # one record per resume of a run; summary.json repeats it
+# options added since runs were made, {key: (data kind, value)}: a run's config.yaml without the key is read with the
+# value that does what the run did then (translation BLEU of 13a words), and a resume that adds it so changes nothing
+ADDED_OPTIONS = {"data.bleu_tokenize": ("translation", "13a"), "task.bleu_tokenize": ("translation", "13a")}
+
+
+def added_options(cfg: Config) -> dict[str, Any]:
+    """{data key of `ADDED_OPTIONS`: its value} for the ones the config (a run's, made before they were) lacks."""
+    kind = cfg.section("data").get("kind")
+    return {
+        key: value
+        for key, (of, value) in ADDED_OPTIONS.items()
+        if key.startswith("data.") and of == kind and OmegaConf.select(cfg.tree, key) is None
+    }
 
 
 def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -160,11 +173,14 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
         _leaves(OmegaConf.to_container(cfg.tree, resolve=True)),
     )
     unset = "<not set>"
+    kind = old.get("data.kind")
+    added = {key: value for key, (of, value) in ADDED_OPTIONS.items() if of == kind}  # as the run did without them
     changes = {
         k: [old.get(k, unset), new.get(k, unset)]
         for k in sorted(old.keys() | new.keys())
         if old.get(k, unset) != new.get(k, unset)
         and not same_path(k, old.get(k), new.get(k))
+        and not (k not in old and k in added and new.get(k) == added[k])
         and (not given_only or _given(cfg, k, new.get(k, unset)))
     }
     refused = [k for k in changes if not any(k == a or k.startswith(f"{a}.") for a in RESUME_MAY_CHANGE)]
@@ -296,7 +312,8 @@ def load_run(
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
     cfg = load([run_dir / "config.yaml", *configs], overrides)
-    preset = {**_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir), **saved_tokenizer(cfg, run_dir)}
+    preset = {**added_options(cfg), **_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir),
+              **saved_tokenizer(cfg, run_dir)}  # fmt: skip
     if with_data:
         preset |= _scored_alone(cfg, preset)
     try:

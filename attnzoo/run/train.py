@@ -26,6 +26,7 @@ from .paths import DATA_FILES_RECORD, record_data_files
 from .rundir import (
     RESUMES_FILE,
     RUN_DIR_ENV,
+    added_options,
     claim_new_run_dir,
     new_run_dir,
     read_resumes,
@@ -128,11 +129,16 @@ def _build_resumed(cfg: Config, run_dir: Path, *, started: bool) -> Any:
     against the checkpoint's digest after the build), so the run goes on after the file it was given, or the folder
     it started from, moved; the resolved config keeps the configured `data.tokenizer`, as config.yaml holds it. For
     a run that recorded its start (`model.init_from`; `started`) the checkpoint is not read again: its architecture
-    and tokenizer are in config.yaml, its weights in the checkpoint resumed from."""
+    and tokenizer are in config.yaml, its weights in the checkpoint resumed from. Options added since the run was made
+    take the value it ran with (`added_options`)."""
+    from ..data.tokenizers.subword import KINDS
     from .tokenizer_stamp import saved_tokenizer
 
-    spec = cfg.section("data").get("tokenizer")
-    preset = saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and Path(spec).suffix == ".json" else {}
+    spec = cfg.section("data").get("tokenizer")  # a kind learned from the data is learned again, and checked
+    preset = {
+        **added_options(cfg),
+        **(saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and spec not in KINDS else {}),
+    }
     return build(cfg, preset=preset or None, init=not started, unrecorded=("data.tokenizer",))
 
 

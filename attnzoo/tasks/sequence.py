@@ -206,6 +206,7 @@ class Seq2SeqTask(_SequenceTask):
         self.max_new_tokens = max_new_tokens or max_len
         self.monitor, self.monitor_mode, self.metric_names = "bleu", "max", ("bleu", "chrf")
         self.monitor_floor = 0.0  # BLEU before any 4-gram matches: early stopping waits for it to move
+        self.bleu_tokenize = bleu_tokenize
         self.bleu = nn.ModuleDict({s: SacreBLEUScore(tokenize=bleu_tokenize) for s in ("val", "test")})
         self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
         self._kept: list[dict[str, str]] = []

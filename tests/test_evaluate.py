@@ -161,6 +161,8 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     import json
     import random
 
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
     from attnzoo.evaluate import evaluate
     from attnzoo.viz import main as viz_main
     from tests.helpers.hf import tokenizer
@@ -169,6 +171,12 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     tok = tokenizer("bert", words)  # [CLS] ... [SEP] around every text, and padding settings of its own
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
     tok.save(str(tmp_path / "mine.json"))
+    # a padding token no alias names, told by the file's padding settings alone: the run's copy was refused as
+    # "no padding token" when a command loaded the run
+    other = Tokenizer(models.WordLevel({n: i for i, n in enumerate(["<blank>", "<oov>", *words])}, unk_token="<oov>"))
+    other.pre_tokenizer = pre_tokenizers.Whitespace()
+    other.enable_padding(pad_id=0, pad_token="<blank>")
+    other.save(str(tmp_path / "blank.json"))
     rng = random.Random(0)
     for name, n in (("train", 64), ("val", 16), ("test", 16)):
         with open(tmp_path / f"{name}.csv", "w", newline="") as f:
@@ -200,6 +208,10 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2
     assert f"tokenizer: {tmp_path / 'mine.json'}" in (run / "config.yaml").read_text()  # still names the file given
+    blank = [o.replace("mine.json", "blank.json").replace("/r", "/r2") for o in overrides]
+    run = fit(load([ROOT / "recipes" / "text_cls.yaml"], blank))
+    assert evaluate(run, "best", "test", [], [])["metrics"]
+    assert viz_main([str(run), "--text", "red cat dog", "--out", str(tmp_path / "viz2")]) == 0
 
 
 @pytest.mark.parametrize("recipe", ["lm.yaml", "translation.yaml"])

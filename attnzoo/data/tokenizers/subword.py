@@ -61,11 +61,14 @@ class SubwordTokenizer:
 
     def __init__(self, *, tokenizer: Any, name: str, kind: str) -> None:
         self.tok = tokenizer
+        padding = self.tok.padding  # the file's padding settings, if any (read before turning padding off)
         self.tok.no_padding()
         self.tok.no_truncation()  # the DataModules cut or drop long texts, and log how many
         self.name, self.kind = name, kind
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         ids = {role: token_id(self.tok, names) for role, names in ALIASES.items()}
+        if ids["pad"] is None and padding and padding.get("pad_id") is not None:  # a padding token of another name
+            ids["pad"] = int(padding["pad_id"])
         borrowed = [role for role in ("pad", "bos") if ids[role] is None and ids["eos"] is not None]
         if borrowed:  # GPT-2's convention: one end-of-text token starts, ends and pads (padding is masked by position)
             log.info("%s: no %s token; its end-of-text token %r stands in", name, " or ".join(borrowed),

@@ -201,8 +201,15 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
         f"The run's data '{tmp_path / 'train.csv'}', '{tmp_path / 'val.csv'}', '{tmp_path / 'nothing.csv'}' is not"
         in str(err.value)
     )
-    for part in ("`evaluate <run> data.test=<file>` scores", "`viz <run> --input <file>` (or `--text`)"):
+    for part in ("`evaluate <run> data.test=<file>` scores", '`viz <run> --text "<text>"` draws'):
         assert part in str(err.value), err.value
+    # a run made before runs kept a copy of their tokenizer file: scored alone once the file is named again
+    (run / "tokenizer.json").rename(tmp_path / "copy.json")
+    test = [f"data.test={tmp_path / 'test.csv'}"]
+    with pytest.raises(ConfigError, match=r"cannot be scored with this run alone: it keeps no tokenizer.json"):
+        evaluate(run, "best", "test", [], test)
+    assert evaluate(run, "best", "test", [], [*test, f"data.tokenizer={tmp_path / 'moved.json'}"])["metrics"] == here
+    (tmp_path / "copy.json").rename(run / "tokenizer.json")
     for name in ("train", "val"):
         (tmp_path / f"{name}.gone").rename(tmp_path / f"{name}.csv")
     fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)

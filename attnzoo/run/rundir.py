@@ -325,7 +325,7 @@ def load_run(
         try:
             data, task, cfg = build(cfg, preset=preset, init=False)  # the run's own weights, not model.init_from's
         except ConfigError as err:
-            raise ConfigError(f"{err}{_gone_data_hint(cfg)}") from None
+            raise ConfigError(f"{err}{_gone_data_hint(cfg, preset)}") from None
         tokenizer = data.tokenizer
     else:
         from .inference import build_without_data
@@ -345,21 +345,21 @@ def load_run(
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 
-def _gone_data_hint(cfg: Config) -> str:
+def _gone_data_hint(cfg: Config, preset: dict[str, str]) -> str:
     """What to do when the run's data files are not here (a run directory from elsewhere, or data moved since): score
-    a file of one's own with the run alone (`_scored_alone`), draw one input without data (viz); "" when they are
-    all here."""
-    from .inference import CLASSIFIERS
-
+    a file of one's own with the run alone (`_scored_alone`), or say why it cannot be; draw one input without data
+    (viz); "" when they are all here."""
     data = cfg.section("data")
     gone = [str(v) for k in ("train", "val", "test") if isinstance(v := data.get(k), str) and not Path(v).exists()]
     if not gone:
         return ""
     ways = ["or put the data back where config.yaml names it"]
     if data.get("kind") in SCORED_ALONE:
-        ways.insert(0, "`evaluate <run> data.test=<file>` scores a file of yours with the run alone")
-    if data.get("kind") in (*CLASSIFIERS, "translation"):
-        ways.insert(-1, "`viz <run> --input <file>` (or `--text`) draws one input without them")
+        blocked = _not_alone(cfg, preset)
+        ways.insert(0, f"other data cannot be scored with this run alone: {blocked}" if blocked
+                    else "`evaluate <run> data.test=<file>` scores a file of yours with the run alone")  # fmt: skip
+    if data.get("kind") in VIZ_ALONE:
+        ways.insert(-1, f"`viz <run> {VIZ_ALONE[data['kind']]}` draws one input without them")
     shown = ", ".join(map(repr, gone))
     return f". The run's data {shown} is not here (a run from elsewhere, or the data moved since): {'; '.join(ways)}"
 
@@ -368,6 +368,9 @@ def _gone_data_hint(cfg: Config) -> str:
 # run's files, and nothing is held out of train or compared with it (the LM and MLM data keep text that train holds
 # when the three splits are one file)
 SCORED_ALONE = ("text", "text_image", "translation", "lm", "mlm")
+# what viz draws of a run without its data, by data kind (`attnzoo.viz`)
+VIZ_ALONE = {"image": "--input <image>", "audio": "--input <clip>", "text": '--text "<text>"',
+             "translation": '--text "<sentence>"'}  # fmt: skip
 
 
 def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, Any]:
@@ -388,8 +391,7 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, Any]:
         gone = [k for k in ("train", "val") if isinstance(data.get(k), str) and data[k] != test]
     takes = inspect.signature(DATAMODULES[kind]).parameters
     labels = [key for key in ("data.labels", "data.classes") if key[5:] in takes]
-    own_ids = "data.tokenizer" in preset or data.get("tokenizer") == "bytes"  # nothing learned from the files read
-    if "train" not in gone or not own_ids or any(key not in preset for key in labels):
+    if "train" not in gone or _not_alone(cfg, preset):
         return {}
     # the LM and MLM data compare val and test with train, which would remove every test paragraph: they read the
     # test file as all three splits (their val too, held out of it or the run's own), told so (`test_only`)
@@ -400,6 +402,27 @@ def _scored_alone(cfg: Config, preset: dict[str, str]) -> dict[str, Any]:
     log.info("data: %s (data.%s) %s: data.test %s is read in its place%s", ", ".join(data[k] for k in gone),
              " and data.".join(gone), why, test, f"; {' and '.join(own)} are the run's own" if own else "")  # fmt: skip
     return {**{f"data.{k}": test for k in gone}, **alone}
+
+
+def _not_alone(cfg: Config, preset: dict[str, str]) -> str | None:
+    """Why the run cannot be scored on other data without its train files, or None: the ids its tokenizer gives must
+    not be learned from them (its tokenizer.json, a tokenizer file named, bytes) and its classes must be its own
+    labels.json."""
+    from ..data import DATAMODULES
+    from ..data.tokenizers.subword import KINDS
+
+    data: dict[str, Any] = cfg.section("data")
+    takes = inspect.signature(DATAMODULES[data["kind"]]).parameters
+    tokenizer = data.get("tokenizer")
+    named = isinstance(tokenizer, str) and tokenizer not in (*KINDS, "auto") and Path(tokenizer).is_file()
+    if "data.tokenizer" not in preset and tokenizer != "bytes" and not named:
+        return (
+            f"it keeps no tokenizer.json (its data.tokenizer {tokenizer!r} is learned from, or named beside, the train "
+            "file): give data.tokenizer=<the tokenizer file it was trained with>"
+        )
+    if any(key[5:] in takes and key not in preset for key in ("data.labels", "data.classes")):
+        return "it keeps no labels.json (its classes in the order its head learned them)"
+    return None
 
 
 def _saved_labels(cfg: Config, run_dir: Path) -> dict[str, str]:

@@ -70,24 +70,30 @@ def _count(loader: Any) -> int | None:
         return None
 
 
-# data kinds that hold out test, then val, from a train file given alone: a test file given instead moves val
-HELD_OUT_TEST_FIRST = ("lm", "translation")
+# the split a data kind holds out of a train file given alone first, when it holds out both: given that split's file
+# instead, it holds the other out where the run held out the first
+FIRST_HELD_OUT = {"lm": "test", "translation": "test", "mlm": "val"}
 
 
-def _check_held_out_val(run_dir: Path, split: str, overrides: Sequence[str]) -> None:
-    """ConfigError for `--split val` with `data.test=...` on a run whose val and test were both held out of its
-    train file by a data kind that holds out test first: given a test file, that data holds val out where the run
-    held out its test, so the run's test (and other train documents) would be scored as its val."""
+def _check_held_out_split(run_dir: Path, split: str, overrides: Sequence[str]) -> None:
+    """ConfigError for scoring a split the run held out of its train file with the other split's file given in its
+    place (`--split val data.test=...` for LM and translation runs, `--split test data.val=...` for MLM runs): the
+    data would then hold the scored split out where the run held out the other one, and report that as this one."""
     from .config import load
 
-    if split != "val" or not any(o.partition("=")[0].strip() == "data.test" for o in overrides):
-        return
+    given = {o.partition("=")[0].strip() for o in overrides}
+    if not (run_dir / "config.yaml").is_file() or f"data.{split}" in given:
+        return  # not a run (load_run says so), or the split scored is a file of the user's
     own = load([run_dir / "config.yaml"]).section("data")
-    if own.get("kind") in HELD_OUT_TEST_FIRST and own.get("train") and not own.get("val") and not own.get("test"):
+    first = FIRST_HELD_OUT.get(own.get("kind"))
+    if first is None or first == split or f"data.{first}" not in given:
+        return
+    if own.get("train") and not own.get("val") and not own.get("test"):
         raise ConfigError(
-            f"--split val with data.test: {run_dir} held its val and test splits out of its train file, and with a "
-            "test file given the val split held out would be another (the run's test part among it). Leave out "
-            "data.test to score the run's own val split, or give data.val=<file> to score a file of your own"
+            f"--split {split} with data.{first}: {run_dir} held its val and test splits out of its train file, and "
+            f"with a {first} file given the {split} split held out would be another (the run's {first} part among "
+            f"it). Leave out data.{first} to score the run's own {split} split, or give data.{split}=<file> to score "
+            "a file of your own"
         )
 
 
@@ -99,7 +105,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     from .run.splits import split_size, test_split
     from .util.files import write_json
 
-    _check_held_out_val(run_dir, split, overrides)
+    _check_held_out_split(run_dir, split, overrides)
     run = load_run(run_dir, checkpoint, configs, overrides)
     asked = split
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")

@@ -221,17 +221,22 @@ def test_a_run_given_a_tokenizer_file_keeps_a_copy_and_loads_without_the_file(tm
     assert viz_main([str(run), "--text", "red cat dog", "--out", str(tmp_path / "viz2")]) == 0
 
 
-@pytest.mark.parametrize("recipe", ["lm.yaml", "translation.yaml"])
-def test_the_val_split_of_a_run_that_held_out_both_is_not_scored_with_another_test_file(recipe, tmp_path):
+@pytest.mark.parametrize("recipe, split", [("lm.yaml", "val"), ("translation.yaml", "val"), ("mlm.yaml", "test")])
+def test_a_held_out_split_is_not_scored_with_the_other_splits_file(recipe, split, tmp_path):
     # `evaluate --split val data.test=other` held val out where the run had held out its test: the run's test
-    # documents were reported as its val/ppl
+    # documents were reported as its val/ppl (MLM, which holds val out first: --split test data.val=other)
     from attnzoo.evaluate import evaluate
 
+    other = {"val": "test", "test": "val"}[split]
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     text = (ROOT / "recipes" / recipe).read_text().replace("  train: null", f"  train: {tmp_path / 'corpus.txt'}")
     (run / "config.yaml").write_text(text)
-    with pytest.raises(ConfigError, match=r"--split val with data.test: .* held its val and test splits out"):
-        evaluate(run, "best", "val", [], [f"data.test={tmp_path / 'other.txt'}"])
-    with pytest.raises(ConfigError, match="no checkpoint"):  # the check passed: a val file of one's own is fine
-        evaluate(run, "best", "val", [], [f"data.val={tmp_path / 'other.txt'}"])
+    with pytest.raises(ConfigError, match=rf"--split {split} with data.{other}: .* held its val and test splits out"):
+        evaluate(run, "best", split, [], [f"data.{other}={tmp_path / 'other.txt'}"])
+    for given in ([f"data.{split}={tmp_path / 'other.txt'}"],  # a file of one's own for the split scored
+                  [f"data.{split}={tmp_path / 'a.txt'}", f"data.{other}={tmp_path / 'b.txt'}"]):  # fmt: skip
+        with pytest.raises(ConfigError, match="no checkpoint"):  # the check passed
+            evaluate(run, "best", split, [], given)
+    with pytest.raises(ConfigError, match="no config.yaml"):  # a folder that is no run: load_run says so
+        evaluate(tmp_path, "best", split, [], [f"data.{other}={tmp_path / 'other.txt'}"])

@@ -83,7 +83,10 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"weights file {str(path)!r} does not exist")
     if path.name.endswith(".index.json"):
         return _read_shards(path)
-    why = unfinished(path)
+    try:
+        why = unfinished(path)
+    except OSError as err:  # a file without read permission
+        raise ValueError(f"{str(path)!r} cannot be read: {err.strerror or err}") from None
     if why:
         raise ValueError(f"{str(path)!r} is not a readable checkpoint: {why}")
     try:

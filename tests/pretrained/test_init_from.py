@@ -346,3 +346,16 @@ def test_a_weights_file_holding_a_pickled_object_is_refused_by_attnzoo_and_runs_
     with pytest.raises(ValueError, match=r"model\.pth' holds pickled objects other than tensors \(posix\.system: a "):
         pretrained.load(tmp_path / "model.pth")
     assert not marker.exists()
+
+
+def test_a_weights_file_that_cannot_be_opened_is_named(tmp_path, monkeypatch):
+    # read_weights let the OSError of a file without read permission out raw (as root, monkeypatched: root reads all)
+    from attnzoo.pretrained import converted
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied")
+
+    (tmp_path / "w.pth").write_bytes(b"x")
+    monkeypatch.setattr(converted, "unfinished", refused)
+    with pytest.raises(ValueError, match=r"'.*w.pth' cannot be read: Permission denied"):
+        converted.read_weights(tmp_path / "w.pth")

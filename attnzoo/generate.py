@@ -47,7 +47,7 @@ def generate(
         raise ConfigError(f"--max-new-tokens ({max_new_tokens}) must be >= 1")
     if not 0 <= seed < 2**64:  # torch.Generator's range ("Overflow when unpacking long long" past it)
         raise ConfigError(f"--seed ({seed}) must be an integer from 0 to 2**64 - 1")
-    from .data.tokenizers.subword import decode_generated, encode_user_text, unknown_note
+    from .data.tokenizers.subword import decode_generated, encode_prompt, unknown_note
     from .run import load_run
     from .tasks.sequence import LanguageModelTask
 
@@ -72,11 +72,10 @@ def generate(
         task.top_p = top_p
     tok = run.tokenizer
     unknown: list[str] = []
-    # stripped as training strips its documents: a trailing space would be a token the model never saw there
-    ids = torch.tensor([[tok.bos_id, *encode_user_text(tok, prompt.strip(), unknown)]])  # [1, P], bos first
+    ids = torch.tensor([encode_prompt(tok, prompt, unknown)])  # [1, P], bos first
     if unknown:
         log.warning("generate: --prompt holds %s, and the text printed leaves them out", unknown_note(unknown))
-    room = task.max_len - ids.shape[1] + 1  # the last position read predicts one more token
+    room = task.room(ids.shape[1])
     if room < 1:
         raise ConfigError(
             f"--prompt has {ids.shape[1] - 1} tokens (and bos); the model reads at most {task.max_len} "

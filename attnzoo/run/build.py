@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
-from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, parameters, validate
+from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, is_run_config, parameters, validate
 from ..tasks.stopping import early_stopping_options
 from .paths import PATH_KEYS
 from .start import NORMALIZED_AS
@@ -306,7 +306,7 @@ def _filled(
                          opts[key], cfg.where(f"{section}.{key}"), value)  # fmt: skip
                 continue
             where = Path(cfg.where(f"{section}.{key}"))
-            if where.name == "config.yaml" and (where.parent / "checkpoints").is_dir():  # a run's own config
+            if is_run_config(where):
                 raise ConfigError(
                     f"{section}.{key}: the run's {where} records {opts[key]!r}, and the data read now gives "
                     f"{value!r}: this is not the data the run was trained on, or it changed since (a resumed or "

@@ -375,7 +375,7 @@ class LanguageModelTask(_SequenceTask):
         if unknown:
             log.warning("task.prompt (%s) holds %s, and the samples leave them out", _short(self.prompt),
                         unknown_note(unknown))  # fmt: skip
-        if tokens > self.max_len:
+        if self.room(tokens) < 1:
             raise ValueError(
                 f"task.prompt ({_short(self.prompt)}) is {tokens} tokens with the beginning of document, and the model "
                 f"reads at most {self.max_len} (data.block_size): no room to sample; give a prompt of at most "
@@ -395,9 +395,14 @@ class LanguageModelTask(_SequenceTask):
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["tokens"].shape[0])
         return loss
 
+    def room(self, prompt_tokens: int) -> int:
+        """How many tokens can continue a prompt of `prompt_tokens` (bos included): the context holds `max_len`
+        tokens, and the last one read still predicts one more."""
+        return self.max_len - prompt_tokens + 1
+
     def generate(self, prompt: Tensor, *, max_new_tokens: int, seed: int = 0) -> Tensor:
         """Ids [1, T] continuing prompt [1, P] (bos first), drawn as configured; stops at eos or the context end."""
-        room = self.max_len - prompt.shape[1] + 1  # the prompt's last position predicts the first new token
+        room = self.room(prompt.shape[1])
         if room < 1:
             raise ValueError(f"the prompt has {prompt.shape[1]} tokens; the model reads at most {self.max_len}")
         common = dict(prompt=prompt, eos_id=self.eos_id, pad_id=self.pad_id, max_new_tokens=min(max_new_tokens, room))

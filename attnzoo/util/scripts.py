@@ -21,16 +21,18 @@ def _script(c: str) -> str | None:
     return next((s for s in UNSPACED_SCRIPTS if name.startswith(s)), None)
 
 
-def _letters(texts: Sequence[str]) -> list[str]:
-    """The letters (and combining marks) of up to 1,000 texts, 2,000 characters each."""
-    return [c for text in texts[:1000] for c in text[:2000] if c.isalpha() or unicodedata.category(c) == "Mn"]
+def _scripts(texts: Sequence[str]) -> tuple[int, list[str]]:
+    """(how many letters and combining marks up to 1,000 texts of 2,000 characters hold, the `UNSPACED_SCRIPTS` entry
+    of each of them that is of one)."""
+    letters = [c for text in texts[:1000] for c in text[:2000] if c.isalpha() or unicodedata.category(c) == "Mn"]
+    return len(letters), [s for s in map(_script, letters) if s is not None]
 
 
 def unspaced(texts: Sequence[str]) -> bool:
     """Whether `texts` are mostly written in scripts without spaces between words (Chinese, Japanese, Thai, ...):
     more than `UNSPACED_SHARE` of the letters (and combining marks) of up to 1,000 texts are of `UNSPACED_SCRIPTS`."""
-    letters = _letters(texts)
-    return bool(letters) and sum(_script(c) is not None for c in letters) / len(letters) > UNSPACED_SHARE
+    letters, scripts = _scripts(texts)
+    return letters > 0 and len(scripts) / letters > UNSPACED_SHARE
 
 
 def bleu_tokenize(texts: Sequence[str]) -> tuple[str, str]:
@@ -38,10 +40,9 @@ def bleu_tokenize(texts: Sequence[str]) -> tuple[str, str]:
     and punctuation) for spaced scripts; "zh" (each Chinese character a word, as sacreBLEU scores Chinese) for
     Chinese; "char" (every character a word) for the other unspaced scripts (Japanese, Thai, ...), whose words 13a
     cannot find: a whole sentence would be one word, and BLEU 0 even for a translation equal to its reference."""
-    letters = _letters(texts)
-    scripts = [s for s in map(_script, letters) if s is not None]
-    if not letters or len(scripts) / len(letters) <= UNSPACED_SHARE:
+    if not unspaced(texts):
         return "13a", "the targets are written with spaces between words: sacreBLEU's default tokenization"
+    scripts = _scripts(texts)[1]
     share = sum(s == "CJK" for s in scripts) / len(scripts)
     if share > CHINESE_SHARE:
         return "zh", f"the targets are Chinese ({share:.0%} of their unspaced letters are Chinese characters)"

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ...util.names import shortened
 from ..tokenizers.factory import make_tokenizer
-from ..tokenizers.subword import decode_generated, encode_user_text
+from ..tokenizers.subword import decode_generated, encode_prompt
 from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
@@ -369,11 +369,10 @@ class LMDataModule(DataModule):
         }
 
     def encode_prompt(self, text: str, unknown: list[str] | None = None) -> list[int]:
-        """Ids that start a document with `text` (bos first), to generate its continuation; the text is the user's
-        (`encode_user_text`: "[EOS]" in it is plain text), stripped as the documents are (a trailing space would be a
-        token the model never saw), and pieces the tokenizer cannot encode go to `unknown`."""
+        """Ids that start a document with `text` (bos first), to generate its continuation (`subword.encode_prompt`);
+        pieces the tokenizer cannot encode go to `unknown`."""
         self._require_setup()
-        return [self.tokenizer.bos_id, *encode_user_text(self.tokenizer, text.strip(), unknown)]
+        return encode_prompt(self.tokenizer, text, unknown)
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """Text of generated ids: up to the first eos, bos and padding left out."""

@@ -301,6 +301,13 @@ def encode_user_text(tok: Any, text: str, unknown: list[str] | None = None) -> l
     return ids
 
 
+def encode_prompt(tok: Any, text: str, unknown: list[str] | None = None) -> list[int]:
+    """Ids that start a document with the user's `text` (bos first), to generate its continuation: stripped as
+    training strips its documents (a trailing space would be a token the model never saw), read as `encode_user_text`
+    reads it."""
+    return [tok.bos_id, *encode_user_text(tok, text.strip(), unknown)]
+
+
 def _typed_specials_unknown(
     inner: Any, text: str, ids: list[int], specials: set[int], unk_id: int | None, unknown: list[str] | None
 ) -> list[int]:

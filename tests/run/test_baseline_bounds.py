@@ -114,19 +114,25 @@ def test_a_run_out_of_baseline_time_still_writes_its_test_results(tmp_path, monk
     assert baseline.comparison(summary) == f"test/acc {acc:.4f}; baseline skipped: {why}"  # the run's result too
 
 
-def test_the_baseline_command_scores_a_translation_memory(tmp_path, capsys):
+def _translation_memory(tmp_path: Path, pair) -> dict:
+    """The baseline command's translation memory of train/val/test files of `pair(i)` lines (60 / 12 / 12)."""
     from attnzoo import baseline as command
 
     files = []
     for split, first, n in (("train", 0, 60), ("val", 100, 12), ("test", 200, 12)):
-        rows = [f"please open the files now, number {i}\tbitte jetzt die Dateien öffnen, Nummer {i}" if i % 2
-                else f"please close the windows now, number {i}\tbitte jetzt die Fenster schließen, Nummer {i}"
-                for i in range(first, first + n)]  # fmt: skip
-        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+        (tmp_path / f"{split}.tsv").write_text("".join(f"{pair(i)}\n" for i in range(first, first + n)))
         files.append(f"data.{split}={tmp_path / f'{split}.tsv'}")
     out = tmp_path / "tm.json"
     assert command.main(["--config", str(ROOT / "recipes" / "translation.yaml"), *files, "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_the_baseline_command_scores_a_translation_memory(tmp_path, capsys):
+    result = _translation_memory(
+        tmp_path,
+        lambda i: f"please open the files now, number {i}\tbitte jetzt die Dateien öffnen, Nummer {i}" if i % 2
+        else f"please close the windows now, number {i}\tbitte jetzt die Fenster schließen, Nummer {i}",
+    )  # fmt: skip
     assert result["model"] == "translation memory" and result["train_examples"] == 60
     assert 0 < result["test/bleu"] < 100 and "test/bleu" in capsys.readouterr().out  # numbers differ from train's
 
@@ -136,20 +142,14 @@ def test_chinese_targets_are_scored_by_their_characters(tmp_path, capsys):
     # val/bleu never moved (no best checkpoint, no early stopping); the translation memory scored 0 as well
     from torch import nn
 
-    from attnzoo import baseline as command
     from attnzoo.data.modules.translation import TranslationDataModule
     from attnzoo.tasks.sequence import Seq2SeqTask
 
     places, things = "河山房子花园学校", "猫狗鸟鱼"
-    files = []
-    for split, first, n in (("train", 0, 60), ("val", 100, 12), ("test", 200, 12)):
-        rows = [f"the {i} animal sees place {i % 8}\t{things[i % 4]}今天看见{places[(i % 8) // 2 * 2:][:2]}。"
-                for i in range(first, first + n)]  # fmt: skip
-        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
-        files.append(f"data.{split}={tmp_path / f'{split}.tsv'}")
-    out = tmp_path / "tm.json"
-    assert command.main(["--config", str(ROOT / "recipes" / "translation.yaml"), *files, "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
+    result = _translation_memory(
+        tmp_path,
+        lambda i: f"the {i} animal sees place {i % 8}\t{things[i % 4]}今天看见{places[(i % 8) // 2 * 2 :][:2]}。",
+    )
     assert result["test/exact"] == 1.0 and result["test/bleu"] == 100.0  # every test target is a train target
     data = TranslationDataModule(train=str(tmp_path / "train.tsv"), val=str(tmp_path / "val.tsv"))
     data.setup()

@@ -341,5 +341,22 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
     )
     converted = timm_to_attnzoo(state)
     check_fits(MODEL_KIND, options, converted, file)
-    data = _timm_normalization(path) if path.is_dir() else {}
+    data = _timm_normalization(path) if path.is_dir() else _named_normalization(timm_name)
     return Converted(MODEL_KIND, options, converted, None, f"{name} (timm) {path}", data)
+
+
+def _named_normalization(timm_name: str | None) -> dict[str, Any]:
+    """{"mean", "std"} of the pretrained config timm keeps for `timm_name` (with its tag: deit_tiny_patch16_224 and
+    vit_small_patch16_224.dino were trained on ImageNet statistics, vit_tiny_patch16_224.augreg on 0.5), read offline;
+    {} without a name (a file alone does not tell how its images were normalized)."""
+    import timm
+
+    if timm_name is None:
+        return {}
+    try:
+        cfg = timm.models.get_pretrained_cfg(timm_name)
+    except Exception:  # noqa: BLE001 (a name timm keeps no pretrained config for: nothing to read)
+        return {}
+    if cfg is None or cfg.mean is None or cfg.std is None:
+        return {}
+    return _statistics(Path(f"timm's pretrained config of {timm_name}"), list(cfg.mean), list(cfg.std))

@@ -132,6 +132,23 @@ def test_timm_small_avg_pool_hub_directory(tmp_path):
     assert vit_family.convert(tmp_path).data == stats
 
 
+def test_a_timm_file_named_with_its_tag_normalizes_as_timm_says_it_was_trained(tmp_path):
+    # a DeiT or DINO file was normalized with 0.5: a bare file does not say, but timm keeps every tag's pretrained
+    # config (mean and std) offline
+    imagenet = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    file = tmp_path / "w.safetensors"
+    save_file(_timm().state_dict(), file)
+    assert vit_family.convert(file, timm_name="deit_tiny_patch16_224").data == imagenet
+    assert vit_family.convert(file, timm_name="vit_tiny_patch16_224.augreg_in21k").data == {
+        "mean": [0.5] * 3,
+        "std": [0.5] * 3,
+    }
+    assert vit_family.convert(file).data == {}  # no name: the data's (or the config's) normalization
+    small = tmp_path / "small.safetensors"
+    save_file(_timm("vit_small_patch16_224").state_dict(), small)
+    assert vit_family.convert(small, timm_name="vit_small_patch16_224.dino").data == imagenet
+
+
 def test_timm_name_gives_the_head_count_of_a_width_outside_the_classic_sizes(tmp_path):
     name = "vit_medium_patch16_gap_256"  # width 512, 8 heads; here with a class token
     theirs = _timm(name, class_token=True, global_pool="token")

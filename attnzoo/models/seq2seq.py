@@ -40,18 +40,19 @@ def _positioned(x: Tensor, pos_embed: nn.Module | None, norm: nn.Module | None, 
 
 
 LAYOUT = ("qkv_bias", "proj_bias")  # attention options that decide which tensors its projections have
+DROPOUT = ("attn_drop", "proj_drop")  # a converted checkpoint's attention dropout (BART's attention_dropout, dropout)
 
 
 def decoder_layout(options: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any] | None:
     """The `decoder_attention` section an override gives a start from a checkpoint (its model `options`): the
-    override's, with the projection layout (`LAYOUT`) of the checkpoint's decoder (its `decoder_attention`, else
-    its `attention`) where the override does not set it, so that its tensors have their place; None when the
-    override sets no `decoder_attention` mapping."""
+    override's, with the projection layout (`LAYOUT`) and dropout (`DROPOUT`) of the checkpoint's decoder (its
+    `decoder_attention`, else its `attention`) where the override does not set them, so that its tensors have their
+    place and it trains as the checkpoint did; None when the override sets no `decoder_attention` mapping."""
     given = overrides.get("decoder_attention")
     if not isinstance(given, Mapping):
         return None
     theirs = options.get("decoder_attention") or options.get("attention") or {}
-    return {**{k: theirs[k] for k in LAYOUT if k in theirs}, **given}
+    return {**{k: theirs[k] for k in (*LAYOUT, *DROPOUT) if k in theirs}, **given}
 
 
 class TokenEmbedding(nn.Module):

@@ -198,6 +198,11 @@ def test_overrides_of_the_decoder_and_cross_attention_keep_barts_biases_and_star
         ):
             got = load(tmp_path, **override).eval()(src, tgt, padding)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0, msg=str(override))
+    # the override kept BART's biases but not its decoder self-attention's dropout (0.1 here; without one: 0.1)
+    drops = {
+        load(tmp_path, **o).decoder.blocks[0].attn.proj_drop.p for o in ({}, {"decoder_attention": {"kind": "gated"}})
+    }
+    assert drops == {hf.config.dropout}
     with pytest.raises(ValueError, match=r"does not fit this model: its tensor 'encoder\.blocks\.0\.attn\.qkv\.bias' "
                                          r"has no place here .*qkv_bias: false"):  # fmt: skip
         load(tmp_path, attention={"qkv_bias": False})

@@ -97,6 +97,12 @@ def read_start(cfg: Config) -> Start | None:
                 f"model.timm_name: {err} (model.timm_name set in {cfg.where('model.timm_name')}, model.init_from in "
                 f"{where})"
             ) from None
+        if named is not None and named in str(err):  # the tokenizer file given for the weights, not the weights
+            raise ConfigError(
+                f"data.tokenizer: {err} (set in {cfg.where('data.tokenizer')}, for the weights of model.init_from): a "
+                "Hugging Face folder's tokenizer.json is what `AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`"
+                " writes, also from a vocab.txt or vocab.json + merges.txt alone"
+            ) from None
         hint = "; in a config: model.timm_name=<timm architecture>" if "pass its timm_name" in str(err) else ""
         raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
     kind = cfg.section("model")["kind"]

@@ -230,6 +230,7 @@ def test_the_conversion_describes_the_model_and_brings_the_tokenizer(tmp_path):
 
 def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_one_named(tmp_path):
     # data.tokenizer=<its tokenizer.json> was refused all the same ("has no tokenizer.json"), as README says it is not
+    from attnzoo.config import ConfigError
     from attnzoo.config import load as load_config
     from attnzoo.run import build
 
@@ -249,6 +250,13 @@ def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_on
     given = [f"model.init_from={tmp_path / 'bert'}", f"data.tokenizer={tmp_path / 'tok.json'}"]
     _, task, cfg = build(load_config([ROOT / "recipes" / "text_cls.yaml"], [*QUICK, *files, *given]))
     assert cfg.section("data")["tokenizer"] == str(tmp_path / "tok.json") and task.net.started_from["loaded"]
+    # a slow tokenizer's vocab.txt named instead: the error named model.init_from, which was fine
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nword\n")
+    vocab = [f"model.init_from={tmp_path / 'bert'}", f"data.tokenizer={tmp_path / 'vocab.txt'}"]
+    with pytest.raises(ConfigError, match=r"^data.tokenizer: .*vocab.txt.* \(set in the command line .*save_pretr"):
+        ConfigError, match=r"^data.tokenizer: .*vocab.txt.* \(set in the command line .*save_pretrained"
+    ):
+        build(load_config([ROOT / "recipes" / "text_cls.yaml"], [*QUICK, *files, *vocab]))
 
 
 def loaded_test(loaded) -> dict:

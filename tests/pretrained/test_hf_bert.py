@@ -254,8 +254,6 @@ def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_on
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nword\n")
     vocab = [f"model.init_from={tmp_path / 'bert'}", f"data.tokenizer={tmp_path / 'vocab.txt'}"]
     with pytest.raises(ConfigError, match=r"^data.tokenizer: .*vocab.txt.* \(set in the command line .*save_pretr"):
-        ConfigError, match=r"^data.tokenizer: .*vocab.txt.* \(set in the command line .*save_pretrained"
-    ):
         build(load_config([ROOT / "recipes" / "text_cls.yaml"], [*QUICK, *files, *vocab]))
 
 

@@ -86,6 +86,8 @@ def read_start(cfg: Config) -> Start | None:
     given = cfg.section("model").get("init_from")
     if not given:
         return None
+    if Path(given).exists():  # recorded as a path from anywhere (init_from.json, the summary, the converted source)
+        given = str(Path(given).resolve())
     where = cfg.where("model.init_from")
     timm_name = cfg.section("model").get("timm_name")
     named = _named_tokenizer(cfg)  # a tokenizer file for weights whose directory has none
@@ -506,10 +508,10 @@ def _start_tokenizer(start: Start, cfg: Config) -> str | None:
     already (a run's config.yaml, or `data.tokenizer` set to it)."""
     chosen = start.preset.get("data.tokenizer")
     if chosen is not None:
-        return chosen
+        return str(Path(chosen).resolve())
     mine, theirs = cfg.section("data").get("tokenizer"), start.converted.tokenizer
     if theirs is not None and isinstance(mine, str) and Path(mine).resolve() == Path(theirs).resolve():
-        return str(theirs)
+        return str(Path(theirs).resolve())
     return None
 
 

@@ -79,6 +79,15 @@ def test_timm_name_is_refused_without_init_from_or_when_it_does_not_fit(tmp_path
         build(load([RECIPE], _overrides(f"model.init_from={file}", "model.timm_name=resnet50")))
 
 
+def test_a_start_given_by_a_relative_path_is_recorded_by_its_absolute_one(tmp_path, monkeypatch):
+    # init_from.json and the summary held "path": "tiny.pth" and a source relative to where the run was started
+    _save(tmp_path / "tiny.pth", "vit_tiny_patch16_224")
+    monkeypatch.chdir(tmp_path)
+    _, task, _ = build(load([RECIPE], _overrides("model.init_from=tiny.pth")))
+    assert task.net.started_from["path"] == str(tmp_path / "tiny.pth")
+    assert task.net.started_from["source"].endswith(f" {tmp_path / 'tiny.pth'}")
+
+
 def test_the_older_model_pretrained_key_starts_from_the_file_with_a_deprecation_warning(tmp_path, caplog):
     file = tmp_path / "tiny.pth"
     theirs = _save(file, "vit_tiny_patch16_224")

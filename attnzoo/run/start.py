@@ -52,10 +52,11 @@ ATTENTION_CHOICES = ("backend",)  # the same for the keys of its attention secti
 # a converted checkpoint's training choices (its dropout): they fill a key the config leaves to the data (auto) or
 # lacks; a value in a config file stays, and so does a resumed run's own (its config.yaml is a file too)
 CHECKPOINT_DEFAULTS = ("drop_rate",)
-# the run's sizes of the data (images, audio features, texts): an own run's weights adapt to the new data's, as a run
-# from scratch would size them (a position grid is resampled on load); but a learned table of positions holds only as
-# many as the run's `max_len`, to which the new data's is cut
-DATA_SIZED = ("max_len", "img_size", "sample_rate", "n_mels")
+# the run's sizes of the data (images, texts): an own run's weights adapt to the new data's, as a run from scratch
+# would size them (a position grid is resampled on load); but a learned table of positions holds only as many as the
+# run's `max_len`, to which the new data's is cut. An AST run's audio features (sample_rate, n_mels) are not sizes:
+# its patches and feature statistics hold for those alone, so the new run computes its features as the run did
+DATA_SIZED = ("max_len", "img_size")
 DEPTHS = ("depth", "encoder_depth", "decoder_depth")  # fewer blocks than a checkpoint's drop its last ones (logged)
 # the peak learning rate of `task.optimizer.lr: auto` from a Hugging Face or timm checkpoint: pretrained weights are
 # fine-tuned two orders of magnitude below the recipes' rates for their small models from random weights (3e-3 would

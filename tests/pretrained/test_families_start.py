@@ -151,6 +151,23 @@ def test_an_ast_directory_starts_the_ast_recipe_with_positions_resampled_along_t
     torch.testing.assert_close(net.state_dict()[key], converted.state_dict[key])
 
 
+def test_a_start_from_an_ast_run_computes_the_features_its_weights_and_statistics_were_made_for(tmp_path, caplog):
+    # from an attnzoo AST run (itself from a 128-mel checkpoint) the new run's data chose 32 mels at 8 kHz, and kept
+    # the run's feature mean and std, which are those of 128-mel features
+    save_ast(tmp_path / "ast")
+    _, task, cfg = _built("ast", tmp_path / "ast")
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    torch.save({"state_dict": task.state_dict()}, run / "checkpoints" / "best.ckpt")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        _, again, cfg2 = _built("ast", run)
+    assert (again.net.logmel.sample_rate, again.net.logmel.n_mels) == (16000, 128)
+    assert cfg2.section("model")["feature_mean"] == cfg.section("model")["feature_mean"]
+    assert "data.n_mels: auto -> 128 (as model.init_from's weights were trained)" in caplog.text
+
+
 def test_a_gpt2_directory_starts_the_lm_recipe(tmp_path):
     source = tmp_path / "gpt2"
     save_gpt2(source, TEXTS)

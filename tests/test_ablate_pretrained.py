@@ -44,6 +44,26 @@ def test_the_dry_run_plans_every_variant_from_the_pretrained_folder(bert, tmp_pa
     assert not out.exists()  # a dry run writes nothing
 
 
+def test_a_start_that_cannot_start_a_run_stops_the_plan_and_a_grid_names_its_recipes(bert, tmp_path, capsys):
+    # the dry run listed every run of a start without tokenizer.json as [missing], and the ablation then failed each
+    # run; a grid made for text_cls run with the LM recipe failed on an attention its decoder cannot use, not saying so
+    import shutil
+
+    from attnzoo.ablate import main
+
+    shutil.copytree(bert, tmp_path / "bert")
+    (tmp_path / "bert" / "tokenizer.json").unlink()
+    argv = ["--config", str(RECIPE), f"model.init_from={tmp_path / 'bert'}", "--grid", str(GRID), "--dry-run"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "variant attention=full,seed=0: model.init_from:" in err and "has no tokenizer.json" in err, err
+    lm = ["--config", str(ROOT / "recipes" / "lm.yaml"), "--grid", str(GRID), "--dry-run", "--out", str(tmp_path)]
+    assert main(lm) == 2
+    assert f"(the grid is made for the recipes ['text_cls']; the config is {ROOT / 'recipes' / 'lm.yaml'})" in (
+        capsys.readouterr().err
+    )
+
+
 def test_every_variant_starts_from_every_tensor_of_the_checkpoint(bert):
     smoke = [o for o in smoke_overrides(load([RECIPE])) if o.startswith("data.")]
     logits = {}

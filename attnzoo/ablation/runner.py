@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from omegaconf import OmegaConf
 
-from ..config import ConfigError, load
+from ..config import Config, ConfigError, load
 from ..run.lock import RunLock
 from ..util.files import write_json
 from ..util.imports import imports_allowed
@@ -84,7 +84,7 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
 
     given_in = {o: f"grid {grid.path}, fixed" for o in grid.fixed_overrides()}
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
-    runs = []
+    runs, starts = [], {}
     for variant in grid.variants(default_seed=int(base.tree.get("seed", 0))):
         typed = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
         where = {**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")}
@@ -98,13 +98,33 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
             where |= {item: typed_cfg.where(key) for item, key in zip(fixed, paths, strict=True)}
             cfg = load(configs, items, given_in=where) if fixed else typed_cfg
         except ConfigError as err:
-            raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
+            recipes = [Path(c).stem for c in configs]
+            made_for = (
+                f" (the grid is made for the recipes {grid.recipes}; the config is {', '.join(map(str, configs))})"
+                if grid.recipes and not set(recipes) & set(grid.recipes) else ""
+            )  # fmt: skip
+            raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}{made_for}") from err
+        starts.setdefault(cfg.section("model").get("init_from"), (variant, cfg))
         sha = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:16]
         typed_sha = hashlib.sha256(typed_cfg.to_yaml().encode()).hexdigest()[:16] if fixed else None
         trainer = cfg.section("trainer")
         devices = (trainer.get("accelerator"), trainer.get("devices"))
         runs.append(Planned(variant, items, sha, out / "runs" / variant.id, devices, typed_sha, paths or None))
+    _check_starts(grid, starts)
     return runs
+
+
+def _check_starts(grid: Grid, starts: dict[Any, tuple[Variant, Config]]) -> None:
+    """Read each checkpoint the runs start from (`model.init_from`) once, as a run would before training: one that
+    cannot start a run (no tokenizer.json, another architecture) stops the plan, not every run after it began."""
+    from ..run.start import read_start
+
+    for given, (variant, cfg) in starts.items():
+        if given:
+            try:
+                read_start(cfg)
+            except ConfigError as err:
+                raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
 
 
 def _same_files(run: Planned) -> bool:

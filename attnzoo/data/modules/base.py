@@ -17,7 +17,8 @@ A DataModule is a LightningDataModule (dataloaders of dict batches) that, once `
 - `baseline_features(split)`: the split's inputs and labels for the classical baseline (`attnzoo.run.baseline`),
   or None for a split the data does not have; or, for data whose targets are text (translation),
   `baseline_pairs(split)`: its (source, target) pairs for the translation-memory baseline
-  (`attnzoo.run.translation_memory`). `baseline_kind()` says which one a DataModule gives.
+  (`attnzoo.run.translation_memory`), scored with BLEU of `bleu_tokenize` words. `baseline_kind()` says which one a
+  DataModule gives.
 
 The defaults below are for data that proposes nothing, saves nothing and has no baseline.
 """
@@ -42,6 +43,7 @@ class DataModule(L.LightningDataModule):
     FILES_HINT: ClassVar[str | None] = None  # how the data kind reads files, for a config that tries data.train=...
     tokenizer: Any = None  # after setup: the tokenizer of text data (a run saves it and checkpoints its digest)
     class_names: list[str] | None = None  # after setup: classification data's class names, in label order
+    bleu_tokenize: str = "13a"  # data with `baseline_pairs`: how BLEU finds the words of its targets (sacreBLEU)
     processes: int = 1  # training processes sharing each optimizer step (`attnzoo.run.build` sets it from the trainer)
     # {AUTO_KEYS key: value} the config (or a checkpoint) sets instead of auto (`attnzoo.run.build` sets it): a
     # proposal that depends on such a key follows the value given (a ViT's stem follows the patch size set)

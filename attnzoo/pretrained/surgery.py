@@ -18,6 +18,7 @@ from torch import nn
 from ..attention.attention import Attention
 from ..attention.biases import BIASES
 from ..attention.kv_heads import loaded_kv_heads
+from ..attention.patterns import PATTERNS, Causal
 from ..attention.rotary import ROTARY
 
 PROJECTIONS = ("qkv.", "q.", "kv.", "proj.")  # an attention layer's names that every checkpoint of it holds
@@ -91,16 +92,23 @@ def changes(
     Args:
         new: keys of `net` that did not come from `state` (`Transfer.new`).
         source_kind: the attention kind the checkpoint was trained with.
-        source_biases: the `BIASES` and `ROTARY` names of the biases and rotary embeddings it was trained with (a
-            bias without tensors, ALiBi, or a rotary embedding changes the function without any tensor starting
-            fresh; one the checkpoint had is not named).
+        source_biases: the `BIASES`, `ROTARY` and `PATTERNS` names of the biases, rotary embeddings and patterns it
+            was trained with (a bias without tensors, ALiBi, a rotary embedding or a sparse pattern changes the
+            function without any tensor starting fresh; one the checkpoint had is not named).
     """
     regrouped: Counter[tuple[int, int]] = Counter()
     kinds: Counter[tuple[str, tuple[str, ...]]] = Counter()
     shared: Counter[tuple[str, ...]] = Counter()
     added: Counter[str] = Counter()
+    masked: Counter[str] = Counter()
     fresh = set(new)
     for prefix, layer in attention_layers(net):
+        # a decoder's own causal mask is no change (nor its part of a pattern intersected with it)
+        parts = getattr(layer.pattern, "parts", None) or ([layer.pattern] if layer.pattern is not None else [])
+        for pattern in (p for p in parts if not isinstance(p, Causal)):
+            name = next((n for n, cls in PATTERNS.items() if type(pattern) is cls), type(pattern).__name__)
+            if name not in source_biases:
+                masked[f"pattern {name!r}"] += 1
         # a bias without tensors (one with them is named below when they start fresh), or a rotary embedding (q and
         # k turned by position): nothing starts fresh, the function changes
         for part, table, held in (("bias", BIASES, layer.bias), ("rotary", ROTARY, layer.rotary)):
@@ -142,6 +150,9 @@ def changes(
         lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
     for what, n in added.items():
         lines.append(f"{what} added in {_layers(n)} (it has no tensors); it changes the function")
+    for what, n in masked.items():
+        lines.append(f"{what} added in {_layers(n)} (it masks scores, no tensors); it changes the function where a "
+                     "query would read keys it leaves out")  # fmt: skip
     for names, n in shared.items():
         lines.append(
             f"{', '.join(names)} start{'s' if len(names) == 1 else ''} fresh in {_layers(n)}; it changes the function"

@@ -63,13 +63,13 @@ def source_kind(options: Mapping[str, object]) -> str:
 
 
 def source_biases(options: Mapping[str, object]) -> set[str]:
-    """The bias and rotary names ("alibi", "t5", "rope", ...) of a converted checkpoint's attention sections
-    (`attention`, `decoder_attention`, `cross_attention`, ...)."""
+    """The bias, rotary and pattern names ("alibi", "t5", "rope", "sliding_window", ...) of a converted checkpoint's
+    attention sections (`attention`, `decoder_attention`, `cross_attention`, ...)."""
     names = set()
     for key, section in options.items():
         if not (key.endswith("attention") and isinstance(section, Mapping)):
             continue
-        for part in ("bias", "rotary"):
+        for part in ("bias", "rotary", "pattern"):
             spec = section.get(part)
             kind = spec.get("kind") if isinstance(spec, Mapping) else spec
             if not no_spec(kind):

@@ -200,6 +200,11 @@ def test_each_kind_starts_equal_to_the_checkpoint_or_the_log_says_it_changes_the
         ({"bias": "t5"}, "bias.table starts fresh in 2 layers; it changes the function"),
         ({"bias": "alibi"}, "bias 'alibi' added in 2 layers (it has no tensors); it changes the function"),
         ({"rotary": "rope"}, "rotary 'rope' added in 2 layers (it has no tensors); it changes the function"),  # unsaid
+        (  # unsaid before: summary.json's init_from.attention was empty
+            {"pattern": {"kind": "sliding_window", "window": 8}},
+            "pattern 'sliding_window' added in 2 layers (it masks scores, no tensors); it changes the function where a "
+            "query would read keys it leaves out",
+        ),
         (
             {"num_kv_heads": 1, "kind": "talking_heads"},
             "k/v heads mean-pooled 4 -> 1 in 2 layers (groups of 4 averaged; it changes the function)",
@@ -246,3 +251,4 @@ def test_the_checkpoints_biases_are_read_from_each_of_its_attention_sections():
     assert source_biases(options) == {"alibi"}
     assert source_biases({"attention": {"bias": {"kind": "t5", "num_buckets": 8}}}) == {"t5"}
     assert source_biases({"attention": {"rotary": "rope"}}) == {"rope"}  # a rope run into a rope model: no change
+    assert source_biases({"attention": {"pattern": {"kind": "bigbird", "window": 4}}}) == {"bigbird"}

@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo ablate: error: {err}", file=sys.stderr)
         return 2
     from .ablation.grid import load_grid
-    from .ablation.runner import AblationInterrupted, ablate, failed_runs, plan, status, variant_records
+    from .ablation.runner import AblationInterrupted, ablate, check_starts, failed_runs, plan, status, variant_records
     from .run import show_log
 
     show_log()
@@ -137,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.seeds:
                 grid.seeds = args.seeds
             runs = plan(args.config, grid, args.overrides, out)
+            check_starts(args.config, [r for r in runs if status(r) != "ok"])
             for run in runs:
                 print(f"{run.variant.id}  [{status(run)}]  {' '.join(run.overrides)}")
             if args.launcher == "slurm":

@@ -289,7 +289,7 @@ def test_the_mlm_recipe_header_runs_verbatim_in_order(tmp_path, monkeypatch):
         assert summary["finished"] and any(k.startswith("test/") for k in summary["test"]), summary
         if "model.init_from" in opts:  # the encoder loaded, the classifier's head new, the MLM head dropped
             start = summary["init_from"]
-            assert start["path"] == opts["model.init_from"] and start["loaded"] > 0, start
+            assert start["path"] == str(tmp_path / opts["model.init_from"]) and start["loaded"] > 0, start
             assert start["new"] == ["head.weight", "head.bias"] and start["dropped"], start
             assert all(k.startswith("mlm_head.") for k in start["dropped"]), start
 
@@ -363,7 +363,8 @@ def test_the_pretrained_start_commands_and_example_run_verbatim_in_order(tmp_pat
         assert summary["finished"], summary
         start = _overrides(command).get("model.init_from")
         if start is not None:
-            assert summary["init_from"]["path"] == start and summary["init_from"]["loaded"] > 0, summary["init_from"]
+            assert summary["init_from"]["path"] == str(tmp_path / start), summary["init_from"]  # recorded absolute
+            assert summary["init_from"]["loaded"] > 0, summary["init_from"]
     found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert found, f"no python code block in README section {PRETRAINED!r}"
     ns: dict = {"__name__": "readme_pretrained"}

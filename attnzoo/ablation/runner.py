@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from omegaconf import OmegaConf
 
-from ..config import Config, ConfigError, load
+from ..config import ConfigError, load
 from ..run.lock import RunLock
 from ..util.files import write_json
 from ..util.imports import imports_allowed
@@ -84,7 +84,7 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
 
     given_in = {o: f"grid {grid.path}, fixed" for o in grid.fixed_overrides()}
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
-    runs, starts = [], {}
+    runs = []
     for variant in grid.variants(default_seed=int(base.tree.get("seed", 0))):
         typed = [*DEFAULTS, *grid.fixed_overrides(), *overrides, *variant.overrides]
         where = {**given_in, **dict.fromkeys(variant.overrides, "the grid's axes")}
@@ -104,27 +104,32 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
                 if grid.recipes and not set(recipes) & set(grid.recipes) else ""
             )  # fmt: skip
             raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}{made_for}") from err
-        starts.setdefault(cfg.section("model").get("init_from"), (variant, cfg))
         sha = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:16]
         typed_sha = hashlib.sha256(typed_cfg.to_yaml().encode()).hexdigest()[:16] if fixed else None
         trainer = cfg.section("trainer")
         devices = (trainer.get("accelerator"), trainer.get("devices"))
         runs.append(Planned(variant, items, sha, out / "runs" / variant.id, devices, typed_sha, paths or None))
-    _check_starts(grid, starts)
     return runs
 
 
-def _check_starts(grid: Grid, starts: dict[Any, tuple[Variant, Config]]) -> None:
-    """Read each checkpoint the runs start from (`model.init_from`) once, as a run would before training: one that
-    cannot start a run (no tokenizer.json, another architecture) stops the plan, not every run after it began."""
+def check_starts(configs: Sequence[str | Path], runs: Sequence[Planned]) -> None:
+    """Read each checkpoint `runs` start from (`model.init_from`, with its timm name and tokenizer) once, as a run
+    would before training: one that cannot start a run (no tokenizer.json, another architecture) stops the ablation
+    (or its dry run) before any run begins, not each run after it began."""
     from ..run.start import read_start
 
-    for given, (variant, cfg) in starts.items():
-        if given:
-            try:
-                read_start(cfg)
-            except ConfigError as err:
-                raise ConfigError(f"grid {grid.path}, variant {variant.id}: {err}") from err
+    seen = set()
+    for run in runs:
+        cfg = load(configs, run.overrides)
+        model = cfg.section("model")
+        start = (model.get("init_from"), model.get("timm_name"), cfg.section("data").get("tokenizer"))
+        if not start[0] or start in seen:
+            continue
+        seen.add(start)
+        try:
+            read_start(cfg)
+        except ConfigError as err:
+            raise ConfigError(f"variant {run.variant.id}: {err}") from err
 
 
 def _same_files(run: Planned) -> bool:
@@ -337,6 +342,10 @@ def _ablate(
         "variants": variant_records(runs),
     }
     states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was
+    todo = [
+        r for r in runs if states[r.variant.id] == "missing" or states[r.variant.id] == "failed" and not skip_failed
+    ]
+    check_starts(configs, todo)
     before = _stored_plan(out)
     keys = lambda axes: sorted(a.get("key") for a in axes.values() if isinstance(a, dict))  # noqa: E731
     if isinstance(before.get("axes"), dict) and keys(before["axes"]) != keys(info["axes"]):  # another study
@@ -344,9 +353,6 @@ def _ablate(
               f"{before.get('grid')}); its report is replaced by this grid's (the runs of both stay in runs/)",
               file=sys.stderr)  # fmt: skip
     write_json(out / "ablation.json", info)
-    todo = [
-        r for r in runs if states[r.variant.id] == "missing" or states[r.variant.id] == "failed" and not skip_failed
-    ]
     done = sum(s == "ok" for s in states.values())
     print(f"attnzoo ablate: {len(runs)} runs, {done} finished, {len(todo)} to run -> {out}", file=sys.stderr)
     ended, warned = 0, False

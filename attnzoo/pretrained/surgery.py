@@ -103,9 +103,11 @@ def changes(
     masked: Counter[str] = Counter()
     fresh = set(new)
     for prefix, layer in attention_layers(net):
-        # a decoder's own causal mask is no change (nor its part of a pattern intersected with it)
-        parts = getattr(layer.pattern, "parts", None) or ([layer.pattern] if layer.pattern is not None else [])
-        for pattern in (p for p in parts if not isinstance(p, Causal)):
+        # a decoder's own causal mask is no change (nor its part of a pattern intersected with it); a named pattern
+        # made of parts (BigBird) is named whole
+        named = layer.pattern is None or type(layer.pattern) in PATTERNS.values()
+        parts = [layer.pattern] if named else getattr(layer.pattern, "parts", [layer.pattern])
+        for pattern in (p for p in parts if p is not None and not isinstance(p, Causal)):
             name = next((n for n, cls in PATTERNS.items() if type(pattern) is cls), type(pattern).__name__)
             if name not in source_biases:
                 masked[f"pattern {name!r}"] += 1

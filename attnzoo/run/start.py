@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -87,8 +88,8 @@ def read_start(cfg: Config) -> Start | None:
     given = cfg.section("model").get("init_from")
     if not given:
         return None
-    if Path(given).exists():  # recorded as a path from anywhere (init_from.json, the summary, the converted source)
-        given = str(Path(given).resolve())
+    if Path(given).exists():  # recorded as a path from anywhere (init_from.json, the summary, the converted source);
+        given = os.path.abspath(given)  # a link stays the link (a hub cache's snapshot file names its blob)
     where = cfg.where("model.init_from")
     timm_name = cfg.section("model").get("timm_name")
     named = _named_tokenizer(cfg)  # a tokenizer file for weights whose directory has none
@@ -311,11 +312,12 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
         return {}
     # a run's config.yaml for another checkpoint names that checkpoint's tokenizer: it gives way, as its model keys do
     other_run = is_run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer")
-    if spec in ("auto", None, *KINDS) or (other_run and str(spec) != str(converted.tokenizer)):
+    theirs = same_path("data.tokenizer", str(spec), str(converted.tokenizer))
+    if spec in ("auto", None, *KINDS) or (other_run and not theirs):
         log.info("data.tokenizer: %r -> %s (the tokenizer model.init_from's weights were trained with)", spec,
                  converted.tokenizer)  # fmt: skip
         return {"data.tokenizer": str(converted.tokenizer)}
-    if str(spec) != str(converted.tokenizer):
+    if not theirs:
         log.warning(
             "data.tokenizer: %r (set in %s), not %s that model.init_from's weights were trained with: token ids may "
             "not match the embedding",
@@ -509,10 +511,10 @@ def _start_tokenizer(start: Start, cfg: Config) -> str | None:
     already (a run's config.yaml, or `data.tokenizer` set to it)."""
     chosen = start.preset.get("data.tokenizer")
     if chosen is not None:
-        return str(Path(chosen).resolve())
+        return os.path.abspath(chosen)
     mine, theirs = cfg.section("data").get("tokenizer"), start.converted.tokenizer
     if theirs is not None and isinstance(mine, str) and Path(mine).resolve() == Path(theirs).resolve():
-        return str(Path(theirs).resolve())
+        return os.path.abspath(theirs)
     return None
 
 

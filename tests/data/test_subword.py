@@ -9,7 +9,7 @@ import pytest
 from attnzoo.data.embedded.cldr_pairs import generate_pairs
 from attnzoo.data.modules.text import TextDataModule
 from attnzoo.data.tokenizers.factory import make_tokenizer
-from attnzoo.data.tokenizers.subword import KINDS, SPECIALS, SubwordTokenizer, run_tokenizer
+from attnzoo.data.tokenizers.subword import KINDS, SPECIALS, SubwordTokenizer, run_tokenizer, tokenizer_digest
 from attnzoo.data.tokenizers.tokenize import ByteTokenizer, FileTokenizer
 
 
@@ -175,3 +175,20 @@ def test_split_digits_on_a_tokenizer_file_is_noted_unless_it_is_a_runs_own(corpu
         assert "no effect" not in caplog.text
         make_tokenizer(str(other), split_digits=True)
     assert f"data.split_digits: no effect on data.tokenizer '{other}'" in caplog.text
+
+
+def test_a_padding_token_named_only_by_the_files_settings_survives_the_runs_copy(tmp_path):
+    # the pad id came from the file's padding settings, which the run's copy (save) left out: reloaded, the copy
+    # padded with the end-of-text token, and a language model run was refused ("model.pad_id ... records 0")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    raw = Tokenizer(models.WordLevel({"<blank>": 0, "<oov>": 1, "</s>": 2, "a": 3}, unk_token="<oov>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.add_special_tokens(["<blank>", "</s>"])
+    raw.enable_padding(pad_id=0, pad_token="<blank>")
+    raw.save(str(tmp_path / "mine.json"))
+    tok = SubwordTokenizer.load(tmp_path / "mine.json")
+    assert (tok.pad_id, tok.eos_id) == (0, 2)
+    copy = SubwordTokenizer.load(tok.save(tmp_path / "copy.json"))
+    assert copy.pad_id == 0 and tokenizer_digest(copy) == tokenizer_digest(tok)
+    assert tok.tok.padding is None  # the DataModules pad, not the tokenizer

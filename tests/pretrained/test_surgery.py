@@ -200,6 +200,10 @@ def test_each_kind_starts_equal_to_the_checkpoint_or_the_log_says_it_changes_the
         ({"bias": "t5"}, "bias.table starts fresh in 2 layers; it changes the function"),
         ({"bias": "alibi"}, "bias 'alibi' added in 2 layers (it has no tensors); it changes the function"),
         ({"rotary": "rope"}, "rotary 'rope' added in 2 layers (it has no tensors); it changes the function"),  # unsaid
+        (  # a pattern made of parts is named whole
+            {"pattern": {"kind": "bigbird", "window": 4, "global_tokens": [0], "num_random": 1, "block": 4}},
+            "pattern 'bigbird' added in 2 layers (it masks scores, no tensors)",
+        ),
         (  # unsaid before: summary.json's init_from.attention was empty
             {"pattern": {"kind": "sliding_window", "window": 8}},
             "pattern 'sliding_window' added in 2 layers (it masks scores, no tensors); it changes the function where a "
@@ -215,6 +219,7 @@ def test_the_log_says_what_an_attention_override_carried_over_and_what_starts_fr
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         pretrained.load(folders["bert"][0], num_classes=3, attention=attention)
     assert f"attention: {line}" in caplog.text
+    assert "pattern 'global'" not in caplog.text  # no line for a part of BigBird's pattern
 
 
 def test_a_run_of_another_kind_is_named_as_the_source(folders):

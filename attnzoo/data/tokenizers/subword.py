@@ -61,7 +61,7 @@ class SubwordTokenizer:
 
     def __init__(self, *, tokenizer: Any, name: str, kind: str) -> None:
         self.tok = tokenizer
-        padding = self.tok.padding  # the file's padding settings, if any (read before turning padding off)
+        padding = self.padding = self.tok.padding  # the file's padding settings, if any (`save` writes them back)
         self.tok.no_padding()
         self.tok.no_truncation()  # the DataModules cut or drop long texts, and log how many
         self.name, self.kind = name, kind
@@ -175,10 +175,16 @@ class SubwordTokenizer:
         return cls(tokenizer=tok, name=str(path), kind=kind if kind in KINDS else "file")
 
     def save(self, path: str | Path) -> Path:
-        """Write the tokenizer as `tokenizers` JSON."""
+        """Write the tokenizer as `tokenizers` JSON, with the padding settings of the file it was read from (which may
+        be all that names its padding token)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.tok.save(str(path), pretty=True)
+        if self.padding:
+            self.tok.enable_padding(**self.padding)
+        try:
+            self.tok.save(str(path), pretty=True)
+        finally:
+            self.tok.no_padding()
         return path
 
     # ------------------------------------------------------------------------------------------------ use

@@ -120,6 +120,36 @@ def test_a_language_model_run_scores_a_test_file_of_its_own_without_its_train_fi
     assert "is read as train and val too (test_only)" in caplog.text  # nothing held out: said
 
 
+def test_an_image_run_whose_folder_moved_is_told_what_draws_without_it(tmp_path):
+    # the hint for data that is not here read data.train/val/test only: an image folder (data.root) got none
+    import shutil
+
+    from PIL import Image
+
+    from attnzoo.evaluate import evaluate
+    from attnzoo.run.rundir import _not_alone
+
+    for split in ("train", "val"):
+        for name in ("a", "b"):
+            (tmp_path / "imgs" / split / name).mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (16, 16), (40 * i, 200 if name == "a" else 0, 0)).save(
+                    tmp_path / "imgs" / split / name / f"{i}.png"
+                )
+    folder = ["data.dataset=folder", f"data.root={tmp_path / 'imgs'}", "data.img_size=28"]
+    run = fit(load([VIT], [*TINY_RUN, *folder, "trainer.max_epochs=1", "run.baseline=false",
+                           f"run.dir={tmp_path / 'r'}"]))  # fmt: skip
+    shutil.move(tmp_path / "imgs", tmp_path / "moved")
+    with pytest.raises(ConfigError) as err:
+        evaluate(run, "best", "test", [], [])
+    assert f"The run's data '{tmp_path / 'imgs'}' is not here" in str(err.value), err.value
+    assert "`viz <run> --input <image>` draws one input without them" in str(err.value)
+    # classes given in the config are the run's own, and a fixed tokenizer gives the same ids anywhere
+    text_cfg = load([ROOT / "recipes" / "text_cls.yaml"], ["data.train=t.csv", "data.labels=[a, b]",
+                                                           "data.tokenizer=bytes"])  # fmt: skip
+    assert _not_alone(text_cfg, {}) is None
+
+
 def test_a_split_without_examples_is_an_error_naming_the_data_not_an_empty_report(tmp_path, capsys):
     # an audio folder whose few files all hashed into train: "set run.test=false" (which evaluate cannot), and
     # --split val exited 0 with a report of no metrics ("the val split, of 0 examples")

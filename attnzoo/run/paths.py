@@ -68,7 +68,7 @@ def record_data_files(data: Mapping[str, Any], run_dir: Path) -> None:
 
 
 def gone(value: Any) -> bool:
-    """Whether a data option names files none of which is here any more."""
+    """Whether a data option names files (or folders) none of which is here any more."""
     files = _files(value)
     return bool(files) and not any(Path(f).exists() for f in files)
 

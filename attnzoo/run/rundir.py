@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 
 from ..config import AUTO, Config, ConfigError, load, read_yaml
 from ..util.files import write_json
-from .paths import DATA_FILES_RECORD, gone, moved_data, same_path
+from .paths import DATA_FILES_RECORD, moved_data, same_path
+from .paths import gone as gone_files
 
 log = logging.getLogger("attnzoo")
 RUN_DIR_ENV = "ATTNZOO_RUN_DIR"  # how DDP worker processes (re-running the command) find rank 0's run dir
@@ -190,7 +191,7 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
     refused = [k for k in refused if k not in moved]
     if refused:
         shown = "; ".join(f"{k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in refused)
-        away = [k for k in refused if k in DATA_FILES and gone(changes[k][0])]
+        away = [k for k in refused if k in DATA_FILES and gone_files(changes[k][0])]
         back = " ".join(f"{k}={json.dumps(changes[k][0])}" for k in refused if changes[k][0] != unset and k not in away)
         moved_note = (
             f" The run's {', '.join(away)} is not where it was any more: put it back there, or give it where it is now "
@@ -311,7 +312,10 @@ def load_run(
 
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
-    cfg = load([run_dir / "config.yaml", *configs], overrides)
+    try:
+        cfg = load([run_dir / "config.yaml", *configs], overrides)
+    except ConfigError as err:  # an image folder that is not here is refused as the config is read
+        raise ConfigError(f"{err}{_gone_data_hint(_saved_data(run_dir))}") from None
     preset = {**added_options(cfg), **_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir),
               **saved_tokenizer(cfg, run_dir)}  # fmt: skip
     if with_data:
@@ -325,7 +329,9 @@ def load_run(
         try:
             data, task, cfg = build(cfg, preset=preset, init=False)  # the run's own weights, not model.init_from's
         except ConfigError as err:
-            raise ConfigError(f"{err}{_gone_data_hint(cfg, preset)}") from None
+            data = cfg.section("data")
+            blocked = _not_alone(cfg, preset) if data.get("kind") in SCORED_ALONE else None
+            raise ConfigError(f"{err}{_gone_data_hint(data, blocked)}") from None
         tokenizer = data.tokenizer
     else:
         from .inference import build_without_data
@@ -345,17 +351,24 @@ def load_run(
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 
-def _gone_data_hint(cfg: Config, preset: dict[str, str]) -> str:
-    """What to do when the run's data files are not here (a run directory from elsewhere, or data moved since): score
-    a file of one's own with the run alone (`_scored_alone`), or say why it cannot be; draw one input without data
-    (viz); "" when they are all here."""
-    data = cfg.section("data")
-    gone = [str(v) for k in ("train", "val", "test") if isinstance(v := data.get(k), str) and not Path(v).exists()]
+def _saved_data(run_dir: Path) -> dict[str, Any]:
+    """The data section of a run's config.yaml as written ({} where it cannot be read)."""
+    try:
+        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True).get("data")
+    except (ConfigError, OSError, ValueError, AttributeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _gone_data_hint(data: dict[str, Any], blocked: str | None = None) -> str:
+    """What to do when the run's data files (the data section `data`'s) are not here (a run directory from elsewhere,
+    or data moved since): score a file of one's own with the run alone (`_scored_alone`), or say why it cannot be
+    (`blocked`, `_not_alone`'s); draw one input without data (viz); "" when they are all here."""
+    gone = [str(data[k[5:]]) for k in DATA_FILES if gone_files(data.get(k[5:]))]  # files, lists of them, folders
     if not gone:
         return ""
     ways = ["or put the data back where config.yaml names it"]
     if data.get("kind") in SCORED_ALONE:
-        blocked = _not_alone(cfg, preset)
         ways.insert(0, f"other data cannot be scored with this run alone: {blocked}" if blocked
                     else "`evaluate <run> data.test=<file>` scores a file of yours with the run alone")  # fmt: skip
     if data.get("kind") in VIZ_ALONE:
@@ -410,17 +423,22 @@ def _not_alone(cfg: Config, preset: dict[str, str]) -> str | None:
     labels.json."""
     from ..data import DATAMODULES
     from ..data.tokenizers.subword import KINDS
+    from ..data.tokenizers.tokenize import TOKENIZERS
 
     data: dict[str, Any] = cfg.section("data")
     takes = inspect.signature(DATAMODULES[data["kind"]]).parameters
-    tokenizer = data.get("tokenizer")
-    named = isinstance(tokenizer, str) and tokenizer not in (*KINDS, "auto") and Path(tokenizer).is_file()
-    if "data.tokenizer" not in preset and tokenizer != "bytes" and not named:
+    default = takes["tokenizer"].default if "tokenizer" in takes else None
+    tokenizer = data.get("tokenizer", default)
+    fixed = tokenizer in TOKENIZERS or (isinstance(tokenizer, str) and tokenizer not in (*KINDS, "auto")
+                                        and Path(tokenizer).is_file())  # fmt: skip
+    if "tokenizer" in takes and "data.tokenizer" not in preset and not fixed:
         return (
             f"it keeps no tokenizer.json (its data.tokenizer {tokenizer!r} is learned from, or named beside, the train "
             "file): give data.tokenizer=<the tokenizer file it was trained with>"
         )
-    if any(key[5:] in takes and key not in preset for key in ("data.labels", "data.classes")):
+    if any(
+        key[5:] in takes and key not in preset and data.get(key[5:]) is None for key in ("data.labels", "data.classes")
+    ):
         return "it keeps no labels.json (its classes in the order its head learned them)"
     return None
 

@@ -45,10 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(cfg.to_yaml(), end="")
             return 0
         from .run.baseline import fit_baseline
-        from .run.build import build_data
+        from .run.build import build_data, embedded_only_keys
+        from .run.rundir import added_options
 
-        try:
-            data = build_data(cfg)
+        try:  # a run made before an option was added is read with the value it ran with
+            preset = {**embedded_only_keys(cfg), **(added_options(cfg) if args.run_dir is not None else {})}
+            data = build_data(cfg, preset)
             result = fit_baseline(data, num_threads=cfg.section("trainer").get("num_threads"))
         except ValueError as err:
             raise ConfigError(str(err)) from err

@@ -532,7 +532,7 @@ def test_a_checkpoint_of_another_run_is_named_as_such_not_as_a_replaced_tokenize
     assert f"the checkpoint is not one of {translation_run}'s own" in err and "was replaced" not in err
 
 
-def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it_ran(tmp_path):
+def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it_ran(tmp_path, monkeypatch):
     # a run's config.yaml without data.bleu_tokenize (made before it) was refused by --resume ("data.bleu_tokenize:
     # '<not set>' -> 'zh'"), and evaluate scored it with another BLEU than its summary's (13a words)
     from attnzoo.run import fit
@@ -551,5 +551,17 @@ def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it
     (run / "config.yaml").write_text("".join(line for line in text.splitlines(True) if "bleu_tokenize" not in line))
     loaded = load_run(run)
     assert loaded.cfg.section("data")["bleu_tokenize"] == "13a" and loaded.task.bleu_tokenize == "13a"
+    # `baseline --run-dir` scores its translation memory with the BLEU the run's model was scored with
+    import attnzoo.run.baseline
+    from attnzoo.baseline import main as baseline_main
+
+    seen = []
+
+    def fit_baseline(data, **_):  # stands in for the fit: what it would score with
+        seen.append(data.bleu_tokenize)
+        raise ValueError("stood in")
+
+    monkeypatch.setattr(attnzoo.run.baseline, "fit_baseline", fit_baseline)
+    assert baseline_main(["--run-dir", str(run)]) == 2 and seen == ["13a"]
     fit(load([run / "config.yaml"], ["trainer.max_epochs=2"]), resume=run)
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2

@@ -48,7 +48,7 @@ def build(
     before the data is read (a loaded run's saved label vocabulary or tokenizer) and is recorded in the resolved
     config, but for the keys in `unrecorded`, which keep their configured value there (a resumed run reads the
     run's own copy of its tokenizer file, and its config.yaml keeps naming the file it was given). Keys that size
-    only the embedded data are left out when the data section reads files (`_embedded_only`).
+    only the embedded data are left out when the data section reads files (`embedded_only_keys`).
 
     With `model.init_from` (and `init`) the network starts from that checkpoint's weights (`attnzoo.run.start`):
     it is read before the data, what it needs (its tokenizer, a converted model's architecture) goes into the
@@ -71,7 +71,7 @@ def build(
     start = read_start(cfg) if init else None
     started = _absolute_start(cfg, start.preset) if start else {}
     start_data = {k: v for k, v in started.items() if k.startswith("data.")}
-    preset = {**_embedded_only(cfg), **(start.preset if start else {}), **start_data, **(preset or {})}
+    preset = {**embedded_only_keys(cfg), **(start.preset if start else {}), **start_data, **(preset or {})}
     chosen = {
         **absolute_paths(cfg.section("data")),
         **{k: v for k, v in preset.items() if k not in unrecorded},
@@ -116,7 +116,7 @@ def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
     from ..data import DATAMODULES
 
     if preset is None:
-        preset = _embedded_only(cfg)
+        preset = embedded_only_keys(cfg)
     opts = cfg.section("data")
     for key, value in (preset or {}).items():
         key = key.split(".", 1)[1]
@@ -172,7 +172,7 @@ def _set(tree: dict[str, Any], key: str, value: Any) -> None:
         tree[last] = value
 
 
-def _embedded_only(cfg: Config) -> dict[str, Any]:
+def embedded_only_keys(cfg: Config) -> dict[str, Any]:
     """{key: LEFT_OUT} for the `data:` keys that configure only the embedded data when the data section reads files
     instead (`attnzoo.data.modules.defaults.EMBEDDED_ONLY`): logged when a config file set them (a recipe sizes its
     embedded data), an error when the command line did. The run's config.yaml is written without them."""

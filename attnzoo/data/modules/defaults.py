@@ -36,7 +36,7 @@ SCRATCH_WHY = "the rate the recipe was measured with for its small model (from r
 TINY_IMAGE = 32  # sides up to this get gentle augmentation (digits, icons)
 # data.* keys that only size or shape a DataModule's embedded default data, by data.kind: (the key that selects
 # files, its value for the embedded data, the embedded-only keys). With files they mean nothing: set in a recipe,
-# they are left out (logged); set on the command line, they are an error (`attnzoo.run.build._embedded_only`).
+# they are left out (logged); set on the command line, they are an error (`attnzoo.run.build.embedded_only_keys`).
 EMBEDDED_ONLY = {
     "translation": ("train", None, ("num_train", "num_val", "num_test")),
     "text": ("train", None, ("listops",)),

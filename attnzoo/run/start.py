@@ -101,7 +101,8 @@ def read_start(cfg: Config) -> Start | None:
                 f"model.timm_name: {err} (model.timm_name set in {cfg.where('model.timm_name')}, model.init_from in "
                 f"{where})"
             ) from None
-        if named is not None and named in str(err):  # the tokenizer file given for the weights, not the weights
+        # the tokenizer file given for weights whose folder has none (the one read), not the weights
+        if named is not None and named in str(err) and not (Path(given) / "tokenizer.json").is_file():
             raise ConfigError(
                 f"data.tokenizer: {err} (set in {cfg.where('data.tokenizer')}, for the weights of model.init_from): a "
                 "Hugging Face folder's tokenizer.json is what `AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`"

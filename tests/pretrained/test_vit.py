@@ -147,6 +147,8 @@ def test_a_timm_file_named_with_its_tag_normalizes_as_timm_says_it_was_trained(t
     small = tmp_path / "small.safetensors"
     save_file(_timm("vit_small_patch16_224").state_dict(), small)
     assert vit_family.convert(small, timm_name="vit_small_patch16_224.dino").data == imagenet
+    with pytest.raises(ValueError, match=r"timm_name 'vit_small_patch16_224.dinoo': Invalid pretrained tag .*'dino'"):
+        vit_family.convert(small, timm_name="vit_small_patch16_224.dinoo")  # a typo was 0.5 without a word
 
 
 def test_timm_name_gives_the_head_count_of_a_width_outside_the_classic_sizes(tmp_path):

@@ -9,7 +9,7 @@ weights need from the rest of the config comes back as values `build` applies: t
 config.yaml that names the same checkpoint (a resumed run, or a new one started with `--config <run>/config.yaml`:
 it holds what that run resolved, its own overrides of the checkpoint included). For an attnzoo run that
 is its config.yaml's model section less its training choices (dropout rates, `TRAINING_CHOICES`, the attention
-backends), less the sizes the new data gives (`DATA_SIZED`: the image size, the audio features; a learned position
+backends), less the sizes the new data gives (`DATA_SIZED`: the image size, the text length; a learned position
 table cuts `data.max_len` to its length), and less the keys the new model kind does not take (an MLM run's
 `tie_embeddings` for a classifier); a command-line value that does not fit the weights stops with the first tensor
 that differs.
@@ -392,7 +392,7 @@ def _options(
         mine = model.get("decoder_attention")
         decoder = decoder_layout(options, {"decoder_attention": dict(mine) if isinstance(mine, Mapping) else None})
         if decoder is not None and decoder != dict(mine):  # a decoder override: the checkpoint's biases keep a place
-            log.info("model.decoder_attention: %s (the projections of model.init_from's decoder)", decoder)
+            log.info("model.decoder_attention: %s (the projections and dropout of model.init_from's decoder)", decoder)
             chosen["model.decoder_attention"] = decoder
     return chosen
 

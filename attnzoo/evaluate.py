@@ -75,13 +75,19 @@ def _count(loader: Any) -> int | None:
 FIRST_HELD_OUT = {"lm": "test", "translation": "test", "mlm": "val"}
 
 
-def _check_held_out_split(run_dir: Path, split: str, overrides: Sequence[str]) -> None:
+def _check_held_out_split(run_dir: Path, split: str, configs: Sequence[str], overrides: Sequence[str]) -> None:
     """ConfigError for scoring a split the run held out of its train file with the other split's file given in its
     place (`--split val data.test=...` for LM and translation runs, `--split test data.val=...` for MLM runs): the
     data would then hold the scored split out where the run held out the other one, and report that as this one."""
-    from .config import load
+    from omegaconf import OmegaConf
+
+    from .config import load, read_yaml
 
     given = {o.partition("=")[0].strip() for o in overrides}
+    for overlay in configs:  # an overlay's data keys are given too (load_run says what is wrong with one)
+        tree = read_yaml(overlay) if Path(overlay).is_file() else None
+        data = tree.get("data") if OmegaConf.is_dict(tree) else None
+        given |= {f"data.{key}" for key in (data.keys() if OmegaConf.is_dict(data) else ())}
     if not (run_dir / "config.yaml").is_file() or f"data.{split}" in given:
         return  # not a run (load_run says so), or the split scored is a file of the user's
     own = load([run_dir / "config.yaml"]).section("data")
@@ -105,7 +111,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     from .run.splits import split_size, test_split
     from .util.files import write_json
 
-    _check_held_out_split(run_dir, split, overrides)
+    _check_held_out_split(run_dir, split, configs, overrides)
     run = load_run(run_dir, checkpoint, configs, overrides)
     asked = split
     keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")

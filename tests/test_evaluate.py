@@ -264,6 +264,9 @@ def test_a_held_out_split_is_not_scored_with_the_other_splits_file(recipe, split
     (run / "config.yaml").write_text(text)
     with pytest.raises(ConfigError, match=rf"--split {split} with data.{other}: .* held its val and test splits out"):
         evaluate(run, "best", split, [], [f"data.{other}={tmp_path / 'other.txt'}"])
+    (tmp_path / "overlay.yaml").write_text(f"data:\n  {other}: {tmp_path / 'other.txt'}\n")  # the same in a file
+    with pytest.raises(ConfigError, match=rf"--split {split} with data.{other}: .* held its val and test splits out"):
+        evaluate(run, "best", split, [str(tmp_path / "overlay.yaml")], [])
     for given in ([f"data.{split}={tmp_path / 'other.txt'}"],  # a file of one's own for the split scored
                   [f"data.{split}={tmp_path / 'a.txt'}", f"data.{other}={tmp_path / 'b.txt'}"]):  # fmt: skip
         with pytest.raises(ConfigError, match="no checkpoint"):  # the check passed

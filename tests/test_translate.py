@@ -548,6 +548,8 @@ def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it
     run = fit(load([ROOT / "recipes" / "translation.yaml"], [*small, *files, "trainer.max_epochs=1"]))
     text = (run / "config.yaml").read_text()
     assert "  bleu_tokenize: zh\n" in text  # chosen from the targets by a run made now
+    # another BLEU asked of the run made now: its task.bleu_tokenize ("zh") was refused as contradicting the data
+    assert load_run(run, overrides=["data.bleu_tokenize=char"]).task.bleu_tokenize == "char"
     (run / "config.yaml").write_text("".join(line for line in text.splitlines(True) if "bleu_tokenize" not in line))
     loaded = load_run(run)
     assert loaded.cfg.section("data")["bleu_tokenize"] == "13a" and loaded.task.bleu_tokenize == "13a"

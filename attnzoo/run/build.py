@@ -39,6 +39,9 @@ LEFT_OUT = object()  # a preset value: the key is left out of the data options a
 # model inputs the data gives as a default that a config's value keeps (`_filled`): the AST's position table is
 # learned for `target_frames` and interpolated to clips of other lengths (a run trained on 1 s scores 2 s clips)
 CONFIG_KEEPS = ("target_frames",)
+# model inputs that only say how the data is scored (translation BLEU's tokenization): the data's value is taken over a
+# config's (`evaluate <run> data.bleu_tokenize=13a` scores a run with another BLEU, its weights untouched)
+DATA_WINS = ("bleu_tokenize",)
 
 
 def build(
@@ -297,7 +300,7 @@ def _filled(
     for key, value in inputs.items():
         if key not in accepted or value is None:
             continue
-        if key in opts and opts[key] != value:
+        if key in opts and opts[key] != value and key not in DATA_WINS:
             spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
             if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
                 continue

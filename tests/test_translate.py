@@ -532,7 +532,7 @@ def test_a_checkpoint_of_another_run_is_named_as_such_not_as_a_replaced_tokenize
     assert f"the checkpoint is not one of {translation_run}'s own" in err and "was replaced" not in err
 
 
-def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it_ran(tmp_path, monkeypatch):
+def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it_ran(tmp_path, monkeypatch, caplog):
     # a run's config.yaml without data.bleu_tokenize (made before it) was refused by --resume ("data.bleu_tokenize:
     # '<not set>' -> 'zh'"), and evaluate scored it with another BLEU than its summary's (13a words)
     from attnzoo.run import fit
@@ -550,6 +550,11 @@ def test_a_translation_run_made_before_bleu_tokenize_is_scored_and_resumed_as_it
     assert "  bleu_tokenize: zh\n" in text  # chosen from the targets by a run made now
     # another BLEU asked of the run made now: its task.bleu_tokenize ("zh") was refused as contradicting the data
     assert load_run(run, overrides=["data.bleu_tokenize=char"]).task.bleu_tokenize == "char"
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):  # the task's key is the data's: said where it is typed
+        assert load_run(run, overrides=["task.bleu_tokenize=char"]).task.bleu_tokenize == "zh"
+    assert (
+        "task.bleu_tokenize: 'char' (set in the command line" in caplog.text and "set data.bleu_tokenize" in caplog.text
+    )
     (run / "config.yaml").write_text("".join(line for line in text.splitlines(True) if "bleu_tokenize" not in line))
     loaded = load_run(run)
     assert loaded.cfg.section("data")["bleu_tokenize"] == "13a" and loaded.task.bleu_tokenize == "13a"

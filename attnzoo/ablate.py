@@ -137,9 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.seeds:
                 grid.seeds = args.seeds
             runs = plan(args.config, grid, args.overrides, out)
-            check_starts(args.config, [r for r in runs if status(r) != "ok"])
+            states = {run.variant.id: status(run) for run in runs}
+            check_starts(args.config, [run for run in runs if states[run.variant.id] != "ok"])
             for run in runs:
-                print(f"{run.variant.id}  [{status(run)}]  {' '.join(run.overrides)}")
+                print(f"{run.variant.id}  [{states[run.variant.id]}]  {' '.join(run.overrides)}")
             if args.launcher == "slurm":
                 paths = launcher.write_scripts(args.config, out, runs)
                 print(f"attnzoo ablate: {len(paths)} job scripts in {out / 'slurm'}, none submitted", file=sys.stderr)

@@ -43,6 +43,8 @@ class Planned:
     # a finished run of an earlier ablation is reused when its config.yaml names those same files
     typed_sha: str | None = None
     paths: dict[str, Any] | None = None
+    # what the run starts from: (model.init_from, model.timm_name, data.tokenizer), or None from scratch
+    start: tuple[Any, Any, Any] | None = None
 
 
 def check_gpus(runs: Sequence[Planned], gpus: int, flag: str) -> None:
@@ -108,7 +110,10 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
         typed_sha = hashlib.sha256(typed_cfg.to_yaml().encode()).hexdigest()[:16] if fixed else None
         trainer = cfg.section("trainer")
         devices = (trainer.get("accelerator"), trainer.get("devices"))
-        runs.append(Planned(variant, items, sha, out / "runs" / variant.id, devices, typed_sha, paths or None))
+        model = cfg.section("model")
+        start = (model.get("init_from"), model.get("timm_name"), cfg.section("data").get("tokenizer"))
+        runs.append(Planned(variant, items, sha, out / "runs" / variant.id, devices, typed_sha, paths or None,
+                            start if start[0] else None))  # fmt: skip
     return runs
 
 
@@ -120,14 +125,11 @@ def check_starts(configs: Sequence[str | Path], runs: Sequence[Planned]) -> None
 
     seen = set()
     for run in runs:
-        cfg = load(configs, run.overrides)
-        model = cfg.section("model")
-        start = (model.get("init_from"), model.get("timm_name"), cfg.section("data").get("tokenizer"))
-        if not start[0] or start in seen:
+        if run.start is None or run.start in seen:
             continue
-        seen.add(start)
+        seen.add(run.start)
         try:
-            read_start(cfg)
+            read_start(load(configs, run.overrides))
         except ConfigError as err:
             raise ConfigError(f"variant {run.variant.id}: {err}") from err
 

@@ -86,12 +86,13 @@ def convert(path: str | Path) -> Converted:
     net = {k[len(NET_PREFIX) :]: v for k, v in state.items() if k.startswith(NET_PREFIX)}
     if not net:
         raise ValueError(f"{str(ckpt)!r} holds no network tensors (no {NET_PREFIX}* keys): not an attnzoo checkpoint")
-    model = dict(run_config(path).get("model") or {})
+    saved = run_config(path)
+    model = dict(saved.get("model") or {})
     kind = str(model.pop("kind", ""))
     model.pop("init_from", None)
     model.pop("timm_name", None)
     run = run_of(path)
     tokenizer = run / "tokenizer.json" if run is not None and (run / "tokenizer.json").is_file() else None
-    data = run_config(path).get("data") or {}
+    data = saved.get("data") or {}
     pixels = {k: list(data[k]) for k in ("mean", "std") if isinstance(data.get(k), list)}  # a ViT's normalization
     return Converted(kind, model, net, tokenizer, f"attnzoo run {ckpt}", pixels)

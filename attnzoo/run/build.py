@@ -300,10 +300,12 @@ def _filled(
     for key, value in inputs.items():
         if key not in accepted or value is None:
             continue
-        if key in opts and opts[key] != value and key in DATA_WINS and cfg.typed(f"{section}.{key}"):
-            log.warning("%s.%s: %r (set in %s) gives way to the data's %r: set data.%s instead", section, key,
-                        opts[key], cfg.where(f"{section}.{key}"), value, key)  # fmt: skip
-        if key in opts and opts[key] != value and key not in DATA_WINS:
+        differs = key in opts and opts[key] != value
+        if differs and key in DATA_WINS:
+            if cfg.typed(f"{section}.{key}"):
+                log.warning("%s.%s: %r (set in %s) gives way to the data's %r: set data.%s instead", section, key,
+                            opts[key], cfg.where(f"{section}.{key}"), value, key)  # fmt: skip
+        elif differs:
             spare = key == "vocab_size" and opts.get("init_from") and isinstance(opts[key], int) and opts[key] > value
             if spare:  # embedding rows the tokenizer never gives: a pretrained table padded past it (run.start)
                 continue

@@ -514,7 +514,7 @@ def _start_tokenizer(start: Start, cfg: Config) -> str | None:
     if chosen is not None:
         return os.path.abspath(chosen)
     mine, theirs = cfg.section("data").get("tokenizer"), start.converted.tokenizer
-    if theirs is not None and isinstance(mine, str) and Path(mine).resolve() == Path(theirs).resolve():
+    if theirs is not None and isinstance(mine, str) and same_path("data.tokenizer", mine, str(theirs)):
         return os.path.abspath(theirs)
     return None
 

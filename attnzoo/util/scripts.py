@@ -31,7 +31,11 @@ def _scripts(texts: Sequence[str]) -> tuple[int, list[str]]:
 def unspaced(texts: Sequence[str]) -> bool:
     """Whether `texts` are mostly written in scripts without spaces between words (Chinese, Japanese, Thai, ...):
     more than `UNSPACED_SHARE` of the letters (and combining marks) of up to 1,000 texts are of `UNSPACED_SCRIPTS`."""
-    letters, scripts = _scripts(texts)
+    return _unspaced(*_scripts(texts))
+
+
+def _unspaced(letters: int, scripts: Sequence[str]) -> bool:
+    """Whether more than `UNSPACED_SHARE` of `letters` are of the unspaced `scripts` (`_scripts`)."""
     return letters > 0 and len(scripts) / letters > UNSPACED_SHARE
 
 
@@ -40,9 +44,9 @@ def bleu_tokenize(texts: Sequence[str]) -> tuple[str, str]:
     and punctuation) for spaced scripts; "zh" (each Chinese character a word, as sacreBLEU scores Chinese) for
     Chinese; "char" (every character a word) for the other unspaced scripts (Japanese, Thai, ...), whose words 13a
     cannot find: a whole sentence would be one word, and BLEU 0 even for a translation equal to its reference."""
-    if not unspaced(texts):
+    letters, scripts = _scripts(texts)
+    if not _unspaced(letters, scripts):
         return "13a", "the targets are written with spaces between words: sacreBLEU's default tokenization"
-    scripts = _scripts(texts)[1]
     share = sum(s == "CJK" for s in scripts) / len(scripts)
     if share > CHINESE_SHARE:
         return "zh", f"the targets are Chinese ({share:.0%} of their unspaced letters are Chinese characters)"

@@ -390,7 +390,6 @@ class LMDataModule(DataModule):
 
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`lm.json`)."""
-        self._require_setup()
         return self.save_record(
             run_dir,
             ARTIFACT,

@@ -255,7 +255,6 @@ class MLMDataModule(DataModule):
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, which a classifier starting from this run reads) and what the data
         was (`mlm.json`)."""
-        self._require_setup()
         return self.save_record(
             run_dir,
             ARTIFACT,

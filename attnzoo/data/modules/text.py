@@ -20,7 +20,7 @@ from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
-from ..tokenizers.subword import log_unknown
+from ..tokenizers.subword import log_unknown, save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -281,11 +281,10 @@ class TextDataModule(DataModule):
 
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the label vocabulary and tokenizer description (`labels.json`) into `run_dir`, and a tokenizer
-        learned from the train split (`tokenizer.json`, which `data.tokenizer=<run>/tokenizer.json` reloads)."""
+        learned from the train split, or a copy of the file given (`tokenizer.json`, which
+        `data.tokenizer=<run>/tokenizer.json` reloads; `save_run_tokenizer`)."""
         self._require_setup()
         label_column = self.label_column if self.files["train"] else None
-        saved = [save_class_names(run_dir, self.class_names, self.files["train"] or "listops",
-                                  label_column=label_column, tokenizer=self.tokenizer.describe())]  # fmt: skip
-        if hasattr(self.tokenizer, "save"):  # learned here, or a file given: the run keeps its own copy
-            saved.append(self.tokenizer.save(Path(run_dir) / "tokenizer.json"))
-        return saved
+        labels = save_class_names(run_dir, self.class_names, self.files["train"] or "listops",
+                                  label_column=label_column, tokenizer=self.tokenizer.describe())  # fmt: skip
+        return [labels, *save_run_tokenizer(self.tokenizer, Path(run_dir))[0]]

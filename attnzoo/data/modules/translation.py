@@ -376,7 +376,6 @@ class TranslationDataModule(DataModule):
 
     def save_artifacts(self, run_dir: str | Path) -> list[Path]:
         """Write the tokenizer (`tokenizer.json`, for a subword one) and what the data was (`translation.json`)."""
-        self._require_setup()
         return self.save_record(
             run_dir,
             ARTIFACT,

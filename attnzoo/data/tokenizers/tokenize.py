@@ -139,12 +139,11 @@ class FileTokenizer:
     def save(self, path: str | Path) -> Path:
         """Copy the file as it was read to `path` (a run's `tokenizer.json`: the run then loads without the file it
         was given, as its checkpoints' tokenizer digest expects); written whole, also over `self.path` itself."""
-        from ...util.files import replacing
+        from ...util.files import write_text
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path) as tmp:
-            tmp.write_text(self.text, encoding="utf-8")
+        write_text(path, self.text)
         return path
 
     def describe(self) -> dict[str, Any]:

@@ -9,9 +9,11 @@ this machine, never the recipes' embedded sets). Three runs, one after another, 
 its own process with the recipes as they are (one thread each):
 
 1. `recipes/mlm.yaml data.train={root}/corpus.txt`: domain-adaptive pretraining on `{root}/corpus.txt`
-   (benchmarks/standins/text.py corpus, built if missing): every docstring paragraph of the standard library
-   (`--packages`: and of the installed packages), without any text of the val and test splits, plus the train
-   split's texts (their labels are not read). `--corpus train` pretrains on the train split's texts alone.
+   (benchmarks/standins/text.py corpus, built if missing): the other texts of the stand-in's source (docstrings:
+   every docstring paragraph of the standard library, `--packages`: and of the installed packages; fortunes: every
+   fortune file; wordnet: every definition and example; debian: every package description), without the val and
+   test texts or near copies of them, plus the train split's texts (their labels are not read). `--corpus train`
+   pretrains on the train split's texts alone.
 2. `recipes/text_cls.yaml` on train/val/test with `model.init_from=<run 1>` (encoder and tokenizer loaded).
 3. the same from scratch, which also fits the recipe's TF-IDF + logistic regression baseline on the same splits.
 
@@ -47,10 +49,22 @@ STEPS = {
 CORPUS = {
     "docstrings": "The text is {root}/corpus.txt (`python benchmarks/standins/text.py corpus {root}`): every docstring "
     "paragraph of the standard library read with `ast`, without any paragraph equal (lowercased) to a text of the "
-    "val or test split (no leakage into the evaluated texts), plus the train split's texts without their labels; "
+    "val or test split or holding half of its word 5-grams (a near copy), plus the train split's texts without "
+    "their labels; "
     "the MLM run holds 5% of it out for val and 5% for test. The tokenizer learned on it is the classifier's "
     "(`model.init_from` loads the run's tokenizer).",
     "docstrings+packages": "As docstrings, with the installed packages' docstrings too (`--packages`).",
+    "debian": "The text is {root}/corpus.txt (`python benchmarks/standins/text.py corpus {root} --from debian`): every "
+    "other package description of the machine's apt lists (the package of any val or test text left out whole, and "
+    "near copies of those texts), plus the train split's texts without their labels.",
+    "wordnet": "The text is {root}/corpus.txt (`python benchmarks/standins/text.py corpus {root} --from wordnet`): the "
+    "definition and example sentences of every other WordNet synset (nouns of every lexicographer file, verbs, "
+    "adjectives, adverbs; a synset whose definition is a val or test text left out whole, and near copies of those "
+    "texts), plus the train split's texts without their labels.",
+    "fortunes": "The text is {root}/corpus.txt (`python benchmarks/standins/text.py corpus {root} --from fortunes`): "
+    "every fortune of every file of /usr/share/games/fortunes (the stand-in's 10 categories and the others) but the "
+    "val and test texts and near copies of them (the same fortune with another attribution), plus the train split's "
+    "texts without their labels.",
     "train": "The text is the train split's texts alone (their labels are not read).",
 }
 GOAL = {"ratio": 1.0, "pretrain_seconds": 600, "finetune_seconds": 300}
@@ -121,7 +135,7 @@ def markdown(result: dict) -> str:
         *[
             f"{name}: pretraining text {_counts(steps['pretrain']['data']['texts'])} texts, "
             f"{_counts(steps['pretrain']['data']['tokens'])} tokens (train / val / test of the MLM run). "
-            f"{CORPUS[result['corpus']]}"
+            f"{CORPUS[name if result['corpus'] == 'docstrings' and name in CORPUS else result['corpus']]}"
             for name, steps in result["standins"].items()
             if steps.get("pretrain", {}).get("data")
         ],
@@ -182,7 +196,8 @@ def main() -> None:
         corpus = {"docstrings": "corpus.txt", "train": "train.csv"}[args.corpus]
         if corpus == "corpus.txt" and not (root / corpus).exists():
             start = time.perf_counter()
-            build = [sys.executable, str(ROOT / "benchmarks/standins/text.py"), "corpus", str(root)]
+            source = name if name in CORPUS else "docstrings"  # the stand-in's own unlabeled text where it has one
+            build = [sys.executable, str(ROOT / "benchmarks/standins/text.py"), "corpus", str(root), "--from", source]
             subprocess.run(build + ["--packages"] * args.packages, check=True)
             result.setdefault("corpus_seconds", {})[name] = round(time.perf_counter() - start, 1)
         for step in STEPS:

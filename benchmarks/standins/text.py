@@ -8,6 +8,8 @@
                                                         #   (the apt package lists of a Debian system)
     python benchmarks/standins/text.py corpus OUT       # OUT/corpus.txt: unlabeled docstrings for pretraining
     python benchmarks/standins/text.py corpus OUT --from debian   # ... every other Debian package description
+    python benchmarks/standins/text.py corpus OUT --from wordnet  # ... every other WordNet definition and example
+    python benchmarks/standins/text.py corpus OUT --from fortunes # ... every other fortune of every fortune file
 
 - docstrings: the first paragraph of every documented class, function and method of the 10 standard-library
   packages with the most of them (tkinter, idlelib, asyncio, email, distutils, logging, xml, turtle,
@@ -28,8 +30,9 @@ Each class is split 70% / 15% / 15% (train / val / test) at random from `--seed`
 
 Unlabeled in-domain text for pretraining (`corpus`): every paragraph of every docstring (module, class, function) of
 the standard library (`--packages`: and of the installed packages), read from the source files with `ast` (nothing
-is imported), whitespace collapsed, without any paragraph equal (lowercased) to a text of OUT/val.csv or
-OUT/test.csv; OUT/corpus.txt holds those paragraphs and OUT/train.csv's texts (without labels), one a line.
+is imported), whitespace collapsed (`--from`: the other texts of the stand-in's source), without any text equal
+(lowercased) to a text of OUT/val.csv or OUT/test.csv or holding half or more of the word 5-grams of one (a near
+copy); OUT/corpus.txt holds those texts and OUT/train.csv's texts (without labels), one a line.
 """
 
 from __future__ import annotations
@@ -109,8 +112,7 @@ def wordnet() -> dict[str, list[str]]:
             continue  # the licence header
         lex = int(line.split()[1])
         if lex in files:
-            gloss = line.split("|", 1)[1]
-            definition = re.split(r';\s*"', gloss)[0].strip().rstrip(";").strip()  # examples come after '; "'
+            definition = _wordnet_definition(line)
             if len(definition) > 10:
                 found[files[lex]].add(definition)
     return {name: _sample(sorted(items), 400) for name, items in found.items()}
@@ -238,18 +240,92 @@ def debian_corpus(exclude: set[str]) -> list[str]:
     return sorted(found)
 
 
-def write_corpus(out: Path, *, packages: bool, source: str = "docstrings") -> int:
-    """OUT/corpus.txt, one text a line: the docstring corpus (`source` "debian": every package description) without
-    OUT/val.csv's and OUT/test.csv's texts, plus OUT/train.csv's texts (unlabeled). The number of texts."""
+def _wordnet_definition(line: str) -> str:
+    """The definition of a line of a WordNet data file: its gloss before the examples ('; "...')."""
+    gloss = line.split("|", 1)[1]
+    return re.split(r';\s*"', gloss)[0].strip().rstrip(";").strip()
+
+
+def wordnet_corpus(exclude: set[str]) -> list[str]:
+    """The definition and the example sentences of every synset of /usr/share/wordnet (nouns of every lexicographer
+    file, verbs, adjectives, adverbs), sorted and unique, leaving out every synset whose definition is in `exclude`
+    (compared lowercased; its examples too): ~150k texts."""
+    banned = {t.strip().lower() for t in exclude}
+    found: set[str] = set()
+    for part in ("noun", "verb", "adj", "adv"):
+        for line in Path(f"/usr/share/wordnet/data.{part}").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith(" ") or "|" not in line:
+                continue
+            definition = _wordnet_definition(line)
+            if definition.lower() in banned:
+                continue
+            if len(definition) > 10:
+                found.add(definition)
+            found.update(e for e in re.findall(r'"([^"]{11,})"', line.split("|", 1)[1]))
+    return sorted(found)
+
+
+def fortunes_corpus(exclude: set[str]) -> list[str]:
+    """Every fortune of every file of /usr/share/games/fortunes (the 10 categories of the stand-in and the others:
+    art, food, literature, ...), whitespace collapsed, sorted and unique, none of them in `exclude` (compared
+    lowercased)."""
+    banned = {t.strip().lower() for t in exclude}
+    found: set[str] = set()
+    for path in sorted(Path("/usr/share/games/fortunes").iterdir()):
+        if path.suffix in (".dat", ".u8") or not path.is_file():
+            continue
+        for chunk in path.read_text(encoding="utf-8", errors="replace").split("\n%\n"):
+            text = " ".join(chunk.split())
+            if len(text) > 10 and text.lower() not in banned:
+                found.add(text)
+    return sorted(found)
+
+
+CORPORA = {"docstrings": None, "debian": debian_corpus, "wordnet": wordnet_corpus, "fortunes": fortunes_corpus}
+
+
+NEAR = 0.5  # a corpus text holding this share of a held-out text's word 5-grams is a near copy of it
+GRAM = 5
+
+
+def _grams(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return {tuple(words[i : i + GRAM]) for i in range(len(words) - GRAM + 1)}
+
+
+def near_copies(texts: list[str], held_out: set[str]) -> set[str]:
+    """The texts that hold at least `NEAR` of the word 5-grams of a held-out text (the same fortune with another
+    attribution, a docstring repeated with one word changed, a package description inside a sibling's)."""
+    index: dict[tuple[str, ...], list[int]] = {}
+    sizes = []
+    for i, text in enumerate(sorted(held_out)):
+        grams = _grams(text)
+        sizes.append(len(grams))
+        for gram in grams:
+            index.setdefault(gram, []).append(i)
+    near = set()
+    for text in texts:
+        hits = Counter(i for gram in _grams(text) for i in index.get(gram, ()))
+        if any(n >= NEAR * sizes[i] for i, n in hits.items()):
+            near.add(text)
+    return near
+
+
+def write_corpus(out: Path, *, packages: bool, source: str = "docstrings") -> dict[str, int]:
+    """OUT/corpus.txt, one text a line: the unlabeled text of `source` (docstrings; debian: every package
+    description; wordnet; fortunes) without OUT/val.csv's and OUT/test.csv's texts or near copies of them
+    (`near_copies`), plus OUT/train.csv's texts (unlabeled). The number of texts written and of near copies left out."""
     splits = {}
     for split in ("train", "val", "test"):
         with open(out / f"{split}.csv", newline="", encoding="utf-8") as f:
             splits[split] = [row["text"] for row in csv.DictReader(f)]
     held_out = set(splits["val"]) | set(splits["test"])
-    unlabeled = debian_corpus(held_out) if source == "debian" else docstring_corpus(held_out, packages=packages)
-    texts = sorted(set(unlabeled) | set(splits["train"]))
+    unlabeled = CORPORA[source](held_out) if CORPORA[source] else docstring_corpus(held_out, packages=packages)
+    train = set(splits["train"])
+    near = near_copies([t for t in unlabeled if t not in train], held_out)
+    texts = sorted((set(unlabeled) - near) | train)
     (out / "corpus.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
-    return len(texts)
+    return {"texts": len(texts), "near copies left out": len(near)}
 
 
 SOURCES = {"docstrings": docstrings, "fortunes": fortunes, "wordnet": wordnet, "debian": debian}
@@ -261,11 +337,12 @@ def main() -> None:
     p.add_argument("out", type=Path)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packages", action="store_true", help="corpus: the installed packages' docstrings too")
-    p.add_argument("--from", dest="origin", choices=["docstrings", "debian"], default="docstrings",
-                   help="corpus: the unlabeled text (debian: every package description of the apt lists)")  # fmt: skip
+    p.add_argument("--from", dest="origin", choices=sorted(CORPORA), default="docstrings",
+                   help="corpus: the unlabeled text (debian: every package description of the apt lists; wordnet: "
+                        "every definition and example; fortunes: every fortune file)")  # fmt: skip
     args = p.parse_args()
     if args.source == "corpus":
-        print("corpus", write_corpus(args.out, packages=args.packages, source=args.origin), "texts")
+        print("corpus", write_corpus(args.out, packages=args.packages, source=args.origin))
         return
     classes = SOURCES[args.source]()
     counts = write_splits(args.out, classes, args.seed)

@@ -85,9 +85,9 @@ def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | 
         kind = config.get("model_type", config.get("architecture")) if isinstance(config, dict) else None
         said = f" (its config.json names {kind!r})" if kind else " (its config.json names no model_type)"
     raise ValueError(
-        f"{text!r} is no checkpoint attnzoo can read{said}: expected an attnzoo run directory or .ckpt file, or a "
-        f"Hugging Face model directory (config.json + weights) or timm ViT .safetensors/.pth file of a supported "
-        f"family ({', '.join(found)})"
+        f"{text!r} is no checkpoint attnzoo can read{said}: expected "
+        f"{'; '.join(getattr(m, 'READS', name) for name, m in found.items())} (a Hugging Face folder holds config.json "
+        "and the weights)"
     )
 
 

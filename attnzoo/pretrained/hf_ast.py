@@ -23,6 +23,7 @@ from .converted import Converted, read_hf_config, read_preprocessor_config, read
 from .family import check_consumed, check_fits, config_value, hf_model_type, hf_vit_blocks, refuse, take, weights_name
 
 Tensor = torch.Tensor
+READS = "a Hugging Face audio-spectrogram-transformer folder"
 MODEL_KIND = "ast"
 MODEL_TYPE = "audio-spectrogram-transformer"
 KALDI_SCALE_SHIFT = 2 * math.log(32768.0)  # log-mel of a waveform scaled by 32768 (power: squared)

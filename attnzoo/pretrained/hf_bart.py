@@ -31,6 +31,7 @@ import torch
 from .converted import Converted, read_hf_config, read_weights
 from .family import check_consumed, check_fits, config_value, hf_model_type, refuse, take, tokenizer_file, weights_name
 
+READS = "a Hugging Face bart folder"
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 MODEL_KIND = "seq2seq"

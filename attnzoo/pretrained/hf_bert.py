@@ -25,6 +25,7 @@ import torch
 
 from .converted import Converted, read_hf_config, read_weights
 
+READS = "a Hugging Face bert or roberta folder"
 log = logging.getLogger("attnzoo")
 
 FAMILIES = {"bert": "[CLS]", "roberta": "<s>"}  # model_type -> the token whose embedding starts a sequence

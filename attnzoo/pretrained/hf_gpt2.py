@@ -16,6 +16,7 @@ from .converted import Converted, read_hf_config, read_weights
 from .family import check_consumed, check_fits, config_value, hf_model_type, refuse, take, tokenizer_file, weights_name
 
 Tensor = torch.Tensor
+READS = "a Hugging Face gpt2 folder"
 MODEL_KIND = "lm"
 # config.json `activation_function` -> CausalLM `activation`
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}

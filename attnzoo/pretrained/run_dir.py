@@ -13,6 +13,7 @@ from typing import Any
 
 from .converted import Converted, read_weights
 
+READS = "an attnzoo run directory or .ckpt file"
 NET_PREFIX = "net."  # the LightningModule holds the network as `self.net`
 BEST = Path("checkpoints") / "best.ckpt"
 

@@ -35,6 +35,7 @@ MODEL_KIND = "vit"
 TIMM_SIZES = {"tiny": (192, 3), "small": (384, 6), "base": (768, 12), "large": (1024, 16)}
 TIMM_NAME = re.compile(r"[a-z0-9_]+")  # a timm registry name (a pretrained tag after a dot is ignored)
 FILE_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin")
+READS = f"a Hugging Face vit folder, a timm ViT file ({', '.join(FILE_SUFFIXES)})"
 
 
 def matches(path: str | Path) -> bool:

@@ -203,8 +203,11 @@ def test_a_folder_with_a_broken_or_foreign_config_json_says_what_its_config_json
     with pytest.raises(ConfigError, match=r"config.json': not a readable JSON config \(Expecting"):
         build(load([TEXT], [*SMALL, f"model.init_from={tmp_path}"]))
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    with pytest.raises(ConfigError, match=r"no checkpoint attnzoo can read \(its config.json names 'llama'\)"):
+    with pytest.raises(ConfigError, match=r"no checkpoint attnzoo can read \(its config.json names 'llama'\)") as err:
         build(load([TEXT], [*SMALL, f"model.init_from={tmp_path}"]))
+    # the families by what they read (model types a user can check against config.json), not by module names
+    assert "bert or roberta folder" in str(err.value) and "gpt2 folder" in str(err.value), err.value
+    assert "hf_bert" not in str(err.value)
 
 
 def test_python_load_builds_the_runs_network_with_its_weights(run_a):

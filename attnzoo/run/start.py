@@ -45,6 +45,9 @@ FOLLOW_WEIGHTS = ("img_size", "sample_rate", "n_mels")
 NORMALIZED_AS = ("feature_mean", "feature_std")
 # a pretraining model kind -> the model kind its encoder starts (the tensors share their names; the head starts new)
 ENCODER_OF = {"mlm": "text"}
+# the recipe that builds each model kind (named when a checkpoint's kind is not the run's)
+RECIPE_OF = {"text": "text_cls.yaml", "mlm": "mlm.yaml", "lm": "lm.yaml", "vit": "vit.yaml", "ast": "ast.yaml",
+             "text_image": "text_image.yaml", "seq2seq": "translation.yaml"}  # fmt: skip
 # an attnzoo run's model options that are training choices, not its weights' architecture: the new recipe's stay
 # (and dropout rates); pooling options that make tensors of their own (`pooler`, `global_pool`, `fc_norm`, `head_norm`)
 # follow
@@ -113,9 +116,11 @@ def read_start(cfg: Config) -> Start | None:
     kind = cfg.section("model")["kind"]
     if converted.model_kind and kind not in (converted.model_kind, ENCODER_OF.get(converted.model_kind)):
         fits = " or ".join(repr(k) for k in (kind, *(k for k, enc in ENCODER_OF.items() if enc == kind)))
+        theirs = RECIPE_OF.get(ENCODER_OF.get(converted.model_kind, converted.model_kind))
+        recipe = f", or fine-tune this one with recipes/{theirs}" if theirs else ""
         raise ConfigError(
             f"model.init_from: {converted.source} is a {converted.model_kind!r} model, and this run builds model.kind "
-            f"{kind!r} (set in {where}); start from a checkpoint of a {fits} model"
+            f"{kind!r} (set in {where}); start from a checkpoint of a {fits} model{recipe}"
         )
     attnzoo_run = run_dir.matches(given)
     own_run = run_dir.run_of(given) if attnzoo_run else None

@@ -158,8 +158,19 @@ def test_a_checkpoint_of_another_model_kind_is_refused(tmp_path):
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(VIT.read_text())
     torch.save({"state_dict": {"net.head.weight": torch.zeros(2, 2)}}, run / "checkpoints" / "best.ckpt")
-    with pytest.raises(ConfigError, match=r"is a 'vit' model, and this run builds model.kind 'text'"):
+    with pytest.raises(ConfigError, match=r"is a 'vit' model, and this run builds model.kind 'text'") as err:
         build(load([TEXT], [*SMALL, f"model.init_from={run}"]))
+    assert "or fine-tune this one with recipes/vit.yaml" in str(err.value), err.value
+
+
+def test_the_recipe_named_for_each_model_kind_builds_that_kind():
+    from attnzoo.config import read_yaml
+    from attnzoo.run.start import ENCODER_OF, RECIPE_OF
+    from tests.helpers import ROOT
+
+    built = {read_yaml(path)["model"]["kind"]: path.name for path in sorted((ROOT / "recipes").glob("*.yaml"))}
+    assert RECIPE_OF == built
+    assert all(kind in RECIPE_OF for kind in ENCODER_OF.values())
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from torch import nn
 from . import kv_heads
 from .backends import AUTO_ORDER, Transform, attend, check_backend_name
 from .cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
-from .patterns import Causal
+from .patterns import Causal, as_pattern
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -136,11 +136,7 @@ class Attention(nn.Module):
             from .specs import build as build_spec
 
             pattern = build_spec(pattern, PATTERNS, "pattern")
-        elif pattern is not None and not hasattr(pattern, "mask_mod"):
-            raise TypeError(
-                f"pattern: expected a pattern (attnzoo.attention.Causal(), SlidingWindow(window=...), ...), a kind "
-                f"name or a {{kind: ...}} mapping; got {type(pattern).__name__} {pattern!r}"
-            )
+        pattern = as_pattern(pattern)  # a user's own object with only mask_mod, or the function, is wrapped
         heads_of_bias = getattr(bias, "num_heads", None)  # one head is shared by all (it broadcasts)
         if heads_of_bias not in (None, 1, num_heads):  # it failed in the first forward, in torch's words
             raise ValueError(

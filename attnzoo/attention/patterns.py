@@ -19,6 +19,7 @@ query i and key j stand for positions q_start + i and k_start + j.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -374,8 +375,43 @@ class KeyPadding(Pattern):
         return has_key[None, :].expand(num_blocks(lq, block_q), nkb)
 
 
+class OwnMaskMod(Pattern):
+    """A user's own pattern that is not a `Pattern`: an object with a `mask_mod` method, or a FlexAttention
+    `mask_mod` function itself (b, h, q_idx, kv_idx -> bool). The dense, block and flex forms derive from it as for
+    a subclass; the object's own `is_causal`, `batch_size`, `causal_only` and `lookback`, where it states them, are
+    kept (else: not causal, one mask for the whole batch, no bound)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        for name in ("is_causal", "batch_size", "causal_only", "lookback"):
+            if hasattr(source, name):
+                setattr(self, name, getattr(source, name))
+
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        rule = self.source.mask_mod if hasattr(self.source, "mask_mod") else self.source
+        return rule(b, h, q_idx, kv_idx)
+
+    def __repr__(self) -> str:
+        return repr(self.source)
+
+
+def as_pattern(pattern: Any) -> Pattern | None:
+    """`pattern` as a `Pattern` (None stays None): a subclass as it is, an object with a `mask_mod` method or a
+    `mask_mod` function wrapped (`OwnMaskMod`); TypeError for anything else."""
+    if pattern is None or isinstance(pattern, Pattern):
+        return pattern
+    if hasattr(pattern, "mask_mod") or (callable(pattern) and not isinstance(pattern, type)):
+        return OwnMaskMod(pattern)
+    raise TypeError(
+        f"pattern: expected a pattern (attnzoo.attention.Causal(), SlidingWindow(window=...), ...), an object with a "
+        f"mask_mod(b, h, q_idx, kv_idx) method or such a function, a kind name or a {{kind: ...}} mapping; got "
+        f"{type(pattern).__name__} {pattern!r}"
+    )
+
+
 class And(Pattern):
     def __init__(self, *parts: Pattern) -> None:
+        parts = tuple(as_pattern(p) for p in parts)
         self.parts = parts
         self.is_causal = all(p.is_causal for p in parts)
         sizes = {p.batch_size for p in parts} - {None}

@@ -160,3 +160,42 @@ def test_global_token_membership_while_compiling_makes_no_tensor():
     assert not pattern._set._flags and graphs and not any(op in graphs[0] for op in ("zeros", "setitem", "index_put"))
     assert torch.equal(got, (idx == 3) | (idx == 9) | (idx == 700))
     assert torch.equal(pattern._set.contains(idx), got) and list(pattern._set._flags) == [idx.device]
+
+
+class _StripesPattern(Pattern):
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx) % 2 == 0
+
+
+class _StripesObject:  # a user's own pattern that only has mask_mod (README: "needs only mask_mod")
+    def mask_mod(self, b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx) % 2 == 0
+
+
+def _stripes(b, h, q_idx, kv_idx):  # the FlexAttention mask_mod function itself
+    return (q_idx - kv_idx) % 2 == 0
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa", "blocked", "auto"])
+@pytest.mark.parametrize("own", [_StripesObject(), _stripes], ids=["object", "function"])
+def test_an_own_pattern_with_only_mask_mod_matches_the_same_rule_as_a_pattern_subclass(backend, own):
+    """An object with only `mask_mod` was accepted when the layer was built and failed at its first call
+    ("'Stripes' object has no attribute 'batch_size'" / "... 'dense_mask'")."""
+    torch.manual_seed(0)
+    reference = Attention(32, 4, pattern=_StripesPattern(), backend="eager")
+    layer = Attention(32, 4, pattern=own, backend=backend)
+    layer.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 12, 32, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    expected, out = reference(x), layer(x2)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    expected.square().sum().backward()
+    out.square().sum().backward()
+    torch.testing.assert_close(x2.grad, x.grad, atol=1e-5, rtol=1e-5)
+    for mine, theirs in zip(layer.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-5, rtol=1e-5)
+    # combined with a built-in, as a subclass is
+    both = Attention(32, 4, pattern=Causal() & own, backend=backend)
+    assert both.pattern.dense_mask(5, 5).equal(
+        torch.ones(5, 5, dtype=torch.bool).tril() & _StripesPattern().dense_mask(5, 5)
+    )

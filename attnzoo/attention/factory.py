@@ -68,6 +68,14 @@ def attention_builder(cfg: Mapping[str, Any] | None, what: str = "model.attentio
     from .patterns import PATTERNS
     from .rotary import ROTARY
 
+    if cfg is not None and not isinstance(cfg, Mapping):
+        example = ("kind" if cfg in ATTENTION_KINDS else "pattern" if cfg in PATTERNS else "bias" if cfg in BIASES
+                   else "rotary" if cfg in ROTARY else None) if isinstance(cfg, str) else None  # fmt: skip
+        hint = f": {{{example!r}: {cfg!r}}}" if example else " such as {'pattern': 'causal'}"
+        raise ValueError(
+            f"{what}: expected a mapping of attention options (kind, pattern, bias, rotary, backend, ...), got "
+            f"{type(cfg).__name__} {cfg!r}; give a mapping{hint}"
+        )
     cfg = dict(cfg or {})
     kind = cfg.pop("kind", "mha")
     if not isinstance(kind, str):

@@ -28,6 +28,7 @@ from ..attention.factory import layer_shape
 from ..attention.patterns import Pattern
 from ..layers.audio_features import ClipTooShort, LogMel, SpecAugment
 from ..layers.encoder import make_encoder
+from ..util.checks import at_least
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -119,8 +120,7 @@ class AST(nn.Module):
         super().__init__()
         if not norm_eps > 0:
             raise ValueError(f"norm_eps must be > 0, got {norm_eps!r}")
-        if num_classes < 1:
-            raise ValueError(f"num_classes ({num_classes}) must be >= 1")
+        at_least("num_classes", num_classes, 1)
         if not (0 < fstride <= patch_size and 0 < tstride <= patch_size):
             raise ValueError(f"fstride ({fstride}) and tstride ({tstride}) must be in [1, patch_size={patch_size}]")
         if global_pool not in ("token", "avg"):

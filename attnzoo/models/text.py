@@ -21,6 +21,7 @@ from ..attention.positions import POSITIONS
 from ..attention.specs import build
 from ..layers.encoder import make_encoder
 from ..layers.pooling import mean_pool
+from ..util.checks import at_least
 
 Tensor = torch.Tensor
 
@@ -75,6 +76,7 @@ class TextClassifier(nn.Module):
             raise ValueError(f"model.pooling: unknown {pooling!r}; valid: {list(POOLINGS)}")
         if norm not in ("pre", "post"):
             raise ValueError(f"model.norm: unknown {norm!r}; valid: ['pre', 'post']")
+        at_least("model.num_classes", num_classes, 1)
         if token_types < 0:
             raise ValueError(f"model.token_types ({token_types}) must be >= 0")
         if not 0 <= pad_id < vocab_size:

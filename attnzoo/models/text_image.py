@@ -19,6 +19,7 @@ from ..attention.specs import build
 from ..layers import CrossAttentionBlock, TransformerBlock
 from ..layers.encoder import make_encoder
 from ..layers.pooling import mean_pool
+from ..util.checks import at_least
 from .vit import STEMS, ViT, conv_stem
 
 Tensor = torch.Tensor
@@ -143,8 +144,7 @@ class TextImageNet(nn.Module):
         if fusion not in FUSIONS:
             raise ValueError(f"fusion {fusion!r} is not one of {FUSIONS}")
         for name, value in {"fusion_depth": fusion_depth, "max_len": max_len, "num_classes": num_classes}.items():
-            if value < 1:
-                raise ValueError(f"{name} ({value}) must be >= 1")
+            at_least(name, value, 1)
         if not 0 <= pad_id < vocab_size:
             raise ValueError(f"pad_id ({pad_id}) must be in [0, vocab_size ({vocab_size}))")
         if fusion == "film" and gated:

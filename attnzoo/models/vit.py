@@ -21,6 +21,7 @@ from torch import nn
 
 from ..attention.factory import layer_shape
 from ..layers.encoder import make_encoder
+from ..util.checks import at_least
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -132,6 +133,7 @@ class ViT(nn.Module):
         )
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
+        at_least("num_classes", num_classes, 0)  # 0: no head (timm's features-only convention)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)

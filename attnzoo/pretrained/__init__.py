@@ -125,6 +125,8 @@ def load(
             "split into other heads and compute another function. Leave num_heads out (key/value heads: "
             "attention={'num_kv_heads': ...})"
         )
+    # None for an option the checkpoint sets as a mapping (attention=None) keeps the checkpoint's, as {} does
+    overrides = {k: v for k, v in overrides.items() if v is not None or not isinstance(converted.options.get(k), dict)}
     options = {**converted.options, **overrides}
     for key in [k for k in overrides if k.endswith("depth") and isinstance(converted.options.get(k), int)]:
         if isinstance(overrides[key], int) and overrides[key] < converted.options[key]:  # as fit's model.init_from

@@ -89,7 +89,7 @@ def test_bf16_autocast_is_finite_with_padding(fusion):
         (dict(fusion="film", gated=True), r"gated .* needs fusion 'text' or 'both'; 'film' has none"),
         (dict(fusion="both", image_depth=0), r"image_depth \(0\) must be >= 1 \(0 only with fusion 'film'\)"),
         (dict(fusion="film", patch_size=3, img_size=18), r"fusion 'film' needs a power-of-2 patch_size >= 2, got 3"),
-        (dict(fusion_depth=0), r"fusion_depth \(0\) must be >= 1"),
+        (dict(fusion_depth=0), r"fusion_depth \(0\) must be an int >= 1"),
         (dict(cross_attention={"bakend": "eager"}), r"model.cross_attention: unknown option 'bakend'"),
     ],
 )

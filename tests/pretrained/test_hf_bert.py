@@ -87,6 +87,22 @@ def test_load_takes_the_label_count_from_a_classifiers_head_and_asks_for_it_with
     assert load(tmp_path / "encoder", num_classes=2).head.weight.shape == (2, SIZES["hidden_size"])
 
 
+def test_python_load_checks_its_overrides_before_torch_does(tmp_path):
+    """num_classes="2" / -1 came out as torch's "empty(): argument 'size'" / "negative dimension"; 0 built a head
+    of no outputs; attention="causal" as "dictionary update sequence element #0 has length 1"; attention=None
+    replaced the checkpoint's attention options, so its qkv biases "had no place"."""
+    save_encoder("bert", tmp_path, classes=3)
+    for bad in ("2", -1, 0, 2.0, True):
+        with pytest.raises(ValueError, match=rf"model.num_classes \({bad!r}\) must be an int >= 1"):
+            load(tmp_path, num_classes=bad)
+    with pytest.raises(ValueError, match=r"model.attention: expected a mapping .*got str 'causal'; give a mapping: "
+                                         r"\{'pattern': 'causal'\}"):  # fmt: skip
+        load(tmp_path, attention="causal")
+    kept = load(tmp_path, attention=None)
+    assert kept.encoder.blocks[0].attn.qkv.bias is not None
+    torch.testing.assert_close(kept.state_dict(), load(tmp_path).state_dict(), atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("task", ["BertForTokenClassification", "BertForMultipleChoice"])
 def test_a_classifier_that_is_not_a_sequence_classifier_leaves_its_head(tmp_path, task):
     # their classifier.weight was read as a head over the sentence: a token tagger's 5 tags became 5 "classes", and

@@ -130,6 +130,16 @@ class AST(nn.Module):
         if feature_std <= 0:
             raise ValueError(f"feature_std ({feature_std}) must be > 0")
         self.logmel = LogMel(sample_rate=sample_rate, n_mels=n_mels, win_ms=win_ms, hop_ms=hop_ms, kind=features)
+        if n_mels < patch_size or target_frames < patch_size:  # what patch_grid refuses, said in the options' terms
+            need = (self.logmel.win + (patch_size - 1) * self.logmel.hop) / sample_rate
+            short = [f"{n_mels} mel bins (n_mels; at least {patch_size}: data.n_mels)"] if n_mels < patch_size else []
+            if target_frames < patch_size:
+                short.append(f"{target_frames} frames (target_frames; at least {patch_size}: clips of {need:.3g} s or "
+                             "more, data.clip_seconds)")  # fmt: skip
+            raise ValueError(
+                f"patch_size ({patch_size}) is larger than the log-mel spectrogram: {' and '.join(short)}; or a "
+                "smaller model.patch_size"
+            )
         self.register_buffer("feature_mean", torch.tensor(float(feature_mean)))
         self.register_buffer("feature_std", torch.tensor(float(feature_std)))
         self.feature_norm = feature_norm

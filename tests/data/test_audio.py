@@ -531,3 +531,27 @@ def test_a_csvs_unknown_class_names_the_csv_and_reused_statistics_are_logged(tmp
                   stats_file=str(tmp_path / "audio_stats.json"))  # fmt: skip
     assert again.compute_stats()["mean"] == pytest.approx(dm.stats["mean"])
     assert f"from {tmp_path / 'audio_stats.json'} (data.stats_file; measured over" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ("data.clip_seconds=0.1", r"8 frames \(target_frames; at least 16: clips of 0.175 s or more, "
+                                  r"data.clip_seconds\).*model.target_frames \(8\) comes from the data"),
+        ("data.n_mels=8", r"8 mel bins \(n_mels; at least 16: data.n_mels\).*model.n_mels \(8\) comes from the data "
+                          r"\(data.n_mels\)"),
+    ],
+)  # fmt: skip
+def test_clips_or_mel_bins_smaller_than_a_patch_name_the_data_key_to_change(tmp_path, option, says):
+    # it said "features of 32 mel bins x 8 frames are smaller than a 16 patch; model.features (fbank) comes from
+    # the data (data.features)": the word "features" matched the model input of that name, not what was short
+    from attnzoo.config import ConfigError, load
+    from attnzoo.run.build import build
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "ast.yaml"
+    esc50(tmp_path / "esc")
+    extra = ["data.source=csv", f"data.csv={tmp_path}/esc/meta.csv", f"data.root={tmp_path}/esc/audio",
+             "data.val_folds=[3]", "data.test_folds=[4]", "data.columns={path: filename, label: category}"]  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"patch_size \(16\) is larger than the log-mel spectrogram: {says}") as err:
+        build(load([recipe], [*QUICK_FIT, *extra, option]))
+    assert "data.features" not in str(err.value)

@@ -45,6 +45,27 @@ def test_a_corrupt_image_in_a_folder_is_named_at_setup(tmp_path):
         data.setup()
 
 
+def test_a_float_image_with_nan_pixels_is_named_at_setup_or_skipped(tmp_path):
+    # scaled to 8 bits, one NaN pixel made the whole image black, with only numpy's "invalid value in cast" warning
+    from attnzoo.data.formats.image_io import load_rgb
+
+    _folder(tmp_path)
+    values = np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)
+    values[0, 0] = np.nan
+    Image.fromarray(values, mode="F").save(tmp_path / "a" / "nan.tif")
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.5)
+    with pytest.raises(ImageFileError, match=r"nan\.tif \(1 of 64 pixels are NaN or infinite\)"):
+        data.setup()
+    with pytest.raises(ImageFileError, match=r"nan\.tif: 1 of 64 pixels are NaN or infinite"):
+        load_rgb(str(tmp_path / "a" / "nan.tif"))
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.5, on_bad_image="skip")
+    data.setup()
+    assert data.skipped == [str(tmp_path / "a" / "nan.tif")]
+    values[0, 0] = 0.5  # the same image without it reads, scaled by its type's range
+    Image.fromarray(values, mode="F").save(tmp_path / "a" / "nan.tif")
+    assert np.asarray(load_rgb(str(tmp_path / "a" / "nan.tif")))[0, 0, 0] == 128
+
+
 def test_a_truncated_image_is_named_at_setup_or_skipped(tmp_path, caplog):
     whole = _png(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))
     _folder(tmp_path, "cut.png", whole[: len(whole) // 2])  # the header is intact: only decoding finds it

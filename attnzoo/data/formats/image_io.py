@@ -5,7 +5,7 @@ white), keeps the colour stored under transparent pixels, ignores the EXIF orien
 DataLoader worker on a corrupt or truncated file. `load_rgb` turns images as their EXIF orientation says,
 rescales 16/32-bit images, composites transparency on white (where the alpha draws a shape) and converts CMYK,
 palette and grayscale images to RGB; `unreadable_images` decodes every file at setup and names each one that is
-corrupt or truncated.
+corrupt or truncated, or a floating-point image with NaN or infinite pixels.
 """
 
 from __future__ import annotations
@@ -49,6 +49,16 @@ def _to_8bit(img: Image.Image, sixteen_bits: bool = False) -> Image.Image:
     return Image.fromarray(scaled, mode="L")
 
 
+def _non_finite(img: Image.Image) -> str | None:
+    """What is wrong with a floating-point image ("F") holding NaN or infinite pixels (scaled to 8 bits they made
+    the whole image black), or None."""
+    if img.mode != "F":
+        return None
+    values = np.asarray(img)
+    bad = int(values.size - np.isfinite(values).sum())
+    return f"{bad} of {values.size} pixels are NaN or infinite" if bad else None
+
+
 def _too_large(err: Exception) -> str:
     """What a DecompressionBombError means: a whole image, with more pixels than PIL decodes unasked."""
     return (
@@ -69,6 +79,8 @@ def load_rgb(path: str) -> Image.Image:
         raise ImageFileError(f"{path}: {_too_large(err)}") from None
     except DECODE_ERRORS as err:
         raise ImageFileError(f"{path}: truncated or corrupt image ({err}); remove or replace the file") from None
+    if (wrong := _non_finite(img)) is not None:
+        raise ImageFileError(f"{path}: {wrong}; replace the file (or its NaN pixels)")
     img = ImageOps.exif_transpose(img)  # a phone photo stored sideways, turned as viewers show it
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
         img = _to_8bit(img, sixteen_bits)
@@ -100,6 +112,8 @@ def unreadable_images(paths: Sequence[str]) -> dict[str, str]:
         try:
             with Image.open(path) as img:
                 img.load()
+                if (wrong := _non_finite(img)) is not None:
+                    bad[path] = wrong
         except Image.DecompressionBombError as err:
             bad[path] = _too_large(err)
         except DECODE_ERRORS as err:

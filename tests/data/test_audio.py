@@ -555,3 +555,20 @@ def test_clips_or_mel_bins_smaller_than_a_patch_name_the_data_key_to_change(tmp_
     with pytest.raises(ConfigError, match=rf"patch_size \(16\) is larger than the log-mel spectrogram: {says}") as err:
         build(load([recipe], [*QUICK_FIT, *extra, option]))
     assert "data.features" not in str(err.value)
+
+
+def test_csv_labels_written_several_ways_are_refused_or_named(tmp_path, caplog):
+    meta = esc50(tmp_path)
+    rows = meta.read_text().splitlines()
+    columns = {"path": "filename", "label": "category"}
+    options = dict(source="csv", csv=str(meta), root=str(tmp_path / "audio"), columns=columns)
+    meta.write_text("\n".join([rows[0], rows[1].replace(",dog", ",Dog"), *rows[2:]]) + "\n")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        small(**options).setup()
+    assert "column 'category' has labels that differ only in case, each a class of its own: 'Dog' (line 2) and " \
+           "'dog' (line 5)" in caplog.text  # fmt: skip
+    numbered = [r.rsplit(",", 1)[0] + f",{i % 2}{'.0' * (i == 3)}" for i, r in enumerate(rows[1:])]
+    meta.write_text("\n".join([rows[0], *numbered]) + "\n")
+    with pytest.raises(ValueError, match=r"meta.csv: column 'category' writes one number in several ways.*'1' "
+                                         r"\(line 3\) and '1.0' \(line 5\)"):  # fmt: skip
+        small(**options).setup()

@@ -457,3 +457,34 @@ def test_classes_the_data_fixes_refuse_a_list_of_others_and_take_their_own(tmp_p
     _, paths = _write(tmp_path, "match")
     with pytest.raises(ValueError, match=r"are not the answers of data.task=match, \['mismatch', 'match'\]"):
         _dm(task="match", train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=["yes", "no"])
+
+
+def test_jsonl_labels_written_several_ways_are_one_class_refused_or_named(tmp_path, caplog):
+    # JSON true and "true" were the classes "True" and "true", 1 and 1.0 "1" and "1.0", and "Red" and "red" two
+    # classes: all silently (labels.json ["1", "1.0", "Red", "True", ...])
+    import json
+
+    _, paths = _write(tmp_path)
+    lines = {split: [json.loads(line) for line in paths[split].read_text().splitlines()] for split in paths}
+
+    def rewrite(*labels):  # train cycles through `labels`, val answers the first
+        for split, records in lines.items():
+            for i, rec in enumerate(records):
+                rec["label"] = labels[i % len(labels)] if split == "train" else labels[0]
+            paths[split].write_text("".join(json.dumps(rec) + "\n" for rec in records))
+
+    def data():
+        return TextImageDataModule(train=str(paths["train"]), val=str(paths["val"]), image_size=32, batch_size=4)
+
+    rewrite(True, "true", False, " false ")
+    dm = data()
+    dm.setup("fit")
+    assert "true" in dm.class_names and "false" in dm.class_names and "True" not in dm.class_names
+    rewrite(1, 1.0)
+    with pytest.raises(ValueError, match=r"train.jsonl: label writes one number in several ways.*'1' \(line 1\) and "
+                                         r"'1.0' \(line 2\)"):  # fmt: skip
+        data().setup("fit")
+    rewrite("Red", "red", "red")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        data().setup("fit")
+    assert "labels that differ only in case, each a class of its own: 'Red' (line 1) and 'red' (line 2)" in caplog.text

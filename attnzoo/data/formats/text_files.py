@@ -231,14 +231,7 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
         first.setdefault(labels[-1], n)
     if not texts:
         raise ValueError(f"{path}: no examples")
-    groups = same_number(first)
-    if groups:  # refused, not merged: which form a run's labels.json would keep is a guess
-        shown = "; ".join(" and ".join(f"{form!r} (line {first[form]})" for form in forms) for forms in groups[:3])
-        raise ValueError(
-            f"{path}: column {label_column!r} writes one number in several ways, which would be separate classes: "
-            f"{shown}{'; ...' * (len(groups) > 3)}; write each class one way (e.g. all {min(groups[0], key=len)!r}; a "
-            "spreadsheet or pandas may have written integers as floats)"
-        )
+    check_label_forms(first, f"{path}: column {label_column!r}", first)
     return texts, labels
 
 
@@ -251,6 +244,34 @@ def same_number(labels: Iterable[str]) -> list[list[str]]:
         if INTEGRAL.fullmatch(label):
             groups.setdefault(int(label.split(".")[0]), []).append(label)
     return [forms for forms in groups.values() if len(forms) > 1 and any("." in form for form in forms)]
+
+
+def check_label_forms(labels: Iterable[str], where: str, first: dict[str, int] | None = None) -> None:
+    """One class written several ways among distinct `labels` (of `where`, a file and column): the same integer
+    with and without a zero fraction (`same_number`) raises, as which form a run's labels.json would keep is a guess;
+    the same letters in another case ("Red" and "red") are warned about, as they may be classes of their own.
+    `first`: label -> the line it first occurs on, named beside each form."""
+    forms = list(dict.fromkeys(labels))
+
+    def said(group: list[str]) -> str:
+        return " and ".join(f"{f!r}" + (f" (line {first[f]})" if first and f in first else "") for f in group)
+
+    groups = same_number(forms)
+    if groups:
+        raise ValueError(
+            f"{where} writes one number in several ways, which would be separate classes: "
+            f"{'; '.join(said(g) for g in groups[:3])}{'; ...' * (len(groups) > 3)}; write each class one way (e.g. "
+            f"all {min(groups[0], key=len)!r}; a spreadsheet or pandas may have written integers as floats)"
+        )
+    cased: dict[str, list[str]] = {}
+    for form in forms:
+        cased.setdefault(form.casefold(), []).append(form)
+    variants = [group for group in cased.values() if len(group) > 1]
+    if variants:
+        log.warning(
+            "data: %s has labels that differ only in case, each a class of its own: %s%s; if they are one class, "
+            "write it one way", where, "; ".join(said(g) for g in variants[:5]), "; ..." * (len(variants) > 5),
+        )  # fmt: skip
 
 
 def read_texts(path: str | Path, *, text_column: str) -> list[str]:

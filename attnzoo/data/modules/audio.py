@@ -31,7 +31,7 @@ from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
 from ..formats.folders import hidden, require_train_split, split_folders, under_hidden
-from ..formats.text_files import read_utf8
+from ..formats.text_files import check_label_forms, read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
 from .batching import EpochShuffle, run_seed
@@ -481,7 +481,7 @@ class AudioDataModule(DataModule):
             has_fold = self.columns["fold"] in header
             if (self.val_folds or self.test_folds) and not has_fold:
                 raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
-            entries = []
+            entries, first = [], {}  # first: label -> the line it first occurs on
             for row in reader:
                 line = reader.line_num  # the row's last line (a quoted field may span lines)
                 used = [self.columns[k] for k in ("path", "label", "fold") if self.columns[k] in header]
@@ -506,6 +506,9 @@ class AudioDataModule(DataModule):
                     fold = _parse_fold(row[self.columns["fold"]], csv_path, line)
                     split = "val" if fold in self.val_folds else "test" if fold in self.test_folds else "train"
                 entries.append((path, labels, split))
+                for label in labels:
+                    first.setdefault(label, line)
+        check_label_forms(first, f"{csv_path}: column {self.columns['label']!r}", first)
         how = f"folds val={self.val_folds} test={self.test_folds}" if self.val_folds or self.test_folds else "hash"
         log.info("data: %s split by %s", csv_path, how)
         return entries

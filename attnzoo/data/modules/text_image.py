@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..embedded.scenes import MATCH_ANSWERS, SceneGenerator
 from ..formats.image_io import ImageFileError, load_rgb, unreadable_images
-from ..formats.text_files import read_utf8
+from ..formats.text_files import check_label_forms, read_utf8
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import log_unknown, save_run_tokenizer
@@ -254,7 +254,11 @@ class TextImageDataModule(DataModule):
         elif self.classes is not None:
             self.class_names = [str(c) for c in self.classes]
         else:
-            self.class_names = sorted({_answer(r["label"]) for r in records["train"]})
+            first: dict[str, int] = {}
+            for r in records["train"]:
+                first.setdefault(_answer(r["label"]), r["line"])
+            check_label_forms(first, f"{self.files['train']}: label", first)
+            self.class_names = sorted(first)
         checked: dict[Path, str | None] = {}  # an image several questions or pairs share is decoded once
         decoded: dict[Path, np.ndarray] = {}  # and resized once, kept in memory up to MEMORY_BYTES
         for split, recs in records.items():
@@ -385,7 +389,9 @@ class TextImageDataModule(DataModule):
 
 def _answer(label: Any) -> str:
     """The class name of a JSONL label, stripped as the text-classification reader strips its labels: "yes " is the
-    class "yes", not a class of its own."""
+    class "yes", not a class of its own; JSON's true and false as JSON writes them (the strings "true", "false")."""
+    if isinstance(label, bool):
+        return "true" if label else "false"
     return str(label).strip()
 
 

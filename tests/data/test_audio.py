@@ -513,6 +513,19 @@ def test_evaluate_scores_a_held_out_folder_of_test_clips(tmp_path, caplog):
         report = evaluate(run_dir, "best", "test", [], [f"data.root={other}"])
     assert report["split"] == "test" and report["split_examples"] == 4 and "test/acc" in report["metrics"]
     assert "val split has no clip" not in caplog.text
+    # a plain folder of class folders: its file-name-hash test split alone is scored, and the log says so
+    plain = tmp_path / "plain"
+    for name, freq in (("go", 400.0), ("yes", 600.0)):
+        (plain / name).mkdir(parents=True)
+        for i in range(20):
+            write_pcm16(plain / name / f"{name}{i}.wav", tone(RATE, 0.4, freq, 1), RATE)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        report = evaluate(run_dir, "best", "test", [], [f"data.root={plain}"])
+    scored = report["split_examples"]
+    assert 0 < scored < 40, scored
+    assert f"{plain}: {scored} of its 40 clips are the test split, and evaluate scores those only" in caplog.text
+    assert "val split has no clip" not in caplog.text
 
 
 def test_a_csvs_unknown_class_names_the_csv_and_reused_statistics_are_logged(tmp_path, caplog):

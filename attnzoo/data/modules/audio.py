@@ -337,7 +337,14 @@ class AudioDataModule(DataModule):
                     "skipped (data.on_bad_file=skip); a model cannot predict a class it never saw in training: "
                     "replace the files, or remove the class"
                 )
-        if not per_split["val"][0] and per_split["train"][0]:  # no train clip: nothing trains that could validate
+        held = sum(len(items) for items, _ in per_split.values())
+        if self.scoring_only and held > len(per_split["test"][0]) and self.source == "folder":
+            log.warning(
+                "data: %s: %d of its %d clips are the test split, and evaluate scores those only (the others fall to "
+                "train and val as for training: file-name hash or lists); to score every clip, give a folder of "
+                "test/<class>/*.wav", self.read_from, len(per_split["test"][0]), held,
+            )  # fmt: skip
+        if not per_split["val"][0] and per_split["train"][0] and not self.scoring_only:  # (evaluate trains nothing)
             log.warning(
                 "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
                 "more clips, a validation_list.txt (folders) or data.val_folds (CSV)"

@@ -562,6 +562,13 @@ def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
             f"run.baseline: true (set in {cfg.where('run.baseline')}), but data.kind {kind!r} has no classical "
             f"baseline (data kinds with one: {valid}); set run.baseline=false"
         )
+    data = {k: v for k, v in cfg.section("data").items() if k != "kind"}
+    try:
+        DATAMODULES[kind].check_config(data)
+    except ValueError as err:
+        key = str(err).split(" ", 1)[0].rstrip(":")
+        raise ConfigError(f"{err} (set in {cfg.where(key)})") from err
+    _check_patch_grid(cfg, DATAMODULES[kind].image_side(data), auto)
     for section, table in (("model", MODELS), ("task", TASKS)):
         opts = cfg.section(section)
         check = getattr(table[opts["kind"]], "check_config", None)
@@ -572,6 +579,22 @@ def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
         except ValueError as err:
             key = str(err).split(" ", 1)[0].rstrip(":")  # the kind's message starts with the key
             raise ConfigError(f"{err} (set in {cfg.where(key)})") from err
+
+
+def _check_patch_grid(cfg: Config, side: int | None, auto: set[str]) -> None:
+    """A ViT's model.patch_size must divide the side of the images the data gives (data.img_size, or the embedded
+    digits'), where the config says both: the model refused it when built, after an ablation's first runs."""
+    patch = cfg.section("model").get("patch_size")
+    if cfg.section("model")["kind"] != "vit" or "model.patch_size" in auto or side is None:
+        return
+    if type_ok(patch, int) and patch >= 1 and side % patch:
+        fits = [p for p in range(1, side + 1) if side % p == 0 and side // p >= 2]
+        given = cfg.section("data").get("img_size") is not None
+        where = f"set in {cfg.where('data.img_size')}" if given else "the embedded digits'"
+        raise ConfigError(
+            f"model.patch_size ({patch}, set in {cfg.where('model.patch_size')}) does not divide the images' side, "
+            f"{side} px ({where}): a ViT cuts them into whole patches; patch sizes that divide {side}: {fits}"
+        )
 
 
 # model keys that are a width split evenly over `num_heads` attention heads (not e.g. an MLP's hidden size)

@@ -338,6 +338,13 @@ def test_the_plan_and_dry_run_catch_a_typo_inside_a_mapping_value(value, message
         ("model.attention.num_kv_heads", [1, 3], r"num_kv_heads \(3, .*does not divide model.num_heads \(2"),
         ("model.depth", [1, 0], r"model.depth: 0 .*must be >= 1"),
         ("data.batch_size", [8, -1], r"data.batch_size: -1 .*must be >= 1"),
+        # refused by the model or the data once built: each such run failed after the ablation started
+        (
+            "model.patch_size",
+            [7, 5],
+            r"model.patch_size \(5, .*does not divide the images' side, 28 px \(the "
+            r"embedded digits'\).*\[1, 2, 4, 7, 14\]",
+        ),
     ],
 )
 def test_values_that_only_a_builder_would_refuse_stop_the_plan_before_any_run(axis, values, message, tmp_path):
@@ -347,6 +354,31 @@ def test_values_that_only_a_builder_would_refuse_stop_the_plan_before_any_run(ax
     grid.write_text(json.dumps({"seeds": [0], "fixed": fixed, "axes": {axis: values}}))
     with pytest.raises(ConfigError, match=message):
         plan([VIT], load_grid(grid), [], tmp_path / "out")
+
+
+def test_an_image_size_the_patch_size_does_not_divide_stops_the_plan_and_auto_picks_one_that_does(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "fixed": {**TINY_VIT, "model.patch_size": 7},
+                                "axes": {"data.img_size": [28, 30]}}))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"variant img_size=30,seed=0: model.patch_size \(7, .*does not divide the "
+                                          r"images' side, 30 px \(set in .*\[1, 2, 3, 5, 6, 10, 15\]"):  # fmt: skip
+        plan([VIT], load_grid(grid), [], tmp_path / "out")
+    # the recipe's patch_size: auto took the embedded digits' 7 for any side, and the 30 px run failed when built
+    from attnzoo.data.modules.defaults import image_model
+
+    chosen = image_model(embedded=True, img_size=30, num_train=100, batch_size=16)
+    assert chosen["model.patch_size"][0] == 5 and "6x6 patch grid" in chosen["model.patch_size"][1]
+    assert image_model(embedded=True, img_size=28, num_train=100, batch_size=16)["model.patch_size"][0] == 7
+
+
+def test_embedded_listops_longer_than_data_max_len_stops_the_plan_before_any_run(tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"data.max_len": [64, 16]}}))
+    with pytest.raises(ConfigError, match=r"variant max_len=16,seed=0: data.listops.max_len \(40\) exceeds "
+                                          r"data.max_len \(16\)"):  # fmt: skip
+        plan([ROOT / "recipes" / "text_cls.yaml"], load_grid(grid), [], tmp_path / "out")
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"data.max_len": [64, 40]}}))
+    assert len(plan([ROOT / "recipes" / "text_cls.yaml"], load_grid(grid), [], tmp_path / "out")) == 2
 
 
 def test_an_ablation_with_a_failed_run_exits_1_naming_it(tmp_path, monkeypatch, capsys):

@@ -26,7 +26,7 @@ The defaults below are for data that proposes nothing, saves nothing and has no 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -123,6 +123,16 @@ class DataModule(L.LightningDataModule):
             return "features"
         if cls.baseline_pairs is not DataModule.baseline_pairs:
             return "pairs"
+        return None
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """Raise ValueError (its message starting with the key) for `data:` options that contradict each other
+        whatever the files hold; config validation calls it, so an ablation's variants are checked before any runs."""
+
+    @classmethod
+    def image_side(cls, options: Mapping[str, Any]) -> int | None:
+        """The side of the square images the model will be given, where the options alone say it (else None)."""
         return None
 
     @classmethod

@@ -154,7 +154,13 @@ def image_model(
     `patch_size` where the config sets it, else for the patch chosen."""
     if embedded:
         why = "the embedded MNIST subset: the recipe's measured settings"
-        return {"model.patch_size": (7, why), "model.stem": ("patch", why), "model.drop_path_rate": (0.0, why),
+        chosen = {"model.patch_size": (7, why)}
+        if patch_size is None and img_size % 7:  # data.img_size resized the digits to a side 7 does not divide
+            side = auto_patch_size(img_size)
+            grid = img_size // side
+            chosen["model.patch_size"] = (side, f"{img_size}x{img_size} images: a {grid}x{grid} patch grid (the "
+                                                "recipe's 7 does not divide the side)")  # fmt: skip
+        return {**chosen, "model.stem": ("patch", why), "model.drop_path_rate": (0.0, why),
                 "task.objective.label_smoothing": (0.0, why), "task.optimizer.lr": (SCRATCH_LR["image"], why),
                 "trainer.max_epochs": (10, why)}  # fmt: skip
     chosen: Chosen = {}

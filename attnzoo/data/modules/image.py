@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
 EMBEDDED = "mnist5k"
+EMBEDDED_SIDE = 28  # the embedded digits' side in pixels
 
 
 def _image_folder(directory: Path) -> Any:
@@ -264,6 +265,14 @@ class ImageDataModule(DataModule):
         """What the model builder needs to know about this data."""
         self.setup()
         return {"num_classes": self.num_classes, "in_chans": self.in_chans, "img_size": self.img_size}
+
+    @classmethod
+    def image_side(cls, options: Mapping[str, Any]) -> int | None:
+        """data.img_size where set; the embedded digits' 28 px where it is not (a folder's: only its images say)."""
+        side = options.get("img_size")
+        if isinstance(side, int) and not isinstance(side, bool):
+            return side
+        return EMBEDDED_SIDE if side is None and options.get("dataset", EMBEDDED) == EMBEDDED else None
 
     AUTO_KEYS = defaults.IMAGE_KEYS
     FILES_HINT = (

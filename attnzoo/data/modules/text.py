@@ -6,8 +6,10 @@ longest sequence of the batch, with batches of similar lengths (`bucket`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -236,6 +238,21 @@ class TextDataModule(DataModule):
             100 * count / len(val),
             self.tokenizer.name,
         )
+
+    @classmethod
+    def check_config(cls, options: Mapping[str, Any]) -> None:
+        """The embedded ListOps expressions must fit data.max_len (what `_listops_splits` refuses, known from the
+        options alone)."""
+        if options.get("train") is not None or options.get("tokenizer", "auto") not in ("auto", "listops"):
+            return
+        given = options.get("listops") or {}
+        longest = given.get("max_len", LISTOPS_DEFAULTS["max_len"]) if isinstance(given, Mapping) else None
+        max_len = options.get("max_len", inspect.signature(cls).parameters["max_len"].default)
+        if isinstance(longest, int) and isinstance(max_len, int) and longest > max_len:
+            raise ValueError(
+                f"data.listops.max_len ({longest}) exceeds data.max_len ({max_len}): expressions would be cut; raise "
+                "data.max_len"
+            )
 
     AUTO_KEYS = defaults.TEXT_KEYS
 

@@ -192,7 +192,13 @@ def load_grid(path: str | Path) -> Grid:
         else:
             raise _fail(path, f"axes.{key}: expected a list of values or a mapping label -> value, got {values!r}")
         if not named or len(named) != len(values):
-            raise _fail(path, f"axes.{key}: needs at least one value, each with a distinct label; got {values!r}")
+            labels = [str(label) for label in values] if isinstance(values, dict) else [value_label(v) for v in values]
+            clash = {}
+            for label in labels:
+                clash.setdefault(safe_id(label), []).append(label)
+            clash = {k: v for k, v in clash.items() if len(v) > 1 and len(set(v)) > 1}  # distinct only as written
+            why = "".join(f"; {' and '.join(map(repr, v))} both become {k!r} in run names" for k, v in clash.items())
+            raise _fail(path, f"axes.{key}: needs at least one value, each with a distinct label; got {values!r}{why}")
         same = [(a, b) for i, (a, x) in enumerate(named.items()) for b, y in list(named.items())[i + 1 :] if x == y]
         if same:  # one config under two labels: the same run twice
             raise _fail(path, f"axes.{key}: {same[0][0]} and {same[0][1]} are the same value ({named[same[0][0]]!r}); "

@@ -563,6 +563,8 @@ def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
             f"baseline (data kinds with one: {valid}); set run.baseline=false"
         )
     data = {k: v for k, v in cfg.section("data").items() if k != "kind"}
+    if cfg.section("model").get("init_from") and data.get("tokenizer", AUTO) == AUTO:
+        data["tokenizer"] = "model.init_from's"  # the start's tokenizer replaces `auto` when the run is built
     try:
         DATAMODULES[kind].check_config(data)
     except ValueError as err:

@@ -67,6 +67,8 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("model.attention.num_kv_heads=0", ["num_kv_heads: 0 must be a whole number >= 1"]),
         ("model.attention.kindd=mha", ["unknown option 'kindd'", "did you mean 'kind'"]),
         ("model.depth=0", ["model.depth: 0", "must be >= 1"]),
+        # the model refused it once built (after the run directory was made); the embedded digits are 28 px
+        ("model.patch_size=5", ["model.patch_size (5", "does not divide the images' side, 28 px", "[1, 2, 4, 7, 14]"]),
         ("data.batch_size=0", ["data.batch_size: 0", "must be >= 1"]),
         ("trainer.max_epochs=-1", ["trainer.max_epochs: -1", "task.scheduler", "set trainer.max_steps too"]),
     ],

@@ -409,7 +409,6 @@ def test_image_text_pairs_given_only_train_and_val_files_test_on_val(tmp_path):
     [
         ("trainer.val_check_interval=1000", r"before training started: `val_check_interval` \(1000\) must be less"),
         ("run.monitor=val/accuracy", r"run.monitor: 'val/accuracy' .* valid: \[.*'val/acc'.*did you mean 'val/acc'"),
-        ("model.patch_size=5", r"model \(kind 'vit'\): img_size \(28\) must be a multiple of patch_size \(5\)"),
     ],
 )
 def test_what_only_the_built_run_can_check_stops_before_training_naming_the_section(override, match, tmp_path):

@@ -587,7 +587,8 @@ def _check_patch_grid(cfg: Config, side: int | None, auto: set[str]) -> None:
     """A ViT's model.patch_size must divide the side of the images the data gives (data.img_size, or the embedded
     digits'), where the config says both: the model refused it when built, after an ablation's first runs."""
     patch = cfg.section("model").get("patch_size")
-    if cfg.section("model")["kind"] != "vit" or "model.patch_size" in auto or side is None:
+    started = cfg.section("model").get("init_from")  # the checkpoint's patch and image size may replace these
+    if cfg.section("model")["kind"] != "vit" or "model.patch_size" in auto or side is None or started:
         return
     if type_ok(patch, int) and patch >= 1 and side % patch:
         fits = [p for p in range(1, side + 1) if side % p == 0 and side // p >= 2]

@@ -67,6 +67,7 @@ CORPUS = {
     "texts without their labels.",
     "train": "The text is the train split's texts alone (their labels are not read).",
 }
+OWN_CORPUS = ("debian", "wordnet", "fortunes")  # stand-ins pretrained on their own source (text.py corpus --from)
 GOAL = {"ratio": 1.0, "pretrain_seconds": 600, "finetune_seconds": 300}
 
 
@@ -135,7 +136,7 @@ def markdown(result: dict) -> str:
         *[
             f"{name}: pretraining text {_counts(steps['pretrain']['data']['texts'])} texts, "
             f"{_counts(steps['pretrain']['data']['tokens'])} tokens (train / val / test of the MLM run). "
-            f"{CORPUS[name if result['corpus'] == 'docstrings' and name in CORPUS else result['corpus']]}"
+            f"{CORPUS[name if result['corpus'] != 'train' and name in OWN_CORPUS else result['corpus']]}"
             for name, steps in result["standins"].items()
             if steps.get("pretrain", {}).get("data")
         ],
@@ -194,9 +195,10 @@ def main() -> None:
         root = (args.standins / name).resolve()
         build_standin(RUNS[name][2], root)
         corpus = {"docstrings": "corpus.txt", "train": "train.csv"}[args.corpus]
-        if corpus == "corpus.txt" and not (root / corpus).exists():
+        source = name if name in OWN_CORPUS else "docstrings"  # the stand-in's own unlabeled text where it has one
+        made = root / "corpus.source"  # what an existing corpus.txt was built from (text.py writes it)
+        if corpus == "corpus.txt" and (not (root / corpus).exists() or not made.exists() or made.read_text() != source):
             start = time.perf_counter()
-            source = name if name in CORPUS else "docstrings"  # the stand-in's own unlabeled text where it has one
             build = [sys.executable, str(ROOT / "benchmarks/standins/text.py"), "corpus", str(root), "--from", source]
             subprocess.run(build + ["--packages"] * args.packages, check=True)
             result.setdefault("corpus_seconds", {})[name] = round(time.perf_counter() - start, 1)

@@ -377,9 +377,10 @@ class KeyPadding(Pattern):
 
 class OwnMaskMod(Pattern):
     """A user's own pattern that is not a `Pattern`: an object with a `mask_mod` method, or a FlexAttention
-    `mask_mod` function itself (b, h, q_idx, kv_idx -> bool). The dense, block and flex forms derive from it as for
-    a subclass; the object's own `is_causal`, `batch_size`, `causal_only` and `lookback`, where it states them, are
-    kept (else: not causal, one mask for the whole batch, no bound)."""
+    `mask_mod` function itself (b, h, q_idx, kv_idx -> bool). What the object defines of a pattern's interface is
+    used (`bind` for a rule that depends on the lengths, its own `dense_mask` / `block_mask`, `is_causal`,
+    `batch_size`, `causal_only`, `lookback`); the rest derives from `mask_mod` as for a subclass (not causal, one
+    mask for the whole batch, no bound)."""
 
     def __init__(self, source: Any) -> None:
         self.source = source
@@ -391,16 +392,37 @@ class OwnMaskMod(Pattern):
         rule = self.source.mask_mod if hasattr(self.source, "mask_mod") else self.source
         return rule(b, h, q_idx, kv_idx)
 
+    def bind(self, lq, lk):
+        bound = self.source.bind(lq, lk) if hasattr(self.source, "bind") else self.source
+        return self if bound is self.source else as_pattern(bound)
+
+    def dense_mask(self, lq, lk, device=None):
+        if hasattr(self.source, "dense_mask"):
+            return self.source.dense_mask(lq, lk, device=device)
+        return super().dense_mask(lq, lk, device=device)
+
+    def block_mask(self, lq, lk, block_q, block_k, device=None):
+        if hasattr(self.source, "block_mask"):
+            return self.source.block_mask(lq, lk, block_q, block_k, device=device)
+        return super().block_mask(lq, lk, block_q, block_k, device=device)
+
     def __repr__(self) -> str:
         return repr(self.source)
 
 
 def as_pattern(pattern: Any) -> Pattern | None:
-    """`pattern` as a `Pattern` (None stays None): a subclass as it is, an object with a `mask_mod` method or a
-    `mask_mod` function wrapped (`OwnMaskMod`); TypeError for anything else."""
+    """`pattern` as a `Pattern` (None stays None): a subclass as it is; an object with a `mask_mod` method, or a
+    `mask_mod` function (a plain function, method or functools.partial), wrapped (`OwnMaskMod`); TypeError for
+    anything else (a bias or other module passed as the pattern by mistake)."""
+    import functools
+    import inspect
+
+    from torch import nn
+
     if pattern is None or isinstance(pattern, Pattern):
         return pattern
-    if hasattr(pattern, "mask_mod") or (callable(pattern) and not isinstance(pattern, type)):
+    function = inspect.isfunction(pattern) or inspect.ismethod(pattern) or isinstance(pattern, functools.partial)
+    if not isinstance(pattern, nn.Module) and (hasattr(pattern, "mask_mod") or function):
         return OwnMaskMod(pattern)
     raise TypeError(
         f"pattern: expected a pattern (attnzoo.attention.Causal(), SlidingWindow(window=...), ...), an object with a "
@@ -498,6 +520,8 @@ def _position_only(pattern: Pattern) -> bool:
     """False for patterns whose rule depends on the lengths or the batch (random blocks, key padding)."""
     if isinstance(pattern, And):
         return all(_position_only(p) for p in pattern.parts)
+    if isinstance(pattern, OwnMaskMod):  # a user's rule per batch element or per length is not one of positions
+        return pattern.batch_size is None and not hasattr(pattern.source, "bind")
     return not isinstance(pattern, RandomBlocks | KeyPadding | _BoundRandomBlocks)
 
 

@@ -100,6 +100,7 @@ class ViT(nn.Module):
             raise ValueError("global_pool='token' needs class_token=True")
         if pos_embed not in ("learned", "none"):
             raise ValueError(f"pos_embed must be 'learned' or 'none', got {pos_embed!r}")
+        at_least("num_classes", num_classes, 0)  # 0: no head (timm's features-only convention)
         if img_size % patch_size:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch_size ({patch_size})")
         if fc_norm not in (None, True, False):
@@ -133,7 +134,6 @@ class ViT(nn.Module):
         )
         self.fc_norm = norm_layer(embed_dim) if use_fc_norm else nn.Identity()
         self.head_drop = nn.Dropout(drop_rate)
-        at_least("num_classes", num_classes, 0)  # 0: no head (timm's features-only convention)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)

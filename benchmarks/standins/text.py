@@ -325,6 +325,7 @@ def write_corpus(out: Path, *, packages: bool, source: str = "docstrings") -> di
     near = near_copies([t for t in unlabeled if t not in train], held_out)
     texts = sorted((set(unlabeled) - near) | train)
     (out / "corpus.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    (out / "corpus.source").write_text(source)  # benchmarks/mlm_finetune.py rebuilds a corpus of another source
     return {"texts": len(texts), "near copies left out": len(near)}
 
 

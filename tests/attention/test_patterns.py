@@ -199,3 +199,30 @@ def test_an_own_pattern_with_only_mask_mod_matches_the_same_rule_as_a_pattern_su
     assert both.pattern.dense_mask(5, 5).equal(
         torch.ones(5, 5, dtype=torch.bool).tril() & _StripesPattern().dense_mask(5, 5)
     )
+
+
+def test_an_own_pattern_keeps_what_it_defines_and_a_module_is_not_taken_for_one():
+    from torch import nn
+
+    from attnzoo.attention.patterns import as_pattern
+
+    class Halves:  # depends on the lengths: each query reads the keys of its half (its own bind and block mask)
+        def __init__(self, lk=None):
+            self.lk = lk
+
+        def bind(self, lq, lk):
+            return Halves(lk)
+
+        def mask_mod(self, b, h, q_idx, kv_idx):
+            return (q_idx < self.lk // 2) == (kv_idx < self.lk // 2)
+
+        def block_mask(self, lq, lk, block_q, block_k, device=None):
+            return torch.ones(-(-lq // block_q), -(-lk // block_k), dtype=torch.bool)
+
+    own = as_pattern(Halves())
+    assert own.dense_mask(4, 4).equal(torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]).bool())
+    assert own.block_mask(8, 8, 4, 4).all()  # its own (a superset), not the one derived from mask_mod
+    assert not (Causal() & own).causal_only  # a rule of the lengths, not of positions: it cannot decode
+    assert (Causal() & _stripes).causal_only
+    with pytest.raises(TypeError, match=r"pattern: expected a pattern .*got Linear"):
+        Attention(32, 4, pattern=nn.Linear(2, 2))  # a module passed by mistake: refused when built, as before

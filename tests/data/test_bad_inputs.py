@@ -407,3 +407,13 @@ def test_a_pickled_model_and_a_dict_without_tensors_are_named_as_such(tmp_path):
         read_weights(tmp_path / "other.pth")
     torch.save({"model": torch.nn.Linear(2, 2).state_dict()}, tmp_path / "deit.pth")  # DeiT's checkpoints
     assert sorted(read_weights(tmp_path / "deit.pth")) == ["bias", "weight"]
+
+
+def test_text_labels_that_differ_only_in_case_are_named(tmp_path, caplog):
+    from attnzoo.data.formats.text_files import read_text_file
+
+    (tmp_path / "t.csv").write_text("text,label\nfirst text,Sports\nsecond text,sports\nthird,news\n")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        read_text_file(tmp_path / "t.csv", text_column="text", label_column="label")
+    assert "column 'label' has labels that differ only in case, each a class of its own: 'Sports' (line 2) and " \
+           "'sports' (line 3)" in caplog.text  # fmt: skip

@@ -230,7 +230,10 @@ def test_listops_bytes_tokenizer_and_length_check():
     for i in (0, 7):
         text = as_words.tokenizer.decode(as_words.datasets["train"].ids[i].tolist())
         assert ByteTokenizer().decode(as_bytes.datasets["train"].ids[i].tolist()) == text
-    with pytest.raises(ValueError, match=r"data.listops.max_len \(30\) exceeds data.max_len \(20\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.max_len \(20\) is shorter than the embedded ListOps expressions, data.listops.max_len \(30\)",
+    ):
         _small_listops(max_len=20)
     with pytest.raises(ValueError, match="did you mean 'max_depth'"):
         TextDataModule(listops={"max_dept": 3})

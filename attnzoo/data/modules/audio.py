@@ -338,7 +338,8 @@ class AudioDataModule(DataModule):
                     "replace the files, or remove the class"
                 )
         held = sum(len(items) for items, _ in per_split.values())
-        if self.scoring_only and held > len(per_split["test"][0]) and self.source == "folder":
+        plain = self.source == "folder" and not split_folders(Path(self.root))  # class folders, split by rules
+        if self.scoring_only and held > len(per_split["test"][0]) and plain:
             log.warning(
                 "data: %s: %d of its %d clips are the test split, and evaluate scores those only (the others fall to "
                 "train and val as for training: file-name hash or lists); to score every clip, give a folder of "

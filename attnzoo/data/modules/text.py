@@ -42,6 +42,15 @@ LISTOPS_DEFAULTS = {
 }
 
 
+def _check_listops_length(longest: int, max_len: int) -> None:
+    """ValueError when the embedded ListOps expressions (up to `longest` tokens) do not fit `max_len`."""
+    if longest > max_len:
+        raise ValueError(
+            f"data.max_len ({max_len}) is shorter than the embedded ListOps expressions, data.listops.max_len "
+            f"({longest}): they would be cut; raise data.max_len (or lower data.listops.max_len)"
+        )
+
+
 class TextDataModule(DataModule):
     """Text classification data.
 
@@ -175,11 +184,8 @@ class TextDataModule(DataModule):
 
     def _listops_splits(self) -> dict[str, tuple[list[str], list[str], str]]:
         opts = dict(self.listops)
-        if getattr(self.tokenizer, "name", None) == "listops" and opts["max_len"] > self.max_len:
-            raise ValueError(
-                f"data.listops.max_len ({opts['max_len']}) exceeds data.max_len ({self.max_len}): expressions would "
-                "be cut; raise data.max_len"
-            )
+        if getattr(self.tokenizer, "name", None) == "listops":
+            _check_listops_length(opts["max_len"], self.max_len)
         sizes = {"train": opts.pop("num_train"), "val": opts.pop("num_val"), "test": opts.pop("num_test")}
         generated = listops.generate_splits(sizes, **opts)
         self.class_names = [str(d) for d in range(10)]
@@ -248,11 +254,8 @@ class TextDataModule(DataModule):
         given = options.get("listops") or {}
         longest = given.get("max_len", LISTOPS_DEFAULTS["max_len"]) if isinstance(given, Mapping) else None
         max_len = options.get("max_len", inspect.signature(cls).parameters["max_len"].default)
-        if isinstance(longest, int) and isinstance(max_len, int) and longest > max_len:
-            raise ValueError(
-                f"data.listops.max_len ({longest}) exceeds data.max_len ({max_len}): expressions would be cut; raise "
-                "data.max_len"
-            )
+        if isinstance(longest, int) and isinstance(max_len, int):
+            _check_listops_length(longest, max_len)
 
     AUTO_KEYS = defaults.TEXT_KEYS
 

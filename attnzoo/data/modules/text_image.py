@@ -389,9 +389,7 @@ class TextImageDataModule(DataModule):
 
 def _answer(label: Any) -> str:
     """The class name of a JSONL label, stripped as the text-classification reader strips its labels: "yes " is the
-    class "yes", not a class of its own; JSON's true and false as JSON writes them (the strings "true", "false")."""
-    if isinstance(label, bool):
-        return "true" if label else "false"
+    class "yes", not a class of its own."""
     return str(label).strip()
 
 

@@ -92,6 +92,7 @@ def test_axis_labels_are_the_shortest_distinct_suffix(keys, labels):
         ("axes: {model.depth: [1, 1]}", "distinct label"),
         # distinct as written, the same once made safe for a folder name: the message said only "distinct label"
         ('axes: {model.attention.kind: {"a/b": mha, "a b": gated}}', "'a/b' and 'a b' both become 'a_b' in run names"),
+        ('axes: {model.depth: [1, "1"]}', "the values 1 and '1' are both labelled '1' (a mapping label -> value"),
         ("axes: {model.depth: [1]}\nseeds: [0, 0]", "repeats a seed"),
         ("axes: {model.depth: [1]}\nseeds: 3", "seeds: expected a non-empty list"),
         ("axes: {model.depth: [1]}\nfixed: {model.depth: 2}", "['model.depth (axis key model.depth)']"),

@@ -192,12 +192,17 @@ def load_grid(path: str | Path) -> Grid:
         else:
             raise _fail(path, f"axes.{key}: expected a list of values or a mapping label -> value, got {values!r}")
         if not named or len(named) != len(values):
-            labels = [str(label) for label in values] if isinstance(values, dict) else [value_label(v) for v in values]
-            clash = {}
-            for label in labels:
-                clash.setdefault(safe_id(label), []).append(label)
-            clash = {k: v for k, v in clash.items() if len(v) > 1 and len(set(v)) > 1}  # distinct only as written
-            why = "".join(f"; {' and '.join(map(repr, v))} both become {k!r} in run names" for k, v in clash.items())
+            pairs = values.items() if isinstance(values, dict) else [(value_label(v), v) for v in values]
+            clash: dict[str, list[tuple[str, Any]]] = {}
+            for label, value in pairs:
+                clash.setdefault(safe_id(str(label)), []).append((str(label), value))
+            why = ""
+            for name, group in ((k, g) for k, g in clash.items() if len(g) > 1):
+                if len({label for label, _ in group}) > 1:  # distinct as written, one once safe for a folder name
+                    why += f"; {' and '.join(repr(label) for label, _ in group)} both become {name!r} in run names"
+                elif not isinstance(values, dict):  # 1 and "1": one label for two values
+                    why += (f"; the values {' and '.join(repr(v) for _, v in group)} are both labelled {name!r} (a "
+                            "mapping label -> value names them apart)")  # fmt: skip
             raise _fail(path, f"axes.{key}: needs at least one value, each with a distinct label; got {values!r}{why}")
         same = [(a, b) for i, (a, x) in enumerate(named.items()) for b, y in list(named.items())[i + 1 :] if x == y]
         if same:  # one config under two labels: the same run twice

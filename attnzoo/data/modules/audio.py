@@ -337,14 +337,6 @@ class AudioDataModule(DataModule):
                     "skipped (data.on_bad_file=skip); a model cannot predict a class it never saw in training: "
                     "replace the files, or remove the class"
                 )
-        held = sum(len(items) for items, _ in per_split.values())
-        plain = self.source == "folder" and not split_folders(Path(self.root))  # class folders, split by rules
-        if self.scoring_only and held > len(per_split["test"][0]) and plain:
-            log.warning(
-                "data: %s: %d of its %d clips are the test split, and evaluate scores those only (the others fall to "
-                "train and val as for training: file-name hash or lists); to score every clip, give a folder of "
-                "test/<class>/*.wav", self.read_from, len(per_split["test"][0]), held,
-            )  # fmt: skip
         if not per_split["val"][0] and per_split["train"][0] and not self.scoring_only:  # (evaluate trains nothing)
             log.warning(
                 "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
@@ -430,6 +422,13 @@ class AudioDataModule(DataModule):
                     shortened(unmatched),
                     root,
                 )
+        tested = sum(split == "test" for _, _, split in entries)
+        if self.scoring_only and tested < len(entries):  # evaluate: the class folders' own split rule still holds
+            log.warning(
+                "data: %s: %d of its %d clips are the test split, and evaluate scores those only (the others fall to "
+                "train and val as for training: by %s); to score every clip, give a folder of test/<class>/*.wav",
+                root, tested, len(entries), ", ".join(lists) + " lists" if lists else "file-name hash",
+            )  # fmt: skip
         return entries
 
     def _split_folder_entries(self, root: Path, split_dirs: dict[str, Path]) -> list[tuple[Path, list[str], str]]:

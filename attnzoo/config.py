@@ -549,7 +549,7 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
 
 
 def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
-    """What the model or task kind refuses that its signature cannot say, through the class's
+    """What the data, model or task kind refuses that its signature cannot say, through the class's
     `check_config(options)` (a decoder's attention kind, a task's sampling ranges): a ValueError naming the key."""
     from .data import DATAMODULES
     from .models import MODELS
@@ -562,38 +562,35 @@ def _check_kind_values(cfg: Config, auto: set[str] = frozenset()) -> None:
             f"run.baseline: true (set in {cfg.where('run.baseline')}), but data.kind {kind!r} has no classical "
             f"baseline (data kinds with one: {valid}); set run.baseline=false"
         )
-    data = {k: v for k, v in cfg.section("data").items() if k != "kind"}
-    if cfg.section("model").get("init_from") and data.get("tokenizer", AUTO) == AUTO:
-        data["tokenizer"] = "model.init_from's"  # the start's tokenizer replaces `auto` when the run is built
-    try:
-        DATAMODULES[kind].check_config(data)
-    except ValueError as err:
-        key = str(err).split(" ", 1)[0].rstrip(":")
-        raise ConfigError(f"{err} (set in {cfg.where(key)})") from err
-    _check_patch_grid(cfg, DATAMODULES[kind].image_side(data), auto)
-    for section, table in (("model", MODELS), ("task", TASKS)):
+    _check_patch_grid(cfg, auto)
+    for section, table in (("data", DATAMODULES), ("model", MODELS), ("task", TASKS)):
         opts = cfg.section(section)
         check = getattr(table[opts["kind"]], "check_config", None)
         if check is None:
             continue
+        given = {k: v for k, v in opts.items() if k not in ("kind", *MODEL_EXTRAS) and f"{section}.{k}" not in auto}
+        if section == "data" and cfg.section("model").get("init_from") and given.get("tokenizer", AUTO) == AUTO:
+            given["tokenizer"] = "model.init_from's"  # the start's tokenizer replaces `auto` when the run is built
         try:
-            check({k: v for k, v in opts.items() if k not in ("kind", *MODEL_EXTRAS) and f"{section}.{k}" not in auto})
+            check(given)
         except ValueError as err:
             key = str(err).split(" ", 1)[0].rstrip(":")  # the kind's message starts with the key
             raise ConfigError(f"{err} (set in {cfg.where(key)})") from err
 
 
-def _check_patch_grid(cfg: Config, side: int | None, auto: set[str]) -> None:
+def _check_patch_grid(cfg: Config, auto: set[str]) -> None:
     """A ViT's model.patch_size must divide the side of the images the data gives (data.img_size, or the embedded
     digits'), where the config says both: the model refused it when built, after an ablation's first runs."""
-    patch = cfg.section("model").get("patch_size")
-    started = cfg.section("model").get("init_from")  # the checkpoint's patch and image size may replace these
-    if cfg.section("model")["kind"] != "vit" or "model.patch_size" in auto or side is None or started:
+    from .data import DATAMODULES
+
+    model, data = cfg.section("model"), cfg.section("data")
+    started = model.get("init_from")  # the checkpoint's patch and image size may replace these
+    if model["kind"] != "vit" or "model.patch_size" in auto or started:
         return
-    if type_ok(patch, int) and patch >= 1 and side % patch:
+    patch, side = model.get("patch_size"), DATAMODULES[data["kind"]].image_side(data)
+    if side is not None and type_ok(patch, int) and patch >= 1 and side % patch:
         fits = [p for p in range(1, side + 1) if side % p == 0 and side // p >= 2]
-        given = cfg.section("data").get("img_size") is not None
-        where = f"set in {cfg.where('data.img_size')}" if given else "the embedded digits'"
+        where = f"set in {cfg.where('data.img_size')}" if data.get("img_size") is not None else "the embedded digits'"
         raise ConfigError(
             f"model.patch_size ({patch}, set in {cfg.where('model.patch_size')}) does not divide the images' side, "
             f"{side} px ({where}): a ViT cuts them into whole patches; patch sizes that divide {side}: {fits}"

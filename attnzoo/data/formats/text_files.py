@@ -231,7 +231,7 @@ def read_text_file(path: str | Path, *, text_column: str, label_column: str) -> 
         first.setdefault(labels[-1], n)
     if not texts:
         raise ValueError(f"{path}: no examples")
-    check_label_forms(first, f"{path}: column {label_column!r}", first)
+    check_label_forms(first, f"{path}: column {label_column!r}")
     return texts, labels
 
 
@@ -246,15 +246,15 @@ def same_number(labels: Iterable[str]) -> list[list[str]]:
     return [forms for forms in groups.values() if len(forms) > 1 and any("." in form for form in forms)]
 
 
-def check_label_forms(labels: Iterable[str], where: str, first: dict[str, int] | None = None) -> None:
-    """One class written several ways among distinct `labels` (of `where`, a file and column): the same integer
-    with and without a zero fraction (`same_number`) raises, as which form a run's labels.json would keep is a guess;
-    the same letters in another case ("Red" and "red") are warned about, as they may be classes of their own.
-    `first`: label -> the line it first occurs on, named beside each form."""
-    forms = list(dict.fromkeys(labels))
+def check_label_forms(first: dict[str, int], where: str) -> None:
+    """One class written several ways among the distinct labels of `first` (label -> the line it first occurs on, in
+    `where`, a file and column): the same integer with and without a zero fraction (`same_number`) raises, as which
+    form a run's labels.json would keep is a guess; the same letters in another case ("Red" and "red") are warned
+    about, as they may be classes of their own. Each form is named with its line."""
+    forms = list(first)
 
     def said(group: list[str]) -> str:
-        return " and ".join(f"{f!r}" + (f" (line {first[f]})" if first and f in first else "") for f in group)
+        return " and ".join(f"{f!r} (line {first[f]})" for f in group)
 
     groups = same_number(forms)
     if groups:

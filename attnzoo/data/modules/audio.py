@@ -515,7 +515,7 @@ class AudioDataModule(DataModule):
                 entries.append((path, labels, split))
                 for label in labels:
                     first.setdefault(label, line)
-        check_label_forms(first, f"{csv_path}: column {self.columns['label']!r}", first)
+        check_label_forms(first, f"{csv_path}: column {self.columns['label']!r}")
         how = f"folds val={self.val_folds} test={self.test_folds}" if self.val_folds or self.test_folds else "hash"
         log.info("data: %s split by %s", csv_path, how)
         return entries

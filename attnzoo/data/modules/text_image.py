@@ -257,7 +257,7 @@ class TextImageDataModule(DataModule):
             first: dict[str, int] = {}
             for r in records["train"]:
                 first.setdefault(_answer(r["label"]), r["line"])
-            check_label_forms(first, f"{self.files['train']}: label", first)
+            check_label_forms(first, f"{self.files['train']}: label")
             self.class_names = sorted(first)
         checked: dict[Path, str | None] = {}  # an image several questions or pairs share is decoded once
         decoded: dict[Path, np.ndarray] = {}  # and resized once, kept in memory up to MEMORY_BYTES

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ...util.checks import at_least
 from ...util.names import shortened, suggest
 from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
@@ -128,8 +129,7 @@ class TextDataModule(DataModule):
                 raise ValueError(f"data.listops: unknown option {key!r}; valid: {valid}{suggest(key, valid)}")
         options = {**LISTOPS_DEFAULTS, **given}
         for key, least in (("num_train", 1), ("num_val", 1), ("num_test", 0)):  # no test: a run tests on val
-            if not isinstance(options[key], int) or options[key] < least:
-                raise ValueError(f"data.listops.{key} ({options[key]!r}) must be an int >= {least}")
+            at_least(f"data.listops.{key}", options[key], least)
         return options
 
     @property

@@ -29,6 +29,15 @@ def callbacks(checkpoint: str | Path, *, slurm_job: str | None = None) -> list[L
     ]
 
 
+class TrainedAlready(L.Callback):
+    """Train no step: a resumed run whose training had finished and whose test had not (stopped by a signal). What
+    ended its training is not always in the checkpoint: early stopping's `should_stop` is not, and such a run would
+    train another epoch before its test."""
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        trainer.should_stop = True
+
+
 class RunEarlyStopping(EarlyStopping):
     """Lightning's EarlyStopping, except that patience does not count down while the score has never left `floor`,
     the value of a model that has learned nothing it measures yet: BLEU is exactly 0 until a hypothesis shares a

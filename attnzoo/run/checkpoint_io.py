@@ -91,6 +91,13 @@ class RunCheckpoint(ModelCheckpoint):
     def _generate_state_key(self, **kwargs: Any) -> str:
         return f"ModelCheckpoint{kwargs!r}"  # Lightning's own key: checkpoints of earlier runs keep loading
 
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # an every-n-steps save in an epoch's last batch is one Lightning resumes from at the next epoch, that epoch's
+        # validation never run (a run killed during it); the epoch's own last.ckpt follows its validation
+        if self._every_n_train_steps and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            return
+        super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+
     def check_monitor_top_k(self, trainer: Any, current: torch.Tensor | None = None) -> bool:
         at_floor = self.floor is not None and current is not None and float(current) == self.floor
         if not at_floor or self.save_top_k != 1:

@@ -75,22 +75,25 @@ class ResumeDataPosition(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         _plan_learning_rate(trainer)
-        self._skip_trained_batches(trainer)
+        skipped = self._skip_trained_batches(trainer)
         if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here
             name, keys, pos, has_gauss, gauss = self._rng["numpy"]
             _set_rng_states({**self._rng, "numpy": (name, keys.numpy(), pos, has_gauss, gauss)})
             self._rng = None
+            if not skipped:  # an epoch from its start: its iterator draws its seed as the uninterrupted run's did
+                _new_iterator(trainer)
 
-    def _skip_trained_batches(self, trainer: L.Trainer) -> None:
+    def _skip_trained_batches(self, trainer: L.Trainer) -> bool:
+        """Whether the epoch resumes mid-way, its trained batches skipped."""
         # batches of this epoch that stepped: a checkpoint saved in on_train_batch_end counts its batch as processed
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
         loader = trainer.train_dataloader
         if not done or loader is None or done >= trainer.num_training_batches:
-            return
+            return False
         batch_sampler = getattr(loader, "batch_sampler", None)
         if batch_sampler is None or not hasattr(batch_sampler, "sampler") or not hasattr(batch_sampler, "batch_size"):
             log.warning("resume: the train loader has no batch sampler to skip; its epoch restarts from the start")
-            return
+            return False
         if callable(getattr(batch_sampler, "skip_batches", None)):  # batches fixed per epoch (length bucketing)
             batch_sampler.skip_batches(done)
         else:
@@ -98,12 +101,9 @@ class ResumeDataPosition(L.Callback):
         # Lightning made the epoch's iterator before this hook (FitLoop.setup_data), and loader workers fetch ahead
         # as soon as it exists: those batches came from the sampler without the skip (which would then have cut the
         # next epoch instead) and before the sampler was told its epoch (Lightning tells it after this hook). A new
-        # iterator reads the sampler as it is now, told its epoch here (persistent workers are reset); it is made
-        # before the random state is restored, since making one may draw from it.
-        fetcher = trainer.fit_loop._data_fetcher
-        if fetcher is not None:
-            _set_sampler_epoch(loader, trainer.fit_loop.epoch_progress.current.processed)
-            iter(fetcher)
+        # iterator reads the sampler as it is now; it is made before the random state is restored, since making one
+        # draws from it (the uninterrupted run's draw came at the epoch's start).
+        _new_iterator(trainer)
         if trainer.is_global_zero:  # each DDP process skips its own batches; one line says so
             log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
         if trainer.is_global_zero and getattr(loader, "num_workers", 0) > 0:
@@ -113,6 +113,16 @@ class ResumeDataPosition(L.Callback):
                 "the batches hold the same samples in the same order. data.num_workers=0 resumes exactly",
                 loader.num_workers,
             )
+        return True
+
+
+def _new_iterator(trainer: L.Trainer) -> None:
+    """Make the epoch's train iterator again, its sampler told the epoch (persistent workers are reset). Making one
+    draws the loader's base seed from torch's random state, even without workers."""
+    fetcher = trainer.fit_loop._data_fetcher
+    if fetcher is not None and trainer.train_dataloader is not None:
+        _set_sampler_epoch(trainer.train_dataloader, trainer.fit_loop.epoch_progress.current.processed)
+        iter(fetcher)
 
 
 def _plan_learning_rate(trainer: L.Trainer) -> None:

@@ -3,10 +3,12 @@
 - `GracefulStop`: a SIGINT or SIGTERM during training sets a flag; at the end of the current batch every process
   agrees to stop, `last.ckpt` is written (atomically, `attnzoo.run.checkpoint_io`) and `Interrupted` is raised (at
   the next hook), which `attnzoo.fit` turns into a short message and the exit status 128 + signal number (130 / 143),
-  without a traceback. In a SLURM job, SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`: the time limit is near) stops the same
-  way, and then global rank 0 requeues the job (`scontrol requeue`); started again, it continues the run
-  (`attnzoo.run.train`). This replaces Lightning's own requeue (which saves `hpc_ckpt_*.ckpt` from inside the signal
-  handler and trains on).
+  without a traceback. In an epoch's last batch the stop waits for the epoch's validation: a checkpoint of that
+  batch's end is one Lightning resumes from at the next epoch, its validation never run. When the validation ends
+  training (early stopping), the run stops before its test instead (`--resume` runs the test). In a SLURM job,
+  SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`: the time limit is near) stops the same way, and then global rank 0
+  requeues the job (`scontrol requeue`); started again, it continues the run (`attnzoo.run.train`). This replaces
+  Lightning's own requeue (which saves `hpc_ckpt_*.ckpt` from inside the signal handler and trains on).
 - `StopAtOnce`: during the test after fitting (and `attnzoo.evaluate`'s pass), a signal stops at once (the weights
   are a checkpoint already): `Interrupted` with `phase="test"` (`--resume` runs the test again) or `"evaluate"`.
 - `StoppedAtOnce`: a second Ctrl+C stops at once, without saving the batch in progress.
@@ -148,6 +150,8 @@ class GracefulStop(StopAtOnce):
         self.slurm_job = slurm_job
         self.signum: int | None = None
         self._stop: Interrupted | None = None
+        self._after_epoch = 0  # the signal every process received in an epoch's last batch: stop after the epoch
+        self._ended = False  # that epoch's validation ended training: stop before the test
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.signum is not None and signum == signal.SIGINT:  # a second Ctrl+C: stop now, without saving
@@ -182,8 +186,18 @@ class GracefulStop(StopAtOnce):
         # every process must stop at the same batch (a signal may reach only some of them)
         received = torch.tensor([self.signum or 0], device=module.device)
         received = int(trainer.strategy.reduce(received, reduce_op="max").item())
-        if not received or self._stop is not None:
+        if not received or self._stop is not None or self._after_epoch:
             return
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:  # alike in every process
+            self._after_epoch = received
+            if trainer.is_global_zero:
+                log.warning("%s came in the epoch's last batch: stopping after the epoch's validation",
+                            signal.Signals(received).name)  # fmt: skip
+            return
+        self._save_and_stop(trainer, received)
+
+    def _save_and_stop(self, trainer: L.Trainer, received: int) -> None:
+        """Write `last.ckpt` and make the `Interrupted` that the next hook raises."""
         trainer.save_checkpoint(self.checkpoint)  # every process waits until it is written
         requeued = None
         if received == signal.SIGUSR1 and self.slurm_job is not None and trainer.is_global_zero:
@@ -206,6 +220,24 @@ class GracefulStop(StopAtOnce):
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._raise_if_stopped()  # before ModelCheckpoint's (Lightning runs checkpoint callbacks last)
+        if not self._after_epoch or self._stop is not None:
+            return
+        if trainer.should_stop:  # the validation ended training (early stopping): the stop comes before the test
+            self._ended = True
+        elif trainer.fit_loop._can_stop_early:  # the epoch ends as usual (best.ckpt, last.ckpt), then training
+            trainer.should_stop = True
+        else:  # trainer.min_epochs not reached: Lightning would train on
+            self._save_and_stop(trainer, self._after_epoch)
+            self._raise_if_stopped()
+
+    def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self._ended:  # the signal came before the validation that ended training: no test now
+            raise Interrupted(signum=self._after_epoch, step=trainer.global_step, checkpoint=self.checkpoint,
+                              phase="test")  # fmt: skip
+        super().on_test_start(trainer, module)
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._restore()
+        if self._after_epoch and not self._ended and self._stop is None:  # stopped after the epoch of the signal
+            self._save_and_stop(trainer, self._after_epoch)  # a finished epoch: a resume starts the next one
+            self._raise_if_stopped()

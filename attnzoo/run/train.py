@@ -203,10 +203,15 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
     return None, False
 
 
+def _stopped(summary: dict[str, Any]) -> dict[str, Any]:
+    """The `stopped` record of a run's summary ({} when it has none)."""
+    return summary.get("stopped") if isinstance(summary.get("stopped"), dict) else {}
+
+
 def _say_early_stop(before: dict[str, Any], changes: dict[str, list[Any]]) -> None:
     """Warn that a run which stopped early, resumed with the same `run.early_stopping`, stops again at its next
     validation that does not improve: its patience is spent (a larger trainer.max_epochs alone trains one epoch)."""
-    stopped = before.get("stopped") if isinstance(before.get("stopped"), dict) else {}
+    stopped = _stopped(before)
     if stopped.get("reason") != "early_stopping" or any(k.startswith("run.early_stopping") for k in changes):
         return
     log.warning(
@@ -220,7 +225,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     # resumed from the run's own config.yaml (`fit --resume DIR`): the weights come from the checkpoint, the start's
     # choices are in config.yaml; with the command that started it (`--resume DIR --config recipe ...`), or for a run
     # that recorded no start, the start is read again as it was then
-    if ckpt_path is not None:  # a changed key of the command line named before the data is read again
+    if ckpt_path is not None:  # a changed data file or model.init_from named before the data is read again
         resume_changes(run_dir, cfg, given_only=True)
     own_config = Path(cfg.where("model.init_from")).resolve() == (run_dir / "config.yaml").resolve()
     if ckpt_path is not None and own_config:
@@ -231,7 +236,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     else:
         data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
     resumes = read_resumes(run_dir)
-    resumed_step, before = None, {}
+    resumed_step, before, changes = None, {}, {}
     if ckpt_path is not None:
         from .checkpoint_io import check_checkpoint_shapes
         from .metrics import check_history
@@ -256,6 +261,10 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
             log.info("resume: from %s (step %d)%s", ckpt_path, step, f"; changed {shown}" if shown else "")
     tested_split = test_split(data) if cfg.section("run").get("test") else None  # decided before training
+    if _stopped(before).get("phase") == "test" and not changes:  # training had finished: the test is left
+        from .callbacks import TrainedAlready
+
+        extra_callbacks = [*extra_callbacks, TrainedAlready()]
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
         (run_dir / "config.yaml").write_text(CONFIG_HEADER + cfg.to_yaml())

@@ -172,3 +172,102 @@ def test_a_run_killed_after_a_step_checkpoint_resumes_with_the_uninterrupted_los
 
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     assert _losses(run_dir) == reference
+
+
+TESTED = ["run.test=true", "trainer.limit_test_batches=1", "run.baseline=false"]  # the test row compared too
+
+
+def _rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    want, got = _weights(a), _weights(b)
+    return want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+@pytest.mark.parametrize(("recipe", "at"), [("text_cls", 3), ("text_cls", 7), ("mlm", 3)])
+def test_a_signal_in_an_epochs_last_batch_stops_after_its_validation_and_resumes_as_the_uninterrupted_run(
+    recipe, at, tmp_path, monkeypatch
+):
+    """Saved at the end of the epoch's last batch (step 3 of 4; step 7: the run's last), the checkpoint was one
+    Lightning resumes from at the next epoch: that epoch's validation never ran, so its metrics row was missing, its
+    best.ckpt was never considered, and the resumed run tested another checkpoint (and drew other dropout and masks)."""
+    path = ROOT / "recipes" / f"{recipe}.yaml"
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES[recipe], *TESTED]
+    reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
+    monkeypatch.setenv(SELF_SIGNAL_ENV, f"SIGTERM@{at}")
+    with pytest.raises(Interrupted):
+        fit(load([path], [*overrides, f"run.dir={tmp_path / 'cut'}"]))
+    monkeypatch.delenv(SELF_SIGNAL_ENV)
+    (run_dir,) = (tmp_path / "cut" / recipe).iterdir()
+    validated = [r["epoch"] for r in _rows(run_dir) if r.get("val/loss")]
+    assert validated == ["0"] if at == 3 else ["0", "1"]  # the epoch of the signal validated before the stop
+
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    assert _rows(run_dir) == _rows(reference)  # every row: train, val and the test of the same best checkpoint
+    for name in ("best.ckpt", "last.ckpt"):
+        assert _same_weights(run_dir / "checkpoints" / name, reference / "checkpoints" / name), name
+
+
+def test_a_signal_before_the_validation_that_stops_early_stops_before_the_test(tmp_path, monkeypatch):
+    """The validation after the signal ended training (early stopping): training is done, the test is what is
+    left, and --resume runs it, training nothing more."""
+    import json
+
+    path = ROOT / "recipes" / "text_cls.yaml"
+    early = ["trainer.max_epochs=4", "run.early_stopping={patience: 1, min_delta: 100.0}"]  # stops after epoch 1
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], *TESTED, *early]
+    reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
+    assert json.loads((reference / "summary.json").read_text())["stopped"]["reason"] == "early_stopping"
+    monkeypatch.setenv(SELF_SIGNAL_ENV, "SIGTERM@7")  # the last batch of epoch 1
+    with pytest.raises(Interrupted) as stop:
+        fit(load([path], [*overrides, f"run.dir={tmp_path / 'cut'}"]))
+    monkeypatch.delenv(SELF_SIGNAL_ENV)
+    assert stop.value.phase == "test"
+    (run_dir,) = (tmp_path / "cut" / "text_cls").iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["stopped"]["phase"] == "test"
+
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    assert _rows(run_dir) == _rows(reference)
+    assert _same_weights(run_dir / "checkpoints" / "last.ckpt", reference / "checkpoints" / "last.ckpt")
+
+
+_KILLED_IN_VALIDATION = """
+import os, sys
+import lightning as L
+from attnzoo.config import load
+from attnzoo.run import fit
+
+class Kill(L.Callback):  # dies like a killed process in the first validation
+    def on_validation_batch_start(self, trainer, *args):
+        if not trainer.sanity_checking:
+            os._exit(9)
+
+fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Kill()])
+"""
+
+
+def test_a_run_killed_in_a_validation_resumes_from_a_step_checkpoint_that_runs_it(tmp_path):
+    """`run.save_every_n_steps=2`, 4 batches an epoch: the step-4 save came at the end of the epoch's last batch,
+    and a run killed during the validation after it resumed at the next epoch, that validation never run."""
+    path = ROOT / "recipes" / "text_cls.yaml"
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], "run.baseline=false"]
+    overrides += ["run.save_every_n_steps=2"]
+    reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", _KILLED_IN_VALIDATION, str(path), *overrides, f"run.dir={tmp_path / 'cut'}"]
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    (run_dir,) = (tmp_path / "cut" / "text_cls").iterdir()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+
+    fit(load([run_dir / "config.yaml"]), resume=run_dir)
+    assert _rows(run_dir) == _rows(reference)
+    assert _same_weights(run_dir / "checkpoints" / "best.ckpt", reference / "checkpoints" / "best.ckpt")

@@ -152,16 +152,21 @@ def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
 DATA_FILES = ("data.train", "data.val", "data.test", "data.root", "data.csv")  # where the data is read from
 
 
-def _given(cfg: Config, key: str, value: Any) -> bool:
-    """Whether the command line set the data file `key` to `value` (not auto or null, which the build fills). Other
-    keys wait for the build: a start may set them from its checkpoint (data.max_len cut to its positions)."""
-    return key in DATA_FILES and value not in ("<not set>", AUTO, None) and cfg.typed(key)
+def _given(cfg: Config, key: str, old: Any, new: Any) -> bool:
+    """Whether the change of `key` from `old` to `new` is named before the build: a data file the command line set
+    (not to auto or null, which the build fills), or `model.init_from` wherever it was set, null included (the build
+    would read that start, whose tokenizer and sizes are not the run's). Other keys wait for the build: a start may
+    set them from its checkpoint (data.max_len cut to its positions)."""
+    if key == "model.init_from":
+        return not (old in ("<not set>", None) and new in ("<not set>", None))  # either way no start
+    return key in DATA_FILES and new not in ("<not set>", AUTO, None) and cfg.typed(key)
 
 
 def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> dict[str, list[Any]]:
     """`{key: [old, new]}` between the run's `config.yaml` and `cfg` (resolved, with what the data derived);
-    `given_only`: of the data files set on the command line alone (before the build, which reads them: another file
-    would first show as what the data derives from it, such as the vocabulary's size).
+    `given_only`: of the data files set on the command line and `model.init_from` alone (before the build, which
+    reads them: another file or start would first show as what the data derives from it, such as the vocabulary's
+    size).
 
     A data file given where it is now, after the one the run read moved away, is no change when it is that file
     (`attnzoo.run.paths.moved_data`: the size and fingerprint the run recorded); it is kept in the result.
@@ -182,7 +187,7 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
         if old.get(k, unset) != new.get(k, unset)
         and not same_path(k, old.get(k), new.get(k))
         and not (k not in old and k in added and new.get(k) == added[k])
-        and (not given_only or _given(cfg, k, new.get(k, unset)))
+        and (not given_only or _given(cfg, k, old.get(k, unset), new.get(k, unset)))
     }
     refused = [k for k in changes if not any(k == a or k.startswith(f"{a}.") for a in RESUME_MAY_CHANGE)]
     moved = [k for k in refused if k in DATA_FILES and moved_data(run_dir, k, *changes[k])]
@@ -198,11 +203,20 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
             f"(known again by its size and content where the run recorded them in {DATA_FILES_RECORD})."
             if away else ""
         )  # fmt: skip
+        started = "model.init_from" in refused  # its config.yaml holds what its start set (tokenizer, sizes)
+        start_note = (
+            " model.init_from names the weights a new run starts from: a resume continues from the run's own"
+            " checkpoint, whose weights came from the run's start."
+            if started else ""
+        )  # fmt: skip
+        new_run = (
+            "the recipe it started with and the changes (the run's config.yaml holds what its start set)"
+            if started else f"--config {run_dir / 'config.yaml'} and the changes"
+        )  # fmt: skip
         raise ConfigError(
             f"--resume: the config differs from the run's {run_dir / 'config.yaml'} in what defines the run: {shown}."
-            f"{moved_note} A resume may change only {list(RESUME_MAY_CHANGE)}. Resume without these changes"
-            + (f" (e.g. {back})" if back else "")
-            + f", or start a new run with --config {run_dir / 'config.yaml'} and the changes"
+            f"{moved_note}{start_note} A resume may change only {list(RESUME_MAY_CHANGE)}. Resume without these"
+            " changes" + (f" (e.g. {back})" if back else "") + f", or start a new run with {new_run}"
         )
     return changes
 

@@ -419,6 +419,59 @@ def test_a_run_started_from_bert_resumes(tmp_path):
         )  # config.yaml as it was: the resume read the run's own copy
 
 
+def test_a_resume_refuses_another_start_before_it_reads_it_and_takes_the_same_one_spelled_otherwise(
+    tmp_path, monkeypatch
+):
+    """`fit --resume DIR model.init_from=<RoBERTa>` of a run started from BERT read the other start and failed on the
+    data its tokenizer gives ("this is not the data the run was trained on"). A resume continues the run's own
+    checkpoint: another start, or none, is refused naming the key before anything is read; the same one, however
+    spelled, resumes, and a new run starts from the other."""
+
+    import attnzoo.run.train
+    from attnzoo.config import ConfigError
+    from attnzoo.config import load as load_config
+    from attnzoo.run import fit
+
+    monkeypatch.chdir(tmp_path)
+    save_encoder("bert", tmp_path / "bert")
+    save_encoder("roberta", tmp_path / "roberta")  # another tokenizer: its pad id is 1, BERT's 0
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = [*QUICK, "trainer.num_threads=1", "data.listops.num_train=32", "data.listops.num_val=8",
+             "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
+             "trainer.num_sanity_val_steps=0", f"run.dir={tmp_path / 'runs'}"]  # fmt: skip
+    run_dir = fit(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", "trainer.max_epochs=1"]))
+    first = json.loads((run_dir / "summary.json").read_text())
+    own, bert = run_dir / "config.yaml", repr(str(tmp_path / "bert"))
+    refused = [  # (configs, overrides, the new value shown)
+        ([own], [f"model.init_from={tmp_path / 'roberta'}"], repr(str(tmp_path / "roberta"))),
+        ([own], ["model.init_from=roberta"], "'roberta'"),
+        ([own], ["model.init_from=null"], "None"),
+        ([recipe], small, "None"),  # the recipe without the start
+    ]
+    with monkeypatch.context() as m:
+        m.setattr(attnzoo.run.train, "build", lambda *a, **k: pytest.fail("the resume read its data and start"))
+        for configs, overrides, new in refused:
+            with pytest.raises(ConfigError) as err:
+                fit(load_config(configs, [*overrides, "trainer.max_epochs=2"]), resume=run_dir)
+            said = str(err.value)
+            assert f"in what defines the run: model.init_from: {bert} -> {new}. model.init_from names" in said
+            assert "a resume continues from the run's own checkpoint" in said
+            assert f'(e.g. model.init_from="{tmp_path / "bert"}")' in said and "start a new run with the recipe" in said
+    assert not (run_dir / "resumes.json").exists()
+    # the same start: relative to the working directory, from the run's config.yaml and with the starting command
+    fit(load_config([own], ["model.init_from=bert", "trainer.max_epochs=2"]), resume=run_dir)
+    fit(load_config([recipe], [*small, "model.init_from=./bert", "trainer.max_epochs=3"]), resume=run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["finished"] and summary["global_step"] == 3 * first["global_step"] > 0
+    assert [r["changed"] for r in json.loads((run_dir / "resumes.json").read_text())] == [
+        {"trainer.max_epochs": [1, 2]},
+        {"trainer.max_epochs": [2, 3]},
+    ]  # the same start is no change
+    # what the refusal says to do: a new run from the recipe with the other start
+    other = fit(load_config([recipe], [*small, "model.init_from=roberta", "trainer.max_epochs=1"]))
+    assert json.loads((other / "summary.json").read_text())["init_from"]["source"] != first["init_from"]["source"]
+
+
 def test_a_run_fine_tuned_from_bert_passes_the_fine_tuning_rate_on_to_runs_started_from_it(tmp_path, caplog):
     """A run started from an attnzoo run took the recipe's rate for small models from random weights (3e-3), also
     when that run's weights were BERT's, fine-tuned at 5e-5."""

@@ -2,8 +2,12 @@
 window, BigBird and ALiBi plans its runs from a BERT folder (`--dry-run`), and each of its variants builds from that
 folder with every checkpoint tensor loaded (ALiBi in place of positions drops only the position table); so does each
 variant of the ViT grid from a ViT folder, and each variant of the grid that converts the encoder to grouped-query
-attention loads the checkpoint with its key/value heads mean-pooled."""
+attention loads the checkpoint with its key/value heads mean-pooled. A variant that cannot start from the checkpoint
+(another head count, an attention kind without its projections, key/value heads that do not divide its heads) stops
+the dry run and the ablation before any run begins, the checkpoint read once."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ from attnzoo.config import load
 from attnzoo.run import build
 from attnzoo.tasks import TASKS
 from tests.helpers import smoke_overrides
-from tests.helpers.hf import save_encoder, save_vit
+from tests.helpers.hf import SIZES, save_encoder, save_vit
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "text_cls.yaml"
@@ -27,6 +31,14 @@ def bert(tmp_path_factory) -> Path:
     """A small random BERT folder with its tokenizer.json (as `hf download` leaves one)."""
     path = tmp_path_factory.mktemp("models") / "bert"
     save_encoder("bert", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bert6(tmp_path_factory) -> Path:
+    """The same with 6 heads of 8 channels (BERT-base's 12 heads are not a multiple of 8 either)."""
+    path = tmp_path_factory.mktemp("models") / "bert6"
+    save_encoder("bert", path, sizes={**SIZES, "hidden_size": 48, "num_attention_heads": 6})
     return path
 
 
@@ -135,3 +147,51 @@ def test_every_variant_of_the_gqa_grid_pools_the_checkpoints_kv_heads(bert, tmp_
             logits[label] = task.net.eval()(tokens=torch.randint(5, 60, (2, 24)))
     torch.testing.assert_close(logits["kv4"], logits["all"], rtol=0, atol=0)  # the checkpoint's own heads
     assert (logits["mqa"] - logits["all"]).abs().max() > 1e-4
+
+
+# a later variant of one checkpoint that fit refuses: (the folder, the grid's axes (None: the shipped GQA grid), the
+# variant and the start of its error): another num_heads than the checkpoint's, a kind whose projections it lacks, and
+# key/value heads that do not divide its 6 heads; WHY: what the error says of it
+REFUSED = {
+    "num_heads": ("bert", {"model.num_heads": [4, 2]}, "num_heads=2,seed=0: model.num_heads: 2 (set in the command"),
+    "mla": ("bert", {"model.attention.kind": ["mha", "mla"]}, "attention=mla,seed=0: model.init_from: bert (HF)"),
+    "gqa": ("bert6", None, "num_kv_heads=kv4,seed=0: model (kind 'text', model.init_from's architecture): num_he"),
+}
+WHY = {
+    "num_heads": "but model.init_from's weights have 4 heads",
+    "mla": "cannot start attention kind 'mla'",
+    "gqa": "num_heads (6) must be a multiple of num_kv_heads (4)",
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_every_variant_is_checked_against_its_start_before_any_run(case, request, tmp_path, capsys, monkeypatch):
+    # only the first variant of each checkpoint was checked: the dry run passed, and the ablation failed the variant
+    # after training the first
+    import attnzoo.pretrained
+    from attnzoo.ablate import main
+    from attnzoo.ablation.runner import ablate
+    from attnzoo.config import ConfigError
+
+    source, axes, said = REFUSED[case]
+    folder = request.getfixturevalue(source)
+    grid = ROOT / "configs" / "ablations" / "pretrained_gqa.yaml"
+    if axes is not None:
+        grid = tmp_path / "grid.yaml"
+        grid.write_text(json.dumps({"axes": axes}))
+    read, convert = [], attnzoo.pretrained.convert
+    monkeypatch.setattr(attnzoo.pretrained, "convert", lambda path, **kw: read.append(path) or convert(path, **kw))
+    start = [f"model.init_from={folder}"]
+    argv = ["--config", str(RECIPE), *start, "--grid", str(grid), "--out", str(tmp_path / "out"), "--dry-run"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"variant {said}" in err and WHY[case] in err, err
+    assert read == [str(folder)]  # once, for every variant of it
+
+    class Never:
+        def launch(self, *args):
+            raise AssertionError("a run began")
+
+    with pytest.raises(ConfigError, match=f"variant {re.escape(said)}"):
+        ablate([RECIPE], grid, tmp_path / "out", start, launcher=Never())
+    assert not (tmp_path / "out" / "ablation.json").exists()

@@ -118,20 +118,30 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
 
 
 def check_starts(configs: Sequence[str | Path], runs: Sequence[Planned]) -> None:
-    """Read each checkpoint `runs` start from (`model.init_from`, with its timm name and tokenizer) once, as a run
-    would before training: one that cannot start a run (no tokenizer.json, another architecture) stops the ablation
-    (or its dry run) before any run begins, not each run after it began."""
-    from ..run.start import read_start
+    """Check every run of `runs` that starts from a checkpoint (`model.init_from`) as fit would before reading its
+    data (`attnzoo.run.start.read_start`, `attnzoo.run.start_check.check_start`), reading each checkpoint (with its
+    timm name and tokenizer) once: one that cannot start a variant (no tokenizer.json, another architecture, a head
+    count or attention kind the weights do not fit) stops the ablation (or its dry run) before any run begins, not
+    that run after others finished."""
+    from ..run.start import convert_start, read_start
+    from ..run.start_check import check_start
 
-    seen = set()
+    read: dict[tuple[Any, Any, Any], Any] = {}  # run.start -> the converted checkpoint
+    level = log.level
     for run in runs:
-        if run.start is None or run.start in seen:
+        if run.start is None:
             continue
-        seen.add(run.start)
+        # what the start chooses is logged for the first variant of each checkpoint; warnings for every one
+        log.setLevel(max(level, logging.WARNING) if run.start in read else level)
         try:
-            read_start(load(configs, run.overrides))
+            cfg = load(configs, run.overrides)
+            if run.start not in read:
+                read[run.start] = convert_start(cfg)
+            check_start(cfg, read_start(cfg, converted=read[run.start]))
         except ConfigError as err:
             raise ConfigError(f"variant {run.variant.id}: {err}") from err
+        finally:
+            log.setLevel(level)
 
 
 def _same_files(run: Planned) -> bool:

@@ -82,37 +82,20 @@ class Start(NamedTuple):
     origin: str | None = None  # the pretrained checkpoint (Hugging Face, timm) the weights descend from, if any
 
 
-def read_start(cfg: Config) -> Start | None:
+def read_start(cfg: Config, *, converted: Any = None) -> Start | None:
     """The checkpoint `model.init_from` names, converted; None when unset. ConfigError naming the key, where it was
-    set and the file when it cannot be read."""
+    set and the file when it cannot be read. `converted`: the checkpoint as `convert_start` read it already for a
+    config of the same model.init_from, model.timm_name and data.tokenizer (an ablation's variants read each
+    checkpoint they start from once)."""
     from .. import pretrained
     from ..pretrained import run_dir
 
-    given = cfg.section("model").get("init_from")
-    if not given:
+    given = _given(cfg)
+    if given is None:
         return None
-    if Path(given).exists():  # recorded as a path from anywhere (init_from.json, the summary, the converted source);
-        given = os.path.abspath(given)  # a link stays the link (a hub cache's snapshot file names its blob)
     where = cfg.where("model.init_from")
     timm_name = cfg.section("model").get("timm_name")
-    named = _named_tokenizer(cfg)  # a tokenizer file for weights whose directory has none
-    try:
-        converted = pretrained.convert(given, timm_name=timm_name, tokenizer=named)
-    except ValueError as err:
-        if timm_name is not None and timm_name.split(".", 1)[0] in str(err):  # the name does not fit, or is no ViT's
-            raise ConfigError(
-                f"model.timm_name: {err} (model.timm_name set in {cfg.where('model.timm_name')}, model.init_from in "
-                f"{where})"
-            ) from None
-        # the tokenizer file given for weights whose folder has none (the one read), not the weights
-        if named is not None and named in str(err) and not (Path(given) / "tokenizer.json").is_file():
-            raise ConfigError(
-                f"data.tokenizer: {err} (set in {cfg.where('data.tokenizer')}, for the weights of model.init_from): a "
-                "Hugging Face folder's tokenizer.json is what `AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`"
-                " writes, also from a vocab.txt or vocab.json + merges.txt alone"
-            ) from None
-        hint = "; in a config: model.timm_name=<timm architecture>" if "pass its timm_name" in str(err) else ""
-        raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
+    converted = convert_start(cfg) if converted is None else converted
     kind = cfg.section("model")["kind"]
     if converted.model_kind and kind not in (converted.model_kind, ENCODER_OF.get(converted.model_kind)):
         fits = " or ".join(repr(k) for k in (kind, *(k for k, enc in ENCODER_OF.items() if enc == kind)))
@@ -140,6 +123,46 @@ def read_start(cfg: Config) -> Start | None:
                  "would take a rate for its small model)", FINETUNE_LR, via)  # fmt: skip
         tuning["task.optimizer.lr"] = FINETUNE_LR
     return Start(str(given), converted, own_run, preset, options, tuning, origin)
+
+
+def _given(cfg: Config) -> str | None:
+    """`model.init_from`, absolute when it is a path here; None when unset."""
+    given = cfg.section("model").get("init_from")
+    if not given:
+        return None
+    if Path(given).exists():  # recorded as a path from anywhere (init_from.json, the summary, the converted source);
+        given = os.path.abspath(given)  # a link stays the link (a hub cache's snapshot file names its blob)
+    return given
+
+
+def convert_start(cfg: Config) -> Any:
+    """The checkpoint `model.init_from` names, converted (`attnzoo.pretrained.convert`) with `model.timm_name` and
+    `data.tokenizer`, for `read_start`. ConfigError naming the key, where it was set and the file when it cannot be
+    read."""
+    from .. import pretrained
+
+    given = _given(cfg)
+    where = cfg.where("model.init_from")
+    timm_name = cfg.section("model").get("timm_name")
+    named = _named_tokenizer(cfg)  # a tokenizer file for weights whose directory has none
+    try:
+        converted = pretrained.convert(given, timm_name=timm_name, tokenizer=named)
+    except ValueError as err:
+        if timm_name is not None and timm_name.split(".", 1)[0] in str(err):  # the name does not fit, or is no ViT's
+            raise ConfigError(
+                f"model.timm_name: {err} (model.timm_name set in {cfg.where('model.timm_name')}, model.init_from in "
+                f"{where})"
+            ) from None
+        # the tokenizer file given for weights whose folder has none (the one read), not the weights
+        if named is not None and named in str(err) and not (Path(given) / "tokenizer.json").is_file():
+            raise ConfigError(
+                f"data.tokenizer: {err} (set in {cfg.where('data.tokenizer')}, for the weights of model.init_from): a "
+                "Hugging Face folder's tokenizer.json is what `AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`"
+                " writes, also from a vocab.txt or vocab.json + merges.txt alone"
+            ) from None
+        hint = "; in a config: model.timm_name=<timm architecture>" if "pass its timm_name" in str(err) else ""
+        raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
+    return converted
 
 
 def _named_tokenizer(cfg: Config) -> str | None:

@@ -91,16 +91,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
     except StoppedAtOnce as err:
-        print(f"attnzoo fit: {err}", file=sys.stderr)
+        if is_rank_zero():  # every DDP process stops alike; one says so
+            print(f"attnzoo fit: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:  # before training started (during data setup)
         print("attnzoo fit: interrupted; checkpoints already written are kept", file=sys.stderr)
         return 130
     except Interrupted as err:
         run_dir = Path(err.checkpoint).parent.parent
-        if err.requeued:
+        if err.requeued and is_rank_zero():
             print(f"attnzoo fit: {err}: started again, the same command continues {run_dir}", file=sys.stderr)
-        else:
+        elif is_rank_zero():
             print(f"attnzoo fit: {err}; continue with --resume {run_dir}", file=sys.stderr)
         return err.exit_code
     except NonFiniteLossError as err:

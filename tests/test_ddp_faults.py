@@ -64,3 +64,27 @@ def test_a_dead_ddp_process_ends_the_whole_run_non_zero_without_hanging(rank, tm
     else:
         os.killpg(proc.pid, 9)
         pytest.fail(f"processes left running 60 s after the run exited: {leftover}")
+
+
+def test_a_signal_to_a_ddp_run_is_said_once_and_without_lightnings_weights_only_warning(tmp_path):
+    """Every process caught the stop and printed it (the line came twice), and the checkpoint saved on the signal
+    warned that `weights_only` was not set, beside the README's "checkpoints are loaded as tensors only"."""
+    overrides = [
+        *QUICK[:3],
+        *TINY,
+        "trainer.devices=2",
+        "trainer.strategy=ddp",
+        "trainer.num_threads=1",
+        "trainer.max_steps=50",
+        "trainer.limit_val_batches=0",
+        "trainer.num_sanity_val_steps=0",
+        "data.batch_size=4",
+        "run.test=false",
+        "run.baseline=false",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ATTNZOO_TEST_SELF_SIGNAL": "SIGTERM@3"}
+    cmd = [sys.executable, "-m", "attnzoo.fit", "--config", str(VIT), *overrides, "--run-dir", str(tmp_path / "r")]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert proc.stderr.count("attnzoo fit: SIGTERM received: stopped at step 4") == 1, proc.stderr[-3000:]
+    assert "weights_only" not in proc.stderr

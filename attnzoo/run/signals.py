@@ -198,7 +198,7 @@ class GracefulStop(StopAtOnce):
 
     def _save_and_stop(self, trainer: L.Trainer, received: int) -> None:
         """Write `last.ckpt` and make the `Interrupted` that the next hook raises."""
-        trainer.save_checkpoint(self.checkpoint)  # every process waits until it is written
+        trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every process waits until it is written
         requeued = None
         if received == signal.SIGUSR1 and self.slurm_job is not None and trainer.is_global_zero:
             from .cluster import requeue

@@ -49,10 +49,21 @@ def check_rank_format() -> None:
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--config", action="append", default=[], help="a recipe YAML; repeat to overlay more files")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--print-config", action="store_true", help="print the merged config and exit")
     p.add_argument("--allow-imports", action="store_true", help=ALLOW_IMPORTS_HELP)
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.max_epochs=3")
     return p
+
+
+# --print-config's header: the recipes and overrides merged, before the data and a start decide what they decide
+PRINTED_CONFIG = (
+    "# the config files and overrides merged; `auto` values are chosen when the run starts (logged, and recorded in\n"
+    "# the run's config.yaml)\n"
+)
+PRINTED_START = (
+    "# model.init_from: the run takes the checkpoint's architecture (model.dim, depth, heads, positions, ...) and\n"
+    "# tokenizer, not the values below (logged, and recorded in the run's config.yaml)\n"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2
     if args.print_config:
+        print(PRINTED_CONFIG + (PRINTED_START if cfg.section("model").get("init_from") else ""), end="")
         print(cfg.to_yaml(), end="")
         return 0
     from .run.nan_guard import NonFiniteLossError

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from attnzoo.config import ConfigError, load
 from attnzoo.fit import main
@@ -184,6 +185,15 @@ def test_cli_reports_errors_without_traceback_and_prints_config(capsys):
     assert main(["--config", str(VIT), "--print-config", "model.depth=3"]) == 0
     out = capsys.readouterr().out
     assert "depth: 3" in out and "kind: vit" in out
+    assert out.startswith("# the config files and overrides merged") and "model.init_from" not in out
+    assert yaml.safe_load(out)["model"]["depth"] == 3  # comments aside, YAML
+
+
+def test_print_config_with_a_start_says_the_architecture_is_the_checkpoints(capsys, tmp_path):
+    """It printed the recipe's width, heads and positions, which a run started from a checkpoint does not use."""
+    assert main(["--config", str(VIT), "--print-config", f"model.init_from={tmp_path / 'vit.safetensors'}"]) == 0
+    out = capsys.readouterr().out
+    assert "# model.init_from: the run takes the checkpoint's architecture" in out
 
 
 def test_a_literal_dollar_brace_in_a_value_is_written_so_that_it_reads_back(tmp_path):

@@ -38,7 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = list(args.config)
         if args.run_dir is not None:
             if not (args.run_dir / "config.yaml").is_file():
-                raise ConfigError(f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml)")
+                from .run.rundir import runs_in
+
+                raise ConfigError(
+                    f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml){runs_in(args.run_dir)}"
+                )
             configs = [args.run_dir / "config.yaml", *configs]
         cfg = load(configs, args.overrides)
         if args.print_config:

@@ -87,6 +87,20 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
         path, n = base / f"{stamp}-{n}", n + 1
 
 
+def runs_in(folder: Path) -> str:
+    """For a message about `folder`, which is no run directory: the runs it holds (a `run.dir/run.name` folder, whose
+    runs are its timestamped subfolders), newest first; "" when it holds none."""
+    try:
+        runs = [d for d in folder.iterdir() if (d / "config.yaml").is_file()] if folder.is_dir() else []
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    runs.sort(key=lambda d: d.name, reverse=True)  # timestamped names: the newest first
+    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+    return f"; it holds runs: {', '.join(str(d) for d in runs[:3])}{more}: give one of them"
+
+
 def resume_target(path: str | Path) -> tuple[Path, Path]:
     """(run dir, checkpoint) from a run directory or a checkpoint inside one (`<run>/checkpoints/*.ckpt`)."""
     path = Path(path)
@@ -100,7 +114,9 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     else:
         raise ConfigError(f"--resume: {str(path)!r} is neither a run directory nor a checkpoint file")
     if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"--resume: {str(run_dir)!r} is not a run directory (it has no config.yaml)")
+        raise ConfigError(
+            f"--resume: {str(run_dir)!r} is not a run directory (it has no config.yaml){runs_in(run_dir)}"
+        )
     if not ckpt.is_file():
         raise ConfigError(
             f"--resume: {str(run_dir)!r} has no checkpoint to continue from ({str(ckpt)!r} does not exist): the run "
@@ -259,7 +275,7 @@ def read_resumes(run_dir: Path) -> list[dict[str, Any]]:
 def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     """The checkpoint file of a run directory: `best`, `last`, or a path; errors name what is missing."""
     if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml)")
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml){runs_in(run_dir)}")
     ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
     if not ckpt.is_file():
         hint = ""

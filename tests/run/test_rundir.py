@@ -162,3 +162,26 @@ def test_a_missing_best_checkpoint_points_to_last_and_an_unknown_name_lists_the_
     with pytest.raises(ConfigError, match=r"no checkpoint file at 'lats'; valid: best, last, or the path"):
         run_checkpoint(tmp_path, "lats")
     assert run_checkpoint(tmp_path, "last") == tmp_path / "checkpoints" / "last.ckpt"
+
+
+def test_a_folder_of_runs_given_for_a_run_names_the_runs_it_holds(tmp_path, capsys):
+    """`--resume runs/vit` (run.dir/run.name: the folder of its timestamped runs) said only "not a run directory"."""
+    from attnzoo.baseline import main as baseline_main
+    from attnzoo.run.rundir import resume_target, run_checkpoint
+
+    for name in ("20250101-120000", "20250102-120000"):
+        (tmp_path / "vit" / name).mkdir(parents=True)
+        (tmp_path / "vit" / name / "config.yaml").write_text("seed: 0\n")
+    folder = tmp_path / "vit"
+    said = f"it holds runs: {folder / '20250102-120000'}, {folder / '20250101-120000'}: give one of them"
+    with pytest.raises(ConfigError, match="is not a run directory") as err:
+        resume_target(folder)
+    assert said in str(err.value)
+    with pytest.raises(ConfigError, match="is not a run directory") as err:
+        run_checkpoint(folder, "best")  # evaluate, viz, translate, generate
+    assert said in str(err.value)
+    assert baseline_main(["--run-dir", str(folder)]) == 2
+    assert said in capsys.readouterr().err
+    with pytest.raises(ConfigError) as err:  # a folder whose folders are no runs: no list
+        resume_target(tmp_path)
+    assert "holds runs" not in str(err.value)

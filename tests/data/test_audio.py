@@ -585,3 +585,13 @@ def test_csv_labels_written_several_ways_are_refused_or_named(tmp_path, caplog):
     with pytest.raises(ValueError, match=r"meta.csv: column 'category' writes one number in several ways.*'1' "
                                          r"\(line 3\) and '1.0' \(line 5\)"):  # fmt: skip
         small(**options).setup()
+
+
+def test_the_embedded_sets_reasons_name_its_clips_sizes_only_for_the_sizes():
+    """A run started from an AST checkpoint takes its 16 kHz and 128 bins; the log then said `mixup_alpha: auto ->
+    0.0 (... (8 kHz clips, 0-4 kHz in 32 bins))` beside `data.sample_rate: auto -> 16000`."""
+    from attnzoo.data.modules.defaults import audio_data
+
+    chosen = audio_data(synthetic=True)
+    assert "8 kHz" in chosen["data.sample_rate"][1] and "32 bins" in chosen["data.n_mels"][1]
+    assert not any("kHz" in chosen[k][1] for k in ("data.mixup_alpha", "data.time_shift_ms"))

@@ -186,8 +186,9 @@ def image_model(
 def audio_data(*, synthetic: bool) -> Chosen:
     """Sample rate, mel bins, mixup and time shifts: the synthetic set keeps its recipe's, files get 16 kHz."""
     if synthetic:
-        why = "the embedded synthetic syllables: the recipe's measured settings (8 kHz clips, 0-4 kHz in 32 bins)"
-        return {"data.sample_rate": (8000, why), "data.n_mels": (32, why), "data.mixup_alpha": (0.0, why),
+        why = "the embedded synthetic syllables: the recipe's measured settings"
+        sizes = f"{why} (8 kHz clips, 0-4 kHz in 32 bins)"  # a start's own rate and bins replace these two
+        return {"data.sample_rate": (8000, sizes), "data.n_mels": (32, sizes), "data.mixup_alpha": (0.0, why),
                 "data.time_shift_ms": (0.0, why)}  # fmt: skip
     # A small AST learning from scratch on ~1k clips learned far slower from the AST paper's 128 bins and stride-10
     # patches (~110 tokens), and slower with mixup or time shifts, than from 32 bins (28 tokens), within minutes of

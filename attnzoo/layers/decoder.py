@@ -186,8 +186,9 @@ class Decoder(Encoder):
         return self.norm(x)
 
 
-def causal(attn: nn.Module) -> nn.Module:
-    """Make `attn`'s pattern causal (its pattern & Causal, or Causal when it has none); returns attn."""
+def causal(attn: nn.Module, *, say: bool = True) -> nn.Module:
+    """Make `attn`'s pattern causal (its pattern & Causal, or Causal when it has none); returns attn. `say`: log an
+    intersection (a decoder's first layer does, for all)."""
     from ..attention.patterns import Causal
 
     pattern = attn.pattern
@@ -195,7 +196,9 @@ def causal(attn: nn.Module) -> nn.Module:
         attn.pattern = Causal()
     elif not pattern.causal_only:
         attn.pattern = pattern & Causal()
-        log.info("decoder self-attention: pattern %r intersected with Causal (a decoder reads no later token)", pattern)
+        if say:
+            log.info("decoder self-attention: pattern %r intersected with Causal (a decoder reads no later token)",
+                     pattern)  # fmt: skip
     return attn
 
 
@@ -284,7 +287,7 @@ def make_decoder(
     blocks = [
         block(
             dim=dim,
-            attn=causal(make_self(dim, num_heads, layer_index=index)),
+            attn=causal(make_self(dim, num_heads, layer_index=index), say=index == 0),
             cross_attn=None if make_cross is None else make_cross(dim, num_heads, layer_index=index, context_dim=dim),
             mlp=Mlp(dim, int(dim * mlp_ratio), act_layer=act_layer, drop=proj_drop),
             norm_layer=norm_layer,

@@ -153,3 +153,11 @@ def test_a_decoder_built_in_python_names_a_pattern_that_cannot_be_made_causal():
         CausalLM(vocab_size=50, max_len=40, dim=32, depth=2, num_heads=4, attention={"pattern": bigbird})
     with pytest.raises(ValueError, match="cannot be made causal for a decoder"):
         make_decoder(dim=32, depth=1, num_heads=4, attention={"pattern": bigbird}, cross=False)
+
+
+def test_a_pattern_made_causal_is_said_once_per_decoder_not_once_per_layer(caplog):
+    with caplog.at_level("INFO", logger="attnzoo"):
+        dec = make_decoder(dim=DIM, depth=3, num_heads=HEADS, cross=False,
+                           attention={"pattern": {"kind": "sliding_window", "window": 4}})  # fmt: skip
+    assert caplog.text.count("intersected with Causal") == 1
+    assert all(isinstance(b.attn.pattern, And) for b in dec.blocks)  # every layer's is, still

@@ -199,17 +199,20 @@ class GracefulStop(StopAtOnce):
     def _save_and_stop(self, trainer: L.Trainer, received: int) -> None:
         """Write `last.ckpt` and make the `Interrupted` that the next hook raises."""
         trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every process waits until it is written
+        # raised at the next hook, once Lightning has logged this batch's metrics rows (resume does not redo them)
+        self._stop = Interrupted(signum=received, step=trainer.global_step, checkpoint=self.checkpoint,
+                                 requeued=self._requeue(trainer, received))  # fmt: skip
+
+    def _requeue(self, trainer: L.Trainer, received: int) -> str | None:
+        """The SLURM job requeued on SIGUSR1 (by global rank 0; every process says the same), else None."""
+        if received != signal.SIGUSR1 or self.slurm_job is None:
+            return None
         requeued = None
-        if received == signal.SIGUSR1 and self.slurm_job is not None and trainer.is_global_zero:
+        if trainer.is_global_zero:
             from .cluster import requeue
 
             requeued = self.slurm_job if requeue(self.slurm_job) else None
-        if received == signal.SIGUSR1 and self.slurm_job is not None:
-            requeued = trainer.strategy.broadcast(requeued)  # every process says the same
-        # raised at the next hook, once Lightning has logged this batch's metrics rows (resume does not redo them)
-        self._stop = Interrupted(
-            signum=received, step=trainer.global_step, checkpoint=self.checkpoint, requeued=requeued
-        )
+        return trainer.strategy.broadcast(requeued)
 
     def _raise_if_stopped(self) -> None:
         if self._stop is not None:
@@ -233,7 +236,7 @@ class GracefulStop(StopAtOnce):
     def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if self._ended:  # the signal came before the validation that ended training: no test now
             raise Interrupted(signum=self._after_epoch, step=trainer.global_step, checkpoint=self.checkpoint,
-                              phase="test")  # fmt: skip
+                              requeued=self._requeue(trainer, self._after_epoch), phase="test")  # fmt: skip
         super().on_test_start(trainer, module)
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:

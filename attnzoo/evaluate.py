@@ -1,14 +1,15 @@
 """`python -m attnzoo.evaluate <run dir> [--checkpoint best|last|FILE] [--split test|val] [key=value ...]`
 
-Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any
-`--config` overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes them to
-`<run dir>/evaluate-<checkpoint>.json` (`-val` added for `--split val`, and a digest for other data than the run's:
-`report_name`). The report records the data it scored and the overlays and overrides given; when the run directory
-cannot be written, the metrics are printed and the command says so and exits 1. A translation or LM run's examples
-go into that report (and the log); the run's own examples.txt / examples.json stay as training left them, and
-nothing is written elsewhere. Data with no test examples is scored on its validation split, as `fit` does (the
-report's `split` says which). Ctrl+C or SIGTERM stops it at once, writes nothing and exits 128 + the signal's number
-(130 / 143), as `fit` does during its test.
+Test metrics of a saved checkpoint: rebuilds data, model and task from the run's `config.yaml` (plus any `--config`
+overlays and overrides, e.g. another data folder), runs the split, prints the metrics and writes them to
+`<run dir>/evaluate-<checkpoint>.json` (`-val` added for `--split val`, and a digest for other data than the run's or
+for overrides that change what is scored, such as another model: `report_name`). The report records the data it scored
+and the overlays and overrides given; when the run directory cannot be written, the metrics are printed and the
+command says so and exits 1. A translation or LM run's examples go into that report (and the log); the run's own
+examples.txt / examples.json stay as training left them, and nothing is written elsewhere. Data with no test
+examples is scored on its validation split, as `fit` does (the report's `split` says which, and the command says
+so). Ctrl+C or SIGTERM stops it at once, writes nothing and exits 128 + the signal's number (130 / 143), as `fit`
+does during its test.
 """
 
 from __future__ import annotations
@@ -31,17 +32,17 @@ DATA_KEYS = ("train", "val", "test", "root", "csv")  # where the data section sa
 def report_name(
     run_dir: Path, checkpoint: str, asked: str, data: dict[str, Any], configs: Sequence[str], overrides: Sequence[str]
 ) -> str:
-    """`evaluate-<checkpoint>.json` (`-val` added for `--split val`) for the run's own data. Other data adds 8 hex
-    digits of a digest of what makes it other: `data` (the `DATA_KEYS` evaluated) when they are not the run's, the
-    other `data.*` overrides (data.listops.max_len=80, ...) and any overlay. So each dataset keeps its own report,
-    and evaluating the same one again replaces it."""
+    """`evaluate-<checkpoint>.json` (`-val` added for `--split val`) for the run as trained. Anything else scored adds
+    8 hex digits of a digest of what makes it other: `data` (the `DATA_KEYS` evaluated) when they are not the run's,
+    the overrides that change what is scored (`scored_overrides`: data.listops.max_len=80,
+    model.attention.bias=alibi, trainer.limit_test_batches=2, ...) and any overlay. So each dataset and each variant
+    of the model keeps its own report, and evaluating the same one again replaces it."""
     from .config import load
     from .run.paths import same_path
 
     own = load([run_dir / "config.yaml"]).section("data")
     moved = not all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS)
-    keys = [o.partition("=")[0].strip() for o in overrides]
-    other = sorted(o for o, k in zip(overrides, keys, strict=True) if k.startswith("data.") and k[5:] not in DATA_KEYS)
+    other = scored_overrides(run_dir, configs, overrides)
     name = f"evaluate-{checkpoint}{'-val' if asked == 'val' else ''}"
     if moved or other or configs:
         given = {
@@ -51,6 +52,38 @@ def report_name(
         }
         name += "-" + hashlib.sha256(json.dumps(given, sort_keys=True).encode()).hexdigest()[:8]
     return f"{name}.json"
+
+
+# the trainer keys evaluate passes on to its Trainer that change the metrics (it adds enable_progress_bar); the other
+# trainer keys (the budget, devices, threads, compile, ...) are not applied or only change how fast it computes
+TRAINER_SCORED = ("accelerator", "precision", "limit_test_batches", "limit_val_batches")
+# keys evaluate does not apply (fit's options and the training schedule), each with any key under it
+NOT_SCORED = ("run", "smoke", "task.optimizer", "task.scheduler")
+_GONE = object()  # a key the config does not have
+
+
+def scored_overrides(run_dir: Path, configs: Sequence[str], overrides: Sequence[str]) -> list[str]:
+    """The overrides (sorted) that change what evaluate scores: any key it applies (model.*, task.*, data.* other
+    than the `DATA_KEYS`, which `report_name` compares as paths, seed, the `TRAINER_SCORED` keys) set to another
+    value than the run's own."""
+    from omegaconf import OmegaConf
+
+    from .config import load
+
+    own, given = load([run_dir / "config.yaml"]).tree, load([run_dir / "config.yaml", *configs], overrides).tree
+    other = []
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        inert = key.startswith("trainer.") and key.split(".")[1] not in TRAINER_SCORED
+        if inert or any(key == k or key.startswith(f"{k}.") for k in NOT_SCORED):
+            continue
+        if key.startswith("data.") and key[5:] in DATA_KEYS:
+            continue
+        before, after = (OmegaConf.select(tree, key, default=_GONE) for tree in (own, given))
+        plain = [OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for v in (before, after)]
+        if after is _GONE or plain[0] != plain[1]:  # gone: an older key read as its replacement (RENAMED_MODEL_KEYS)
+            other.append(item)
+    return sorted(other)
 
 
 def checkpoint_name(run_dir: Path, file: Path) -> str:
@@ -108,13 +141,13 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
 
     from .run import load_run
     from .run.signals import StopAtOnce
-    from .run.splits import split_size, test_split
+    from .run.splits import split_size
     from .util.files import write_json
 
     _check_held_out_split(run_dir, split, configs, overrides)
     run = load_run(run_dir, checkpoint, configs, overrides)
     asked = split
-    keep = ("accelerator", "precision", "enable_progress_bar", "limit_test_batches", "limit_val_batches")
+    keep = (*TRAINER_SCORED, "enable_progress_bar")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
     stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)
     trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, callbacks=[stop])
@@ -137,9 +170,10 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         )
     if split == "val":
         results = trainer.validate(run.task, datamodule=run.data, verbose=False)
-    elif test_split(run.data) == "test":
+    elif sizes["test"] != 0:
         results = trainer.test(run.task, datamodule=run.data, verbose=False)
-    else:  # no test examples: the test pass scores the validation split, as fit's does (test/* metrics)
+    else:  # no test examples: the test pass scores the validation split, as fit's does (test/* metrics); main says
+        # so in evaluate's words (not fit's run.test warning, `attnzoo.run.splits.test_split`)
         split = "val"
         results = trainer.test(run.task, dataloaders=run.data.val_dataloader(), verbose=False)
     loader = run.data.val_dataloader() if split == "val" else run.data.test_dataloader()  # to count its examples
@@ -197,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("attnzoo evaluate: interrupted before the evaluation started; nothing written", file=sys.stderr)
         return 130
     size = f", of {report['split_examples']} examples," if report["split_examples"] is not None else ""
-    print(f"attnzoo evaluate: the {report['split']} split{size} scored with {report['checkpoint']}", file=sys.stderr)
+    why = "the data has no test examples: " if report["split"] != args.split else ""  # test/* metrics of val
+    scored = f"{why}the {report['split']} split{size} scored with {report['checkpoint']}"
+    print(f"attnzoo evaluate: {scored}", file=sys.stderr)
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
     if "not_written" in report:

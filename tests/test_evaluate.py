@@ -26,7 +26,7 @@ def test_a_signal_during_evaluate_exits_128_plus_the_signal_and_writes_no_metric
     expected = f"attnzoo evaluate: {sig} received: the evaluation of {run_dir / 'checkpoints' / 'best.ckpt'} stopped"
     assert expected in done.stderr and "no metrics written" in done.stderr, done.stderr[-3000:]
     assert done.stdout == ""  # no metrics of part of the split
-    assert not (run_dir / "evaluate-best.json").exists()
+    assert not list(run_dir.glob("evaluate-*.json"))  # limit_test_batches scores another report: none of them
 
 
 def test_a_checkpoint_file_from_elsewhere_gets_a_report_name_of_its_own(tmp_path):
@@ -39,6 +39,85 @@ def test_a_checkpoint_file_from_elsewhere_gets_a_report_name_of_its_own(tmp_path
     other = checkpoint_name(run, tmp_path / "other" / "checkpoints" / "best.ckpt")
     third = checkpoint_name(run, tmp_path / "third" / "checkpoints" / "best.ckpt")
     assert re.fullmatch(r"best-[0-9a-f]{8}", other) and other != third
+
+
+# overrides that leave what evaluate scores as the run was trained: not applied (fit's budget and options, the
+# optimizer), only how fast or how loudly it computes, or the run's own value again
+SAME_SCORES = [
+    [],
+    ["trainer.max_epochs=3", "trainer.devices=2", "trainer.num_threads=2", "trainer.enable_progress_bar=false"],
+    ["run.baseline=false", "run.early_stopping.patience=3", "task.optimizer.lr=0.1", "task.scheduler.warmup=0.2"],
+    ["model.depth=4", "model.attention.kind=mha", "data.batch_size=64", "seed=0"],  # vit.yaml's own values
+]
+# overrides that change what is scored: another model, objective, precision, part of the split, other data
+OTHER_SCORES = [
+    ["model.attention.bias=alibi"],
+    ["model.attention.pattern={kind: sliding_window, window: 2}"],
+    ["model.depth=2"],
+    ["task.objective.label_smoothing=0.2"],
+    ["trainer.precision=bf16-mixed"],
+    ["trainer.limit_test_batches=2"],
+    ["seed=1"],
+    ["data.batch_size=32"],
+]
+
+
+def test_an_override_that_changes_what_is_scored_gets_a_report_name_of_its_own(tmp_path):
+    """`evaluate <run> model.attention.bias=alibi` replaced the run's evaluate-best.json with the report of another
+    model: only data.* overrides added a digest to the name."""
+    from attnzoo.evaluate import report_name
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(VIT.read_text())
+    data = load([VIT]).section("data")
+    data = {k: data[k] for k in ("train", "val", "test", "root", "csv") if data.get(k) is not None}
+    for overrides in SAME_SCORES:
+        for asked, plain in (("test", "evaluate-best.json"), ("val", "evaluate-best-val.json")):
+            assert report_name(run, "best", asked, data, [], overrides) == plain, overrides
+    names = [report_name(run, "best", "test", data, [], overrides) for overrides in OTHER_SCORES]
+    assert all(re.fullmatch(r"evaluate-best-[0-9a-f]{8}\.json", name) for name in names), names
+    assert len(set(names)) == len(names)
+    # the same variant evaluated again replaces its report, and what leaves the scores alone does not change it
+    again = [*OTHER_SCORES[0], *SAME_SCORES[1]]
+    assert report_name(run, "best", "test", data, [], again) == names[0]
+
+
+def test_a_model_override_keeps_the_report_of_the_run_as_trained(tmp_path):
+    import json
+
+    from attnzoo.evaluate import evaluate
+
+    run = fit(load([VIT], [*TINY_RUN, "trainer.max_epochs=1", "run.baseline=false", f"run.dir={tmp_path}"]))
+    plain = evaluate(run, "best", "test", [], [])
+    assert plain["path"] == str(run / "evaluate-best.json") and plain["overrides"] == []
+    written = (run / "evaluate-best.json").read_text()
+    other = ["model.attention.pattern={kind: sliding_window, window: 2}"]
+    variant = evaluate(run, "best", "test", [], other)
+    assert variant["metrics"]["test/loss"] != plain["metrics"]["test/loss"]  # another model was scored
+    assert re.fullmatch(r"evaluate-best-[0-9a-f]{8}\.json", variant["path"].rsplit("/", 1)[1]), variant["path"]
+    assert (run / "evaluate-best.json").read_text() == written  # the run as trained keeps its report
+    assert json.loads(open(variant["path"]).read())["overrides"] == other  # the report says what it was made with
+
+
+def test_evaluate_on_data_without_a_test_split_says_so_in_its_own_words(tmp_path, caplog, capsys):
+    # evaluate of a run tested on val logged fit's "run.test: ... the test pass scores the validation split
+    # (summary.json: test.split = val)": no run.test, no summary.json in evaluate
+    import logging
+
+    from attnzoo.evaluate import main
+
+    run = fit(load([VIT], [*TINY_RUN, "trainer.max_epochs=1", "run.baseline=false", f"run.dir={tmp_path}"]))
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        assert main([str(run), "--checkpoint", "best"]) == 0
+    err = capsys.readouterr().err
+    for fits in ("run.test", "the test pass scores the validation split", "summary.json"):
+        assert fits not in caplog.text and fits not in err, (caplog.text, err)
+    best = run / "checkpoints" / "best.ckpt"
+    assert f"attnzoo evaluate: the data has no test examples: the val split, of 500 examples, scored with {best}" in err
+    assert main([str(run), "--split", "val"]) == 0  # asked for: nothing to explain
+    assert f"attnzoo evaluate: the val split, of 500 examples, scored with {best}" in capsys.readouterr().err
 
 
 def test_a_shared_run_scores_data_test_without_the_train_files_it_was_trained_on(tmp_path, caplog):

@@ -155,12 +155,12 @@ def test_every_variant_of_the_gqa_grid_pools_the_checkpoints_kv_heads(bert, tmp_
 REFUSED = {
     "num_heads": ("bert", {"model.num_heads": [4, 2]}, "num_heads=2,seed=0: model.num_heads: 2 (set in the command"),
     "mla": ("bert", {"model.attention.kind": ["mha", "mla"]}, "attention=mla,seed=0: model.init_from: bert (HF)"),
-    "gqa": ("bert6", None, "num_kv_heads=kv4,seed=0: model (kind 'text', model.init_from's architecture): num_he"),
+    "gqa": ("bert6", None, "num_kv_heads=kv4,seed=0: model.attention.num_kv_heads: 4 (set in the command line"),
 }
 WHY = {
     "num_heads": "but model.init_from's weights have 4 heads",
     "mla": "cannot start attention kind 'mla'",
-    "gqa": "num_heads (6) must be a multiple of num_kv_heads (4)",
+    "gqa": "have 6 heads, which the start keeps (model.num_heads is the checkpoint's): give one of 1, 2, 3, 6",
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 
 from ..util.names import suggest
-from .converted import Converted, read_hf_config, read_weights
+from .converted import Converted, other_sizes, read_hf_config, read_weights
 
 log = logging.getLogger("attnzoo")
 
@@ -124,6 +124,14 @@ def load(
             f"num_heads={overrides['num_heads']}, but {converted.source} has {heads} heads: its tensors would load "
             "split into other heads and compute another function. Leave num_heads out (key/value heads: "
             "attention={'num_kv_heads': ...})"
+        )
+    sized = other_sizes(converted.options, overrides)
+    if sized:  # as fit's model.init_from refuses, before the network is built
+        key = sized[0]
+        deeper = " (fewer blocks load its first ones)" if key.endswith("depth") else ""
+        raise ValueError(
+            f"{key}={overrides[key]!r}, but {converted.source} has {key} {converted.options[key]!r}: its tensors would "
+            f"not fit a network of that size. The architecture is the checkpoint's: leave {key} out{deeper}"
         )
     # None for an option the checkpoint sets as a mapping (attention=None) keeps the checkpoint's, as {} does
     overrides = {k: v for k, v in overrides.items() if v is not None or not isinstance(converted.options.get(k), dict)}

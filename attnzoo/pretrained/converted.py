@@ -26,6 +26,23 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+# the options that give a checkpoint's tensors their shapes: another value (and more blocks than its `*depth`) builds a
+# network its tensors do not fit, so a start takes them from the checkpoint (`attnzoo.run.start`, `load`)
+SIZES = ("dim", "embed_dim", "mlp_ratio", "token_types", "patch_size")
+
+
+def other_sizes(theirs: dict[str, Any], mine: dict[str, Any]) -> list[str]:
+    """The keys of `mine` that give a network the tensors of `theirs` (a checkpoint's options) do not fit: another
+    value of a `SIZES` key, or a `*depth` above the checkpoint's (fewer blocks load its first ones)."""
+    keys = []
+    for key, value in mine.items():
+        if key not in theirs or value == theirs[key]:
+            continue
+        ints = isinstance(value, int) and isinstance(theirs[key], int)
+        deeper = key.endswith("depth") and ints and value > theirs[key]
+        if key in SIZES or deeper:
+            keys.append(key)
+    return keys
 
 
 class Converted(NamedTuple):

@@ -158,9 +158,15 @@ def _transfer(
         if k not in own and any(k.startswith(p) and k[len(p) :].startswith(surgery.PROJECTIONS) for p in layers)
     ]
     if lost:  # an attention option without the checkpoint's tensors (qkv_bias: false): another function, silently
+        option = "proj_bias" if lost[0].endswith("proj.bias") else "qkv_bias" if lost[0].endswith(".bias") else None
+        todo = (
+            f": the checkpoint has these biases; leave the attention's {option} out, or set it true"
+            if option
+            else "; an attention option such as qkv_bias: false or proj_bias: false leaves them out"
+        )
         raise ValueError(
             f"{source} does not fit this model: its tensor {lost[0]!r} has no place here ({len(lost)} attention "
-            "projection tensors; an attention option such as qkv_bias: false or proj_bias: false leaves them out)"
+            f"projection tensors{todo})"
         )
     with torch.no_grad():
         for key in take:

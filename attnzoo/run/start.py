@@ -115,7 +115,13 @@ def read_start(cfg: Config, *, converted: Any = None) -> Start | None:
     architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
         _refuse_imports(cfg, architecture, f"{own_run}/config.yaml")
-    options = _options(cfg, architecture, preset, heads_stated=pretrained.heads_stated(given, timm_name))
+    options = _options(
+        cfg,
+        architecture,
+        preset,
+        heads_stated=pretrained.heads_stated(given, timm_name),
+        sized_by=None if attnzoo_run else converted.source,
+    )
     tuning, origin = {}, _pretrained_origin(own_run) if attnzoo_run else converted.source
     if origin is not None and (cfg.section("task").get("optimizer") or {}).get("lr") == AUTO:
         via = "" if origin == converted.source else f" ({converted.source} was fine-tuned from {origin})"
@@ -356,13 +362,23 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
 
 
 def _options(
-    cfg: Config, options: Mapping[str, Any], preset: dict[str, Any], *, heads_stated: bool = True
+    cfg: Config,
+    options: Mapping[str, Any],
+    preset: dict[str, Any],
+    *,
+    heads_stated: bool = True,
+    sized_by: str | None = None,
 ) -> dict[str, Any]:
     """{"model.<key>": value} of a converted model's architecture. A config file's value gives way (logged); a
     command-line value wins (an attention override, a new pooling), and so does a run's own config.yaml (`_stays`).
     Its dropout (`CHECKPOINT_DEFAULTS`) only fills an auto or missing key. `data.max_len` is cut to the model's.
     Another `model.num_heads` than the one the checkpoint states (`heads_stated`) is refused: the same tensors would
-    load, split into other heads, and compute another function."""
+    load, split into other heads, and compute another function; so are key/value heads that do not divide its heads.
+    `sized_by`: the Hugging Face or timm checkpoint whose sizes (`other_sizes`: model.dim, model.depth above its own,
+    ...) are refused as well, before the network is built (an attnzoo run's differing keys are named by the error of
+    the tensor that does not fit, `_differences`)."""
+    from ..pretrained.converted import other_sizes
+
     model = cfg.section("model")
     chosen: dict[str, Any] = {}
     for key, value in options.items():
@@ -372,8 +388,11 @@ def _options(
         if key in CHECKPOINT_DEFAULTS and model.get(key) not in (None, AUTO):
             continue
         if key.endswith("attention") and isinstance(value, dict):
+            _check_attention(cfg, full, value, options.get("num_heads"))
             value = _attention(cfg, full, dict(model.get(key) or {}), value)
         elif key in model and _stays(cfg, full):
+            if sized_by is not None and other_sizes(options, {key: model[key]}):
+                _refuse_size(cfg, full, model[key], value, sized_by)
             if key == "num_heads" and model[key] != value:
                 if heads_stated:
                     raise ConfigError(
@@ -425,6 +444,50 @@ def _options(
     return chosen
 
 
+def _refuse_size(cfg: Config, full: str, mine: Any, theirs: Any, source: str) -> None:
+    """ConfigError for `full` set (where `cfg` says) to `mine`, a size of the checkpoint `source` that is `theirs`."""
+    where = f"set in {cfg.where(full)}"
+    if full.endswith("depth"):
+        blocks = f"block {theirs}" if mine == theirs + 1 else f"blocks {theirs} to {mine - 1}"
+        raise ConfigError(
+            f"{full}: {mine} ({where}), but model.init_from's weights ({source}) have {theirs} blocks: {blocks} "
+            f"would have no weights. A start's architecture is its checkpoint's: leave {full} out (or set at most "
+            f"{theirs}: fewer blocks load its first ones)"
+        )
+    raise ConfigError(
+        f"{full}: {mine!r} ({where}), but model.init_from's weights ({source}) have {full.removeprefix('model.')} "
+        f"{theirs!r}: its tensors would not fit a network of that size. A start's architecture is its checkpoint's: "
+        f"leave {full} out"
+    )
+
+
+def _check_attention(cfg: Config, full: str, theirs: Mapping[str, Any], heads: Any) -> None:
+    """ConfigError for an entry of the attention section `full` that the command line (or a run's own config.yaml,
+    `_stays`) sets and the checkpoint's tensors cannot take: key/value heads (`num_kv_heads`) that do not divide its
+    `heads`, naming the counts that do; no query/key/value biases (`qkv_bias: false`) where it has them."""
+    model = cfg.section("model")
+    section = model
+    for part in full.split(".")[1:]:
+        section = section.get(part) if isinstance(section, Mapping) else None
+    section = section if isinstance(section, Mapping) else {}
+    kv = section.get("num_kv_heads")
+    guessed = "num_heads" in model and _stays(cfg, "model.num_heads") and model["num_heads"] != heads
+    if isinstance(kv, int) and isinstance(heads, int) and kv > 0 and heads % kv and not guessed:
+        if _stays(cfg, f"{full}.num_kv_heads"):  # (a head count in place of a guessed one: the builder checks it)
+            valid = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+            raise ConfigError(
+                f"{full}.num_kv_heads: {kv} (set in {cfg.where(f'{full}.num_kv_heads')}) must divide the head count, "
+                f"and model.init_from's weights (set in {cfg.where('model.init_from')}) have {heads} heads, which "
+                f"the start keeps (model.num_heads is the checkpoint's): give one of {valid}"
+            )
+    if section.get("qkv_bias") is False and theirs.get("qkv_bias") is True and _stays(cfg, f"{full}.qkv_bias"):
+        raise ConfigError(
+            f"{full}.qkv_bias: false (set in {cfg.where(f'{full}.qkv_bias')}), but model.init_from's weights (set "
+            f"in {cfg.where('model.init_from')}) have query/key/value biases, which would have no place and change "
+            f"the function its layers compute. Leave {full}.qkv_bias out, or set it true"
+        )
+
+
 def _stays(cfg: Config, key: str) -> bool:
     """Whether `key`'s value stays over the checkpoint's: set on the command line, or in a run's own config.yaml that
     also names the checkpoint (`model.init_from`). That file holds what its run resolved from the same checkpoint:
@@ -471,7 +534,17 @@ def fixed_options(start: Start | None, inputs: Mapping[str, Any], cfg: Config) -
             fixed[f"model.{key}"] = value
     rows, tokens = start.converted.options.get("vocab_size"), inputs.get("vocab_size")
     own = _start_tokenizer(start, cfg) is not None  # another tokenizer's ids do not match: the embedding is named
-    if own and isinstance(rows, int) and isinstance(tokens, int) and rows != tokens:
+    sized = isinstance(rows, int) and isinstance(tokens, int) and rows != tokens
+    if sized and not own and start.own_run is None:  # (an attnzoo run's error names its config.yaml's tokenizer)
+        theirs = f" ({start.converted.tokenizer})" if start.converted.tokenizer is not None else ""
+        spec = cfg.section("data").get("tokenizer")
+        raise ConfigError(
+            f"data.tokenizer: {spec!r} (set in {cfg.where('data.tokenizer')}) has {tokens} tokens, and "
+            f"model.init_from's embedding ({start.converted.source}) has {rows} rows: its weights were trained with "
+            f"another tokenizer{theirs}, whose ids its rows embed. Leave data.tokenizer out to tokenize with that "
+            "one, or start from weights trained with this tokenizer"
+        )
+    if own and sized:
         if rows < tokens:
             raise ConfigError(
                 f"model.init_from: {start.converted.source} has an embedding of {rows} rows, and its tokenizer "

@@ -1,7 +1,8 @@
 """What fit refuses of a start (`model.init_from`) before its data decides anything, checked without reading the
 data: an ablation checks every variant this way before its first run begins (`attnzoo.ablation.runner.check_starts`).
 
-`read_start` already refuses another `model.num_heads` than the checkpoint states. `check_start` then builds the
+`read_start` already refuses another `model.num_heads` than the checkpoint states, and for a Hugging Face or timm
+checkpoint the sizes, key/value heads and biases it cannot take (`start._options`). `check_start` then builds the
 network from the checkpoint's architecture on the meta device (no memory, no weights), with the sizes the data would
 give taken from the checkpoint (its vocabulary, pad id, length or image size; a two-class head where it names none:
 the head starts new anyway), and runs what fit runs when it builds that network and copies the tensors in: the

@@ -194,7 +194,7 @@ def test_auto_logs_its_choice_once(caplog):
     "kwargs, match",
     [
         (dict(dim=30, num_heads=4), r"dim \(30\) must be divisible by num_heads \(4\)"),
-        (dict(dim=32, num_heads=4, num_kv_heads=3), r"multiple of num_kv_heads \(3\)"),
+        (dict(dim=32, num_heads=4, num_kv_heads=3), r"multiple of num_kv_heads \(3\); valid num_kv_heads: 1, 2, 4$"),
         (dict(dim=32, num_heads=4, backend="fast"), r"unknown attention backend 'fast'; valid: \['auto', 'eager'"),
         (dict(dim=32, num_heads=4, attn_drop=1.5), r"attn_drop \(1.5\)"),
     ],

@@ -204,7 +204,7 @@ def test_overrides_of_the_decoder_and_cross_attention_keep_barts_biases_and_star
     }
     assert drops == {hf.config.dropout}
     with pytest.raises(ValueError, match=r"does not fit this model: its tensor 'encoder\.blocks\.0\.attn\.qkv\.bias' "
-                                         r"has no place here .*qkv_bias: false"):  # fmt: skip
+                                         r"has no place here .*leave the attention's qkv_bias out"):  # fmt: skip
         load(tmp_path, attention={"qkv_bias": False})
 
 

@@ -381,6 +381,46 @@ def test_another_head_count_than_the_checkpoints_is_refused(tmp_path):
     assert "model.num_heads" not in read_start(load_config([recipe], [start, "model.num_heads=4"])).options
 
 
+# an override the 4-head BERT of width 32 (2 blocks, mlp_ratio 2) cannot take -> what its error says, before the network
+# is built: they failed naming a tensor ("[60, 32] there and [60, 64] here"), or the model's heads, not the setting
+REFUSED_OVERRIDES = {
+    "model.dim=64": r"^model.dim: 64 \(set in the command line .*\), but model.init_from's weights \(bert \(HF\) .*\) "
+    r"have dim 32: .*leave model.dim out",
+    "model.mlp_ratio=4": r"^model.mlp_ratio: 4 \(set in the command line .* have mlp_ratio 2.0: .*leave "
+    r"model.mlp_ratio out",
+    "model.depth=3": r"^model.depth: 3 \(set in the command line .* have 2 blocks: block 2 would have no "
+    r"weights.*leave model.depth out \(or set at most 2",
+    "data.tokenizer=bytes": r"^data.tokenizer: 'bytes' \(set in the command line .*\) has 257 tokens, and "
+    r"model.init_from's embedding \(bert \(HF\) .*\) has 60 rows: .*tokenizer.json.*Leave data.tokenizer out",
+    "model.attention.num_kv_heads=3": r"^model.attention.num_kv_heads: 3 \(set in the command line .*\) must divide "
+    r"the head count, and model.init_from's weights \(set in .*\) have 4 heads, .*give one of 1, 2, 4$",
+    "model.attention.qkv_bias=false": r"^model.attention.qkv_bias: false \(set in the command line .*\), but "
+    r"model.init_from's weights .* have query/key/value biases.*Leave model.attention.qkv_bias out, or set it true",
+}
+
+
+@pytest.mark.parametrize("override", sorted(REFUSED_OVERRIDES))
+def test_an_override_the_checkpoint_cannot_take_names_the_key_and_both_values(tmp_path, override):
+    from attnzoo.config import ConfigError
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    small = ["data.listops.num_train=16", "data.listops.num_val=8", "data.listops.num_test=8", "run.baseline=false"]
+    overrides = [*small, f"model.init_from={tmp_path / 'bert'}", override]
+    with pytest.raises(ConfigError, match=REFUSED_OVERRIDES[override]):
+        build(load_config([ROOT / "recipes" / "text_cls.yaml"], overrides))
+
+
+def test_python_load_refuses_another_size_than_the_checkpoints_naming_it(tmp_path):
+    save_encoder("bert", tmp_path)
+    with pytest.raises(ValueError, match=r"^dim=64, but bert \(HF\) .* has dim 32: .*leave dim out$"):
+        load(tmp_path, dim=64, num_classes=2)
+    with pytest.raises(ValueError, match=r"^depth=3, but bert \(HF\) .* has depth 2: .*leave depth out \(fewer"):
+        load(tmp_path, depth=3, num_classes=2)
+    assert len(load(tmp_path, depth=1, num_classes=2).encoder.blocks) == 1
+
+
 def test_a_run_started_from_bert_resumes(tmp_path):
     from attnzoo.config import load as load_config
     from attnzoo.run import fit

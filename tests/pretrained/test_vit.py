@@ -269,7 +269,7 @@ def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
     other = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2)
     path = tmp_path / "other.pth"
     torch.save(other.state_dict(), path)
-    with pytest.raises(ValueError, match=r"other.pth does not fit this model: it has no tensor 'encoder\.blocks\.2\."):
+    with pytest.raises(ValueError, match=r"^depth=12, but .*other.pth has depth 2: .*leave depth out"):
         pretrained.load(path, depth=12)
     with pytest.raises(ValueError, match="does not exist"):
         pretrained.load(tmp_path / "none.pth")

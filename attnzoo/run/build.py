@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, is_run_config, parameters, validate
 from ..tasks.stopping import early_stopping_options
 from .paths import PATH_KEYS
-from .start import NORMALIZED_AS
+from .start import NORMALIZED_AS, another_start
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
 
 log = logging.getLogger("attnzoo")
@@ -314,6 +314,10 @@ def _filled(
                          opts[key], cfg.where(f"{section}.{key}"), value)  # fmt: skip
                 continue
             where = Path(cfg.where(f"{section}.{key}"))
+            if another_start(cfg, f"{section}.{key}"):
+                log.info("%s.%s: %r (%s, another start's) gives way to %r", section, key, opts[key], where, value)
+                filled[key] = value
+                continue
             if is_run_config(where):
                 raise ConfigError(
                     f"{section}.{key}: the run's {where} records {opts[key]!r}, and the data read now gives "

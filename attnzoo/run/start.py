@@ -488,6 +488,13 @@ def _check_attention(cfg: Config, full: str, theirs: Mapping[str, Any], heads: A
         )
 
 
+def another_start(cfg: Config, key: str) -> bool:
+    """Whether `key` comes from a run's config.yaml that started from another checkpoint than `cfg`'s model.init_from
+    (a new run from `--config <run>/config.yaml model.init_from=<other>`): what that start and its data set there
+    (the tokenizer's pad id, sizes) gives way to this start's."""
+    return bool(cfg.section("model").get("init_from")) and is_run_config(Path(cfg.where(key))) and not _stays(cfg, key)
+
+
 def _stays(cfg: Config, key: str) -> bool:
     """Whether `key`'s value stays over the checkpoint's: set on the command line, or in a run's own config.yaml that
     also names the checkpoint (`model.init_from`). That file holds what its run resolved from the same checkpoint:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from omegaconf import OmegaConf
 
 from attnzoo.pretrained import convert, load
@@ -585,3 +586,23 @@ def test_fewer_blocks_than_the_checkpoint_has_load_the_first_ones_and_say_so(tmp
         _, task, _ = build(load_config([ROOT / "recipes" / "text_cls.yaml"], overrides))
     assert len(task.net.encoder.blocks) == 1 and SIZES["num_hidden_layers"] == 2
     assert "model.init_from's weights have 2 blocks: the first 1 are loaded, block 1 is dropped" in caplog.text
+
+
+def test_a_new_run_from_a_runs_config_with_another_start_takes_that_starts_sizes(tmp_path):
+    """`fit --config <run>/config.yaml model.init_from=<RoBERTa>` of a run started from BERT stopped on the pad id
+    its config.yaml records (BERT's 0; RoBERTa's tokenizer gives 1) as "not the data the run was trained on"."""
+    from attnzoo.config import load as load_config
+    from attnzoo.run import fit
+
+    save_encoder("bert", tmp_path / "bert")
+    save_encoder("roberta", tmp_path / "roberta")
+    recipe = ROOT / "recipes" / "text_cls.yaml"
+    small = [*QUICK, "trainer.num_threads=1", "data.listops.num_train=32", "data.listops.num_val=8",
+             "data.batch_size=8", "data.listops.num_test=8", "data.listops.max_len=20", "run.baseline=false",
+             "trainer.num_sanity_val_steps=0", "trainer.max_epochs=1"]  # fmt: skip
+    first = fit(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}", f"run.dir={tmp_path / 'a'}"]))
+    other = fit(load_config([first / "config.yaml"], [f"model.init_from={tmp_path / 'roberta'}",
+                                                      f"run.dir={tmp_path / 'b'}"]))  # fmt: skip
+    saved = yaml.safe_load((other / "config.yaml").read_text())
+    assert saved["model"]["pad_id"] == 1 and saved["model"]["init_from"] == str(tmp_path / "roberta")
+    assert json.loads((other / "summary.json").read_text())["finished"]

@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = list(args.config)
         if args.run_dir is not None:
             if not (args.run_dir / "config.yaml").is_file():
-                from .run.rundir import runs_in
+                from .util.files import runs_in
 
                 raise ConfigError(
                     f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml){runs_in(args.run_dir)}"

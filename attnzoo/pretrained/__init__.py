@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import nn
 
+from ..util.files import runs_in
 from ..util.names import suggest
 from .converted import Converted, other_sizes, read_hf_config, read_weights
 
@@ -79,6 +80,9 @@ def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | 
             return module.convert(path)
     if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
         read_weights(path)  # a damaged or foreign file is named as unreadable, with the reason
+    hint = runs_in(path)  # a run.dir/run.name folder: its timestamped runs
+    if path.is_file() and any(module.matches(path.parent) for module in found.values()):
+        hint = f"; it is a file of the model folder {str(path.parent)!r}: give the folder (its config.json, tokenizer)"
     said = ""
     if (path / "config.json").is_file():
         config = read_hf_config(path)  # a broken config.json is named as such, with the reason
@@ -87,7 +91,7 @@ def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | 
     raise ValueError(
         f"{text!r} is no checkpoint attnzoo can read{said}: expected "
         f"{'; '.join(getattr(m, 'READS', name) for name, m in found.items())} (a Hugging Face folder holds config.json "
-        "and the weights)"
+        f"and the weights){hint}"
     )
 
 

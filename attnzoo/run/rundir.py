@@ -22,7 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ..config import AUTO, Config, ConfigError, load, read_yaml
-from ..util.files import write_json
+from ..util.files import runs_in, write_json
 from .paths import DATA_FILES_RECORD, moved_data, same_path
 from .paths import gone as gone_files
 
@@ -85,20 +85,6 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
         elif not path.exists():
             return path, False
         path, n = base / f"{stamp}-{n}", n + 1
-
-
-def runs_in(folder: Path) -> str:
-    """For a message about `folder`, which is no run directory: the runs it holds (a `run.dir/run.name` folder, whose
-    runs are its timestamped subfolders), newest first; "" when it holds none."""
-    try:
-        runs = [d for d in folder.iterdir() if (d / "config.yaml").is_file()] if folder.is_dir() else []
-    except OSError:
-        return ""
-    if not runs:
-        return ""
-    runs.sort(key=lambda d: d.name, reverse=True)  # timestamped names: the newest first
-    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
-    return f"; it holds runs: {', '.join(str(d) for d in runs[:3])}{more}: give one of them"
 
 
 def resume_target(path: str | Path) -> tuple[Path, Path]:

@@ -57,3 +57,17 @@ def unfinished(path: Path) -> str | None:
             "missing (a copy or a save that did not finish?)"
         )
     return None
+
+
+def runs_in(folder: Path) -> str:
+    """For a message about `folder`, which is no run directory: the runs it holds (a `run.dir/run.name` folder, whose
+    runs are its timestamped subfolders), newest first; "" when it holds none."""
+    try:
+        runs = [d for d in folder.iterdir() if (d / "config.yaml").is_file()] if folder.is_dir() else []
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    runs.sort(key=lambda d: d.name, reverse=True)  # timestamped names: the newest first
+    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+    return f"; it holds runs: {', '.join(str(d) for d in runs[:3])}{more}: give one of them"

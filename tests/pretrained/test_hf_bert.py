@@ -606,3 +606,19 @@ def test_a_new_run_from_a_runs_config_with_another_start_takes_that_starts_sizes
     saved = yaml.safe_load((other / "config.yaml").read_text())
     assert saved["model"]["pad_id"] == 1 and saved["model"]["init_from"] == str(tmp_path / "roberta")
     assert json.loads((other / "summary.json").read_text())["finished"]
+
+
+def test_a_weights_file_or_a_folder_of_runs_given_for_a_start_names_what_to_give(tmp_path):
+    """`model.init_from=roberta/model.safetensors` and `model.init_from=runs/text_cls` (the folder of timestamped
+    runs) got the generic "no checkpoint attnzoo can read"."""
+    save_encoder("roberta", tmp_path / "roberta")
+    (weights,) = [f for f in (tmp_path / "roberta").iterdir() if f.suffix in (".safetensors", ".bin")]
+    with pytest.raises(ValueError, match="no checkpoint attnzoo can read") as err:
+        convert(weights)
+    assert f"it is a file of the model folder {str(tmp_path / 'roberta')!r}: give the folder" in str(err.value)
+    run = tmp_path / "runs" / "text_cls" / "20250101-120000"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(ValueError, match="no checkpoint attnzoo can read") as err:
+        convert(tmp_path / "runs" / "text_cls")
+    assert f"it holds runs: {run}: give one of them" in str(err.value)

@@ -348,6 +348,14 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
     # a run's config.yaml for another checkpoint names that checkpoint's tokenizer: it gives way, as its model keys do
     other_run = is_run_config(Path(cfg.where("data.tokenizer"))) and not _stays(cfg, "data.tokenizer")
     theirs = same_path("data.tokenizer", str(spec), str(converted.tokenizer))
+    if spec in KINDS and cfg.typed("data.tokenizer"):  # asked for by the user, and not what they get: said aloud
+        unused = " (data.vocab_size is not used)" if cfg.typed("data.vocab_size") else ""
+        log.warning(
+            "data.tokenizer: %r (set in %s) gives way to %s, the tokenizer model.init_from's weights were trained "
+            "with: one learned anew would give other ids to its embedding's rows%s", spec, cfg.where("data.tokenizer"),
+            converted.tokenizer, unused,
+        )  # fmt: skip
+        return {"data.tokenizer": str(converted.tokenizer)}
     if spec in ("auto", None, *KINDS) or (other_run and not theirs):
         log.info("data.tokenizer: %r -> %s (the tokenizer model.init_from's weights were trained with)", spec,
                  converted.tokenizer)  # fmt: skip

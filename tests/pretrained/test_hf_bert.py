@@ -413,6 +413,23 @@ def test_an_override_the_checkpoint_cannot_take_names_the_key_and_both_values(tm
         build(load_config([ROOT / "recipes" / "text_cls.yaml"], overrides))
 
 
+def test_a_tokenizer_kind_asked_for_gives_way_to_the_checkpoints_aloud(tmp_path, caplog):
+    """`data.tokenizer=wordpiece data.vocab_size=80` on the command line was replaced by the checkpoint's
+    tokenizer.json with an info line only."""
+    from attnzoo.config import load as load_config
+    from attnzoo.run import build
+
+    save_encoder("bert", tmp_path / "bert")
+    small = ["data.listops.num_train=16", "data.listops.num_val=8", "data.listops.num_test=8", "run.baseline=false"]
+    asked = [*small, f"model.init_from={tmp_path / 'bert'}", "data.tokenizer=wordpiece", "data.vocab_size=80"]
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        built = build(load_config([ROOT / "recipes" / "text_cls.yaml"], asked))
+    assert built.cfg.section("data")["tokenizer"] == str(tmp_path / "bert" / "tokenizer.json")
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "gives way" in r.getMessage()]
+    assert len(said) == 1 and "data.tokenizer: 'wordpiece' (set in the command line" in said[0]
+    assert "data.vocab_size is not used" in said[0]
+
+
 def test_python_load_refuses_another_size_than_the_checkpoints_naming_it(tmp_path):
     save_encoder("bert", tmp_path)
     with pytest.raises(ValueError, match=r"^dim=64, but bert \(HF\) .* has dim 32: .*leave dim out$"):

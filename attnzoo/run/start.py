@@ -284,7 +284,9 @@ def _refuse_lost_tokenizer(cfg: Config, converted: Any, given: str, run: Path | 
         raise ConfigError(
             f"model.init_from (set in {where}): {given} is a checkpoint outside its run directory, and its weights "
             f"were trained with a tokenizer (sha256 {stamp[:12]}...) that is not beside it. Give the run directory "
-            f"(its config.yaml, {TOKENIZER_FILE} and checkpoints/), or keep the file at <run>/checkpoints/"
+            f"(its config.yaml, {TOKENIZER_FILE} and checkpoints/), or keep the file at <run>/checkpoints/ (alone, "
+            "it needs data.tokenizer=<the run's tokenizer.json> and the model.* keys the run was trained with: a "
+            ".ckpt holds neither)"
         )
 
 
@@ -669,6 +671,11 @@ def _differences(start: Start, cfg: Config) -> str:
     config.yaml; the head's label count may differ."""
     from ..pretrained import run_dir
 
+    if start.own_run is None and start.converted.source.startswith("attnzoo run"):  # a .ckpt outside its run
+        return (
+            ". A checkpoint outside its run directory holds no architecture: the network is this config's. Give the "
+            "run directory (its config.yaml beside checkpoints/), or set the model.* keys the run was trained with"
+        )
     if start.own_run is None:
         return ""
     kind = cfg.section("model")["kind"]

@@ -142,6 +142,11 @@ def test_weights_without_the_tokenizer_they_were_trained_with_are_refused(run_a,
         build(load([TEXT], [*overrides, f"model.init_from={lone}"]))
     with pytest.raises(ValueError, match=r"lone\.ckpt: no config\.yaml beside it .* give the run directory"):
         pretrained.load(lone)
+    # with its tokenizer named, a lone .ckpt still has no architecture: another width says so, not only the tensor
+    named = [*overrides, f"model.init_from={lone}", f"data.tokenizer={run_a / 'tokenizer.json'}"]
+    with pytest.raises(ConfigError, match=r"tensor .* holds no architecture: the network is this config's"):
+        build(load([TEXT], [*named, "model.dim=24"]))
+    build(load([TEXT], named))  # the keys it was trained with (SMALL's)
     # naming the tokenizer file says which ids the weights take
     shutil.copy(run_a / "tokenizer.json", tmp_path / "theirs.json")
     build(load([TEXT], [*overrides, f"model.init_from={copy}", f"data.tokenizer={tmp_path / 'theirs.json'}"]))

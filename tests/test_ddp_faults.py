@@ -24,24 +24,27 @@ fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Die()])
 """
 
 
+# a tiny ViT on 2 DDP processes, 50 steps at most, no validation or test
+TWO_PROCESSES = [
+    *QUICK[:3],
+    *TINY,
+    "trainer.devices=2",
+    "trainer.strategy=ddp",
+    "trainer.num_threads=1",
+    "trainer.max_steps=50",
+    "trainer.limit_val_batches=0",
+    "trainer.num_sanity_val_steps=0",
+    "data.batch_size=4",
+    "run.test=false",
+]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 0])
 def test_a_dead_ddp_process_ends_the_whole_run_non_zero_without_hanging(rank, tmp_path):
     script = tmp_path / "dies.py"  # a file: Lightning's DDP launcher re-runs the command per process
     script.write_text(_DIES.format(rank=rank))
-    overrides = [
-        *QUICK[:3],
-        *TINY,
-        "trainer.devices=2",
-        "trainer.strategy=ddp",
-        "trainer.num_threads=1",
-        "trainer.max_steps=50",
-        "trainer.limit_val_batches=0",
-        "trainer.num_sanity_val_steps=0",
-        "data.batch_size=4",
-        "run.test=false",
-        f"run.dir={tmp_path}",
-    ]
+    overrides = [*TWO_PROCESSES, f"run.dir={tmp_path}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -69,19 +72,7 @@ def test_a_dead_ddp_process_ends_the_whole_run_non_zero_without_hanging(rank, tm
 def test_a_signal_to_a_ddp_run_is_said_once_and_without_lightnings_weights_only_warning(tmp_path):
     """Every process caught the stop and printed it (the line came twice), and the checkpoint saved on the signal
     warned that `weights_only` was not set, beside the README's "checkpoints are loaded as tensors only"."""
-    overrides = [
-        *QUICK[:3],
-        *TINY,
-        "trainer.devices=2",
-        "trainer.strategy=ddp",
-        "trainer.num_threads=1",
-        "trainer.max_steps=50",
-        "trainer.limit_val_batches=0",
-        "trainer.num_sanity_val_steps=0",
-        "data.batch_size=4",
-        "run.test=false",
-        "run.baseline=false",
-    ]
+    overrides = [*TWO_PROCESSES, "run.baseline=false"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "ATTNZOO_TEST_SELF_SIGNAL": "SIGTERM@3"}
     cmd = [sys.executable, "-m", "attnzoo.fit", "--config", str(VIT), *overrides, "--run-dir", str(tmp_path / "r")]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)

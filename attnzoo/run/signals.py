@@ -152,6 +152,7 @@ class GracefulStop(StopAtOnce):
         self._stop: Interrupted | None = None
         self._after_epoch = 0  # the signal every process received in an epoch's last batch: stop after the epoch
         self._ended = False  # that epoch's validation ended training: stop before the test
+        self._next_epoch = False  # trainer.min_epochs kept training on: stop as the next epoch starts
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.signum is not None and signum == signal.SIGINT:  # a second Ctrl+C: stop now, without saving
@@ -193,12 +194,17 @@ class GracefulStop(StopAtOnce):
             if trainer.is_global_zero:
                 log.warning("%s came in the epoch's last batch: stopping after the epoch's validation",
                             signal.Signals(received).name)  # fmt: skip
+            # kept in case the process is killed during the validation (a scheduler's grace period, a second Ctrl+C);
+            # the stop after it writes the file again
+            trainer.save_checkpoint(self.checkpoint, weights_only=False)
             return
         self._save_and_stop(trainer, received)
 
-    def _save_and_stop(self, trainer: L.Trainer, received: int) -> None:
-        """Write `last.ckpt` and make the `Interrupted` that the next hook raises."""
-        trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every process waits until it is written
+    def _save_and_stop(self, trainer: L.Trainer, received: int, *, save: bool = True) -> None:
+        """Write `last.ckpt` (unless `save` is False: it is written) and make the `Interrupted` that the next hook
+        raises."""
+        if save:
+            trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every process waits until it is written
         # raised at the next hook, once Lightning has logged this batch's metrics rows (resume does not redo them)
         self._stop = Interrupted(signum=received, step=trainer.global_step, checkpoint=self.checkpoint,
                                  requeued=self._requeue(trainer, received))  # fmt: skip
@@ -225,12 +231,17 @@ class GracefulStop(StopAtOnce):
         self._raise_if_stopped()  # before ModelCheckpoint's (Lightning runs checkpoint callbacks last)
         if not self._after_epoch or self._stop is not None:
             return
-        if trainer.should_stop:  # the validation ended training (early stopping): the stop comes before the test
+        if not trainer.fit_loop._can_stop_early:  # trainer.min_epochs not reached: Lightning would train on
+            self._next_epoch = True  # stop as the next epoch starts, from the last.ckpt of this one's end
+        elif trainer.should_stop:  # the validation ended training (early stopping): the stop comes before the test
             self._ended = True
-        elif trainer.fit_loop._can_stop_early:  # the epoch ends as usual (best.ckpt, last.ckpt), then training
+        else:  # the epoch ends as usual (best.ckpt, last.ckpt), then training
             trainer.should_stop = True
-        else:  # trainer.min_epochs not reached: Lightning would train on
-            self._save_and_stop(trainer, self._after_epoch)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self._next_epoch and self._stop is None:  # last.ckpt: written as the epoch ended (or, with no checkpoint
+            # then, at the end of its last batch before an epoch without validation), which a resume goes on from
+            self._save_and_stop(trainer, self._after_epoch, save=False)
             self._raise_if_stopped()
 
     def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:

@@ -191,15 +191,20 @@ def _same_weights(a: Path, b: Path) -> bool:
     return want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
 
 
-@pytest.mark.parametrize(("recipe", "at"), [("text_cls", 3), ("text_cls", 7), ("mlm", 3)])
+@pytest.mark.parametrize(
+    ("recipe", "at", "extra"),
+    [("text_cls", 3, []), ("text_cls", 7, []), ("mlm", 3, []), ("text_cls", 3, ["trainer.min_epochs=2"])],
+)
 def test_a_signal_in_an_epochs_last_batch_stops_after_its_validation_and_resumes_as_the_uninterrupted_run(
-    recipe, at, tmp_path, monkeypatch
+    recipe, at, extra, tmp_path, monkeypatch
 ):
     """Saved at the end of the epoch's last batch (step 3 of 4; step 7: the run's last), the checkpoint was one
     Lightning resumes from at the next epoch: that epoch's validation never ran, so its metrics row was missing, its
-    best.ckpt was never considered, and the resumed run tested another checkpoint (and drew other dropout and masks)."""
+    best.ckpt was never considered, and the resumed run tested another checkpoint (and drew other dropout and masks).
+    With trainer.min_epochs not reached, Lightning trains on after a stop is asked for: the run stops as the next
+    epoch starts, after the epoch's checkpoints."""
     path = ROOT / "recipes" / f"{recipe}.yaml"
-    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES[recipe], *TESTED]
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES[recipe], *TESTED, *extra]
     reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
     monkeypatch.setenv(SELF_SIGNAL_ENV, f"SIGTERM@{at}")
     with pytest.raises(Interrupted):

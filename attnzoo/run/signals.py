@@ -3,9 +3,10 @@
 - `GracefulStop`: a SIGINT or SIGTERM during training sets a flag; at the end of the current batch every process
   agrees to stop, `last.ckpt` is written (atomically, `attnzoo.run.checkpoint_io`) and `Interrupted` is raised (at
   the next hook), which `attnzoo.fit` turns into a short message and the exit status 128 + signal number (130 / 143),
-  without a traceback. In an epoch's last batch the stop waits for the epoch's validation: a checkpoint of that
-  batch's end is one Lightning resumes from at the next epoch, its validation never run. When the validation ends
-  training (early stopping), the run stops before its test instead (`--resume` runs the test). In a SLURM job,
+  without a traceback. In a batch that a validation follows (an epoch's last, or mid-epoch with
+  `trainer.val_check_interval`) the stop waits for that validation: a checkpoint of the batch's end is one Lightning
+  resumes from past the validation, never run. When the validation ends training (early stopping), the run stops
+  before its test instead (`--resume` runs the test). In a SLURM job,
   SIGUSR1 (`#SBATCH --signal=SIGUSR1@90`: the time limit is near) stops the same way, and then global rank 0
   requeues the job (`scontrol requeue`); started again, it continues the run (`attnzoo.run.train`). This replaces
   Lightning's own requeue (which saves `hpc_ckpt_*.ckpt` from inside the signal handler and trains on).
@@ -150,8 +151,11 @@ class GracefulStop(StopAtOnce):
         self.slurm_job = slurm_job
         self.signum: int | None = None
         self._stop: Interrupted | None = None
-        self._after_epoch = 0  # the signal every process received in an epoch's last batch: stop after the epoch
-        self._ended = False  # that epoch's validation ended training: stop before the test
+        # the signal every process received in a batch a validation follows: stop after the validation (in an epoch's
+        # last batch: after the epoch)
+        self._after_validation = 0
+        self._asked = False  # this callback asked Lightning to stop (trainer.should_stop) after the epoch
+        self._ended = False  # that validation ended training: stop before the test
         self._next_epoch = False  # trainer.min_epochs kept training on: stop as the next epoch starts
 
     def _handler(self, signum: int, frame: Any) -> None:
@@ -176,6 +180,9 @@ class GracefulStop(StopAtOnce):
             self._previous[sig] = signal.signal(sig, self._handler)
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, i: int) -> None:
+        if self._after_validation and self._stop is None:  # after a validation mid-epoch: last.ckpt was written at
+            # its end (Lightning's checkpoints save there when validation runs within epochs), and a resume goes on
+            self._save_and_stop(trainer, self._after_validation, save=False)
         self._raise_if_stopped()
         name, _, step = os.environ.get(SELF_SIGNAL_ENV, "").partition("@")
         if name and step != "test" and trainer.global_step == int(step) and self.signum is None:
@@ -187,13 +194,14 @@ class GracefulStop(StopAtOnce):
         # every process must stop at the same batch (a signal may reach only some of them)
         received = torch.tensor([self.signum or 0], device=module.device)
         received = int(trainer.strategy.reduce(received, reduce_op="max").item())
-        if not received or self._stop is not None or self._after_epoch:
+        if not received or self._stop is not None or self._after_validation:
             return
-        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:  # alike in every process
-            self._after_epoch = received
+        last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch  # alike in every process
+        if last or _validates_next(trainer):
+            self._after_validation = received
             if trainer.is_global_zero:
-                log.warning("%s came in the epoch's last batch: stopping after the epoch's validation",
-                            signal.Signals(received).name)  # fmt: skip
+                log.warning("%s came in %s: stopping after its validation", signal.Signals(received).name,
+                            "the epoch's last batch" if last else "a batch a validation follows")  # fmt: skip
             # kept in case the process is killed during the validation (a scheduler's grace period, a second Ctrl+C);
             # the stop after it writes the file again
             trainer.save_checkpoint(self.checkpoint, weights_only=False)
@@ -229,29 +237,43 @@ class GracefulStop(StopAtOnce):
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._raise_if_stopped()  # before ModelCheckpoint's (Lightning runs checkpoint callbacks last)
-        if not self._after_epoch or self._stop is not None:
+        if not self._after_validation or self._stop is not None:
             return
         if not trainer.fit_loop._can_stop_early:  # trainer.min_epochs not reached: Lightning would train on
             self._next_epoch = True  # stop as the next epoch starts, from the last.ckpt of this one's end
         elif trainer.should_stop:  # the validation ended training (early stopping): the stop comes before the test
             self._ended = True
         else:  # the epoch ends as usual (best.ckpt, last.ckpt), then training
-            trainer.should_stop = True
+            trainer.should_stop = self._asked = True
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if self._next_epoch and self._stop is None:  # last.ckpt: written as the epoch ended (or, with no checkpoint
             # then, at the end of its last batch before an epoch without validation), which a resume goes on from
-            self._save_and_stop(trainer, self._after_epoch, save=False)
+            self._save_and_stop(trainer, self._after_validation, save=False)
             self._raise_if_stopped()
 
     def on_test_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if self._ended:  # the signal came before the validation that ended training: no test now
-            raise Interrupted(signum=self._after_epoch, step=trainer.global_step, checkpoint=self.checkpoint,
-                              requeued=self._requeue(trainer, self._after_epoch), phase="test")  # fmt: skip
+            raise Interrupted(signum=self._after_validation, step=trainer.global_step, checkpoint=self.checkpoint,
+                              requeued=self._requeue(trainer, self._after_validation), phase="test")  # fmt: skip
         super().on_test_start(trainer, module)
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         self._restore()
-        if self._after_epoch and not self._ended and self._stop is None:  # stopped after the epoch of the signal
-            self._save_and_stop(trainer, self._after_epoch)  # a finished epoch: a resume starts the next one
-            self._raise_if_stopped()
+        if not self._after_validation or self._ended or self._stop is not None:
+            return
+        if trainer.should_stop and not self._asked:  # a validation mid-epoch ended training: stop before the test
+            self._ended = True
+            return
+        self._save_and_stop(trainer, self._after_validation)  # a finished epoch: a resume starts the next one
+        self._raise_if_stopped()
+
+
+def _validates_next(trainer: L.Trainer) -> bool:
+    """Whether Lightning validates after this training batch (`trainer.val_check_interval`, step-based validation),
+    as its epoch loop decides it right after the batch; alike in every process."""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+    except (AttributeError, TypeError):  # another Lightning's loop: the stop is saved at the batch's end, as before
+        return False

@@ -227,3 +227,24 @@ def test_one_file_as_every_split_is_an_error_unless_evaluate_reads_a_test_file_a
     assert len(alone.docs["test"]) == 30
     with pytest.raises(ValueError, match="data.test_only: train .* must be the test file"):
         LMDataModule(train=str(f), test=str(f), tokenizer="bytes", test_only=True)
+
+
+@pytest.mark.parametrize("kind", ["lm", "mlm"])
+def test_a_split_of_text_the_tokenizer_never_saw_is_said_unknown_by_its_share(kind, tmp_path, caplog):
+    """A val file in another script read as ~95% unknown tokens, which are easy to predict: val/ppl 6 against a test
+    ppl of 126, and no word of it in the log (the translation, text and text-image data said so)."""
+    from attnzoo.data.modules.mlm import MLMDataModule
+
+    english = tmp_path / "train.txt"
+    english.write_text("".join(f"the {w} sat on the mat number {i} today\n" for i, w in
+                               enumerate(["cat", "dog", "bird", "fish"] * 60)))  # fmt: skip
+    chinese = tmp_path / "val.txt"
+    chinese.write_text("".join(f"今天天气很好我们去公园散步第{i}次\n" for i in range(40)))
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        if kind == "lm":
+            LMDataModule(train=str(english), val=str(chinese), documents="lines", vocab_size=80,
+                         block_size=16).setup()  # fmt: skip
+        else:
+            MLMDataModule(train=str(english), val=str(chinese), vocab_size=80, max_len=16).setup()
+    said = [r.getMessage() for r in caplog.records if "unknown to the tokenizer" in r.getMessage()]
+    assert len(said) == 1 and " val tokens (" in said[0], said

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ...util.names import shortened
 from ..tokenizers.factory import make_tokenizer
-from ..tokenizers.subword import decode_generated, encode_prompt
+from ..tokenizers.subword import decode_generated, encode_prompt, log_unknown
 from . import defaults
 from .base import DataModule
 from .batching import IGNORE_INDEX, sequence_loader
@@ -283,7 +283,7 @@ class LMDataModule(DataModule):
         )
         for split, docs in self.docs.items():
             self.datasets[split] = BlockDataset(
-                self._stream(docs), block_size=self.block_size, pad_id=self.tokenizer.pad_id
+                self._stream(docs, split), block_size=self.block_size, pad_id=self.tokenizer.pad_id
             )
         sizes = ", ".join(f"{k} {len(self.docs[k])} docs / {len(v.stream)} tokens" for k, v in self.datasets.items())
         log.info(
@@ -337,10 +337,12 @@ class LMDataModule(DataModule):
         self.sources["train"] += " (train part)"
         return held, train
 
-    def _stream(self, docs: list[str]) -> Tensor:
+    def _stream(self, docs: list[str], split: str) -> Tensor:
         tok = self.tokenizer
         encode = getattr(tok, "encode_batch", None) or (lambda xs: [tok.encode(x) for x in xs])
-        ids = [[tok.bos_id, *x, tok.eos_id] for x in encode(docs)]
+        encoded = encode(docs)
+        log_unknown(tok, encoded, split)  # unknown tokens are easy to predict: a perplexity too good to be true
+        ids = [[tok.bos_id, *x, tok.eos_id] for x in encoded]
         return torch.tensor([i for doc in ids for i in doc], dtype=torch.int32)
 
     # ------------------------------------------------------------------------------------------------------------

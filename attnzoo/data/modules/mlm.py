@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader
 from ..formats.text_files import FORMATS, one_line, read_texts
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import KINDS as SUBWORD_KINDS
+from ..tokenizers.subword import log_unknown
 from . import defaults
 from .base import DataModule
 from .batching import TokenDataset, sequence_loader
@@ -157,6 +158,7 @@ class MLMDataModule(DataModule):
         self.specials = special_ids(self.tokenizer)
         for split, texts in self.texts.items():
             pieces, cut = self._pieces(texts)
+            log_unknown(self.tokenizer, [p.tolist() for p in pieces], split)  # unknown tokens: an easy perplexity
             if cut:
                 log.info("data: cut %d of %d texts of %s into pieces of max_len %d tokens", cut, len(texts),
                          self.sources[split], self.max_len)  # fmt: skip

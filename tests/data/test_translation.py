@@ -398,3 +398,22 @@ def test_artifacts_reload_the_same_tokenizer(tmp_path):
     assert again.encode_source("Tuesday, March 3, 1998") == dm.encode_source("Tuesday, March 3, 1998")
     with pytest.raises(RuntimeError, match="setup"):
         TranslationDataModule(**SMALL).model_inputs()
+
+
+def test_val_that_is_the_train_file_or_the_test_split_is_warned_and_evaluates_one_file_is_not(tmp_path, caplog):
+    """data.val=<the train file> trained silently with every train pair and the held-out test pairs as val
+    (val/bleu 96.5 against test/bleu 19.4); val identical to test was silent too."""
+    rows = [f"sentence number {i} here\tSatz Nummer {i} hier" for i in range(200)]
+    pairs, other = _write(tmp_path / "pairs.tsv", rows), _write(tmp_path / "other.tsv", rows[:20])
+    cases = [  # (files, warned)
+        ({"train": pairs, "val": pairs}, "data.val is the train file"),
+        ({"train": pairs, "val": other, "test": other}, "the val split is identical to the test split"),
+        ({"train": pairs, "val": pairs, "test": pairs}, None),  # evaluate of a run whose train file is elsewhere
+        ({"train": pairs, "val": other}, None),
+    ]
+    for files, warned in cases:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="attnzoo"):
+            TranslationDataModule(**{k: str(v) for k, v in files.items()}, vocab_size=200).setup()
+        said = [r.getMessage() for r in caplog.records if "give data.val a file of its own" in r.getMessage()]
+        assert [warned in s for s in said] == ([True] if warned else []), (files, said)

@@ -257,7 +257,28 @@ class TranslationDataModule(DataModule):
                     log.warning(
                         "data: %d of %d %s pairs have a source that also occurs in train", seen, len(read[split]), split
                     )
+        self._say_val_is_not_held_out(read)
         return {split: read[split] for split in ("train", "val", "test")}
+
+    def _say_val_is_not_held_out(self, read: dict[str, list[tuple[str, str]]]) -> None:
+        """Warn when val is the test split, or the train file while test is not (val then holds every train pair
+        and the pairs held out for test): the best checkpoint would be picked on pairs it trained on or is tested on.
+        One file for all three is `evaluate` scoring a run whose train file is elsewhere."""
+        val, train, test = self.files["val"], self.files["train"], self.files["test"]
+        if val is None:
+            return
+        val_is_train = train is not None and _same_file(val, train)
+        if val_is_train and not (test is not None and _same_file(test, train)):
+            log.warning(
+                "data: data.val is the train file: val holds the train pairs and the ones held out for test, so "
+                "val/bleu and the best checkpoint are picked on pairs the model trains or is tested on; give data.val "
+                "a file of its own"
+            )
+        elif not val_is_train and read["val"] == read["test"]:
+            log.warning(
+                "data: the val split is identical to the test split: the best checkpoint would be picked on test "
+                "data; give data.val a file of its own"
+            )
 
     def _hold_out(self, read: dict[str, list[tuple[str, str]]], missing: list[str]) -> dict[str, list]:
         """`missing` splits carved out of train by distinct source (a fixed draw from `seed`)."""

@@ -352,3 +352,24 @@ def test_a_held_out_split_is_not_scored_with_the_other_splits_file(recipe, split
             evaluate(run, "best", split, [], given)
     with pytest.raises(ConfigError, match="no config.yaml"):  # a folder that is no run: load_run says so
         evaluate(tmp_path, "best", split, [], [f"data.{other}={tmp_path / 'other.txt'}"])
+
+
+def test_a_missing_file_of_ones_own_is_not_called_the_runs_data(tmp_path):
+    """`evaluate <run> data.test=<a file that is not there>` said "The run's data '<that file>' is not here (a run
+    from elsewhere ...): `evaluate <run> data.test=<file>` scores a file of yours", what the user had just done."""
+    from attnzoo.evaluate import evaluate
+    from tests.helpers import TINY_TRAINER, smoke_overrides
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"sentence number {i} here\tSatz Nummer {i} hier\n" for i in range(120)))
+    recipe = ROOT / "recipes" / "translation.yaml"
+    small = [o for o in smoke_overrides(load([recipe])) if not o.startswith("data.num_")]  # embedded data's sizes
+    overrides = [*small, *TINY_TRAINER, f"data.train={pairs}", f"run.dir={tmp_path}"]
+    run = fit(load([recipe], overrides))
+    with pytest.raises(ConfigError, match="no such parallel text file") as err:
+        evaluate(run, "best", "test", [], [f"data.test={tmp_path / 'nope.tsv'}"])
+    assert "The run's data" not in str(err.value)
+    pairs.unlink()  # the run's own file gone too: that one is named as the run's
+    with pytest.raises(ConfigError, match="no such parallel text file") as err:
+        evaluate(run, "best", "test", [], [f"data.test={tmp_path / 'nope.tsv'}"])
+    assert f"The run's data {str(pairs)!r} is not here" in str(err.value)

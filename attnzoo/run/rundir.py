@@ -347,7 +347,8 @@ def load_run(
         except ConfigError as err:
             data = cfg.section("data")
             blocked = _not_alone(cfg, preset) if data.get("kind") in SCORED_ALONE else None
-            raise ConfigError(f"{err}{_gone_data_hint(data, blocked)}") from None
+            given = {k for k in DATA_FILES if cfg.typed(k)}  # the user's own files: the error names a missing one
+            raise ConfigError(f"{err}{_gone_data_hint(data, blocked, given)}") from None
         tokenizer = data.tokenizer
     else:
         from .inference import build_without_data
@@ -376,11 +377,12 @@ def _saved_data(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _gone_data_hint(data: dict[str, Any], blocked: str | None = None) -> str:
-    """What to do when the run's data files (the data section `data`'s) are not here (a run directory from elsewhere,
-    or data moved since): score a file of one's own with the run alone (`_scored_alone`), or say why it cannot be
-    (`blocked`, `_not_alone`'s); draw one input without data (viz); "" when they are all here."""
-    gone = [str(data[k[5:]]) for k in DATA_FILES if gone_files(data.get(k[5:]))]  # files, lists of them, folders
+def _gone_data_hint(data: dict[str, Any], blocked: str | None = None, given: set[str] = frozenset()) -> str:
+    """What to do when the run's data files (the data section `data`'s, less the keys in `given`: the command line's)
+    are not here (a run directory from elsewhere, or data moved since): score a file of one's own with the run alone
+    (`_scored_alone`), or say why it cannot be (`blocked`, `_not_alone`'s); draw one input without data (viz); ""
+    when they are all here."""
+    gone = [str(data[k[5:]]) for k in DATA_FILES if k not in given and gone_files(data.get(k[5:]))]
     if not gone:
         return ""
     ways = ["or put the data back where config.yaml names it"]

@@ -248,3 +248,14 @@ def test_a_split_of_text_the_tokenizer_never_saw_is_said_unknown_by_its_share(ki
             MLMDataModule(train=str(english), val=str(chinese), vocab_size=80, max_len=16).setup()
     said = [r.getMessage() for r in caplog.records if "unknown to the tokenizer" in r.getMessage()]
     assert len(said) == 1 and " val tokens (" in said[0], said
+
+
+def test_too_few_documents_say_what_to_give(tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_text("a single long line of text without a newline in it at all " * 20)
+    with pytest.raises(
+        ValueError,
+        match=r"too few documents \(1\) .*: give data.test=<file> and data.val=<file>, "
+        r"or more documents \(data.documents='lines': each non-blank line is one\)",
+    ):
+        LMDataModule(train=str(one), documents="lines").setup()

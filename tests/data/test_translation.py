@@ -417,3 +417,13 @@ def test_val_that_is_the_train_file_or_the_test_split_is_warned_and_evaluates_on
             TranslationDataModule(**{k: str(v) for k, v in files.items()}, vocab_size=200).setup()
         said = [r.getMessage() for r in caplog.records if "give data.val a file of its own" in r.getMessage()]
         assert [warned in s for s in said] == ([True] if warned else []), (files, said)
+
+
+def test_a_folder_or_too_few_pairs_say_what_to_give(tmp_path):
+    """A folder was "no such parallel text file" (it exists), and two pairs said only "too few distinct sources"."""
+    (tmp_path / "corpus").mkdir()
+    with pytest.raises(ValueError, match=r"'.*corpus' is a folder: a parallel text is one file of pairs \(\.tsv"):
+        TranslationDataModule(train=str(tmp_path / "corpus")).setup()
+    two = _write(tmp_path / "two.tsv", ["a cat\teine Katze", "a dog\tein Hund"])
+    with pytest.raises(ValueError, match=r"too few distinct sources \(2\) .*: give data.test=<file> and data.val="):
+        TranslationDataModule(train=str(two)).setup()

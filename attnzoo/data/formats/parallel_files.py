@@ -152,6 +152,11 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
             `fmt.on_bad_line == "skip"`), or no pairs.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(
+            f"{str(path)!r} is a folder: a parallel text is one file of pairs "
+            f"({', '.join(TSV_SUFFIXES)}: source<TAB>target per line; {', '.join(JSONL_SUFFIXES)}: one object per line)"
+        )
     if not path.is_file():
         raise ValueError(f"no such parallel text file: {str(path)!r}")
     with path.open("rb") as f:

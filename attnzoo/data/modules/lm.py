@@ -330,8 +330,11 @@ class LMDataModule(DataModule):
             held[split] = [docs[i] for i in sorted(taken)]
             self.sources[split] = f"{self.sources['train']} (held-out {split} part)"
         if start >= len(order):
+            unit = "each non-blank line is one" if self.documents == "lines" else "each file is one"
             raise ValueError(
-                f"{self.sources['train']}: too few documents ({len(docs)}) to hold out {' and '.join(missing)}"
+                f"{self.sources['train']}: too few documents ({len(docs)}) to hold out {' and '.join(missing)}: give "
+                f"{' and '.join(f'data.{m}=<file>' for m in missing)}, or more documents (data.documents="
+                f"{self.documents!r}: {unit})"
             )
         train = [docs[i] for i in sorted(order[start:])]
         self.sources["train"] += " (train part)"

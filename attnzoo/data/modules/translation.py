@@ -295,7 +295,10 @@ class TranslationDataModule(DataModule):
             self.sources[split] = f"{path} (held-out {split} part)"
             start += n
         if start >= len(order):
-            raise ValueError(f"{path}: too few distinct sources ({len(order)}) to hold out {' and '.join(missing)}")
+            raise ValueError(
+                f"{path}: too few distinct sources ({len(order)}) to hold out {' and '.join(missing)}: give "
+                f"{' and '.join(f'data.{m}=<file>' for m in missing)}, or more pairs"
+            )
         out["train"] = [pair for src in order[start:] for pair in by_source[src]]
         self.sources["train"] = f"{path} (train part)"
         held = ", ".join(f"{len(out[s])} {s}" for s in missing)

@@ -265,7 +265,14 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
     if not ckpt.is_file():
         hint = ""
-        if checkpoint == "best" and (run_dir / "checkpoints" / "last.ckpt").is_file():
+        recorded = isinstance(read_summary(run_dir).get("best"), dict)  # summary.json: a best checkpoint was saved
+        if checkpoint == "best" and recorded:
+            hint = (
+                ": the run saved one (its summary.json records it), and the file is not here (a copy of the run "
+                "without it?)" + ("; --checkpoint last uses the weights it saved last"
+                                  if (run_dir / "checkpoints" / "last.ckpt").is_file() else "")
+            )  # fmt: skip
+        elif checkpoint == "best" and (run_dir / "checkpoints" / "last.ckpt").is_file():
             hint = (
                 ": the run has no best checkpoint yet (it stopped before its first validation, or none ran); "
                 "--checkpoint last uses the weights it saved last"

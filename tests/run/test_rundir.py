@@ -162,6 +162,10 @@ def test_a_missing_best_checkpoint_points_to_last_and_an_unknown_name_lists_the_
     with pytest.raises(ConfigError, match=r"no checkpoint file at 'lats'; valid: best, last, or the path"):
         run_checkpoint(tmp_path, "lats")
     assert run_checkpoint(tmp_path, "last") == tmp_path / "checkpoints" / "last.ckpt"
+    # a finished run copied without its best.ckpt: summary.json records one, so "not yet" would be wrong
+    (tmp_path / "summary.json").write_text('{"best": {"path": "x/best.ckpt", "val/acc": 0.5}}')
+    with pytest.raises(ConfigError, match=r"best\.ckpt': the run saved one .*not here .*--checkpoint last"):
+        run_checkpoint(tmp_path, "best")
 
 
 def test_a_folder_of_runs_given_for_a_run_names_the_runs_it_holds(tmp_path, capsys):

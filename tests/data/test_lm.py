@@ -259,3 +259,11 @@ def test_too_few_documents_say_what_to_give(tmp_path):
         r"or more documents \(data.documents='lines': each non-blank line is one\)",
     ):
         LMDataModule(train=str(one), documents="lines").setup()
+
+
+def test_a_utf16_text_file_is_named_as_such_with_the_command_that_converts_it(tmp_path):
+    """It was "line 1: bytes that are not UTF-8 (invalid start byte)"; the translation reader named UTF-16."""
+    wide = tmp_path / "notes.txt"
+    wide.write_bytes("first line of text\nsecond line of text\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"notes\.txt: the file is UTF-16 text .*iconv -f utf-16 -t utf-8 notes\.txt"):
+        LMDataModule(train=str(wide), documents="lines").setup()

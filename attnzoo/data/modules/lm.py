@@ -35,6 +35,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ...util.names import shortened
+from ..formats.text_files import wide_unicode
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, encode_prompt, log_unknown
 from . import defaults
@@ -96,6 +97,9 @@ def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
 
 def _decode(path: Path) -> str:
     raw = path.read_bytes()
+    wide = wide_unicode(raw[:4], path.name)  # UTF-16 / UTF-32: every line would be "not UTF-8"
+    if wide is not None:
+        raise ValueError(f"{path}: {wide}")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -267,3 +267,13 @@ def test_a_utf16_text_file_is_named_as_such_with_the_command_that_converts_it(tm
     wide.write_bytes("first line of text\nsecond line of text\n".encode("utf-16"))
     with pytest.raises(ValueError, match=r"notes\.txt: the file is UTF-16 text .*iconv -f utf-16 -t utf-8 notes\.txt"):
         LMDataModule(train=str(wide), documents="lines").setup()
+
+
+def test_a_folder_without_txt_files_names_what_it_holds(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("some text\n")
+    with pytest.raises(ValueError, match=r"no \.txt files under .*notes' \(it holds a\.md: the text files must end"):
+        LMDataModule(train=str(tmp_path / "notes")).setup()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"no \.txt files under .*empty'$"):
+        LMDataModule(train=str(tmp_path / "empty")).setup()

@@ -75,9 +75,10 @@ def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
         if path.is_dir():
             every = [p for p in sorted(path.rglob("*")) if p.is_file() and not under_hidden(p, path)]
             found = [p for p in every if p.suffix.lower() == ".txt"]
-            if not found:
-                raise ValueError(f"data.{what}: no .txt files under {str(path)!r}")
             other = [str(p.relative_to(path)) for p in every if p.suffix.lower() != ".txt"]
+            if not found:
+                held = f" (it holds {shortened(other)}: the text files must end in .txt)" if other else ""
+                raise ValueError(f"data.{what}: no .txt files under {str(path)!r}{held}")
             log.info("data.%s: %d .txt file(s) under %s%s", what, len(found), path,
                      f"; not read (not .txt): {shortened(other)}" if other else "")  # fmt: skip
             files += found

@@ -203,6 +203,22 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
     return None, False
 
 
+def _moved_data_hint(cfg: Config, run_dir: Path) -> str:
+    """For a resume whose data files are not where config.yaml names them: how to give their place now."""
+    from .paths import gone
+
+    data = cfg.section("data")
+    moved = [k for k in ("train", "val", "test", "root", "csv") if not cfg.typed(f"data.{k}") and gone(data.get(k))]
+    if not moved:
+        return ""
+    given = " ".join(f"data.{k}=<where it is now>" for k in moved)
+    return (
+        f". The run's data ({', '.join(f'data.{k}' for k in moved)}) is not where its config.yaml names it: if it "
+        f"moved, `--resume {run_dir} {given}` goes on (the file is known again by the size and content the run "
+        f"recorded in {DATA_FILES_RECORD})"
+    )
+
+
 def _stopped(summary: dict[str, Any]) -> dict[str, Any]:
     """The `stopped` record of a run's summary ({} when it has none)."""
     return summary.get("stopped") if isinstance(summary.get("stopped"), dict) else {}
@@ -228,13 +244,16 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     if ckpt_path is not None:  # a changed data file or model.init_from named before the data is read again
         resume_changes(run_dir, cfg, given_only=True)
     own_config = Path(cfg.where("model.init_from")).resolve() == (run_dir / "config.yaml").resolve()
-    if ckpt_path is not None and own_config:
-        recorded = recorded_start(run_dir)
-        data, task, cfg = _build_resumed(cfg, run_dir, started=recorded is not None)
-        if recorded is not None:
-            task.net.started_from = recorded
-    else:
-        data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
+    try:
+        if ckpt_path is not None and own_config:
+            recorded = recorded_start(run_dir)
+            data, task, cfg = _build_resumed(cfg, run_dir, started=recorded is not None)
+            if recorded is not None:
+                task.net.started_from = recorded
+        else:
+            data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
+    except ConfigError as err:
+        raise ConfigError(f"{err}{_moved_data_hint(cfg, run_dir) if ckpt_path is not None else ''}") from None
     resumes = read_resumes(run_dir)
     resumed_step, before, changes = None, {}, {}
     if ckpt_path is not None:

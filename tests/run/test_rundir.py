@@ -189,3 +189,21 @@ def test_a_folder_of_runs_given_for_a_run_names_the_runs_it_holds(tmp_path, caps
     with pytest.raises(ConfigError) as err:  # a folder whose folders are no runs: no list
         resume_target(tmp_path)
     assert "holds runs" not in str(err.value)
+
+
+def test_a_resume_whose_data_moved_says_how_to_give_its_place_now(tmp_path):
+    """`fit --resume <run>` after the train file moved said only "no such parallel text file"."""
+    from tests.helpers import ROOT, TINY_TRAINER, smoke_overrides
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"sentence number {i} here\tSatz Nummer {i} hier\n" for i in range(120)))
+    recipe = ROOT / "recipes" / "translation.yaml"
+    small = [o for o in smoke_overrides(load([recipe])) if not o.startswith("data.num_")]  # embedded data's sizes
+    run = fit(load([recipe], [*small, *TINY_TRAINER, f"data.train={pairs}", f"run.dir={tmp_path / 'runs'}"]))
+    (tmp_path / "moved").mkdir()
+    pairs.rename(tmp_path / "moved" / "pairs.tsv")
+    with pytest.raises(ConfigError, match="no such parallel text file") as err:
+        fit(load([run / "config.yaml"], ["trainer.max_epochs=3"]), resume=run)
+    assert f"if it moved, `--resume {run} data.train=<where it is now>` goes on" in str(err.value)
+    fit(load([run / "config.yaml"], ["trainer.max_epochs=3", f"data.train={tmp_path / 'moved' / 'pairs.tsv'}"]),
+        resume=run)  # fmt: skip

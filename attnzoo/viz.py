@@ -180,11 +180,17 @@ def example_input(run: Any, index: int, split: str = "val") -> tuple[dict[str, T
     except ValueError as err:  # no test file
         raise ConfigError(f"--split {split}: {err}") from None
     if not 0 <= index < len(loader.dataset):
-        raise ConfigError(f"--index {index}: the {split} split has {len(loader.dataset)} examples")
+        raise ConfigError(index_error(index, split, len(loader.dataset)))
     batch = _without_padding(loader.collate_fn([loader.dataset[index]]))
     label = batch.pop("label", None)
     net_inputs = getattr(run.task, "net_inputs", None)  # sequence tasks: the batch also holds labels, texts, ...
     return (net_inputs(batch) if net_inputs is not None else batch), None if label is None else label[0]
+
+
+def index_error(index: int, split: str, size: int, what: str = "examples") -> str:
+    """What is wrong with an `--index` outside a split of `size` examples, and the indices that are valid."""
+    valid = f"valid: 0-{size - 1}" if size else "none is valid"
+    return f"--index {index}: the {split} split has {size} {what} ({valid})"
 
 
 def _without_padding(batch: dict[str, Any]) -> dict[str, Any]:
@@ -256,7 +262,7 @@ def visualize(
         if text is None:
             pairs = data.pairs.get(split) or []
             if not 0 <= index < len(pairs):
-                raise ConfigError(f"--index {index}: the {split} split has {len(pairs)} pairs")
+                raise ConfigError(index_error(index, split, len(pairs), "pairs"))
             text = pairs[index][0]
         return [translation_alignment(run, data, text, out or run_dir / "viz" / name)]
     label = None
@@ -412,7 +418,7 @@ def check_cross_split(data: Any, split: str, count: int, index: int) -> None:
         raise ConfigError(f"--split {split}: the run's data has no {split} examples (its config.yaml names no file "
                           f"for them); use --split {'test' if split == 'val' else 'val'}")  # fmt: skip
     if not 0 <= index < size:
-        raise ConfigError(f"--index {index}: the {split} split has {size} examples")
+        raise ConfigError(index_error(index, split, size))
 
 
 def cross_attention_maps(
@@ -425,6 +431,9 @@ def cross_attention_maps(
     check_cross_split(data, split, count, index)
     loader = data.val_dataloader() if split == "val" else data.test_dataloader()
     chosen = range(index, min(index + count, len(loader.dataset)))
+    if len(chosen) < count:
+        log.warning("viz: --count %d from --index %d: the %s split ends at example %d; drew %d of the %d maps asked",
+                    count, index, split, len(loader.dataset) - 1, len(chosen), count)  # fmt: skip
     batch = loader.collate_fn([loader.dataset[i] for i in chosen])
     texts = [data.datasets[split].texts[i] for i in chosen]
     return text_image_maps(net, batch, texts, out, class_names=data.class_names, count=len(chosen),

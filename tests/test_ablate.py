@@ -593,3 +593,26 @@ def test_a_variant_scored_on_its_val_split_is_marked_beside_held_out_ones(tmp_pa
     write_tables(tmp_path, info, [row("a", "val", 0.9), row("b", "val", 0.8)], "test/acc", "max")
     report = (tmp_path / "report.md").read_text()
     assert "The runs have no test split: test/ is the val split" in report and "†" not in report
+
+
+def test_metric_against_throughput_names_close_variants_apart_in_a_legend(tmp_path, monkeypatch):
+    # the names were written beside the points: two variants with close points overprinted each other's
+    from attnzoo.ablation.report import Row, plot_metric_vs_throughput
+    from tests.helpers.figures import clipped_and_overlapping, record_texts
+
+    names = [f"model.num_heads={h}" for h in (1, 2, 4, 8)]
+    points = [(0.2, 1000.0), (0.2001, 1001.0), (0.3, 1500.0), (0.25, 1200.0)]  # the first two close together
+    rows = [Row(n, {}, metric=[m], throughput=[t]) for n, (m, t) in zip(names, points, strict=True)]
+    rows.append(Row("baseline: tfidf + logistic regression", {}, metric=[0.2002], baseline=True))
+    drawn = record_texts(monkeypatch)
+    plot_metric_vs_throughput(rows, "test/acc", tmp_path / "plot.png")
+    assert clipped_and_overlapping(drawn) == ([], [])
+    texts = [t.text for t in drawn.values()]
+    assert all(texts.count(row.name) == 1 for row in rows)  # each variant named once
+    (figure,) = {t.artist.get_figure(root=True) for t in drawn.values()}
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == [rows[-1].name, *names]  # in the legend
+    caps = ("|", "_", "None", "", None)  # the error bars' caps, the baseline's line
+    marks = {
+        (line.get_color(), line.get_marker()) for line in figure.axes[0].get_lines() if line.get_marker() not in caps
+    }
+    assert len(marks) == len(names)  # each point told apart by its color and marker

@@ -125,7 +125,9 @@ def test_generate_continues_the_prompt_greedily_and_refuses_translation_runs(lm_
     assert "use python -m attnzoo.translate" in capsys.readouterr().err
 
 
-def test_viz_of_a_text_and_of_the_first_pair_go_to_their_own_folders_and_a_cut_is_named(translation_run, caplog):
+def test_viz_of_a_text_and_of_the_first_pair_go_to_their_own_folders_and_a_cut_is_named(
+    translation_run, caplog, capsys
+):
     long = "The meeting is on 3 March. " * 40
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         assert viz_main([str(translation_run), "--text", long]) == 0
@@ -133,6 +135,9 @@ def test_viz_of_a_text_and_of_the_first_pair_go_to_their_own_folders_and_a_cut_i
     assert viz_main([str(translation_run)]) == 0  # --index 0: the first validation pair
     assert (translation_run / "viz" / "text" / "alignment.png").is_file()
     assert (translation_run / "viz" / "val-0" / "alignment.png").is_file()
+    assert viz_main([str(translation_run), "--index", "-1"]) == 2  # the valid indices are named
+    size = len(load_run(translation_run).data.pairs["val"])
+    assert f"--index -1: the val split has {size} pairs (valid: 0-{size - 1})" in capsys.readouterr().err
 
 
 def test_viz_draws_the_cross_attention_alignment_of_a_translation(translation_run, tmp_path):

@@ -1,6 +1,7 @@
 """`attnzoo.viz`: attention rollout against its definition, captured maps, and the command on a saved run."""
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,7 @@ def test_input_files_of_one_name_in_two_folders_are_drawn_into_two_folders(tmp_p
     [
         (["--input", "notes.txt"], "is not a file"),
         (["--index", "100000"], "the val split has 500 examples"),
+        (["--index", "-1"], "--index -1: the val split has 500 examples (valid: 0-499)"),
         (["--checkpoint", "last"], "no checkpoint file"),
     ],
 )
@@ -253,7 +255,7 @@ def test_a_text_is_read_as_training_reads_a_file_and_its_unknown_characters_are_
     assert "'\u2603', which the run's tokenizer cannot encode" in caplog.text
 
 
-def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys, monkeypatch):
+def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, capsys, monkeypatch, caplog):
     small = ["data.num_train=32", "data.num_val=8", "model.image_depth=1", "model.fusion_depth=1", "model.fusion=both"]
     (tmp_path / "ti").mkdir()
     run = _saved_run(tmp_path / "ti", ROOT / "recipes" / "text_image.yaml", [*small, "model.text_depth=1"])
@@ -280,7 +282,11 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
 
     assert drawn == load_run(run).data.datasets["val"].texts[5:7]
     assert main([str(run), "--index", "8"]) == 2  # before anything is drawn
-    assert "--index 8: the val split has 8 examples" in capsys.readouterr().err
+    assert "--index 8: the val split has 8 examples (valid: 0-7)" in capsys.readouterr().err
+    drawn.clear()  # --count past the split's end: the examples there are drawn, and the log says how many
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        assert main([str(run), "--out", str(tmp_path / "end"), "--count", "5", "--index", "6"]) == 0
+    assert len(drawn) == 2 and "the val split ends at example 7; drew 2 of the 5 maps asked" in caplog.text
     # --split test: the example drawn and the maps are the test split's (the drawing was of val example N)
     drawn.clear()
     assert main([str(run), "--out", str(tmp_path / "t1"), "--count", "1", "--index", "1", "--split", "test"]) == 0
@@ -370,6 +376,64 @@ def test_negative_weights_are_drawn_on_a_diverging_scale_and_others_from_zero(tm
     plot_matrices([signed.abs().softmax(-1)], tmp_path / "plain.png", title="softmax")
     (image,) = drawn
     assert image.norm.vmin == 0.0 and image.get_cmap().name == "viridis"
+
+
+SOURCE = ["\u2581The", "\u2581con", "cert", "\u2581is", "\u2581on", "\u2581Friday", ".", "</s>"]
+TARGET = ["\u2581Das", "\u2581Konzert", "\u2581ist", "\u2581am", "\u2581Freitag", ".", "</s>"]
+LONG = "(cross-attention, heads averaged; captured on the eager backend)"  # wider than a 1-layer alignment
+
+
+def _figures(layers: int, tmp: Path) -> dict[str, Callable[[], Path]]:
+    """Each drawing of viz with `layers` layers (attention over a 4x4 grid of patches and a class token)."""
+    from attnzoo.drawing.alignment import draw_alignment
+    from attnzoo.drawing.cross_attention import draw_cross_attention
+    from attnzoo.drawing.matrices import image_canvas, plot_matrices, plot_prefix_maps, plot_rollout
+
+    maps, title = _maps(layers, b=1, n=17), "vit: predicted 3 (0.12), label 7\n(weights captured on the eager backend)"
+    canvas = image_canvas(torch.rand(3, 32, 32), (4, 4))
+    cross = [torch.rand(2, len(TARGET), len(SOURCE)).softmax(-1) for _ in range(layers)]  # [H, T, S]
+    words = [torch.rand(2, 24, 16).softmax(-1) for _ in range(layers)]  # [H, L, N]: 24 bytes over 4x4 patches
+    return {
+        "matrices": lambda: plot_matrices(maps, tmp / "m.png", title=title, prefix=1),
+        "prefix": lambda: plot_prefix_maps(maps, canvas, 1, tmp / "p.png", title=title),
+        "rollout": lambda: plot_rollout(rollout(maps), canvas, 1, tmp / "r.png", title=title),
+        "alignment": lambda: draw_alignment(
+            cross, SOURCE, TARGET, tmp / "a.png", title=f"The concert.\n-> Das.\n{LONG}"
+        ),
+        "one word, a long title": lambda: draw_alignment(
+            [c[:, :1, :1] for c in cross], SOURCE[:1], TARGET[:1], tmp / "a1.png", title=f"{LONG} {'x' * 200}"
+        ),
+        "cross-attention": lambda: draw_cross_attention(
+            torch.rand(3, 32, 32) * 2 - 1,
+            "what color is the square",
+            words,
+            grid_size=(4, 4),
+            path=tmp / "c.png",
+            title="predicted: red   answer: blue",
+        ),
+    }
+
+
+@pytest.mark.parametrize("layers", [1, 2, 4])
+def test_figures_keep_every_label_inside_apart_from_the_others_and_count_layers_from_0(layers, tmp_path, monkeypatch):
+    # a 1-layer matrices figure cut its "key" labels at the bottom; a 1-layer alignment's title was wider than the
+    # figure and its last line lay over the panel's "layer 0"; cross-attention rows were "layer 1", ... (not 0)
+    from tests.helpers.figures import clipped_and_overlapping, record_texts
+
+    drawn, problems = record_texts(monkeypatch), {}
+    for name, draw in _figures(layers, tmp_path).items():
+        drawn.clear()
+        assert draw().stat().st_size > 0
+        clipped, overlapping = clipped_and_overlapping(drawn)
+        rows = {t.text.split("\n")[0] for t in drawn.values() if t.text.startswith("layer ")}
+        wrong_rows = name != "rollout" and rows != {f"layer {i}" for i in range(layers)}
+        if clipped or overlapping or wrong_rows:
+            problems[name] = {
+                "clipped": clipped,
+                "overlapping": overlapping,
+                "rows": sorted(rows) if wrong_rows else [],
+            }
+    assert problems == {}
 
 
 def test_viz_draws_the_image_files_an_image_folder_trains_on():

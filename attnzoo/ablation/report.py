@@ -313,30 +313,34 @@ def plot_metric(rows: list[Row], metric: str | None, path: Path) -> None:
     plt.close(fig)
 
 
+MARKERS = "osD^vPX*<>"  # with the 10 colors of tab10: 100 variants drawn alike at most
+
+
 def plot_metric_vs_throughput(rows: list[Row], metric: str | None, path: Path) -> None:
-    """Metric against training throughput, one point (± std both ways) per variant, labelled."""
+    """Metric against training throughput, one point (± std both ways) per variant: each its own color and marker,
+    named in a legend under the plot (names written beside the points overprinted each other where points are close)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
     drawn = [row for row in rows if row.metric and row.throughput]
+    named = drawn + [row for row in rows if row.baseline]
+    columns = 2 if all(len(row.name) <= 40 for row in named) else 1
+    fig, ax = plt.subplots(figsize=(7.5, 4.6 + 0.22 * math.ceil(len(named) / columns)), layout="constrained")
     colors = plt.get_cmap("tab10")
     for row in rows:
         if row.baseline:
             ax.axhline(mean_std(row.metric)[0], color="0.4", linestyle="--", linewidth=1, label=row.name)
-            ax.annotate(row.name, (0.01, mean_std(row.metric)[0]), xycoords=("axes fraction", "data"),
-                        textcoords="offset points", xytext=(0, 4), fontsize=8, color="0.4")  # fmt: skip
     for i, row in enumerate(drawn):
         (m, ms), (t, ts) = mean_std(row.metric), mean_std(row.throughput)
-        ax.errorbar(t, m, xerr=0 if math.isnan(ts) else ts, yerr=0 if math.isnan(ms) else ms, fmt="o", ms=8,
-                    capsize=4, color=colors(i % 10), label=row.name)  # fmt: skip
-        ax.annotate(row.name, (t, m), textcoords="offset points", xytext=(6, 6), fontsize=8, color=colors(i % 10))
+        ax.errorbar(t, m, xerr=0 if math.isnan(ts) else ts, yerr=0 if math.isnan(ms) else ms, ms=8, capsize=4,
+                    fmt=MARKERS[i // 10 % len(MARKERS)], color=colors(i % 10), label=row.name)  # fmt: skip
     if not drawn:
         _empty(ax, "no finished run yet")
+    if named:
+        fig.legend(loc="outside lower center", ncols=columns, fontsize=8, frameon=False)
     ax.set_xlabel("training throughput (samples/s)")
     ax.set_ylabel(metric or "metric")
     ax.grid(alpha=0.3)
     ax.set_title(f"{metric} against throughput (mean ± std over seeds)", fontsize=11)
     ax.margins(0.15)
-    fig.tight_layout()
     with replacing(path) as tmp:
         fig.savefig(tmp, dpi=120)
     plt.close(fig)

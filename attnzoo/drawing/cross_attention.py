@@ -102,7 +102,7 @@ def draw_cross_attention(
     )
     for r, weights in enumerate(layers):
         axes[r, 0].imshow(pixels)
-        axes[r, 0].set_ylabel(f"layer {r + 1}", fontsize=10)
+        axes[r, 0].set_ylabel(f"layer {r}", fontsize=10)
         for c, (word, start, end) in enumerate(cols, 1):
             mean = weights[start:end].mean(0)  # [N]
             heat = mean.reshape(1, 1, gh, gw)  # [1, 1, gh, gw]

@@ -18,6 +18,7 @@ import torch
 from ..util.files import replacing
 
 Tensor = torch.Tensor
+DPI = 110  # of the PNGs written
 
 
 @dataclass
@@ -72,17 +73,56 @@ def _show(ax: Any, canvas: Canvas, heat: np.ndarray | None = None, alpha: float 
     ax.set_yticks([])
 
 
+def wrap_to_width(fig: Any, text: str, fontsize: float, *, share: float = 0.96) -> str:
+    """`text` with each line broken at spaces (a word wider than the figure: inside it) so that no line is wider
+    than `share` of `fig`'s width at `fontsize` points."""
+    from matplotlib.font_manager import FontProperties
+
+    renderer, font = fig.canvas.get_renderer(), FontProperties(size=fontsize)
+    room = share * fig.bbox.width  # display pixels, as the renderer measures
+
+    def fits(line: str) -> bool:
+        return renderer.get_text_width_height_descent(line, font, ismath=False)[0] <= room
+
+    lines: list[str] = []
+    for line in text.split("\n"):
+        current = ""
+        for word in line.split(" "):
+            while word and not fits(word):  # too wide alone (a long run name): cut it where it stops fitting
+                cut = next(i for i in range(len(word), 0, -1) if fits(word[:i]) or i == 1)
+                if current:
+                    lines.append(current)
+                    current = ""
+                lines.append(word[:cut])
+                word = word[cut:]
+            candidate = f"{current} {word}" if current else word
+            if current and not fits(candidate):
+                lines.append(current)
+                candidate = word
+            current = candidate
+        lines.append(current)
+    return "\n".join(lines)
+
+
 def save_figure(fig: Any, path: str | Path, title: str, note: str = "", *, fontsize: int = 10) -> Path:
-    """Title `fig` (and a `note` under its panels), lay it out, write it to `path` (PNG, folders made) and close it."""
+    """Title `fig` (wrapped to its width) and put a `note` under its panels, lay it out with every label inside
+    (constrained layout: the title, the panels' labels and the note each get their room), write it to `path` (PNG,
+    folders made) and close it."""
+    fig.set_dpi(DPI)  # the title is wrapped, and the layout found, at the resolution written
+    if fig.get_layout_engine() is None:  # figures with a colorbar come constrained (made so before the colorbar)
+        fig.set_layout_engine("constrained")
     if title:
+        title = wrap_to_width(fig, title, fontsize)
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width, height + 1.25 * fontsize / 72 * title.count("\n"))  # the room of wrapped lines
         fig.suptitle(title, fontsize=fontsize)
     if note:
-        fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color="0.35")
-    fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
+        fig.supxlabel(wrap_to_width(fig, note, 8), fontsize=8, color="0.35")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fig.draw_without_rendering()  # constrained layout settles over two draws (fixed-aspect panels): this is the first
     with replacing(path) as tmp:  # a link there is replaced, not written through
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=DPI)
     _pyplot().close(fig)
     return path
 
@@ -148,7 +188,7 @@ def plot_rollout(roll: Tensor, canvas: Canvas, prefix: int, path: Path, *, title
     plt = _pyplot()
     heat = roll[0, :prefix].mean(0)[prefix:] if prefix else roll[0].mean(0)  # [N]
     heat = _stretch(canvas.to_grid(heat / heat.max().clamp_min(1e-12)), canvas.background.shape[:2])
-    fig, axes = plt.subplots(1, 3, figsize=(8.4, 3.3))
+    fig, axes = plt.subplots(1, 3, figsize=(8.4, 3.3), layout="constrained")  # before the colorbar takes room
     _show(axes[0], canvas)
     axes[0].set_title("input", fontsize=9)
     im = axes[1].imshow(heat, cmap="inferno", vmin=0.0, vmax=1.0, origin=canvas.origin, aspect=canvas.aspect)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -187,6 +188,13 @@ def example_input(run: Any, index: int, split: str = "val") -> tuple[dict[str, T
     return (net_inputs(batch) if net_inputs is not None else batch), None if label is None else label[0]
 
 
+def run_label(run_dir: Path) -> str:
+    """A run's name for a figure's title: its folder, and the folder above when that is a timestamp (`run.dir/
+    run.name/<date-time>`: vit/20250101-120000, not the time alone)."""
+    stamped = re.fullmatch(r"\d{8}-\d{6}(-\d+)?", run_dir.name) is not None
+    return f"{run_dir.parent.name}/{run_dir.name}" if stamped and run_dir.parent.name else run_dir.name
+
+
 def index_error(index: int, split: str, size: int, what: str = "examples") -> str:
     """What is wrong with an `--index` outside a split of `size` examples, and the indices that are valid."""
     valid = f"valid: 0-{size - 1}" if size else "none is valid"
@@ -294,18 +302,18 @@ def visualize(
     if logits.dim() == 2 and getattr(data, "multilabel", False):  # a set of labels: a sigmoid per class
         probs = logits.float().sigmoid()[0]
         chosen = [i for i in probs.argsort(descending=True).tolist() if probs[i] >= 0.5] or [int(probs.argmax())]
-        title = f"{run_dir.name}: predicted " + ", ".join(f"{names[i]} ({probs[i]:.2f})" for i in chosen)
+        title = f"{run_label(run_dir)}: predicted " + ", ".join(f"{names[i]} ({probs[i]:.2f})" for i in chosen)
         if len(chosen) == 1 and probs[chosen[0]] < 0.5:
             title += ": no class above 0.5"
         if label is not None and label.dim() == 1:
             title += f", labels {', '.join(names[i] for i in label.nonzero().flatten().tolist()) or 'none'}"
     elif logits.dim() == 2:  # one prediction per input (classification)
         probs = logits.float().softmax(-1)[0]
-        title = f"{run_dir.name}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
+        title = f"{run_label(run_dir)}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
         if label is not None and label.dim() == 0:
             title += f", label {names[int(label)]}"
     else:  # a prediction per token (a language model)
-        title = f"{run_dir.name}: {name}, {maps[0].shape[-1]} tokens"
+        title = f"{run_label(run_dir)}: {name}, {maps[0].shape[-1]} tokens"
     title += "\n(weights captured on the eager backend)"
     if out is None and input_path is not None:
         out = _input_folder(run_dir / "viz", input_path)

@@ -545,3 +545,12 @@ def test_run_inputs_take_the_data_modules_defaults_for_options_a_config_leaves_o
     assert RunInputs(load([tmp_path / "config.yaml"]), []).max_len == 512
     (tmp_path / "config.yaml").write_text("data: {kind: text, train: t.csv, max_len: 64}\nmodel: {kind: text}\n" + task)
     assert RunInputs(load([tmp_path / "config.yaml"]), []).max_len == 64
+
+
+def test_a_timestamped_run_is_titled_with_its_name_too(tmp_path):
+    """The default layout runs/vit/20261127-143243 titled every figure "20261127-143243: predicted ..."."""
+    from attnzoo.viz import run_label
+
+    assert run_label(tmp_path / "vit" / "20261127-143243") == "vit/20261127-143243"
+    assert run_label(tmp_path / "vit" / "20261127-143243-2") == "vit/20261127-143243-2"
+    assert run_label(tmp_path / "runs" / "heads=4,seed=0") == "heads=4,seed=0"  # a named run keeps its name

@@ -92,9 +92,13 @@ class RunCheckpoint(ModelCheckpoint):
         return f"ModelCheckpoint{kwargs!r}"  # Lightning's own key: checkpoints of earlier runs keep loading
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # an every-n-steps save in an epoch's last batch is one Lightning resumes from at the next epoch, that epoch's
-        # validation never run (a run killed during it); the epoch's own last.ckpt follows its validation
-        if self._every_n_train_steps and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        # an every-n-steps save in a batch a validation follows (an epoch's last, or mid-epoch) is one Lightning
+        # resumes from past that validation, never run (a run killed during it); last.ckpt follows the validation
+        from .signals import validates_next
+
+        if self._every_n_train_steps and (
+            trainer.fit_loop.epoch_loop.batch_progress.is_last_batch or validates_next(trainer)
+        ):
             return
         super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
 

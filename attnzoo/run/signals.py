@@ -197,7 +197,7 @@ class GracefulStop(StopAtOnce):
         if not received or self._stop is not None or self._after_validation:
             return
         last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch  # alike in every process
-        if last or _validates_next(trainer):
+        if last or validates_next(trainer):
             self._after_validation = received
             if trainer.is_global_zero:
                 log.warning("%s came in %s: stopping after its validation", signal.Signals(received).name,
@@ -269,7 +269,7 @@ class GracefulStop(StopAtOnce):
         self._raise_if_stopped()
 
 
-def _validates_next(trainer: L.Trainer) -> bool:
+def validates_next(trainer: L.Trainer) -> bool:
     """Whether Lightning validates after this training batch (`trainer.val_check_interval`, step-based validation),
     as its epoch loop decides it right after the batch; alike in every process."""
     loop = trainer.fit_loop.epoch_loop

@@ -264,12 +264,16 @@ fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Kill()])
 """
 
 
-def test_a_run_killed_in_a_validation_resumes_from_a_step_checkpoint_that_runs_it(tmp_path):
+@pytest.mark.parametrize(
+    ("extra", "saved"),
+    [(["run.save_every_n_steps=2"], 2), (["run.save_every_n_steps=1", "trainer.val_check_interval=0.5"], 1)],
+)
+def test_a_run_killed_in_a_validation_resumes_from_a_step_checkpoint_that_runs_it(extra, saved, tmp_path):
     """`run.save_every_n_steps=2`, 4 batches an epoch: the step-4 save came at the end of the epoch's last batch,
-    and a run killed during the validation after it resumed at the next epoch, that validation never run."""
+    and a run killed during the validation after it resumed at the next epoch, that validation never run. So did a
+    save in a batch a validation mid-epoch follows (val_check_interval 0.5: after the 2nd batch)."""
     path = ROOT / "recipes" / "text_cls.yaml"
-    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], "run.baseline=false"]
-    overrides += ["run.save_every_n_steps=2"]
+    overrides = [*smoke_overrides(load([path])), *TINY_TRAINER, *RECIPES["text_cls"], "run.baseline=false", *extra]
     reference = fit(load([path], [*overrides, f"run.dir={tmp_path / 'ref'}"]))
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -277,7 +281,7 @@ def test_a_run_killed_in_a_validation_resumes_from_a_step_checkpoint_that_runs_i
     killed = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     assert killed.returncode == 9, killed.stderr[-3000:]
     (run_dir,) = (tmp_path / "cut" / "text_cls").iterdir()
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == saved
 
     fit(load([run_dir / "config.yaml"]), resume=run_dir)
     assert _rows(run_dir) == _rows(reference)

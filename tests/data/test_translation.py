@@ -176,11 +176,15 @@ def test_a_header_row_is_read_as_a_pair_and_named(tmp_path, caplog):
     words = ["cat\tKatze", "dog\tHund", "house\tHaus", "tree\tBaum"]  # a word list: its first pair is a pair
     for first, body, header in [("english\tgerman", rows, True), ("en\tde", words, True), ("src\ttgt", rows, True),
                                 ("Hello\tHallo", rows, True), ("Hello\tHallo", words, False),
-                                ("Go.\tGeh.", rows, False)]:  # fmt: skip
+                                ("Go.\tGeh.", rows, False),
+                                # names of more than one word, and an id column (read: columns 0 and 1)
+                                ("source sentence\ttarget sentence", rows, True),
+                                ("id\tEnglish sentence\tGerman sentence", rows, True),
+                                ("The house\tDas Haus", rows, False)]:  # fmt: skip
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="attnzoo"):
             pairs = read_pairs(_write(tmp_path / "p.tsv", [first, *body]), PairFormat()).pairs
-        assert pairs[0] == tuple(first.split("\t"))  # read as it is
+        assert pairs[0] == tuple(first.split("\t")[:2])  # read as it is
         assert ("looks like a header row" in caplog.text) == header, (first, caplog.text)
 
 

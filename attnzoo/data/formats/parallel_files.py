@@ -28,7 +28,7 @@ log = logging.getLogger("attnzoo")
 
 TSV_SUFFIXES = (".tsv", ".txt", ".tab")
 # what the columns of a header row are called: a side of its first line that is one of these (or a language code)
-HEADER_NAMES = ("src", "source", "tgt", "target", "input", "output", "text", "sentence", "translation",
+HEADER_NAMES = ("id", "src", "source", "tgt", "target", "input", "output", "text", "sentence", "translation",
                 "english", "german", "french", "spanish", "italian", "portuguese", "dutch", "russian", "chinese",
                 "japanese")  # fmt: skip
 JSONL_SUFFIXES = (".jsonl",)
@@ -197,10 +197,17 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
 
 
 def _header_like(pairs: list[tuple[str, str]]) -> bool:
-    """Whether the first pair names columns rather than translating: both sides one word of letters, and either
-    names of columns or languages (`HEADER_NAMES`, "en", "de_DE") or the other pairs mostly sentences (3 words or
-    more on both sides)."""
-    if len(pairs) < 3 or not all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", side) for side in pairs[0]):
+    """Whether the first pair names columns rather than translating: both sides up to 3 words of letters, each
+    naming a column or language (`HEADER_NAMES`: "source sentence", "English_text", "id"); or both sides one word
+    of letters, and either language codes ("en", "de_DE") or the other pairs mostly sentences (3 words or more on
+    both sides)."""
+    if len(pairs) < 3:
+        return False
+    named = [side.lower().replace("_", " ").split() for side in pairs[0]]  # "source sentence", "English_text", "id"
+    if all(1 <= len(words) <= 3 and all(re.fullmatch(r"[a-z][a-z0-9]*", w) for w in words)
+           and any(w in HEADER_NAMES for w in words) for words in named):  # fmt: skip
+        return True
+    if not all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", side) for side in pairs[0]):
         return False
     if all(side.lower() in HEADER_NAMES or re.fullmatch(r"[a-z]{2}(_[A-Za-z]{2})?", side) for side in pairs[0]):
         return True

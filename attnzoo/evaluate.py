@@ -40,9 +40,10 @@ def report_name(
     from .config import load
     from .run.paths import same_path
 
-    own = load([run_dir / "config.yaml"]).section("data")
+    own_cfg = load([run_dir / "config.yaml"])
+    own = own_cfg.section("data")
     moved = not all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS)
-    other = scored_overrides(run_dir, configs, overrides)
+    other = scored_overrides(own_cfg.tree, load([run_dir / "config.yaml", *configs], overrides).tree, overrides)
     name = f"evaluate-{checkpoint}{'-val' if asked == 'val' else ''}"
     if moved or other or configs:
         given = {
@@ -62,15 +63,12 @@ NOT_SCORED = ("run", "smoke", "task.optimizer", "task.scheduler")
 _GONE = object()  # a key the config does not have
 
 
-def scored_overrides(run_dir: Path, configs: Sequence[str], overrides: Sequence[str]) -> list[str]:
-    """The overrides (sorted) that change what evaluate scores: any key it applies (model.*, task.*, data.* other
+def scored_overrides(own: Any, given: Any, overrides: Sequence[str]) -> list[str]:
+    """The `overrides` (sorted) that change what evaluate scores: any key it applies (model.*, task.*, data.* other
     than the `DATA_KEYS`, which `report_name` compares as paths, seed, the `TRAINER_SCORED` keys) set to another
-    value than the run's own."""
+    value in `given` (the config tree evaluated) than in `own` (the run's config.yaml's)."""
     from omegaconf import OmegaConf
 
-    from .config import load
-
-    own, given = load([run_dir / "config.yaml"]).tree, load([run_dir / "config.yaml", *configs], overrides).tree
     other = []
     for item in overrides:
         key = item.partition("=")[0].strip()

@@ -111,10 +111,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Interrupted as err:
         run_dir = Path(err.checkpoint).parent.parent
-        if err.requeued and is_rank_zero():
-            print(f"attnzoo fit: {err}: started again, the same command continues {run_dir}", file=sys.stderr)
-        elif is_rank_zero():
-            print(f"attnzoo fit: {err}; continue with --resume {run_dir}", file=sys.stderr)
+        if is_rank_zero():  # every DDP process stops alike; one says so
+            after = (
+                f": started again, the same command continues {run_dir}"
+                if err.requeued
+                else f"; continue with --resume {run_dir}"
+            )
+            print(f"attnzoo fit: {err}{after}", file=sys.stderr)
         return err.exit_code
     except NonFiniteLossError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..util.checks import divisors
 from . import kv_heads
 from .backends import AUTO_ORDER, Transform, attend, check_backend_name
 from .cache import Cache, CrossKVCache, KVCache, SlidingWindowKVCache
@@ -121,10 +122,9 @@ class Attention(nn.Module):
         if num_heads <= 0 or dim % num_heads:
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads}), and num_heads must be > 0")
         if num_kv_heads <= 0 or num_heads % num_kv_heads:
-            valid = ", ".join(str(d) for d in range(1, num_heads + 1) if num_heads % d == 0) if num_heads > 0 else ""
             raise ValueError(
                 f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
-                + (f"; valid num_kv_heads: {valid}" if valid else "")
+                + (f"; valid num_kv_heads: {divisors(num_heads)}" if num_heads > 0 else "")
             )
         if not 0.0 <= attn_drop < 1.0 or not 0.0 <= proj_drop < 1.0:
             raise ValueError(f"attn_drop ({attn_drop}) and proj_drop ({proj_drop}) must be in [0, 1)")

@@ -265,8 +265,9 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
     if not ckpt.is_file():
         hint = ""
-        recorded = isinstance(read_summary(run_dir).get("best"), dict)  # summary.json: a best checkpoint was saved
-        if checkpoint == "best" and recorded:
+        # summary.json records a best checkpoint the run saved
+        recorded = checkpoint == "best" and isinstance(read_summary(run_dir).get("best"), dict)
+        if recorded:
             hint = (
                 ": the run saved one (its summary.json records it), and the file is not here (a copy of the run "
                 "without it?)" + ("; --checkpoint last uses the weights it saved last"

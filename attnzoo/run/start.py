@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, is_run_config, read_yaml
+from ..util.checks import divisors
 from .paths import same_path
 
 log = logging.getLogger("attnzoo")
@@ -476,19 +477,16 @@ def _check_attention(cfg: Config, full: str, theirs: Mapping[str, Any], heads: A
     `_stays`) sets and the checkpoint's tensors cannot take: key/value heads (`num_kv_heads`) that do not divide its
     `heads`, naming the counts that do; no query/key/value biases (`qkv_bias: false`) where it has them."""
     model = cfg.section("model")
-    section = model
-    for part in full.split(".")[1:]:
-        section = section.get(part) if isinstance(section, Mapping) else None
+    section = model.get(full.removeprefix("model."))  # model.attention, model.cross_attention, ...
     section = section if isinstance(section, Mapping) else {}
     kv = section.get("num_kv_heads")
     guessed = "num_heads" in model and _stays(cfg, "model.num_heads") and model["num_heads"] != heads
     if isinstance(kv, int) and isinstance(heads, int) and kv > 0 and heads % kv and not guessed:
         if _stays(cfg, f"{full}.num_kv_heads"):  # (a head count in place of a guessed one: the builder checks it)
-            valid = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
             raise ConfigError(
                 f"{full}.num_kv_heads: {kv} (set in {cfg.where(f'{full}.num_kv_heads')}) must divide the head count, "
                 f"and model.init_from's weights (set in {cfg.where('model.init_from')}) have {heads} heads, which "
-                f"the start keeps (model.num_heads is the checkpoint's): give one of {valid}"
+                f"the start keeps (model.num_heads is the checkpoint's): give one of {divisors(heads)}"
             )
     if section.get("qkv_bias") is False and theirs.get("qkv_bias") is True and _stays(cfg, f"{full}.qkv_bias"):
         raise ConfigError(

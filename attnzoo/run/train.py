@@ -24,6 +24,7 @@ from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restar
 from .lock import RunLock
 from .paths import DATA_FILES_RECORD, record_data_files
 from .rundir import (
+    DATA_FILES,
     RESUMES_FILE,
     RUN_DIR_ENV,
     added_options,
@@ -208,12 +209,12 @@ def _moved_data_hint(cfg: Config, run_dir: Path) -> str:
     from .paths import gone
 
     data = cfg.section("data")
-    moved = [k for k in ("train", "val", "test", "root", "csv") if not cfg.typed(f"data.{k}") and gone(data.get(k))]
+    moved = [k for k in DATA_FILES if not cfg.typed(k) and gone(data.get(k.removeprefix("data.")))]
     if not moved:
         return ""
-    given = " ".join(f"data.{k}=<where it is now>" for k in moved)
+    given = " ".join(f"{k}=<where it is now>" for k in moved)
     return (
-        f". The run's data ({', '.join(f'data.{k}' for k in moved)}) is not where its config.yaml names it: if it "
+        f". The run's data ({', '.join(moved)}) is not where its config.yaml names it: if it "
         f"moved, `--resume {run_dir} {given}` goes on (the file is known again by the size and content the run "
         f"recorded in {DATA_FILES_RECORD})"
     )

@@ -10,3 +10,8 @@ def at_least(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} ({value!r}) must be an int >= {low}")
     return value
+
+
+def divisors(n: int) -> str:
+    """The positive divisors of `n` as "1, 2, 3, 6", for a message naming the valid counts (key/value heads)."""
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

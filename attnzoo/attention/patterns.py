@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from ..util.checks import at_least
+
 Tensor = torch.Tensor
 
 
@@ -132,17 +134,11 @@ class Causal(Pattern):
         return k_start[None, :] <= q_end[:, None]
 
 
-def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 class SlidingWindow(Pattern):
     """Query i reads keys j with |i - j| <= window (2 * window + 1 keys), or i - window <= j <= i when causal."""
 
     def __init__(self, *, window: int, causal: bool = False) -> None:
-        self.window = _check_int("window", window, 0)
+        self.window = at_least("window", window, 0)
         self.causal = bool(causal)
 
     @property
@@ -175,8 +171,8 @@ class DilatedSlidingWindow(Pattern):
     """
 
     def __init__(self, *, window: int, dilation: int = 2, causal: bool = False) -> None:
-        self.window = _check_int("window", window, 0)
-        self.dilation = _check_int("dilation", dilation, 1)
+        self.window = at_least("window", window, 0)
+        self.dilation = at_least("dilation", dilation, 1)
         self.causal = bool(causal)
         self._span = SlidingWindow(window=self.window * self.dilation, causal=self.causal)
 
@@ -236,14 +232,14 @@ class GlobalTokens(Pattern):
     """
 
     def __init__(self, *, tokens: Sequence[int] = (), num_prefix_tokens: int = 0) -> None:
-        _check_int("num_prefix_tokens", num_prefix_tokens, 0)
+        at_least("num_prefix_tokens", num_prefix_tokens, 0)
         if not isinstance(tokens, Sequence) or isinstance(tokens, str):
             raise ValueError(
                 f"global tokens: {tokens!r} is not a list of token positions; give a list, e.g. [0] for the first "
                 "token (or [0, 1, 2] for the first three)"
             )
         for t in tokens:
-            _check_int("each global token position", t, 0)
+            at_least("each global token position", t, 0)
         self.tokens = tuple(sorted(set(tokens) | set(range(num_prefix_tokens))))
         if not self.tokens:
             raise ValueError("GlobalTokens needs at least one token: give tokens=[...] or num_prefix_tokens > 0")
@@ -260,7 +256,7 @@ class BlockLocal(Pattern):
     """Query i reads keys j in the same block of `block` positions (i // block == j // block)."""
 
     def __init__(self, *, block: int) -> None:
-        self.block = _check_int("block", block, 1)
+        self.block = at_least("block", block, 1)
 
     @property
     def lookback(self) -> int:
@@ -286,10 +282,10 @@ class RandomBlocks(Pattern):
     """
 
     def __init__(self, *, num_random: int = 2, block: int = 64, seed: int = 0, layer_index: int = 0) -> None:
-        self.num_random = _check_int("num_random", num_random, 0)
-        self.block = _check_int("block", block, 1)
-        self.seed = _check_int("seed", seed, 0)
-        self.layer_index = _check_int("layer_index", layer_index, 0)
+        self.num_random = at_least("num_random", num_random, 0)
+        self.block = at_least("block", block, 1)
+        self.seed = at_least("seed", seed, 0)
+        self.layer_index = at_least("layer_index", layer_index, 0)
         self._bound: dict[tuple[int, int], _BoundRandomBlocks] = {}
 
     def mask_mod(self, b, h, q_idx, kv_idx):

@@ -102,11 +102,11 @@ def test_key_padding_pattern_is_per_batch_and_composes():
 @pytest.mark.parametrize(
     "spec, match",
     [
-        ({"kind": "sliding_window", "window": -1}, r"window must be an integer >= 0, got -1"),
+        ({"kind": "sliding_window", "window": -1}, r"window \(-1\) must be an int >= 0"),
         ({"kind": "sliding_window", "widow": 3}, r"did you mean 'window'"),
-        ({"kind": "dilated", "window": 4, "dilation": 0}, r"dilation must be an integer >= 1, got 0"),
+        ({"kind": "dilated", "window": 4, "dilation": 0}, r"dilation \(0\) must be an int >= 1"),
         ({"kind": "global"}, r"needs at least one token"),
-        ({"kind": "bigbird", "block": 0}, r"block must be an integer >= 1"),
+        ({"kind": "bigbird", "block": 0}, r"block \(0\) must be an int >= 1"),
         ({"kind": "bigbird", "global_tokens": 1}, r"global tokens: 1 is not a list of token positions; give a list"),
         ({"kind": "slidng_window"}, r"did you mean 'sliding_window'"),
     ],

@@ -72,6 +72,13 @@ class ConfigError(ValueError):
     """A config key or value that cannot be used; the message names the key and where it was set."""
 
 
+def named_error(section: str, text: str, where: str) -> ConfigError:
+    """A builder's ValueError `text` as a ConfigError naming `section` when the message does not already: "model
+    (kind 'vit'): ...", `where` being what goes in the parentheses."""
+    named = text.startswith((f"{section}.", f"{section}:", f"{section} "))
+    return ConfigError(text if named else f"{section} ({where}): {text}")
+
+
 class Config:
     """A merged config tree (read-only) and, for each dotted key, where it was last set (a file path or the command
     line)."""

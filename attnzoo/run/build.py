@@ -18,7 +18,16 @@ from typing import Any, NamedTuple
 
 from omegaconf import OmegaConf
 
-from ..config import TRAINER_EXTRAS, Config, ConfigError, auto_keys, is_run_config, parameters, validate
+from ..config import (
+    TRAINER_EXTRAS,
+    Config,
+    ConfigError,
+    auto_keys,
+    is_run_config,
+    named_error,
+    parameters,
+    validate,
+)
 from ..tasks.stopping import early_stopping_options
 from .paths import PATH_KEYS
 from .start import NORMALIZED_AS, another_start
@@ -100,7 +109,8 @@ def build(
         raise
     except ValueError as err:  # a builder's own check; name the section when the message does not
         text = str(err)
-        named = text.startswith((f"{section}.", f"{section}:", f"{section} ")) or section == "data"
+        if section == "data":  # the data's messages name their own keys
+            raise ConfigError(text) from err
         if section == "model":  # a size the data gave (img_size from data.image_size): say where it came from
             inputs, options = data.model_inputs(), cfg.section("data")
             given = [k for k, v in inputs.items() if v is not None and re.search(rf"\b{k}\b", text)]
@@ -109,7 +119,7 @@ def build(
                 source = difflib.get_close_matches(key, same, n=1, cutoff=0.0)  # image_size for img_size
                 text += f"; model.{key} ({inputs[key]}) comes from the data"
                 text += f" (data.{source[0]})" if source else ""
-        raise ConfigError(text if named else f"{section} (kind {cfg.section(section).get('kind')!r}): {text}") from err
+        raise named_error(section, text, f"kind {cfg.section(section).get('kind')!r}") from err
     return Built(data, task, cfg)
 
 

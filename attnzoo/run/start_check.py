@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, parameters
+from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, named_error, parameters
 from .start import DATA_SIZED, FROM_DATA, Start
 
 log = logging.getLogger("attnzoo")
@@ -44,10 +44,8 @@ def check_start(cfg: Config, start: Start | None) -> None:
     try:
         with torch.device("meta"):
             net = MODELS[kind](**options)
-    except ValueError as err:  # fit's build names the section the same way
-        text = str(err)
-        named = text.startswith(("model.", "model:", "model "))
-        raise ConfigError(text if named else f"model (kind {kind!r}, model.init_from's architecture): {text}") from err
+    except ValueError as err:  # worded as fit's build words it
+        raise named_error("model", str(err), f"kind {kind!r}, model.init_from's architecture") from err
     except (TypeError, RuntimeError, NotImplementedError) as err:  # an input only the data gives, an op meta lacks
         log.debug("model.init_from: the network was not built before the data (%s); fit checks it", err)
         return

@@ -198,6 +198,28 @@ def test_an_image_path_that_is_empty_or_a_folder_is_named(tmp_path, image, messa
     assert dm.skipped == {"train": 1} and len(dm.datasets["train"]) == 11
 
 
+def test_image_paths_written_relative_to_the_current_folder_are_explained(tmp_path, monkeypatch):
+    # the images sit beside data/, the lines name them from the folder the command runs in: the message said only
+    # "image data/train/00000.png does not exist (data.on_bad_image=skip leaves such pairs out)", and skip drops all
+    gen, paths = _write(tmp_path)
+    (tmp_path / "data").mkdir()
+    moved = paths["train"].rename(tmp_path / "data" / "train.jsonl")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as err:
+        _dm(train="data/train.jsonl", val=str(paths["val"]), classes=gen.class_names)
+    message = str(err.value)
+    assert message.startswith("data/train.jsonl:1: image data/train/00000.png does not exist"), message
+    hint = (
+        "image paths are relative to the JSONL file's folder, data; train/00000.png is a file relative to the "
+        f"current folder, {tmp_path}: write the paths relative to data, or absolute"
+    )
+    assert hint in message, message
+    assert "on_bad_image=skip" not in message
+    moved.write_text(moved.read_text().replace('"train/', '"nowhere/'))  # missing from both folders
+    with pytest.raises(ValueError, match=r"relative to the JSONL file's folder; data\.on_bad_image=skip leaves"):
+        _dm(train="data/train.jsonl", val=str(paths["val"]), classes=gen.class_names)
+
+
 @pytest.mark.parametrize(
     ("name", "content", "other"),
     [
@@ -221,7 +243,10 @@ def test_a_file_that_is_not_jsonl_says_what_text_image_data_looks_like(tmp_path,
     ("line", "message"),
     [
         ("{not json", r"bad\.jsonl:2: not valid JSON"),
-        ('{"image": "train/00000.png", "label": "red"}', r"bad\.jsonl:2: missing key\(s\) \['text'\]"),
+        (  # the keys the line has are named: a file of other names (caption, answer) is rewritten
+            '{"image": "train/00000.png", "caption": "hi", "label": "red"}',
+            r"bad\.jsonl:2: missing key\(s\) \['text'\]; the line has \['caption', 'image', 'label'\], each line needs",
+        ),
         ('["a", "b"]', r"bad\.jsonl:2: expected an object"),
         ('{"image": "train/00000.png", "text": "hi", "label": "pink"}', r"bad\.jsonl:2: label 'pink' is not an answer"),
         # a null or list label became a class "None" or "['red', 'green']"

@@ -275,8 +275,9 @@ class TextImageDataModule(DataModule):
                     problem = None if checked[image] is None else f"{named} {checked[image]}"
                 if problem is not None:
                     if self.on_bad_image == "error":
-                        hint = "data.on_bad_image=skip leaves such pairs out"
-                        raise ValueError(f"{path}:{rec['line']}: image {problem} ({hint})")
+                        raise ValueError(
+                            f"{path}:{rec['line']}: image {problem} ({_bad_image_hint(path, rec['image'])})"
+                        )
                     self.skipped[split] = self.skipped.get(split, 0) + 1
                     if self.skipped[split] == 1:
                         log.warning("%s:%d: image %s; skipping (data.on_bad_image=skip)", path, rec["line"], problem)
@@ -412,7 +413,10 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
                 )
             missing = [k for k in ("image", "text", "label") if k not in rec]
             if missing:
-                raise ValueError(f"{path}:{line_no}: missing key(s) {missing}; each line needs image, text, label")
+                raise ValueError(
+                    f"{path}:{line_no}: missing key(s) {missing}; the line has {sorted(rec)}, each line needs image, "
+                    "text and label (rename the keys in the file: the names are fixed)"
+                )
             if not isinstance(rec["image"], str) or not isinstance(rec["text"], str):
                 raise ValueError(f"{path}:{line_no}: image and text must be strings")
             if rec["label"] is None or isinstance(rec["label"], list | dict):  # would become a class "None"
@@ -439,6 +443,19 @@ def _jsonl_hint(path: Path, line: str) -> str:
         'with keys image (a path relative to the JSONL file), text and label, e.g. {"image": "imgs/0001.png", '
         '"text": "is there a red circle?", "label": "yes"}' + ("; write each row as such a line" if table else "")
     )
+
+
+def _bad_image_hint(path: Path, image: str) -> str:
+    """What to do about a JSONL line's missing or unreadable image: a path written relative to the folder the command
+    runs in, not to the JSONL file's, is the usual cause of a missing one."""
+    here = Path(image)
+    if image.strip() and not here.is_absolute() and here.is_file() and not (path.parent / image).exists():
+        return (
+            f"image paths are relative to the JSONL file's folder, {path.parent}; {image} is a file relative to the "
+            f"current folder, {Path.cwd()}: write the paths relative to {path.parent}, or absolute"
+        )
+    where = "" if (path.parent / image).exists() else "image paths are relative to the JSONL file's folder; "
+    return f"{where}data.on_bad_image=skip leaves such pairs out"
 
 
 def _check_image(path: Path) -> str | None:

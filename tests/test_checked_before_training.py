@@ -4,6 +4,7 @@ started keeps its directory."""
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -282,3 +283,57 @@ def test_a_model_size_the_data_gives_names_the_data_key_it_came_from():
     with pytest.raises(ConfigError) as err:  # set in the model section: nothing to point at
         build(load([recipe], ["data.image_size=50", "model.img_size=50"]))
     assert "comes from the data" not in str(err.value)
+
+
+class _DataRead(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "parts"),
+    [  # each came only after every image of the user's JSONL files was decoded (minutes for 20k photos)
+        ("text_image", ["model.fusion=both", "model.image_depth=0"], ["image_depth (0) must be >= 1", "'film'"]),
+        ("text_image", ["model.gated=true"], ["model (kind 'text_image'): ", "gated"]),
+    ],
+    ids=["image_depth", "gated_film"],
+)
+def test_a_model_option_the_builder_refuses_stops_before_the_data_is_read(
+    recipe, overrides, parts, monkeypatch, capsys
+):
+    def read(*args, **kwargs):
+        raise _DataRead
+
+    monkeypatch.setattr(sys.modules["attnzoo.run.build"], "build_data", read)
+    assert fit_main(["--config", str(ROOT / "recipes" / f"{recipe}.yaml"), *overrides]) == 2
+    err = capsys.readouterr().err
+    assert all(part in err for part in parts), err
+
+
+def test_a_model_check_that_names_a_size_the_data_gives_waits_for_the_data(monkeypatch):
+    # the image size comes from the data: the builder's default in its place would refuse patch_size 5 wrongly
+    def read(*args, **kwargs):
+        raise _DataRead
+
+    monkeypatch.setattr(sys.modules["attnzoo.run.build"], "build_data", read)
+    with pytest.raises(_DataRead):
+        fit_main(["--config", VIT, "model.patch_size=7"])
+
+
+def test_every_model_input_a_datamodule_gives_is_left_to_the_data_by_the_early_check():
+    # check_net_before_data stands the builder's defaults in for DATA_GIVEN; a model input missing there would be
+    # checked at the config's value, which the data then replaces
+    import ast
+    import inspect
+
+    from attnzoo.models import MODELS
+    from attnzoo.run.build import DATA_GIVEN
+
+    names = {n for builder in MODELS.values() for n in inspect.signature(builder).parameters}
+    given = set()
+    for path in (ROOT / "attnzoo" / "data").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name == "model_inputs":
+                strings = {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+                given |= strings & names
+    assert {"num_classes", "img_size", "sample_rate", "feature_mean"} <= given  # the walk finds them
+    assert given <= set(DATA_GIVEN), sorted(given - set(DATA_GIVEN))

@@ -90,6 +90,8 @@ def build(
         **_auto_precision(cfg),
         **{k: v for k, v in started.items() if k not in start_data},  # model.init_from
     }
+    if start is None:
+        check_net_before_data(cfg)
     section = "data"
     try:
         data = build_data(cfg, preset)
@@ -345,6 +347,46 @@ def _filled(
 
 
 # ------------------------------------------------------------------------------------------------ building
+
+
+# the model inputs a DataModule gives (`model_inputs()`): each replaces a config's value once the data is read
+DATA_GIVEN = (
+    "num_classes", "vocab_size", "pad_id", "bos_id", "eos_id", "max_len", "img_size", "in_chans", "multilabel",
+    "sample_rate", "n_mels", "win_ms", "hop_ms", "features", "target_frames", "feature_mean", "feature_std",
+    "bleu_tokenize",
+)  # fmt: skip
+STAND_INS = {"num_classes": 2, "vocab_size": 256}  # what a builder requires and only the data gives, meanwhile
+
+
+def check_net_before_data(cfg: Config) -> None:
+    """A builder's own check of the model section (`model.image_depth: 0` beside `model.fusion: both`), made before
+    the data is read: the network is built on the meta device (no memory, no weights) from the config's values, the
+    builder's defaults standing in for what the data gives or chooses (`DATA_GIVEN`, `auto`). Only a ValueError
+    that names a key the config sets, and none of those stand-ins, is raised (worded as `build` words it, a
+    ConfigError): the same error would come once every image or clip had been decoded. Anything else (a check that
+    names a size the data gives, an op the meta device lacks) is left to the build after the data."""
+    import torch
+
+    from ..config import AUTO, MODEL_EXTRAS
+    from ..models import MODELS
+
+    model = cfg.section("model")
+    builder = MODELS[model["kind"]]
+    takes = parameters(builder)
+    given = {k: v for k, v in model.items() if k in takes and k not in MODEL_EXTRAS and k not in DATA_GIVEN}
+    given = {k: v for k, v in given.items() if v != AUTO}
+    stand_ins = {k: v for k, v in STAND_INS.items() if k in takes}
+    try:
+        with torch.device("meta"):
+            builder(**given, **stand_ins)
+    except ValueError as err:
+        text = str(err)
+        named = [k for k in takes if re.search(rf"\b{re.escape(k)}\b", text)]
+        if named and all(k in given for k in named):
+            raise named_error("model", text, f"kind {model['kind']!r}") from err
+        log.debug("model: not checked before the data (%s): the build after it does", err)
+    except Exception as err:  # noqa: BLE001 - a required input, an op of the meta device: the real build says
+        log.debug("model: not checked before the data (%s): the build after it does", err)
 
 
 def build_net(cfg: Config) -> Any:

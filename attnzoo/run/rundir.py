@@ -261,8 +261,11 @@ def read_resumes(run_dir: Path) -> list[dict[str, Any]]:
 def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     """The checkpoint file of a run directory: `best`, `last`, or a path; errors name what is missing."""
     if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"{str(run_dir)!r} is not a run directory (no config.yaml){runs_in(run_dir)}")
+        raise ConfigError(f"{str(run_dir)!r} is not a run directory ({_not_a_run(run_dir)}){runs_in(run_dir)}")
     ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
+    inside = [run_dir / "checkpoints" / checkpoint, run_dir / checkpoint]  # "last.ckpt": the run's own file
+    if not ckpt.is_file() and not ckpt.is_absolute() and any(p.is_file() for p in inside):
+        return next(p for p in inside if p.is_file())
     if not ckpt.is_file():
         hint = ""
         # summary.json records a best checkpoint the run saved
@@ -278,10 +281,24 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
                 ": the run has no best checkpoint yet (it stopped before its first validation, or none ran); "
                 "--checkpoint last uses the weights it saved last"
             )
+        elif checkpoint in ("best", "last") and not any((run_dir / "checkpoints").glob("*.ckpt")):
+            hint = ": the run has saved no checkpoint yet (it is still training, or it stopped before its first one)"
         elif checkpoint not in ("best", "last") and "/" not in checkpoint and not checkpoint.endswith(".ckpt"):
             hint = "; valid: best, last, or the path of a .ckpt file"  # a misspelled name, not a missing file
         raise ConfigError(f"--checkpoint: no checkpoint file at {str(ckpt)!r}{hint}")
     return ckpt
+
+
+def _not_a_run(path: Path) -> str:
+    """Why `path` is no run directory, for a command given one: missing, a file or folder inside a run (its
+    checkpoint, its config.yaml), or a folder without config.yaml."""
+    if not path.exists():
+        return "it does not exist"
+    run = next((p for p in path.absolute().parents if (p / "config.yaml").is_file()), None)
+    if run is None:
+        return "no config.yaml"
+    which = f", with --checkpoint {path} to read this checkpoint" if path.suffix == ".ckpt" else ""
+    return f"it is inside the run directory {run}: give {run}{which}"
 
 
 def saved_kind(run_dir: Path) -> str | None:

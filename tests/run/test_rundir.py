@@ -168,6 +168,34 @@ def test_a_missing_best_checkpoint_points_to_last_and_an_unknown_name_lists_the_
         run_checkpoint(tmp_path, "best")
 
 
+def test_a_path_inside_a_run_or_a_missing_one_is_named_for_what_it_is(tmp_path, monkeypatch):
+    # generate <run>/checkpoints/best.ckpt, <run>/config.yaml or a misspelled folder all said "is not a run directory
+    # (no config.yaml)"; --checkpoint last.ckpt was looked for in the current folder only; a run with no checkpoint
+    # yet got a bare "no checkpoint file"
+    from attnzoo.run.rundir import run_checkpoint
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(ConfigError, match=r"best\.ckpt': the run has saved no checkpoint yet \(it is still training"):
+        run_checkpoint(run, "best")
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"'.*nowhere' is not a run directory \(it does not exist\)"):
+        run_checkpoint(tmp_path / "nowhere", "best")
+    with pytest.raises(
+        ConfigError, match=rf"is not a run directory \(it is inside the run directory {run}: give {run}\)"
+    ):
+        run_checkpoint(run / "config.yaml", "best")
+    ckpt = run / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match=rf"inside the run directory {run}: give {run}, with --checkpoint {ckpt} to"):
+        run_checkpoint(ckpt, "best")
+    monkeypatch.chdir(tmp_path)
+    assert run_checkpoint(run, "last.ckpt") == ckpt
+    assert run_checkpoint(run, "checkpoints/last.ckpt") == ckpt
+    with pytest.raises(ConfigError, match=r"no checkpoint file at 'first\.ckpt'"):
+        run_checkpoint(run, "first.ckpt")
+
+
 def test_a_folder_of_runs_given_for_a_run_names_the_runs_it_holds(tmp_path, capsys):
     """`--resume runs/vit` (run.dir/run.name: the folder of its timestamped runs) said only "not a run directory"."""
     from attnzoo.baseline import main as baseline_main

@@ -102,6 +102,15 @@ def test_translate_command_prints_one_line_per_sentence_and_refuses_lm_runs(tran
     assert "use python -m attnzoo.generate" in capsys.readouterr().err
 
 
+def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys):
+    # --beam 100000 with a 500-token vocabulary ran for minutes on one sentence, gigabytes growing
+    vocab = load_run(translation_run).tokenizer.vocab_size
+    assert translate_main([str(translation_run), "--text", "twelve", "--beam", str(vocab + 1)]) == 2
+    err = capsys.readouterr().err
+    assert f"--beam ({vocab + 1}) is more than the model's vocabulary ({vocab} tokens)" in err, err
+    assert translate_main([str(translation_run), "--text", "twelve", "--beam", str(vocab)]) == 0
+
+
 def test_translate_and_generate_name_the_commands_for_a_classifiers_run(tmp_path, capsys):
     """A ListOps classifier's run has no tokenizer.json (its words are fixed): the kind is named, not the file."""
     run = _saved_run(tmp_path, "text_cls.yaml")

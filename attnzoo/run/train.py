@@ -204,6 +204,19 @@ def _after_requeue(run_dir: Path, *, clear: bool) -> tuple[Path | None, bool]:
     return None, False
 
 
+def _check_unchanged_data(cfg: Config, run_dir: Path) -> None:
+    """ConfigError naming each data file or folder of a resume that changed since the run recorded it."""
+    from .paths import changed_data
+
+    changed = changed_data(run_dir, cfg.section("data"))
+    if changed:
+        raise ConfigError(
+            f"--resume: the run's data changed since it was trained: {'; '.join(changed)}. A resume trains on the "
+            "data the run started with (the same batches, splits and test examples): put the data back as it was, "
+            f"or start a new run on it with --config {run_dir / 'config.yaml'}"
+        )
+
+
 def _moved_data_hint(cfg: Config, run_dir: Path) -> str:
     """For a resume whose data files are not where config.yaml names them: how to give their place now."""
     from .paths import gone
@@ -244,6 +257,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     # that recorded no start, the start is read again as it was then
     if ckpt_path is not None:  # a changed data file or model.init_from named before the data is read again
         resume_changes(run_dir, cfg, given_only=True)
+        _check_unchanged_data(cfg, run_dir)
     own_config = Path(cfg.where("model.init_from")).resolve() == (run_dir / "config.yaml").resolve()
     try:
         if ckpt_path is not None and own_config:

@@ -651,3 +651,56 @@ def test_a_ctrl_c_before_training_is_not_called_a_second_one_with_a_resume_to_no
     with pytest.raises(StoppedAtOnce) as err:
         fit(load([VIT], [*TINY, f"run.dir={tmp_path}"]), extra_callbacks=[_ExitAt(hook)])
     assert says in str(err.value) and ("--resume" in str(err.value)) == (says == "second")
+
+
+def test_a_resume_refuses_data_changed_since_the_run_started_before_reading_it(tmp_path):
+    # a file edited, or a clip added to an audio folder, went on without a word: the splits, batches and test
+    # examples were no longer the run's (metrics.csv mixed test rows of two test sets)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    lines = ["text,label", *(f"{words[i % 12]} {words[(i * 5) % 12]} {i},{'a' if i % 2 else 'b'}" for i in range(40))]
+    for name in ("train", "val"):
+        (tmp_path / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    files = [f"data.{n}={tmp_path / f'{n}.csv'}" for n in ("train", "val")]
+    run_dir = fit(load([TEXT], [*TINY_TEXT, "trainer.max_epochs=1", *files, "run.test=false", "run.baseline=false",
+                                f"run.dir={tmp_path / 'runs'}"]))  # fmt: skip
+    (tmp_path / "val.csv").write_text("\n".join([*lines, "omega 1,a"]) + "\n")
+    before = (run_dir / "metrics.csv").read_text()
+    with pytest.raises(ConfigError) as err:
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    size = len("\n".join(lines) + "\n")
+    assert f"the run's data changed since it was trained: data.val: {tmp_path / 'val.csv'} ({size} bytes then, " in (
+        str(err.value)
+    )
+    assert "put the data back as it was" in str(err.value) and (run_dir / "metrics.csv").read_text() == before
+    (tmp_path / "val.csv").write_text("\n".join(lines) + "\n")  # back as it was: the resume goes on
+    fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
+    assert _summary(run_dir)["epochs"] == 2
+
+
+def test_a_data_folder_is_fingerprinted_by_its_listing(tmp_path):
+    from attnzoo.run.paths import changed_data, moved_data, record_data_files
+
+    root = tmp_path / "clips"
+    for cls in ("dog", "cat"):
+        (root / cls).mkdir(parents=True)
+        (root / cls / "a.wav").write_bytes(b"x" * 10)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record_data_files({"root": str(root)}, run_dir)
+    (root / ".DS_Store").write_bytes(b"y")  # hidden files, and runs written inside the folder, are not the data
+    (root / "runs" / "r1").mkdir(parents=True)
+    (root / "runs" / "r1" / "config.yaml").write_text("seed: 0\n")
+    (root / "runs" / "r1" / "metrics.csv").write_text("epoch\n")
+    assert changed_data(run_dir, {"root": str(root)}) == []
+    (root / "dog" / "b.wav").write_bytes(b"x" * 7)
+    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files of 20 bytes then, 3 of 27 now)"]
+    (root / "dog" / "b.wav").rename(root / "dog" / "c.wav")
+    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files of 20 bytes then, 3 of 27 now)"]
+    (root / "dog" / "c.wav").unlink()
+    assert changed_data(run_dir, {"root": str(root)}) == []
+    (root / "dog" / "a.wav").rename(root / "cat" / "b.wav")  # a clip of another class now
+    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files, as then, renamed or moved "
+                                                          "between its folders)"]  # fmt: skip
+    (root / "cat" / "b.wav").rename(root / "dog" / "a.wav")
+    root.rename(tmp_path / "moved")  # a moved folder is known again, as a moved file is
+    assert moved_data(run_dir, "data.root", str(root), str(tmp_path / "moved"))

@@ -111,6 +111,20 @@ def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys):
     assert translate_main([str(translation_run), "--text", "twelve", "--beam", str(vocab)]) == 0
 
 
+def test_a_data_option_that_would_resize_the_trained_model_is_named(translation_run, lm_run, capsys):
+    # translate <run> data.max_len=1000 read no data, and the message said "this is not the data the run was trained
+    # on ... give it the data it was trained on"
+    length = load_run(translation_run).cfg.section("model")["max_len"]
+    assert translate_main([str(translation_run), "--text", "twelve", f"data.max_len={length + 7}"]) == 2
+    err = capsys.readouterr().err
+    assert f"model.max_len: the run's {translation_run / 'config.yaml'} records {length}, and " in err, err
+    named = f"data.max_len={length + 7} (the command line) makes it {length + 7}: the trained model's model.max_len"
+    assert named + " is fixed; leave data.max_len out" in err and "not the data the run was trained on" not in err, err
+    block = load_run(lm_run).cfg.section("model")["max_len"] * 2
+    assert generate_main([str(lm_run), "--prompt", "x", f"data.block_size={block}"]) == 2
+    assert "leave data.block_size out" in capsys.readouterr().err
+
+
 def test_translate_and_generate_name_the_commands_for_a_classifiers_run(tmp_path, capsys):
     """A ListOps classifier's run has no tokenizer.json (its words are fixed): the kind is named, not the file."""
     run = _saved_run(tmp_path, "text_cls.yaml")

@@ -330,6 +330,14 @@ def _filled(
                 log.info("%s.%s: %r (%s, another start's) gives way to %r", section, key, opts[key], where, value)
                 filled[key] = value
                 continue
+            data_opts = cfg.section("data")  # `translate <run> data.max_len=1000`: no data read, an option typed
+            typed = [k for k in cfg.origins if k[:5] == "data." and cfg.typed(k) and data_opts.get(k[5:], ...) == value]
+            if is_run_config(where) and typed:
+                given = ", ".join(f"{k}={data_opts[k[5:]]!r}" for k in typed)
+                raise ConfigError(
+                    f"{section}.{key}: the run's {where} records {opts[key]!r}, and {given} (the command line) makes "
+                    f"it {value!r}: the trained model's {section}.{key} is fixed; leave {', '.join(typed)} out"
+                )
             if is_run_config(where):
                 raise ConfigError(
                     f"{section}.{key}: the run's {where} records {opts[key]!r}, and the data read now gives "

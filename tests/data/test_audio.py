@@ -127,6 +127,32 @@ def test_csv_multilabel_targets_are_multi_hot(tmp_path):
     assert batch["label"].sum().item() == 4  # "dog;rain", "rain", "dog"
 
 
+def test_a_clip_the_csv_lists_twice_is_named(tmp_path, caplog):
+    # a row repeated in the test fold, or with another label, went on without a word (a test clip trained on)
+    meta = esc50(tmp_path)
+    columns = {"path": "filename", "label": "category"}
+    kw = dict(source="csv", csv=str(meta), root=str(tmp_path / "audio"), val_folds=[3], test_folds=[4], columns=columns)
+    rows = meta.read_text().splitlines()  # 0.wav: fold 1 (train), dog
+    meta.write_text("\n".join([*rows, "0.wav,4,dog", "1.wav,2,rain"]) + "\n")  # 1.wav is in fold 2 already
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        small(**kw).setup()
+    assert "1 clip(s) are listed in two splits, 0.wav (lines 2 and 14, train and test)" in caplog.text, caplog.text
+    assert "1 clip(s) are listed twice in one split, 1.wav (lines 3 and 15, train and train)" in caplog.text
+    meta.write_text("\n".join([*rows, "0.wav,1,rain"]) + "\n")
+    with pytest.raises(ValueError, match=r"meta\.csv:14: .*0\.wav is on line 2 too, labelled \['dog'\] there and "
+                                         r"\['rain'\] here: list each clip once, with several labels joined by ';' "
+                                         r"and data\.multilabel=true"):  # fmt: skip
+        small(**kw).setup()
+
+
+def test_labels_holding_the_label_separator_are_warned_without_multilabel(tmp_path, caplog):
+    meta = esc50(tmp_path, multilabel=True)  # "dog;rain" rows
+    columns = {"path": "filename", "label": "category"}
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        small(source="csv", csv=str(meta), root=str(tmp_path / "audio"), val_folds=[3], columns=columns).setup()
+    assert "1 label(s) hold data.label_sep ';' ('dog;rain'): each is read as one class" in caplog.text, caplog.text
+
+
 def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):
     # a label only in the val fold (a typo) and a class folder of .flac files only became classes no clip trains
     meta = esc50(tmp_path)

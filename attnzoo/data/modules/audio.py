@@ -488,7 +488,7 @@ class AudioDataModule(DataModule):
             has_fold = self.columns["fold"] in header
             if (self.val_folds or self.test_folds) and not has_fold:
                 raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
-            entries, first = [], {}  # first: label -> the line it first occurs on
+            entries, first, lines = [], {}, []  # first: label -> the line it first occurs on; lines: each entry's
             for row in reader:
                 line = reader.line_num  # the row's last line (a quoted field may span lines)
                 used = [self.columns[k] for k in ("path", "label", "fold") if self.columns[k] in header]
@@ -513,12 +513,51 @@ class AudioDataModule(DataModule):
                     fold = _parse_fold(row[self.columns["fold"]], csv_path, line)
                     split = "val" if fold in self.val_folds else "test" if fold in self.test_folds else "train"
                 entries.append((path, labels, split))
+                lines.append(line)
                 for label in labels:
                     first.setdefault(label, line)
         check_label_forms(first, f"{csv_path}: column {self.columns['label']!r}")
+        self._check_repeats(csv_path, entries, lines)
+        joined = [label for label in first if self.label_sep in label] if not self.multilabel else []
+        if joined:
+            log.warning(
+                "%s: %d label(s) hold data.label_sep %r (%s): each is read as one class of its own; for clips of "
+                "several labels, set data.multilabel=true",
+                csv_path, len(joined), self.label_sep, ", ".join(repr(j) for j in joined[:3]),
+            )  # fmt: skip
         how = f"folds val={self.val_folds} test={self.test_folds}" if self.val_folds or self.test_folds else "hash"
         log.info("data: %s split by %s", csv_path, how)
         return entries
+
+    def _check_repeats(self, csv_path: Path, entries: list[tuple[Path, list[str], str]], lines: list[int]) -> None:
+        """A clip the CSV lists twice: with other labels an error (one row per clip, its labels joined for
+        multi-label data); in two splits a warning (a test clip trained on inflates test/acc); twice in one split
+        a warning (it weighs double)."""
+        seen: dict[Path, int] = {}
+        other_split, twice = [], []
+        for i, (path, labels, split) in enumerate(entries):
+            j = seen.setdefault(path.resolve(), i)
+            if j == i:
+                continue
+            (_, labels_before, split_before), line, before = entries[j], lines[i], lines[j]
+            if sorted(labels) != sorted(labels_before):
+                raise ValueError(
+                    f"{csv_path}:{line}: {path} is on line {before} too, labelled {labels_before} there and {labels} "
+                    "here: list each clip once"
+                    + ("" if self.multilabel else f", with several labels joined by {self.label_sep!r} and "
+                       "data.multilabel=true where it has several")
+                )  # fmt: skip
+            (other_split if split != split_before else twice).append(f"{path.name} (lines {before} and {line}, "
+                                                                     f"{split_before} and {split})")  # fmt: skip
+        if other_split:
+            log.warning(
+                "%s: %d clip(s) are listed in two splits, %s: a clip the model trains on and is scored on makes its "
+                "score look better than it is; list each clip once", csv_path, len(other_split),
+                "; ".join(other_split[:3]) + (" ..." if len(other_split) > 3 else ""),
+            )  # fmt: skip
+        if twice:
+            log.warning("%s: %d clip(s) are listed twice in one split, %s: each copy weighs once more", csv_path,
+                        len(twice), "; ".join(twice[:3]) + (" ..." if len(twice) > 3 else ""))  # fmt: skip
 
     def _hash_split(self, file_name: str) -> str:
         group = file_name.split("_nohash_")[0]  # Speech Commands: keep a speaker's clips in one split

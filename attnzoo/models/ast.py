@@ -61,6 +61,9 @@ class TimeWindow(Pattern):
         return ((tq - tk).abs() <= self.steps) | (q_idx < p) | (kv_idx < p)
 
 
+FEATURE_NORMS = ("dataset", "clip", "level")
+
+
 class AST(nn.Module):
     """Waveforms [B, T] -> logits [B, num_classes].
 
@@ -69,9 +72,11 @@ class AST(nn.Module):
         sample_rate, n_mels, win_ms, hop_ms, features: log-mel settings (`LogMel`); a DataModule supplies them.
         target_frames: frames of the training clips; sizes the position table (interpolated for other lengths).
         feature_mean, feature_std: normalization statistics of the train split's log-mel features.
-        feature_norm: "dataset" (subtract the train split's mean, as the AST paper) or "clip" (subtract each clip's
-            own mean of every mel bin over time, cepstral mean normalization: a speaker's loudness, a microphone's
-            colour and steady noise go away); both then divide by the train split's std.
+        feature_norm: "dataset" (subtract the train split's mean, as the AST paper), "level" (subtract each clip's
+            own mean over every bin and frame: its loudness goes away, the shape of its spectrum stays) or "clip"
+            (subtract each clip's own mean of every mel bin over time, cepstral mean normalization: a microphone's
+            colour goes away too, and with it a steady sound's whole spectrum: hum, engines and rain become alike);
+            each then divides by the train split's std.
         patch_size: square patch side in bins/frames.
         fstride, tstride: patch strides along frequency and time (< patch_size: overlapping patches).
         embed_dim, depth, num_heads, mlp_ratio: transformer size.
@@ -125,8 +130,8 @@ class AST(nn.Module):
             raise ValueError(f"fstride ({fstride}) and tstride ({tstride}) must be in [1, patch_size={patch_size}]")
         if global_pool not in ("token", "avg"):
             raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
-        if feature_norm not in ("dataset", "clip"):
-            raise ValueError(f"feature_norm must be 'dataset' or 'clip', got {feature_norm!r}")
+        if feature_norm not in FEATURE_NORMS:
+            raise ValueError(f"feature_norm must be one of {FEATURE_NORMS}, got {feature_norm!r}")
         if feature_std <= 0:
             raise ValueError(f"feature_std ({feature_std}) must be > 0")
         self.logmel = LogMel(sample_rate=sample_rate, n_mels=n_mels, win_ms=win_ms, hop_ms=hop_ms, kind=features)
@@ -225,7 +230,12 @@ class AST(nn.Module):
     def features(self, audio: Tensor) -> Tensor:
         """Normalized (and, in training, SpecAugmented) log-mel features [B, F, N]."""
         feats = self.logmel(audio)  # [B, F, N]
-        center = feats.mean(2, keepdim=True) if self.feature_norm == "clip" else self.feature_mean  # [B, F, 1] or []
+        if self.feature_norm == "clip":
+            center = feats.mean(2, keepdim=True)  # [B, F, 1]
+        elif self.feature_norm == "level":
+            center = feats.mean((1, 2), keepdim=True)  # [B, 1, 1]
+        else:
+            center = self.feature_mean  # []
         feats = (feats - center) / self.feature_std
         return self.spec_augment(feats) if self.spec_augment is not None else feats
 

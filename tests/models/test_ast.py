@@ -175,6 +175,20 @@ def test_clip_normalization_removes_a_gain_that_dataset_normalization_keeps():
     assert clip.features(wave).mean(2).abs().max() < 1e-4  # each clip's bins are centred over time
 
 
+def test_level_normalization_removes_a_gain_and_keeps_a_steady_spectrum_that_clip_normalization_removes():
+    # two steady sounds of other spectra (a low hum, a high hiss): with each bin centred over time (clip) both became
+    # the same near-zero features, and a classifier of machine or scene sounds learned nothing (test/acc at chance)
+    t = torch.arange(RATE) / RATE
+    hum = torch.sin(2 * torch.pi * 200 * t)[None] + 0.01 * torch.randn(1, RATE)
+    hiss = torch.randn(1, RATE)
+    hiss = torch.fft.irfft(torch.fft.rfft(hiss) * (torch.arange(RATE // 2 + 1) > RATE // 4), n=RATE)  # above 2 kHz
+    level, clip = tiny(feature_norm="level").eval(), tiny(feature_norm="clip").eval()
+    torch.testing.assert_close(level.features(4.0 * hum), level.features(hum), atol=1e-3, rtol=0)  # +12 dB gone
+    assert level.features(hum).mean((1, 2)).abs().max() < 1e-4  # each clip centred as a whole
+    apart = (level.features(hum) - level.features(hiss)).mean(2).abs().max()
+    assert apart > 1.0 and (clip.features(hum) - clip.features(hiss)).mean(2).abs().max() < 1e-4
+
+
 @pytest.mark.parametrize("global_pool", ["token", "avg"])
 def test_pooling_choices_train(global_pool):
     model = tiny(global_pool=global_pool).train()

@@ -246,7 +246,7 @@ def test_a_vocab_size_above_the_tokenizers_is_refused_without_a_checkpoint():
 
 
 def test_an_ast_directory_on_audio_files_normalizes_as_its_weights_were_trained(tmp_path, caplog):
-    """Audio files would get each clip's own normalization (model.feature_norm: auto -> clip); a Hugging Face AST
+    """Audio files would get each clip's own normalization (model.feature_norm: auto -> level); a Hugging Face AST
     was trained with its extractor's one mean and std, so the run keeps them."""
     source = tmp_path / "ast"
     save_ast(source)

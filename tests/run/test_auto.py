@@ -72,7 +72,7 @@ def test_audio_files_get_16_khz_and_their_own_learning_rate(tmp_path):
     data, model = cfg.section("data"), cfg.section("model")
     assert (data["sample_rate"], data["n_mels"], data["mixup_alpha"], data["time_shift_ms"]) == (16000, 32, 0.0, 0.0)
     assert (model["fstride"], model["tstride"], model["n_mels"], model["sample_rate"]) == (16, 6, 32, 16000)
-    assert model["drop_path_rate"] == 0.1 and model["feature_norm"] == "clip"
+    assert model["drop_path_rate"] == 0.1 and model["feature_norm"] == "level"
     assert model["spec_augment"] == {"freq_mask": 4, "time_mask": 10, "num_masks": 2, "stretch": 0.1}  # 32 x 98
     assert cfg.section("task")["optimizer"]["lr"] == 2e-3
     synthetic = load([RECIPES / "ast.yaml"], [*QUICK, "data.synthetic.per_class={train: 4, val: 2, test: 2}"])

@@ -193,7 +193,7 @@ def audio_data(*, synthetic: bool) -> Chosen:
     # A small AST learning from scratch on ~1k clips learned far slower from the AST paper's 128 bins and stride-10
     # patches (~110 tokens), and slower with mixup or time shifts, than from 32 bins (28 tokens), within minutes of
     # CPU (measured on the stand-ins, benchmarks/recipes.py); they stay options. SpecAugment with a stretch of both
-    # axes (`audio_model`) did help, once each clip's mean per bin was subtracted (model.feature_norm: clip)
+    # axes (`audio_model`) did help, once each clip's own mean was subtracted (model.feature_norm: clip or level)
     why = "audio files: 16 kHz; 32 mel bins, which a small AST learns from fastest"
     slower = "audio files: slowed a small AST's learning from ~1k clips"
     return {"data.sample_rate": (16000, why), "data.n_mels": (32, why), "data.mixup_alpha": (0.0, slower),
@@ -209,8 +209,9 @@ def audio_model(*, synthetic: bool, n_mels: int, frames: int, num_train: int, ba
                 "task.optimizer.lr": (1e-3, why), "trainer.max_epochs": (6, why)}  # fmt: skip
     return {
         "model.feature_norm": (
-            "clip",
-            "audio files: each clip's mean per mel bin is subtracted (loudness, microphone)",
+            "level",
+            "audio files: each clip's mean level is subtracted (loudness); its spectrum's shape is kept, which tells "
+            "steady sounds apart (hum, engines, rain)",
         ),
         "model.fstride": (16, "audio files: patches side by side along frequency"),
         "model.tstride": (6, "audio files: patches overlapping along time (stride 6 of 16 frames)"),

@@ -255,7 +255,7 @@ def test_an_ast_directory_on_audio_files_normalizes_as_its_weights_were_trained(
         overrides = [*PINNED, f"model.init_from={source}", "data.source=folder", f"data.root={tmp_path / 'clips'}"]
         data, task, cfg = build(load([ROOT / "recipes" / "ast.yaml"], overrides))
     assert cfg.section("model")["feature_norm"] == "dataset" and task.net.feature_norm == "dataset"
-    assert "auto -> clip" not in caplog.text
+    assert "auto -> level" not in caplog.text
     converted = pretrained.convert(source)
     assert float(task.net.feature_mean) == pytest.approx(float(converted.state_dict["feature_mean"]))
     # audio_stats.json (what data.stats_file and evaluate read) held this data's statistics, not the model's

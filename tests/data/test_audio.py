@@ -153,6 +153,31 @@ def test_labels_holding_the_label_separator_are_warned_without_multilabel(tmp_pa
     assert "1 label(s) hold data.label_sep ';' ('dog;rain'): each is read as one class" in caplog.text, caplog.text
 
 
+def test_the_clips_own_sample_rates_are_logged_and_a_rate_that_tells_classes_apart_is_warned(tmp_path, caplog):
+    # 8 kHz clips resampled up to 16 kHz left the upper mel bins empty, and classes recorded at other rates were
+    # told apart by the rate alone (a baseline scored 1.0 on white noise), without a word
+    low = tmp_path / "low"
+    speech_commands(low, rates=(8000,))
+    make = DATAMODULES["audio"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        make(source="folder", root=str(low), sample_rate=16000, n_mels=32, clip_seconds=0.5, batch_size=4).setup()
+    assert "the training clips' own sample rates: 8000 Hz (12); resampled to data.sample_rate 16000 Hz" in caplog.text
+    assert "every training clip was recorded at 8000 Hz or less, and is resampled up to 16000 Hz" in caplog.text
+    assert "set data.sample_rate=8000" in caplog.text and "mostly recorded at other sample rates" not in caplog.text
+    caplog.clear()
+    mixed = tmp_path / "mixed"
+    speech_commands(mixed, rates=(16000,))
+    for path in (mixed / "down").glob("*.wav"):
+        write_pcm16(path, tone(8000, 0.5, 200.0, 1), 8000)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        make(source="folder", root=str(mixed), sample_rate=16000, n_mels=32, clip_seconds=0.5, batch_size=4).setup()
+    assert (
+        "classes' training clips were mostly recorded at other sample rates (down: 8000 Hz; go: 16000 Hz; yes: "
+        "16000 Hz): a model can tell the classes apart by how they were recorded" in caplog.text
+    ), caplog.text
+    assert "every training clip was recorded" not in caplog.text
+
+
 def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):
     # a label only in the val fold (a typo) and a class folder of .flac files only became classes no clip trains
     meta = esc50(tmp_path)

@@ -96,14 +96,15 @@ def _read(path: str | Path, mmap: bool) -> tuple[int, np.ndarray]:
     return rate, data
 
 
-def probe_wav(path: str | Path) -> None:
+def probe_wav(path: str | Path) -> int:
     """Check a WAV file's header and data size, and float samples for NaN and infinity, without decoding integer
-    samples (which are always finite) or keeping the file in memory (raises `AudioFileError`)."""
+    samples (which are always finite) or keeping the file in memory (raises `AudioFileError`); its sample rate."""
     try:
-        _, data = _read(path, mmap=True)
+        rate, data = _read(path, mmap=True)
     except AudioFileError:  # memory mapping cannot read every layout (24-bit): decode for the real verdict
-        _, data = _read(path, mmap=False)
+        rate, data = _read(path, mmap=False)
     _check_finite(path, data)
+    return int(rate)
 
 
 def _check_finite(path: str | Path, data: np.ndarray, chunk: int = 1 << 20) -> None:
@@ -135,11 +136,16 @@ def read_wav(path: str | Path) -> tuple[Tensor, int]:
 
 def load_clip(path: str | Path, *, sample_rate: int) -> Tensor:
     """Mono waveform [T] at `sample_rate` (channels averaged, resampled when the file's rate differs)."""
+    return read_clip(path, sample_rate=sample_rate)[0]
+
+
+def read_clip(path: str | Path, *, sample_rate: int) -> tuple[Tensor, int]:
+    """`load_clip`'s waveform and the file's own sample rate."""
     wave, rate = read_wav(path)
     wave = wave.mean(0)  # [T]: mono mix-down
     if rate != sample_rate:
         wave = torchaudio.functional.resample(wave, rate, sample_rate)
-    return wave
+    return wave, rate
 
 
 def fit_length(wave: Tensor, num_samples: int, crop: str = "start", generator: torch.Generator | None = None) -> Tensor:

@@ -12,6 +12,7 @@ model through `model_inputs()` (the model keeps them as buffers, so checkpoints 
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import json
@@ -29,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
-from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav
+from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav, read_clip
 from ..formats.folders import hidden, require_train_split, split_folders, under_hidden
 from ..formats.text_files import check_label_forms, read_utf8
 from . import defaults
@@ -311,14 +312,22 @@ class AudioDataModule(DataModule):
         self.class_names = names
         index = {name: i for i, name in enumerate(names)}
         per_split: dict[str, tuple[list, list]] = {split: ([], []) for split in SPLITS}
+        rates: dict[str, list[int]] = {}  # class -> the native rates of its training clips
         for path, labels, split in entries:
             try:
                 if not path.is_file():
                     raise AudioFileError(f"{path}: no such file")
-                wave = load_clip(path, sample_rate=self.sample_rate) if self.cache else probe_wav(path)
+                if self.cache:
+                    wave, rate = read_clip(path, sample_rate=self.sample_rate)
+                else:
+                    wave = None
+                    rate = probe_wav(path)
             except AudioFileError as err:  # every file is tried, so one message names them all
                 self.skipped.append((str(path), str(err)))
                 continue
+            if split == "train":
+                for label in labels:
+                    rates.setdefault(label, []).append(rate)
             per_split[split][0].append((path, wave))
             per_split[split][1].append(self._target([index[name] for name in labels]))
         if self.skipped:
@@ -342,12 +351,36 @@ class AudioDataModule(DataModule):
                 "data: the val split has no clip: no validation runs, so early stopping and best.ckpt are off; give "
                 "more clips, a validation_list.txt (folders) or data.val_folds (CSV)"
             )
+        self._log_rates(rates)
         if self.cache:
             self._log_lengths([wave.shape[-1] for items, _ in per_split.values() for _, wave in items])
         for split, (items, targets) in per_split.items():
             paths = [path for path, _ in items]
             waves = [wave for _, wave in items] if self.cache else None
             self.datasets[split] = self._dataset(split, targets, paths=paths, waves=waves)
+
+    def _log_rates(self, rates: dict[str, list[int]]) -> None:
+        """Log the training clips' own sample rates; warn when every one is below `sample_rate` (resampled up, the
+        mel bins above half their rate hold nothing) and when the classes were recorded at other rates (a model can
+        tell them apart by the recording alone)."""
+        every = [r for per_class in rates.values() for r in per_class]
+        if not every:
+            return
+        counts = collections.Counter(every)
+        log.info("data: the training clips' own sample rates: %s; resampled to data.sample_rate %d Hz",
+                 ", ".join(f"{r} Hz ({n})" for r, n in counts.most_common(4)), self.sample_rate)  # fmt: skip
+        top = max(counts)
+        if top < self.sample_rate:
+            log.warning("data: every training clip was recorded at %d Hz or less, and is resampled up to %d Hz "
+                        "(data.sample_rate): the mel bins above %d Hz hold nothing; set data.sample_rate=%d",
+                        top, self.sample_rate, top // 2, top)  # fmt: skip
+        usual = {name: collections.Counter(r).most_common(1)[0][0] for name, r in rates.items()}
+        if len(set(usual.values())) > 1:
+            shown = "; ".join(f"{name}: {rate} Hz" for name, rate in sorted(usual.items())[:6])
+            log.warning("data: the classes' training clips were mostly recorded at other sample rates (%s): a model "
+                        "can tell the classes apart by how they were recorded (the band above half the lower rate is "
+                        "empty after resampling), not by what they hold; check that new clips will come at the "
+                        "same rates", shown)  # fmt: skip
 
     def _log_lengths(self, lengths: list[int]) -> None:
         """Log the clips' lengths against `clip_seconds`, and warn when most are cut: a clip longer than it is cropped

@@ -178,6 +178,15 @@ def test_the_clips_own_sample_rates_are_logged_and_a_rate_that_tells_classes_apa
     assert "every training clip was recorded" not in caplog.text
 
 
+def test_a_data_root_one_level_above_the_class_folders_names_the_folder_to_give(tmp_path):
+    # every clip of audio/<class>/ became the one class "audio", and the run failed after reading them all with
+    # "num_classes (1) must be >= 2"
+    speech_commands(tmp_path / "audio")
+    with pytest.raises(ValueError, match=r"data\.root: .* has one class folder, audio, which holds folders itself "
+                                         r"\(down; go; yes\): .*did you mean data\.root=.*audio\?"):  # fmt: skip
+        small(source="folder", root=str(tmp_path)).setup()
+
+
 def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):
     # a label only in the val fold (a typo) and a class folder of .flac files only became classes no clip trains
     meta = esc50(tmp_path)

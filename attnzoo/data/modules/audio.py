@@ -427,6 +427,13 @@ class AudioDataModule(DataModule):
         classes = _class_folders(root)
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
+        inner = _class_folders(root / classes[0]) if len(classes) == 1 else []
+        if len(inner) > 1:  # data.root one level too high: "audio/" the one class, its class folders below it
+            raise ValueError(
+                f"data.root: {root} has one class folder, {classes[0]}, which holds folders itself "
+                f"({shortened(inner)}): classes are the folders right under data.root, and it takes two or more; "
+                f"did you mean data.root={root / classes[0]}?"
+            )
         self.class_names = classes
         lists = {}
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):

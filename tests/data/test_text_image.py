@@ -155,7 +155,9 @@ def test_missing_or_unreadable_image(tmp_path):
     dm = _dm(train=str(paths["train"]), val=str(paths["val"]), on_bad_image="skip", classes=gen.class_names)
     assert dm.skipped == {"train": 2} and len(dm.datasets["train"]) == 10
     (tmp_path / json.loads(lines[2])["image"]).write_bytes(b"")
-    with pytest.raises(ValueError, match=r"train\.jsonl:3: image .*train/00002\.png cannot be read"):
+    with pytest.raises(
+        ValueError, match=r"train\.jsonl:3: image .*train/00002\.png cannot be read \(empty file \(0 bytes\)\)"
+    ):
         _dm(train=str(paths["train"]), val=str(paths["val"]), classes=gen.class_names)
     # the path as the line names it, not where a link leads (imgs -> ../elsewhere/imgs)
     folder = json.loads(lines[2])["image"].split("/")[0]

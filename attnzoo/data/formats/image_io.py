@@ -10,6 +10,7 @@ corrupt or truncated, or a floating-point image with NaN or infinite pixels.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -110,6 +111,9 @@ def unreadable_images(paths: Sequence[str]) -> dict[str, str]:
     bad = {}
     for path in paths:
         try:
+            if os.path.getsize(path) == 0:  # PIL: "cannot identify image file", which hides why
+                bad[path] = "empty file (0 bytes)"
+                continue
             with Image.open(path) as img:
                 img.load()
                 if (wrong := _non_finite(img)) is not None:

@@ -325,7 +325,10 @@ def test_a_checkpoint_of_another_shape_names_the_keys(tmp_path):
             "model.attention.pattern={kind: sliding_window, windw: 4}",
             r"takes no argument 'windw'.*did you mean 'window'",
         ),
-        ("model.attention.pattern={kind: sliding_window, window: -4}", r"pattern \(sliding_window\): window \(-4\) must be"),
+        (
+            "model.attention.pattern={kind: sliding_window, window: -4}",
+            r"pattern \(sliding_window\): window \(-4\) must be",
+        ),
         ("model.attention.bias={kind: alibi, bidirectionl: true}", r"bias: 'alibi' takes no argument 'bidirectionl'"),
     ],
 )

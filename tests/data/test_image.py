@@ -70,6 +70,16 @@ def test_image_folder_with_one_subfolder_per_class(tmp_path):
     assert batch["image"].shape == (3, 3, 16, 16)
 
 
+def test_a_data_root_one_level_above_the_class_folders_names_the_folder_to_give(tmp_path, monkeypatch):
+    # photos/<class>/ under data.root: one class "photos", every image decoded, then "num_classes (1) must be >= 2"
+    _write_folder(tmp_path / "photos")
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=16, val_fraction=0.25)
+    monkeypatch.setattr("attnzoo.data.formats.image_io.unreadable_images", lambda paths: pytest.fail("decoded"))
+    with pytest.raises(ValueError, match=r"has one class folder, photos, which holds folders itself \(cat; dog\): "
+                                         rf".*did you mean data\.root={tmp_path}/photos\?"):  # fmt: skip
+        data.setup()
+
+
 def test_image_folder_with_train_val_test_subfolders(tmp_path):
     for split, n in (("train", 4), ("val", 2), ("test", 3)):
         _write_folder(tmp_path / split, n=n)

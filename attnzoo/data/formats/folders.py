@@ -57,3 +57,21 @@ def require_train_split(root: Path, split_dirs: dict[str, Path], what: str) -> N
             f"data.root {str(root)!r} holds split folders ({found}) but no train split: name the folder of the "
             f"training {what} train/ (or training/), beside them; valid split names: {sorted(SPLIT_NAMES)}"
         )
+
+
+def one_level_up(root: Path, classes: list[str]) -> None:
+    """Raise when `root` holds one class folder that itself holds two or more folders: `data.root` given one level
+    above the class folders (`clips/audio/<class>/`), which would train one class on every file, or fail at the model
+    after reading them all."""
+    if len(classes) != 1:
+        return
+    inner = sorted(
+        p.name for p in (root / classes[0]).iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_"
+    )
+    if len(inner) > 1:
+        shown = "; ".join(inner[:10]) + (f"; and {len(inner) - 10} more" if len(inner) > 10 else "")
+        raise ValueError(
+            f"data.root: {root} has one class folder, {classes[0]}, which holds folders itself ({shown}): classes "
+            f"are the folders right under data.root, and it takes two or more; did you mean "
+            f"data.root={root / classes[0]}?"
+        )

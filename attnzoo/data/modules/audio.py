@@ -31,7 +31,7 @@ from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav, read_clip
-from ..formats.folders import hidden, require_train_split, split_folders, under_hidden
+from ..formats.folders import hidden, one_level_up, require_train_split, split_folders, under_hidden
 from ..formats.text_files import check_label_forms, read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -427,13 +427,7 @@ class AudioDataModule(DataModule):
         classes = _class_folders(root)
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
-        inner = _class_folders(root / classes[0]) if len(classes) == 1 else []
-        if len(inner) > 1:  # data.root one level too high: "audio/" the one class, its class folders below it
-            raise ValueError(
-                f"data.root: {root} has one class folder, {classes[0]}, which holds folders itself "
-                f"({shortened(inner)}): classes are the folders right under data.root, and it takes two or more; "
-                f"did you mean data.root={root / classes[0]}?"
-            )
+        one_level_up(root, classes)  # data.root=clips for clips/audio/<class>/
         self.class_names = classes
         lists = {}
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):

@@ -84,11 +84,13 @@ def generate(
     if max_new_tokens > room:
         log.warning(
             "generate: --max-new-tokens %d capped to %d: the model reads at most %d tokens (data.block_size) and the "
-            "prompt takes %d",
+            "prompt takes %d (bos included); the last new token is never read back, so prompt and new tokens "
+            "come to %d + 1",
             max_new_tokens,
             room,
             task.max_len,
             ids.shape[1],
+            task.max_len,
         )
     try:
         with torch.inference_mode():

@@ -365,6 +365,9 @@ def test_generate_reads_a_prompt_as_long_as_the_context_and_strips_it_as_trainin
     with caplog.at_level("WARNING", logger="attnzoo"):
         out = generate(lm_run, prompt, max_new_tokens=3, temperature=0.0)
     assert "--max-new-tokens 3 capped to 1" in caplog.text
+    # 1 + block tokens: the arithmetic is said (it read as an off-by-one)
+    assert f"the prompt takes {block} (bos included); the last new token is never read back, so prompt and new " \
+           f"tokens come to {block} + 1" in caplog.text  # fmt: skip
     ids = torch.tensor([[tok.bos_id, *tok.encode(prompt)]])
     with torch.no_grad():
         expected = decode_generated(tok, [*ids[0].tolist(), int(run.task.eval()(ids)[0, -1].argmax())])

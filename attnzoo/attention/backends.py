@@ -322,7 +322,15 @@ def choose_backend(req: Request, backend: str = "auto") -> str:
             if key not in _logged:
                 _logged.add(key)
                 why = "; ".join(f"not {n}: {r}" for n, r in skipped)
-                log.info("attention backend auto -> %s for %s%s", chosen, req.describe(), f" ({why})" if why else "")
+                plain = req.pattern is None and req.bias is None and req.transform is None  # dense: sdpa, no choice
+                log.info(
+                    "attention backend auto -> %s for %s%s",
+                    chosen,
+                    req.describe(),
+                    f" ({why})" if why and not plain else "",
+                )
+                if why and plain:  # the others' reasons (flex compiles, flash is CUDA's) matter for patterns and biases
+                    log.debug("attention backend auto: %s", why)
             return chosen
         skipped.append((name, reason))
     raise RuntimeError(f"no attention backend can run {req.describe()}: {skipped}")  # eager accepts everything

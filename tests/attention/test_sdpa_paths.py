@@ -100,6 +100,19 @@ def test_auto_logs_the_path(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="attnzoo"), torch.no_grad():
         attend(q, q, q, bias=make("alibi"))
     assert "attention backend auto -> sdpa[hankel_table] for device=cpu, inference" in caplog.text
+    assert "not flash: " in caplog.text  # with a bias, why not another backend is said
+
+
+def test_auto_on_dense_attention_names_its_choice_without_the_others_reasons(monkeypatch, caplog):
+    # every generate/translate call printed two ~400-character lines on why not flex, blocked or flash: the dense
+    # case has no choice to explain; the reasons go to the debug log
+    monkeypatch.setattr(backends_module, "_logged", set())
+    q = torch.randn(1, HEADS, N, D)
+    with caplog.at_level(logging.DEBUG, logger="attnzoo"), torch.no_grad():
+        attend(q, q, q)
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert info == ["attention backend auto -> sdpa for device=cpu, inference, pattern=full, bias=none, weights=False"]
+    assert any("not flash: " in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
 
 
 def test_backend_used_names_the_path():

@@ -553,6 +553,9 @@ def test_resuming_after_the_training_file_changed_says_so_not_to_remove_a_key(tm
     more = [f"{w}x{i} quux{i} {w}zz,a" for i, w in enumerate(words * 3)]  # new words: a larger vocabulary learned
     (tmp_path / "train.csv").write_text("\n".join([*lines, *more]) + "\n")
     saved = (run_dir / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"the run's data changed since it was trained: data\.train: .*train\.csv"):
+        fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)  # named before it is read
+    (run_dir / "data_files.json").unlink()  # a run that recorded no fingerprint: the vocabulary learned again tells
     with pytest.raises(ConfigError) as err:
         fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2"]), resume=run_dir)
     text = str(err.value)

@@ -30,6 +30,7 @@ def same_path(key: str, old: Any, new: Any) -> bool:
 DATA_FILES_RECORD = "data_files.json"  # a run's data files as they were: a moved one is known again on --resume
 FILE_KEYS = ("train", "val", "test", "csv", "root")  # data options that name files or, `root`, a folder
 ENDS = 1 << 20  # bytes read at each end of a file for its fingerprint
+RUNS = ("config.yaml", "ablate.json", "ablation.json")  # a folder holding one is a run's or an ablation's, not data
 
 
 def _files(value: Any) -> list[str] | None:
@@ -49,8 +50,8 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         listing = []
         for folder, dirs, names in os.walk(path):
-            # hidden folders, and runs written inside the data folder (data.root=.), which change as they train
-            dirs[:] = [d for d in dirs if not d.startswith(".") and not (Path(folder, d, "config.yaml")).is_file()]
+            # hidden folders, and runs and ablations written inside the data folder (data.root=.), which change
+            dirs[:] = [d for d in dirs if not d.startswith(".") and not any(Path(folder, d, f).is_file() for f in RUNS)]
             for name in names:
                 file = Path(folder, name)
                 if not name.startswith(".") and file.is_file():

@@ -694,6 +694,10 @@ def test_a_data_folder_is_fingerprinted_by_its_listing(tmp_path):
     (root / "runs" / "r1").mkdir(parents=True)
     (root / "runs" / "r1" / "config.yaml").write_text("seed: 0\n")
     (root / "runs" / "r1" / "metrics.csv").write_text("epoch\n")
+    (root / "abl" / "x").mkdir(parents=True)  # an ablation's folder: its report and its runs' records
+    (root / "abl" / "ablation.json").write_text("{}")
+    (root / "abl" / "report.md").write_text("# report\n")
+    (root / "abl" / "x" / "ablate.json").write_text("{}")
     assert changed_data(run_dir, {"root": str(root)}) == []
     (root / "dog" / "b.wav").write_bytes(b"x" * 7)
     assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files of 20 bytes then, 3 of 27 now)"]

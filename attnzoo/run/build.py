@@ -90,7 +90,7 @@ def build(
         **_auto_precision(cfg),
         **{k: v for k, v in started.items() if k not in start_data},  # model.init_from
     }
-    if start is None:
+    if init and start is None:  # a new or resumed run (a finished one loaded, init=False, built already once)
         check_net_before_data(cfg)
     section = "data"
     try:
@@ -331,7 +331,8 @@ def _filled(
                 filled[key] = value
                 continue
             data_opts = cfg.section("data")  # `translate <run> data.max_len=1000`: no data read, an option typed
-            typed = [k for k in cfg.origins if k[:5] == "data." and cfg.typed(k) and data_opts.get(k[5:], ...) == value]
+            sets = {key, *SET_BY.get(key, ())}  # the data options that give this model input
+            typed = [k for k in cfg.origins if k[:5] == "data." and k[5:] in sets and cfg.typed(k)]
             if is_run_config(where) and typed:
                 given = ", ".join(f"{k}={data_opts[k[5:]]!r}" for k in typed)
                 raise ConfigError(
@@ -364,6 +365,7 @@ DATA_GIVEN = (
     "bleu_tokenize",
 )  # fmt: skip
 STAND_INS = {"num_classes": 2, "vocab_size": 256}  # what a builder requires and only the data gives, meanwhile
+SET_BY = {"max_len": ("block_size",), "img_size": ("image_size",)}  # data options of other names for model inputs
 
 
 def check_net_before_data(cfg: Config) -> None:

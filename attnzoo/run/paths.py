@@ -31,6 +31,7 @@ DATA_FILES_RECORD = "data_files.json"  # a run's data files as they were: a move
 FILE_KEYS = ("train", "val", "test", "csv", "root")  # data options that name files or, `root`, a folder
 ENDS = 1 << 20  # bytes read at each end of a file for its fingerprint
 RUNS = ("config.yaml", "ablate.json", "ablation.json")  # a folder holding one is a run's or an ablation's, not data
+LISTS = ("validation_list.txt", "testing_list.txt")  # Speech Commands' split lists, read from an audio data.root
 
 
 def _files(value: Any) -> list[str] | None:
@@ -44,24 +45,13 @@ def _files(value: Any) -> list[str] | None:
 
 def fingerprint(path: str | Path) -> dict[str, Any]:
     """A file's size and the sha256 of its first and last MiB: the same file moved or copied is known again without
-    reading all of a large corpus. A folder's: how many files it holds (hidden ones aside), their bytes, and the
-    sha256 of their relative paths and sizes (a folder of clips or images: no file is read)."""
+    reading all of a large corpus. A folder's (`data.root`): how many data files it holds and the sha256 of their
+    relative paths (`_listing`): no file is read or stat'ed, so a clip added, removed or moved to another class
+    folder shows, a file edited in place does not."""
     path = Path(path)
     if path.is_dir():
-        listing = []
-        for folder, dirs, names in os.walk(path):
-            # hidden folders, and runs and ablations written inside the data folder (data.root=.), which change
-            dirs[:] = [d for d in dirs if not d.startswith(".") and not any(Path(folder, d, f).is_file() for f in RUNS)]
-            for name in names:
-                file = Path(folder, name)
-                if not name.startswith(".") and file.is_file():
-                    listing.append((file.relative_to(path).as_posix(), file.stat().st_size))
-        listing.sort()
-        return {
-            "files": len(listing),
-            "bytes": sum(size for _, size in listing),
-            "sha256_listing": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
-        }
+        listing = sorted(_listing(path))
+        return {"files": len(listing), "sha256_listing": hashlib.sha256("\n".join(listing).encode()).hexdigest()}
     size = path.stat().st_size
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -70,6 +60,36 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
             f.seek(max(size - ENDS, ENDS))
             digest.update(f.read())
     return {"size": size, "sha256_ends": digest.hexdigest()}
+
+
+def _listing(root: Path) -> list[str]:
+    """The relative paths of the files under `root` that a data folder's readers take (images, WAV clips, Speech
+    Commands' lists), from the folder entries alone; what is not data is passed over: hidden and `NOT_DATA` names
+    (`attnzoo.data.formats.folders.hidden`), and runs and ablations written inside (`data.root=.`), which change as
+    they go."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    from ..data.formats.folders import hidden
+
+    suffixes = (*IMG_EXTENSIONS, ".wav")
+    found, folders = [], [root]
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if folder != root and names & set(RUNS):
+            continue
+        for entry in entries:
+            if hidden(entry.name):
+                continue
+            if entry.is_dir():
+                folders.append(Path(entry.path))
+            elif entry.name.lower().endswith(suffixes) or entry.name in LISTS:
+                found.append(Path(entry.path).relative_to(root).as_posix())
+    return found
 
 
 def record_data_files(data: Mapping[str, Any], run_dir: Path) -> None:
@@ -103,6 +123,10 @@ def _same(path: str | Path, recorded: Any) -> bool:
         return False
 
 
+def _resolved(paths: list[str]) -> list[Path]:
+    return [Path(p).resolve() for p in paths]
+
+
 def changed_data(run_dir: Path, data: Mapping[str, Any]) -> list[str]:
     """The data files and folders a resume would read where the run read them, whose fingerprint is not the one the
     run recorded (`record_data_files`): each as "data.train: <path> (<what changed>)". A resume trains on the data
@@ -110,17 +134,18 @@ def changed_data(run_dir: Path, data: Mapping[str, Any]) -> list[str]:
     changed = []
     for key, entries in _recorded(run_dir).items():
         now = _files(data.get(key.removeprefix("data.")))
-        if not isinstance(entries, list) or not now or [e.get("path") for e in entries if isinstance(e, dict)] != now:
+        then = [e.get("path") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        if not now or not all(isinstance(p, str) for p in then) or _resolved(then) != _resolved(now):
             continue  # another file given (a moved one: `moved_data`), or none
-        for entry in entries:
+        for entry in [e for e in entries if isinstance(e, dict)]:
             path = Path(entry["path"])
             if not path.exists() or _same(path, entry):
                 continue
             was, is_ = entry, fingerprint(path)
             if "files" in was and "files" in is_:
-                what = f"{was['files']} files of {was['bytes']} bytes then, {is_['files']} of {is_['bytes']} now"
-                if (was["files"], was["bytes"]) == (is_["files"], is_["bytes"]):
-                    what = f"{is_['files']} files, as then, renamed or moved between its folders"
+                what = f"{was['files']} data files then, {is_['files']} now"
+                if was["files"] == is_["files"]:
+                    what = f"{is_['files']} data files, as then, renamed or moved between its folders"
             elif "size" in was and "size" in is_:
                 what = f"{was['size']} bytes then, {is_['size']} now" if was["size"] != is_["size"] else "edited"
             else:

@@ -264,8 +264,15 @@ def run_checkpoint(run_dir: Path, checkpoint: str) -> Path:
         raise ConfigError(f"{str(run_dir)!r} is not a run directory ({_not_a_run(run_dir)}){runs_in(run_dir)}")
     ckpt = run_dir / "checkpoints" / f"{checkpoint}.ckpt" if checkpoint in ("best", "last") else Path(checkpoint)
     inside = [run_dir / "checkpoints" / checkpoint, run_dir / checkpoint]  # "last.ckpt": the run's own file
-    if not ckpt.is_file() and not ckpt.is_absolute() and any(p.is_file() for p in inside):
-        return next(p for p in inside if p.is_file())
+    own = (
+        next((p for p in inside if p.is_file()), None)
+        if checkpoint.endswith(".ckpt") and not ckpt.is_absolute()
+        else None
+    )
+    if own is not None and not ckpt.is_file():
+        return own
+    if own is not None and own.resolve() != ckpt.resolve():
+        log.warning("--checkpoint %s: the file of that name here is read, not the run's %s", checkpoint, own)
     if not ckpt.is_file():
         hint = ""
         # summary.json records a best checkpoint the run saved
@@ -294,7 +301,8 @@ def _not_a_run(path: Path) -> str:
     checkpoint, its config.yaml), or a folder without config.yaml."""
     if not path.exists():
         return "it does not exist"
-    run = next((p for p in path.absolute().parents if (p / "config.yaml").is_file()), None)
+    run = next((p for p in path.absolute().parents if (p / "config.yaml").is_file() and (p / "checkpoints").is_dir()),
+               None)  # fmt: skip
     if run is None:
         return "no config.yaml"
     which = f", with --checkpoint {path} to read this checkpoint" if path.suffix == ".ckpt" else ""

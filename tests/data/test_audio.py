@@ -187,6 +187,17 @@ def test_a_data_root_one_level_above_the_class_folders_names_the_folder_to_give(
         small(source="folder", root=str(tmp_path)).setup()
 
 
+def test_a_run_s_classes_read_clips_at_any_depth_of_a_class_folder(tmp_path):
+    # evaluate gives the run's classes: one class folder of session folders is clips to score, not a root given one
+    # level too high
+    for session in ("a", "b"):
+        (tmp_path / "dog" / session).mkdir(parents=True)
+        write_pcm16(tmp_path / "dog" / session / "0.wav", tone(RATE, 0.5, 200.0, 1), RATE)
+    dm = small(source="folder", root=str(tmp_path), labels=["cat", "dog"])
+    dm.setup()
+    assert sum(len(ds) for ds in dm.datasets.values()) == 2
+
+
 def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):
     # a label only in the val fold (a typo) and a class folder of .flac files only became classes no clip trains
     meta = esc50(tmp_path)

@@ -680,7 +680,7 @@ def test_a_resume_refuses_data_changed_since_the_run_started_before_reading_it(t
     assert _summary(run_dir)["epochs"] == 2
 
 
-def test_a_data_folder_is_fingerprinted_by_its_listing(tmp_path):
+def test_a_data_folder_is_fingerprinted_by_the_data_files_it_lists(tmp_path, monkeypatch):
     from attnzoo.run.paths import changed_data, moved_data, record_data_files
 
     root = tmp_path / "clips"
@@ -690,24 +690,29 @@ def test_a_data_folder_is_fingerprinted_by_its_listing(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     record_data_files({"root": str(root)}, run_dir)
-    (root / ".DS_Store").write_bytes(b"y")  # hidden files, and runs written inside the folder, are not the data
+    # what is not data: hidden files, a log, caches, and runs and ablations written inside the folder
+    (root / ".DS_Store").write_bytes(b"y")
+    (root / "train.log").write_text("epoch 1\n")
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "x.png").write_bytes(b"z")
     (root / "runs" / "r1").mkdir(parents=True)
     (root / "runs" / "r1" / "config.yaml").write_text("seed: 0\n")
-    (root / "runs" / "r1" / "metrics.csv").write_text("epoch\n")
+    (root / "runs" / "r1" / "attention.png").write_bytes(b"png")
     (root / "abl" / "x").mkdir(parents=True)  # an ablation's folder: its report and its runs' records
     (root / "abl" / "ablation.json").write_text("{}")
-    (root / "abl" / "report.md").write_text("# report\n")
+    (root / "abl" / "report.png").write_bytes(b"png")
     (root / "abl" / "x" / "ablate.json").write_text("{}")
+    (root / "dog" / "a.wav").write_bytes(b"x" * 12)  # edited in place: not seen (no file is read or stat'ed)
     assert changed_data(run_dir, {"root": str(root)}) == []
     (root / "dog" / "b.wav").write_bytes(b"x" * 7)
-    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files of 20 bytes then, 3 of 27 now)"]
-    (root / "dog" / "b.wav").rename(root / "dog" / "c.wav")
-    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files of 20 bytes then, 3 of 27 now)"]
-    (root / "dog" / "c.wav").unlink()
+    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 data files then, 3 now)"]
+    monkeypatch.chdir(tmp_path)  # the folder given relative to the current one is the same folder
+    assert changed_data(run_dir, {"root": "clips"}) == [f"data.root: {root} (2 data files then, 3 now)"]
+    (root / "dog" / "b.wav").unlink()
     assert changed_data(run_dir, {"root": str(root)}) == []
     (root / "dog" / "a.wav").rename(root / "cat" / "b.wav")  # a clip of another class now
-    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 files, as then, renamed or moved "
-                                                          "between its folders)"]  # fmt: skip
+    assert changed_data(run_dir, {"root": str(root)}) == [f"data.root: {root} (2 data files, as then, renamed or "
+                                                          "moved between its folders)"]  # fmt: skip
     (root / "cat" / "b.wav").rename(root / "dog" / "a.wav")
     root.rename(tmp_path / "moved")  # a moved folder is known again, as a moved file is
     assert moved_data(run_dir, "data.root", str(root), str(tmp_path / "moved"))

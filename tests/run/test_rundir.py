@@ -1,5 +1,6 @@
 """Where a new run goes: `run.name` names a directory inside `run.dir`, never a path that leaves it."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -168,7 +169,7 @@ def test_a_missing_best_checkpoint_points_to_last_and_an_unknown_name_lists_the_
         run_checkpoint(tmp_path, "best")
 
 
-def test_a_path_inside_a_run_or_a_missing_one_is_named_for_what_it_is(tmp_path, monkeypatch):
+def test_a_path_inside_a_run_or_a_missing_one_is_named_for_what_it_is(tmp_path, monkeypatch, caplog):
     # generate <run>/checkpoints/best.ckpt, <run>/config.yaml or a misspelled folder all said "is not a run directory
     # (no config.yaml)"; --checkpoint last.ckpt was looked for in the current folder only; a run with no checkpoint
     # yet got a bare "no checkpoint file"
@@ -194,6 +195,17 @@ def test_a_path_inside_a_run_or_a_missing_one_is_named_for_what_it_is(tmp_path, 
     assert run_checkpoint(run, "checkpoints/last.ckpt") == ckpt
     with pytest.raises(ConfigError, match=r"no checkpoint file at 'first\.ckpt'"):
         run_checkpoint(run, "first.ckpt")
+    with pytest.raises(ConfigError, match=r"no checkpoint file at 'config\.yaml'"):  # the run's files: .ckpt only
+        run_checkpoint(run, "config.yaml")
+    (tmp_path / "last.ckpt").write_bytes(b"")  # one here too: it is read, and the run's is named
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        assert run_checkpoint(run, "last.ckpt") == Path("last.ckpt")
+    assert f"--checkpoint last.ckpt: the file of that name here is read, not the run's {ckpt}" in caplog.text
+    # a project folder's own config.yaml above a folder is no run (no checkpoints/): the folder is not "inside" it
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "data").mkdir()
+    with pytest.raises(ConfigError, match=r"is not a run directory \(no config\.yaml\)"):
+        run_checkpoint(tmp_path / "data", "best")
 
 
 def test_a_folder_of_runs_given_for_a_run_names_the_runs_it_holds(tmp_path, capsys):

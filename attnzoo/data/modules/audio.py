@@ -427,7 +427,8 @@ class AudioDataModule(DataModule):
         classes = _class_folders(root)
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
-        one_level_up(root, classes)  # data.root=clips for clips/audio/<class>/
+        if self.labels is None:  # (a run's own classes: evaluate takes clips at any depth of a class folder)
+            one_level_up(root, classes)  # data.root=clips for clips/audio/<class>/
         self.class_names = classes
         lists = {}
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):

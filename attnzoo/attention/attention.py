@@ -275,6 +275,13 @@ class Attention(nn.Module):
         if is_causal:
             pattern = Causal() if pattern is None else pattern & Causal()
         bias = self.bias if bias is None else bias
+        causal_form = getattr(bias, "causal_form", False) and not self.is_cross  # (cross: no later keys to hide)
+        if causal_form and attn_mask is None and not getattr(pattern, "causal_only", False):
+            raise ValueError(  # its positive values for later keys would win every row, without an error
+                f"bias {type(bias).__name__}(bidirectional=False) is the causal form, which scores keys after the "
+                "query higher: give a causal pattern (pattern='causal', a causal sliding window) or is_causal=True, "
+                "or bidirectional=True for attention in both directions"
+            )
         if cache is None:
             q, k, v = self._project(x, context)  # [B, H, Lq, D], [B, Hkv, Lk, D] x2
             q, k = self.q_norm(q), self.k_norm(k)

@@ -280,6 +280,11 @@ class ALiBi(Bias):
         self.bidirectional = bidirectional
         self.register_buffer("slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)  # [H]
 
+    @property
+    def causal_form(self) -> bool:
+        """Whether later keys get larger values, which only a causal mask makes right (`Attention` checks it)."""
+        return not self.bidirectional
+
     def _per_offset(self, relative: Tensor) -> Tensor:
         return -relative.abs() if self.bidirectional else relative
 

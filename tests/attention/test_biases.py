@@ -422,3 +422,21 @@ def test_a_bias_of_another_head_count_is_refused_when_the_layer_is_built(bias):
             layer = Attention(32, 4, bias=shared, backend=backend).eval()
             layer.load_state_dict(want.state_dict())
             torch.testing.assert_close(layer(x), want(x), atol=1e-5, rtol=0, msg=backend)
+
+
+def test_causal_alibi_without_a_causal_mask_is_refused_and_with_one_equals_the_symmetric_form():
+    # bidirectional=False scores later keys higher: without a causal mask query 0 put its weight on the last key
+    from attnzoo.attention.patterns import SlidingWindow
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 32)
+    causal = Attention(32, 4, bias=ALiBi(num_heads=4, bidirectional=False), backend="eager")
+    with pytest.raises(ValueError, match=r"ALiBi\(bidirectional=False\) is the causal form.*is_causal=True"):
+        causal(x)
+    both = Attention(32, 4, bias=ALiBi(num_heads=4), backend="eager")
+    both.load_state_dict(causal.state_dict())
+    want = both(x, is_causal=True)
+    torch.testing.assert_close(causal(x, is_causal=True), want)  # under the mask the two forms agree
+    causal.pattern = SlidingWindow(window=3, causal=True)  # a causal pattern is a causal mask too
+    both.pattern = SlidingWindow(window=3, causal=True)
+    torch.testing.assert_close(causal(x), both(x))

@@ -29,6 +29,11 @@ PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
 def seq2seq(position="sinusoidal", attention=None, **kw):
     torch.manual_seed(0)
+    bias = (attention or {}).get("bias")
+    if isinstance(bias, dict) and bias.get("kind") == "alibi" and bias.get("bidirectional") is False:
+        # ALiBi's causal form is the decoder's: the encoder, which reads both ways, is refused it without a mask
+        kw.setdefault("decoder_attention", attention)
+        attention = {**attention, "bias": {**bias, "bidirectional": True}}
     kw = dict(dim=32, num_heads=4, encoder_depth=2, decoder_depth=2, max_len=32, **kw)
     net = Seq2Seq(vocab_size=VOCAB, position=position, attention=attention, tie_embeddings=False, drop_rate=0, **kw)
     return net.eval()

@@ -137,6 +137,14 @@ def load(
             f"{key}={overrides[key]!r}, but {converted.source} has {key} {converted.options[key]!r}: its tensors would "
             f"not fit a network of that size. The architecture is the checkpoint's: leave {key} out{deeper}"
         )
+    theirs_len, mine_len = converted.options.get("max_len"), overrides.get("max_len")
+    learned = converted.options.get("position") == "learned" and overrides.get("position", "learned") == "learned"
+    if learned and isinstance(theirs_len, int) and isinstance(mine_len, int) and mine_len > theirs_len:
+        raise ValueError(  # the table's shape error named a tensor, not the option
+            f"max_len={mine_len}, but {converted.source} has learned positions for {theirs_len} tokens: positions past "
+            f"{theirs_len} have no weights. Give max_len <= {theirs_len} (a shorter table keeps its first rows), or "
+            "cut the texts"
+        )
     # None for an option the checkpoint sets as a mapping (attention=None) keeps the checkpoint's, as {} does
     overrides = {k: v for k, v in overrides.items() if v is not None or not isinstance(converted.options.get(k), dict)}
     options = {**converted.options, **overrides}

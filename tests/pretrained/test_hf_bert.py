@@ -639,3 +639,13 @@ def test_a_weights_file_or_a_folder_of_runs_given_for_a_start_names_what_to_give
     with pytest.raises(ValueError, match="no checkpoint attnzoo can read") as err:
         convert(tmp_path / "runs" / "text_cls")
     assert f"it holds runs: {run}: give one of them" in str(err.value)
+
+
+def test_load_with_a_max_len_past_the_learned_positions_names_the_option(tmp_path):
+    # load(dir, max_len=4096) said "tensor 'pos_embed.table' is [1, 512, 32] there and [1, 4096, 32] here"
+    save_encoder("bert", tmp_path / "bert")
+    rows = convert(tmp_path / "bert").options["max_len"]
+    with pytest.raises(ValueError, match=rf"max_len={rows + 1}, but bert \(HF\) .* has learned positions for {rows} "
+                                         rf"tokens: .*Give max_len <= {rows}"):  # fmt: skip
+        load(tmp_path / "bert", num_classes=2, max_len=rows + 1)
+    assert load(tmp_path / "bert", num_classes=2, max_len=rows - 1) is not None  # a shorter table keeps its rows

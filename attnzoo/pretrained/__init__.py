@@ -61,13 +61,14 @@ def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | 
     text = str(path)
     path = Path(path).expanduser()
     if not path.exists():
+        here = "" if path.is_absolute() else f" (relative to {Path.cwd()})"  # a project's models/ folder, elsewhere
         if HUB_NAME.match(text) and not text.endswith((".ckpt", ".pt", ".pth", ".bin", ".safetensors")):
             raise ValueError(
-                f"{text!r} is not a file or directory here. attnzoo downloads nothing at run time: if it is a Hugging "
-                f"Face hub name, download it first (on a machine with network: `hf download {text} --local-dir <dir>`, "
-                "then copy <dir> here) and give the directory"
+                f"{text!r} is not a file or directory here{here}. attnzoo downloads nothing at run time: if it is a "
+                f"Hugging Face hub name, download it first (on a machine with network: `hf download {text} "
+                "--local-dir <dir>`, then copy <dir> here) and give the directory"
             )
-        raise ValueError(f"{text!r} does not exist")
+        raise ValueError(f"{text!r} does not exist{here}")
     found = families()
     for name, module in found.items():
         if module.matches(path):

@@ -270,7 +270,7 @@ class TextImageDataModule(DataModule):
                     problem = f"path {rec['image']!r} is empty; give the image file, relative to {path.parent}"
                 else:
                     if image not in checked:
-                        checked[image] = _check_image(image)
+                        checked[image] = self._decoded(image, decoded)
                     named = path.parent / rec["image"]  # as the line names it, not where links lead
                     problem = None if checked[image] is None else f"{named} {checked[image]}"
                 if problem is not None:
@@ -300,6 +300,18 @@ class TextImageDataModule(DataModule):
             log.info("data: %d image files decoded and resized to %d px once, kept in memory (%.0f MiB)%s",
                      len(decoded), self.image_size, sum(a.nbytes for a in decoded.values()) / 2**20,
                      f"; {len(read)} others are read from disk each epoch" if read else "")  # fmt: skip
+
+    def _decoded(self, image: Path, decoded: dict[Path, np.ndarray]) -> str | None:
+        """What is wrong with `image` (None: nothing); one kept in memory is decoded and resized here, once, as the
+        check (it was decoded twice: to check it, then to keep it)."""
+        size = self.image_size**2 * 3
+        if self.blank_image or not image.is_file() or (len(decoded) + 1) * size > MEMORY_BYTES:
+            return _check_image(image)
+        try:
+            decoded[image] = _read(image, self.image_size)
+        except (ImageFileError, OSError, ValueError):
+            return _check_image(image) or "cannot be read"  # named as the check names it
+        return None
 
     def _in_memory(self, images: list[Path], decoded: dict[Path, np.ndarray]) -> list[Path | np.ndarray]:
         """`images` as their resized pixels (decoded once into `decoded`) while those fit in `MEMORY_BYTES`; a photo's

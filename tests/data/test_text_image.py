@@ -428,11 +428,12 @@ def test_an_image_several_records_share_is_checked_once(tmp_path, monkeypatch):
     lines = paths["train"].read_text().splitlines()
     first = json.loads(lines[0])
     paths["train"].write_text("\n".join([*lines, *(json.dumps({**first, "text": f"q{i}"}) for i in range(5))]) + "\n")
-    calls = []
-    real = text_image._check_image
-    monkeypatch.setattr(text_image, "_check_image", lambda path: calls.append(path) or real(path))
+    calls = []  # every decode: the check's of an image read from disk, the keeping's of one kept in memory
+    read, check = text_image.load_rgb, text_image.unreadable_images
+    monkeypatch.setattr(text_image, "load_rgb", lambda path: calls.append(str(path)) or read(path))
+    monkeypatch.setattr(text_image, "unreadable_images", lambda ps: calls.extend(map(str, ps)) or check(ps))
     _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
-    assert len(calls) == len(set(calls)) and calls.count((paths["train"].parent / first["image"]).resolve()) == 1
+    assert len(calls) == len(set(calls)) and calls.count(str((paths["train"].parent / first["image"]).resolve())) == 1
 
 
 def test_image_files_are_decoded_and_resized_once_not_on_every_access(tmp_path, monkeypatch, caplog):

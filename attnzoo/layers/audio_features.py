@@ -78,6 +78,21 @@ class LogMel(nn.Module):
             "kind": self.kind,
         }
 
+    def empty_bins(self, n_mels: int | None = None) -> int:
+        """How many of `n_mels` (default: this module's) mel filters get no FFT bin at this rate and window: their
+        features are a constant, which no model learns from (too many bins for a low rate or a short window)."""
+        n_mels = self.n_mels if n_mels is None else n_mels
+        if self.kind == "fbank":  # Kaldi's: the window padded to a power of two, filters from 20 Hz to Nyquist
+            padded = 1 << (self.win - 1).bit_length()
+            banks, _ = torchaudio.compliance.kaldi.get_mel_banks(
+                n_mels, padded, float(self.sample_rate), 20.0, 0.0, 100.0, -500.0, 1.0
+            )  # [n_mels, padded / 2]
+            return int((banks.abs().sum(1) == 0).sum())
+        banks = torchaudio.functional.melscale_fbanks(
+            self.win // 2 + 1, 0.0, self.sample_rate / 2, n_mels, self.sample_rate, mel_scale="htk"
+        )  # [freqs, n_mels]
+        return int((banks.abs().sum(0) == 0).sum())
+
     def num_frames(self, num_samples: int) -> int:
         """Frames N for a clip of `num_samples` samples (frames never run past the clip's end)."""
         return max(0, 1 + (num_samples - self.win) // self.hop)

@@ -666,3 +666,24 @@ def test_the_embedded_sets_reasons_name_its_clips_sizes_only_for_the_sizes():
     chosen = audio_data(synthetic=True)
     assert "8 kHz" in chosen["data.sample_rate"][1] and "32 bins" in chosen["data.n_mels"][1]
     assert not any("kHz" in chosen[k][1] for k in ("data.mixup_alpha", "data.time_shift_ms"))
+
+
+@pytest.mark.parametrize("features", ["fbank", "melspec"])
+def test_more_mel_bins_than_the_spectrum_fills_are_warned(features, caplog):
+    # data.sample_rate=4000 data.n_mels=128 left 21 bins constant without a word
+    from attnzoo.layers.audio_features import LogMel
+
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        DATAMODULES["audio"](sample_rate=4000, n_mels=128, clip_seconds=0.5, features=features)
+    logmel = LogMel(sample_rate=4000, n_mels=128, kind=features)
+    empty = logmel.empty_bins()
+    fits = max(n for n in range(4, 128) if logmel.empty_bins(n) == 0)
+    said = f"data.n_mels 128 at 4000 Hz (data.sample_rate) with 25 ms windows: {empty} mel bins get no frequency"
+    assert empty > 6 and f"{said} of the spectrum and stay constant; at most {fits} bins fill" in caplog.text
+    wave = torch.randn(1, 4000)
+    assert (logmel(wave).std(2) < 1e-6).sum() >= empty  # the bins it counts are constant indeed
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):  # the recipe's 32 bins at 16 kHz, the AST paper's 128
+        DATAMODULES["audio"](sample_rate=16000, n_mels=32, clip_seconds=0.5, features=features)
+        DATAMODULES["audio"](sample_rate=16000, n_mels=128, clip_seconds=0.5, features=features)
+    assert "mel bins get no frequency" not in caplog.text

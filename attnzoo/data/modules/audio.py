@@ -218,6 +218,14 @@ class AudioDataModule(DataModule):
         self.logmel = LogMel(sample_rate=sample_rate, n_mels=n_mels, win_ms=win_ms, hop_ms=hop_ms, kind=features)
         if self.logmel.num_frames(self.num_samples) < 1:
             raise ValueError(f"data.clip_seconds ({clip_seconds}) is shorter than one {win_ms} ms analysis window")
+        empty = self.logmel.empty_bins()
+        if empty * 20 > n_mels:  # more than 5% (the AST paper's 128 bins at 16 kHz leave one)
+            fits = next((n for n in range(n_mels - 1, 3, -1) if not self.logmel.empty_bins(n)), 4)  # Kaldi: > 3
+            log.warning(
+                "data.n_mels %d at %d Hz (data.sample_rate) with %g ms windows: %d mel bins get no frequency of the "
+                "spectrum and stay constant; at most %d bins fill (or a higher sample rate, or longer windows: "
+                "data.win_ms)", n_mels, sample_rate, win_ms, empty, fits,
+            )  # fmt: skip
         self.cache, self.on_bad_file, self.mixup_alpha = cache, on_bad_file, mixup_alpha
         self.stats_clips, self.stats_file = stats_clips, stats_file
         self.labels = None if labels is None else given_class_names(labels)

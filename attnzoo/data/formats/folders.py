@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...util.names import shortened
+
 # folders that zip tools, notebooks and version control leave beside data: never classes, never read
 NOT_DATA = {"__MACOSX", "__pycache__"}
 
@@ -65,13 +67,16 @@ def one_level_up(root: Path, classes: list[str]) -> None:
     after reading them all."""
     if len(classes) != 1:
         return
-    inner = sorted(
-        p.name for p in (root / classes[0]).iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_"
-    )
+    inner = class_folders(root / classes[0])
     if len(inner) > 1:
-        shown = "; ".join(inner[:10]) + (f"; and {len(inner) - 10} more" if len(inner) > 10 else "")
         raise ValueError(
-            f"data.root: {root} has one class folder, {classes[0]}, which holds folders itself ({shown}): classes "
-            f"are the folders right under data.root, and it takes two or more; did you mean "
+            f"data.root: {root} has one class folder, {classes[0]}, which holds folders itself ({shortened(inner)}): "
+            f"classes are the folders right under data.root, and it takes two or more; did you mean "
             f"data.root={root / classes[0]}?"
         )
+
+
+def class_folders(folder: Path) -> list[str]:
+    """The class folder names under `folder`: subfolders that are not hidden (`hidden`) and not named _* (Speech
+    Commands' `_background_noise_`)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_")

@@ -31,7 +31,7 @@ from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav, read_clip
-from ..formats.folders import hidden, one_level_up, require_train_split, split_folders, under_hidden
+from ..formats.folders import class_folders, one_level_up, require_train_split, split_folders, under_hidden
 from ..formats.text_files import check_label_forms, read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
@@ -432,7 +432,7 @@ class AudioDataModule(DataModule):
         split_dirs = split_folders(root)
         if split_dirs:
             return self._split_folder_entries(root, split_dirs)
-        classes = _class_folders(root)
+        classes = class_folders(root)
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
         if self.labels is None:  # (a run's own classes: evaluate takes clips at any depth of a class folder)
@@ -479,7 +479,7 @@ class AudioDataModule(DataModule):
         if self.labels is None:  # evaluate (the run's classes given) scores a test/ alone
             require_train_split(root, split_dirs, "clips")
         if "train" in split_dirs:
-            self.class_names = _class_folders(split_dirs["train"])  # an empty one is an error; in val/ or test/ not
+            self.class_names = class_folders(split_dirs["train"])  # an empty one is an error; in val/ or test/ not
             if not self.class_names:
                 raise ValueError(f"data.root: {split_dirs['train']} has no class folders (expected <class>/*.wav)")
         drawn = "train" in split_dirs and "val" not in split_dirs  # a val split drawn from train/, by hash
@@ -487,7 +487,7 @@ class AudioDataModule(DataModule):
                  "; the val split drawn from train/ by file-name hash" if drawn else "")  # fmt: skip
         entries = []
         for split, folder in split_dirs.items():
-            for name, path in self._class_files(folder, _class_folders(folder)):
+            for name, path in self._class_files(folder, class_folders(folder)):
                 if drawn and split == "train" and self._hash_split(path.name) == "val":
                     entries.append((path, [name], "val"))
                 else:
@@ -595,12 +595,12 @@ class AudioDataModule(DataModule):
         if other_split:
             log.warning(
                 "%s: %d clip(s) are listed in two splits, %s: a clip the model trains on and is scored on makes its "
-                "score look better than it is; list each clip once", csv_path, len(other_split),
-                "; ".join(other_split[:3]) + (" ..." if len(other_split) > 3 else ""),
+                "score look better than it is; list each clip once",
+                csv_path, len(other_split), shortened(other_split, 3),
             )  # fmt: skip
         if twice:
             log.warning("%s: %d clip(s) are listed twice in one split, %s: each copy weighs once more", csv_path,
-                        len(twice), "; ".join(twice[:3]) + (" ..." if len(twice) > 3 else ""))  # fmt: skip
+                        len(twice), shortened(twice, 3))  # fmt: skip
 
     def _hash_split(self, file_name: str) -> str:
         group = file_name.split("_nohash_")[0]  # Speech Commands: keep a speaker's clips in one split
@@ -744,12 +744,6 @@ class AudioDataModule(DataModule):
         if self.mixup_alpha > 0:
             mixup = Mixup(alpha=self.mixup_alpha, num_classes=self.num_classes, multilabel=self.multilabel)
         return self._loader("train", train=True, collate=mixup)
-
-
-def _class_folders(folder: Path) -> list[str]:
-    """The class folder names under `folder`: subfolders that are not hidden and not named _* (Speech Commands'
-    `_background_noise_`)."""
-    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_")
 
 
 def _list_line(line: str) -> str:

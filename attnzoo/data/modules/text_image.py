@@ -304,8 +304,7 @@ class TextImageDataModule(DataModule):
     def _decoded(self, image: Path, decoded: dict[Path, np.ndarray]) -> str | None:
         """What is wrong with `image` (None: nothing); one kept in memory is decoded and resized here, once, as the
         check (it was decoded twice: to check it, then to keep it)."""
-        size = self.image_size**2 * 3
-        if self.blank_image or not image.is_file() or (len(decoded) + 1) * size > MEMORY_BYTES:
+        if not image.is_file() or not self._fits(decoded):
             return _check_image(image)
         try:
             decoded[image] = _read(image, self.image_size)
@@ -313,14 +312,18 @@ class TextImageDataModule(DataModule):
             return _check_image(image) or "cannot be read"  # named as the check names it
         return None
 
+    def _fits(self, decoded: dict[Path, np.ndarray]) -> bool:
+        """Whether one more resized image is kept in memory beside `decoded` (within `MEMORY_BYTES`; none for
+        `blank_image`, whose pixels are never read)."""
+        return not self.blank_image and (len(decoded) + 1) * self.image_size**2 * 3 <= MEMORY_BYTES
+
     def _in_memory(self, images: list[Path], decoded: dict[Path, np.ndarray]) -> list[Path | np.ndarray]:
         """`images` as their resized pixels (decoded once into `decoded`) while those fit in `MEMORY_BYTES`; a photo's
         file decoded at full size on every access made an epoch of photos many times slower than the model."""
         if self.blank_image:
             return list(images)
-        size = self.image_size**2 * 3
         for path in images:
-            if path not in decoded and (len(decoded) + 1) * size <= MEMORY_BYTES:
+            if path not in decoded and self._fits(decoded):
                 decoded[path] = _read(path, self.image_size)
         return [decoded.get(path, path) for path in images]
 

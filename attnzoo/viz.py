@@ -156,19 +156,38 @@ class RunInputs:
         return decode_generated(self.tokenizer, ids.tolist())
 
 
-def canvas_for(net: torch.nn.Module, inputs: dict[str, Tensor], length: int) -> Canvas | None:
-    """How to draw per-patch values over this input, or None when the tokens are not patches of it."""
+def canvas_for(
+    net: torch.nn.Module,
+    inputs: dict[str, Tensor],
+    length: int,
+    normalization: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> Canvas | None:
+    """How to draw per-patch values over this input, or None when the tokens are not patches of it;
+    `normalization`: an image's (mean, std) per channel (`pixel_normalization`)."""
     prefix = int(getattr(net, "num_prefix_tokens", 0))
     if "image" in inputs and getattr(net, "grid_size", None) is not None:
         grid = tuple(net.grid_size)
         if prefix + grid[0] * grid[1] == length:
-            return image_canvas(inputs["image"][0], grid)
+            return image_canvas(inputs["image"][0], grid, normalization)
     if "audio" in inputs and hasattr(net, "features") and hasattr(net, "grid_size_for"):
         grid = tuple(net.grid_size_for(inputs["audio"].shape[-1]))  # (time, frequency) patches of the clip
         if prefix + grid[0] * grid[1] == length:
             with torch.no_grad():
                 features = net.features(inputs["audio"])[0]  # [F, T]
             return spectrogram_canvas(features, grid)
+    return None
+
+
+def pixel_normalization(cfg: Any) -> tuple[list[float], list[float]] | None:
+    """The (mean, std) per channel a run's images are normalized by, to draw them in their own colours: the image
+    recipes' `data.mean` / `data.std` (0.5 by default), the text-image recipe's 0.5; None for other runs."""
+    from .data.modules.image import normalization
+
+    data, chans = cfg.section("data"), cfg.section("model").get("in_chans")
+    if data.get("kind") == "text_image":
+        return [0.5] * 3, [0.5] * 3  # its pixels are x / 127.5 - 1
+    if data.get("kind") == "image" and isinstance(chans, int):
+        return normalization(chans, data.get("mean"), data.get("std"))
     return None
 
 
@@ -326,7 +345,7 @@ def visualize(
         saved["input"] = str(input_path.resolve())
     # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
     projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
-    canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1])
+    canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1], pixel_normalization(run.cfg))
     if canvas is not None and all(m.shape[-2:] == maps[0].shape[-2:] for m in maps):
         if prefix:
             written.append(plot_prefix_maps(maps, canvas, prefix, out / "prefix_attention.png", title=title))

@@ -554,3 +554,50 @@ def test_a_timestamped_run_is_titled_with_its_name_too(tmp_path):
     assert run_label(tmp_path / "vit" / "20261127-143243") == "vit/20261127-143243"
     assert run_label(tmp_path / "vit" / "20261127-143243-2") == "vit/20261127-143243-2"
     assert run_label(tmp_path / "runs" / "heads=4,seed=0") == "heads=4,seed=0"  # a named run keeps its name
+
+
+@pytest.mark.parametrize("normalization", [[], ["data.mean=[0.485,0.456,0.406]", "data.std=[0.229,0.224,0.225]"]])
+def test_an_image_is_drawn_in_its_own_colours(normalization, tmp_path, monkeypatch):
+    # each channel was stretched to [0, 1] on its own: a red circle on a dark ground was drawn pink on teal, a green
+    # square on dark green yellow on blue, and an image of one colour black
+    import numpy as np
+    from PIL import Image
+
+    import attnzoo.viz as viz
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    for name, colour in (("red", (200, 30, 40)), ("green", (40, 160, 60))):
+        (data / name).mkdir(parents=True)
+        for i in range(6):
+            img = np.zeros((32, 32, 3), dtype=np.uint8)
+            img[:] = (30, 40, 50)
+            y, x = rng.integers(0, 16, 2)
+            img[y : y + 16, x : x + 16] = colour
+            Image.fromarray(img).save(data / name / f"{i}.png")
+    given = ["data.dataset=folder", f"data.root={data}", *TINY, "model.patch_size=8", "data.ink=false"]
+    (tmp_path / "run").mkdir()
+    run = _saved_run(tmp_path / "run", VIT, [*given, *normalization, "run.baseline=false"])
+    pixels = np.zeros((32, 32, 3), dtype=np.uint8)
+    pixels[:] = (30, 40, 50)
+    pixels[8:24, 8:24] = (200, 30, 40)
+    Image.fromarray(pixels).save(tmp_path / "circle.png")
+    Image.fromarray(np.full((32, 32, 3), (40, 160, 60), dtype=np.uint8)).save(tmp_path / "plain.png")
+    drawn = []
+    real = viz.plot_rollout
+    draw = lambda r, canvas, *a, **k: drawn.append(canvas) or real(r, canvas, *a, **k)  # noqa: E731
+    monkeypatch.setattr(viz, "plot_rollout", draw)
+    for name in ("circle", "plain"):
+        assert main([str(run), "--input", str(tmp_path / f"{name}.png"), "--out", str(tmp_path / name)]) == 0
+    circle, plain = (c.background for c in drawn)
+    np.testing.assert_allclose(circle, pixels / 255, atol=2 / 255)  # 32 px: not resized
+    np.testing.assert_allclose(plain, np.broadcast_to(np.array([40, 160, 60]) / 255, (32, 32, 3)), atol=2 / 255)
+
+
+def test_an_image_without_its_normalization_is_stretched_alike_in_every_channel():
+    from attnzoo.drawing.matrices import image_canvas
+
+    image = torch.zeros(3, 4, 4)
+    image[0], image[1] = 1.0, -1.0  # red: the first channel high, the others low
+    shown = image_canvas(image, (2, 2)).background
+    assert shown[..., 0].min() == 1.0 and shown[..., 1].max() == 0.0 and (shown[..., 2] == 0.5).all()

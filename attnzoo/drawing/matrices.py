@@ -32,11 +32,18 @@ class Canvas:
     note: str = ""  # said under the figures (e.g. how patches map onto the spectrogram)
 
 
-def image_canvas(image: Tensor, grid: tuple[int, int]) -> Canvas:
-    """A ViT input [C, S, S] (normalized), patches in raster order over a (gh, gw) grid."""
+def image_canvas(
+    image: Tensor, grid: tuple[int, int], normalization: tuple[Sequence[float], Sequence[float]] | None = None
+) -> Canvas:
+    """A ViT input [C, S, S], patches in raster order over a (gh, gw) grid. With the (mean, std) per channel it was
+    normalized by, it is drawn in its own colours; without, its values are stretched to [0, 1] alike in every
+    channel (a stretch per channel drew a red circle pink on teal, and a one-colour image black)."""
     x = image.detach().float().cpu()
-    lo, hi = x.flatten(1).amin(1)[:, None, None], x.flatten(1).amax(1)[:, None, None]
-    x = (x - lo) / (hi - lo).clamp_min(1e-8)  # stretched per channel for display
+    if normalization is not None:
+        mean, std = (torch.tensor(v, dtype=x.dtype)[:, None, None] for v in normalization)
+        x = (x * std + mean).clamp(0.0, 1.0)
+    else:
+        x = (x - x.min()) / (x.max() - x.min()).clamp_min(1e-8)
     shown = x[0].numpy() if x.shape[0] == 1 else x.permute(1, 2, 0).numpy()
     return Canvas(shown, lambda v: v.reshape(grid))
 

@@ -3,6 +3,8 @@ with length buckets visited in an order of the same kind, and a resume that skip
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 
 from attnzoo.data import DATAMODULES
@@ -74,3 +76,31 @@ def test_every_datamodule_shuffles_training_with_the_epoch_shuffle():
         assert isinstance(sampler, EpochShuffle), (type(dm).__name__, type(sampler).__name__)
         val = dm.val_dataloader()
         assert not isinstance(getattr(val.batch_sampler, "sampler", None), EpochShuffle)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    fraction=st.floats(0.05, 0.6),
+    seed=st.integers(0, 3),
+)
+def test_a_held_out_val_part_is_stratified_and_leaves_every_class_an_example_to_train(sizes, fraction, seed):
+    from collections import Counter
+
+    from attnzoo.data.modules.base import held_out
+
+    labels = [c for c, n in enumerate(sizes) for _ in range(n)]
+    if len(labels) < 2:
+        return
+    train, val = held_out(labels, fraction, seed)
+    assert sorted(train + val) == list(range(len(labels))) and val  # a partition, val never empty
+    asked = min(max(1, round(fraction * len(labels))), len(labels) - 1)
+    room = sum(n - 1 for n in sizes)  # what val may take without a class's last example
+    assert len(val) == (min(asked, room) if room else asked)
+    held = Counter(labels[i] for i in val)
+    for c, n in enumerate(sizes):
+        if room:
+            assert held[c] <= n - 1  # every class keeps an example to train on
+            if held[c] < n - 1:  # a class below its cap holds its share, rounded down, or more
+                assert held[c] >= int(len(val) * n / len(labels)) or len(val) < asked
+    assert held_out(labels, fraction, seed) == (train, val)  # a function of the seed

@@ -463,16 +463,26 @@ def test_an_image_of_too_many_pixels_is_named_and_can_be_skipped(tmp_path, monke
     assert data.skipped == [str(tmp_path / "cat" / "huge.png")]
 
 
-def test_a_class_drawn_whole_into_the_held_out_val_part_is_warned_about(tmp_path, caplog):
-    # a class of one image could land in the val fraction: the model kept an output training never saw, silently
+def test_the_held_out_val_part_keeps_each_class_its_share_and_its_last_image_in_train(tmp_path, caplog):
+    # the val fraction was drawn over all images: a class of one image could land in it (the model kept an output
+    # training never saw), and with 9 cats and 9 dogs a val part of 2 could hold two cats and no dog
     _write_folder(tmp_path, classes=("cat", "dog"), n=9)
     (tmp_path / "owl").mkdir()
     Image.new("RGB", (20, 12), (200, 10, 10)).save(tmp_path / "owl" / "0.png")
-    for seed in range(60):  # a seed whose held-out tenth takes the one owl
+    parts = set()
+    for seed in range(20):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="attnzoo"):
             data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, seed=seed)
             data.setup()
-        if 2 in [int(data.splits["val"][i]["label"]) for i in range(len(data.splits["val"]))]:
-            break
-    assert "class(es) owl are all in the held-out val part" in caplog.text
+        val = sorted(int(data.splits["val"][i]["label"]) for i in range(len(data.splits["val"])))
+        assert val == [0, 1] and len(data.splits["train"]) == 17  # one cat and one dog; the owl trains
+        assert "held-out val part" not in caplog.text
+        parts.add(tuple(round(float(data.splits["val"][i]["image"].sum()), 3) for i in range(2)))
+    assert len(parts) > 5  # which cat and which dog: the seed's
+    for c, name in enumerate(("a", "b", "c")):  # a class of one image each: val must take one training then lacks
+        (tmp_path / "ones" / name).mkdir(parents=True)
+        Image.new("RGB", (8, 8), (80 * c, 10, 10)).save(tmp_path / "ones" / name / "0.png")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        ImageDataModule(dataset="folder", root=str(tmp_path / "ones"), img_size=8).setup()
+    assert "are all in the held-out val part" in caplog.text

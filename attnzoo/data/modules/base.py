@@ -26,11 +26,13 @@ The defaults below are for data that proposes nothing, saves nothing and has no 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
 Proposals = dict[str, tuple[Any, str]]  # dotted config key -> (value, why)
@@ -181,3 +183,33 @@ def given_class_names(labels: str | Sequence[Any], key: str = "data.labels") -> 
     if len(set(names)) != len(names):
         raise ValueError(f"{key} has repeated class names: {names}")
     return names
+
+
+def held_out(labels: Sequence[int | str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train, val) indices of a train split that holds out max(1, round(fraction * N)) examples for validation,
+    stratified: each class gives its share (rounded, the remainders going to the classes with the largest), never
+    its last example, so a class of 20 keeps its share in val and a class of one stays in train (a draw over all
+    examples left a class out of val or out of train by chance). Which examples of a class: a permutation of
+    `seed`. Fewer than `fraction` asks are held out only when too few classes have two examples or more."""
+    n = len(labels)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = min(max(1, round(fraction * n)), n - 1)
+    counts = Counter(labels)
+    share = {c: n_val * k / n for c, k in counts.items()}
+    quota = {c: min(int(s), counts[c] - 1) for c, s in share.items()}
+    by_remainder = sorted(counts, key=lambda c: (-(share[c] - int(share[c])), -counts[c], str(c)))
+    while sum(quota.values()) < n_val:  # the rest, one each, largest remainder first; again while some is left
+        room = [c for c in by_remainder if quota[c] < counts[c] - 1]
+        if not room:
+            break
+        for c in room[: n_val - sum(quota.values())]:
+            quota[c] += 1
+    if sum(quota.values()) == 0:  # every class a single example: val takes examples training then lacks
+        return order[n_val:], order[:n_val]
+    val, taken = [], Counter()
+    for i in order:
+        if taken[labels[i]] < quota[labels[i]]:
+            val.append(i)
+            taken[labels[i]] += 1
+    chosen = set(val)
+    return [i for i in order if i not in chosen], val

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
 
-from attnzoo.data.modules.base import DataModule, given_class_names, save_class_names
+from attnzoo.data.modules.base import DataModule, given_class_names, held_out, save_class_names
 
 from ...util.names import shortened, suggest
 from ..formats.folders import one_level_up, require_train_split, split_folders
@@ -161,7 +161,8 @@ class ImageDataModule(DataModule):
         root: the data directory for "folder" and torchvision datasets.
         img_size: side the images are resized to; None: the dataset's size (for folders the most common image
             size, at most 224).
-        val_fraction: share of the training data held out for validation when the source has no val split.
+        val_fraction: share of the training data held out for validation when the source has no val split
+            (stratified by class: `base.held_out`).
         augment: random resized crops (scale `crop_scale`..1) for training.
         trivial_augment: TrivialAugment (one random photometric or geometric operation per image) for training:
             true is torchvision's TrivialAugmentWide, "safe" leaves out the operations that can change a label
@@ -504,21 +505,19 @@ class ImageDataModule(DataModule):
         return out
 
     def _split(self, data: Dataset) -> tuple[Dataset, Dataset]:
-        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(self.seed)).tolist()
-        n_val = max(1, round(self.val_fraction * len(data)))
+        """(train, val) parts of a train split without a val one: `held_out`, stratified by class."""
         if len(data) < 2:  # one image (evaluate on a small folder): it is both
             self.untrainable = f"data.root {str(self.root)!r} holds one image"
             return data, data
-        n_val = min(n_val, len(data) - 1)
         labels = getattr(data, "targets", getattr(data, "labels", None))  # ImageFolder's, torchvision's, in memory
-        if labels is not None:
-            labels = [int(y) for y in labels]
-            lost = sorted({labels[i] for i in order[:n_val]} - {labels[i] for i in order[n_val:]})
-            if lost:  # the model has an output for them that training never sees
-                names = [self.class_names[i] if i < len(self.class_names) else str(i) for i in lost]
-                log.warning("data: class(es) %s are all in the held-out val part (data.val_fraction): training sees "
-                            "none of them; give them more images, or a val/ folder", shortened(names))  # fmt: skip
-        return Subset(data, order[n_val:]), Subset(data, order[:n_val])
+        labels = [int(y) for y in labels] if labels is not None else [0] * len(data)
+        train, val = held_out(labels, self.val_fraction, self.seed)
+        lost = sorted({labels[i] for i in val} - {labels[i] for i in train})
+        if lost:  # the model has an output for them that training never sees
+            names = [self.class_names[i] if i < len(self.class_names) else str(i) for i in lost]
+            log.warning("data: class(es) %s are all in the held-out val part (data.val_fraction): training sees "
+                        "none of them; give them more images, or a val/ folder", shortened(names))  # fmt: skip
+        return Subset(data, train), Subset(data, val)
 
     @property
     def _size(self) -> tuple[int, int]:
@@ -592,16 +591,24 @@ class ImageDataModule(DataModule):
         return self._loader("train", train=True)
 
 
-def normalized(in_chans: int, mean: Sequence[float] | None, std: Sequence[float] | None) -> list[Any]:
-    """uint8 images to floats normalized per channel (`data.mean` / `data.std`; None: 0.5 for every channel). Grey
-    images given an RGB normalization (ImageNet's, from pretrained weights) take the mean of its channels'."""
+def normalization(
+    in_chans: int, mean: Sequence[float] | None, std: Sequence[float] | None
+) -> tuple[list[float], list[float]]:
+    """(mean, std) per channel that images are normalized by (`data.mean` / `data.std`; None: 0.5 for every
+    channel). Grey images given an RGB normalization (ImageNet's, from pretrained weights) take the mean of its
+    channels'."""
     mean = list(mean) if mean is not None else [0.5] * in_chans
     std = list(std) if std is not None else [0.5] * in_chans
     if in_chans == 1 and len(mean) == len(std) == 3:
         mean, std = [sum(mean) / 3], [sum(std) / 3]
     if len(mean) != in_chans or len(std) != in_chans:
         raise ValueError(f"data.mean/std ({mean}, {std}) need one value per channel ({in_chans})")
-    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+    return mean, std
+
+
+def normalized(in_chans: int, mean: Sequence[float] | None, std: Sequence[float] | None) -> list[Any]:
+    """uint8 images to floats normalized per channel (`normalization`)."""
+    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(*normalization(in_chans, mean, std))]
 
 
 def eval_transform(

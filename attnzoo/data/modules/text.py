@@ -26,7 +26,7 @@ from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import log_unknown, save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
-from .base import DataModule, given_class_names, save_class_names
+from .base import DataModule, given_class_names, held_out, save_class_names
 from .batching import PadCollate, TokenDataset, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -57,7 +57,8 @@ class TextDataModule(DataModule):
 
     Args:
         train, val, test: CSV, TSV or JSONL files. With no `train`, the embedded ListOps task (`listops`) is used.
-            With `train` but no `val`, `val_fraction` of train is held out (a fixed split from `seed`).
+            With `train` but no `val`, `val_fraction` of train is held out (a fixed split from `seed`, stratified by
+            label: `base.held_out`).
         text_column, label_column: column (or JSON key) names.
         labels: the class names in order (a list, or a `labels.json` saved with a run); default: the distinct
             labels of the train split, sorted.
@@ -209,12 +210,11 @@ class TextDataModule(DataModule):
             check_labels(labels, self.class_names, path=self.files[name], column=self.label_column, source=source)
             splits[name] = (texts, labels, str(self.files[name]))
         if "val" not in read:
-            order = torch.randperm(len(train_texts), generator=torch.Generator().manual_seed(self.seed)).tolist()
-            n_val = max(1, round(self.val_fraction * len(order)))
-            if n_val >= len(order):
-                raise ValueError(f"{self.files['train']}: too few examples ({len(order)}) to hold out a val split")
-            val, train = order[:n_val], order[n_val:]
-            log.info("data: no data.val; holding out %d of %d train examples (val_fraction)", n_val, len(order))
+            if len(train_texts) < 2:
+                raise ValueError(f"{self.files['train']}: one example: too few to hold out a val split")
+            train, val = held_out(train_labels, self.val_fraction, self.seed)
+            log.info("data: no data.val; holding out %d of %d train examples (val_fraction, stratified by label)",
+                     len(val), len(train_texts))  # fmt: skip
             pick = lambda idx, xs: [xs[i] for i in idx]
             name = self.files["train"]
             splits["train"] = (pick(train, train_texts), pick(train, train_labels), f"{name} (train part)")

@@ -149,6 +149,22 @@ def test_every_variant_of_the_gqa_grid_pools_the_checkpoints_kv_heads(bert, tmp_
     assert (logits["mqa"] - logits["all"]).abs().max() > 1e-4
 
 
+@pytest.fixture(scope="module")
+def own(tmp_path_factory) -> Path:
+    """An attnzoo text run of 2 blocks 32 wide (config.yaml, tokenizer.json, checkpoints/best.ckpt), untrained."""
+    folder = tmp_path_factory.mktemp("own")
+    lines = ["text,label"] + [f"{w} film number {i},{w}" for i, w in enumerate(["good", "bad"] * 10)]
+    (folder / "train.csv").write_text("\n".join(lines) + "\n")
+    cfg = load([RECIPE], [f"data.train={folder / 'train.csv'}", "model.dim=32", "model.depth=2", *PINNED])
+    data, task, cfg = build(cfg)
+    run = folder / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    data.save_artifacts(run)
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    torch.save({"state_dict": task.state_dict()}, run / "checkpoints" / "best.ckpt")
+    return run
+
+
 # a later variant of one checkpoint that fit refuses: (the folder, the grid's axes (None: the shipped GQA grid), the
 # variant and the start of its error): another num_heads than the checkpoint's, a kind whose projections it lacks, and
 # key/value heads that do not divide its 6 heads; WHY: what the error says of it
@@ -156,11 +172,13 @@ REFUSED = {
     "num_heads": ("bert", {"model.num_heads": [4, 2]}, "num_heads=2,seed=0: model.num_heads: 2 (set in the command"),
     "mla": ("bert", {"model.attention.kind": ["mha", "mla"]}, "attention=mla,seed=0: model.init_from: bert (HF)"),
     "gqa": ("bert6", None, "num_kv_heads=kv4,seed=0: model.attention.num_kv_heads: 4 (set in the command line"),
+    "depth": ("own", {"model.depth": [2, 3]}, "depth=3,seed=0: model.init_from: "),
 }
 WHY = {
     "num_heads": "but model.init_from's weights have 4 heads",
     "mla": "cannot start attention kind 'mla'",
     "gqa": "have 6 heads, which the start keeps (model.num_heads is the checkpoint's): give one of 1, 2, 3, 6",
+    "depth": "does not fit this model: it has no tensor 'encoder.blocks.2.",  # a depth the run has not: after the first
 }
 
 

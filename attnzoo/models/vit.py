@@ -30,17 +30,29 @@ Tensor = torch.Tensor
 STEMS = ("patch", "conv")
 
 
+def stem_strides(patch_size: int) -> list[int]:
+    """The strides of `conv_stem`'s convolutions: 2 for each factor 2 of `patch_size`, then the odd factor left
+    (8: 2, 2, 2; 12: 2, 2, 3; 28: 2, 2, 7)."""
+    if patch_size < 2:
+        raise ValueError(f"a conv stem needs a patch_size >= 2 (model.patch_size), got {patch_size}")
+    twos = (patch_size & -patch_size).bit_length() - 1
+    odd = patch_size >> twos
+    return [2] * twos + ([odd] if odd > 1 else [])
+
+
 def conv_stem(in_chans: int, dim: int, patch_size: int) -> nn.Sequential:
-    """log2(patch_size) x (3x3 conv with stride 2, BatchNorm, ReLU), widths doubling up to `dim`, then a 1x1 conv
-    to `dim`: [B, in_chans, S, S] -> [B, dim, S / patch_size, S / patch_size], the grid of a patchify convolution
-    (Xiao et al. 2021, "Early convolutions help transformers see better")."""
-    steps = patch_size.bit_length() - 1
-    if patch_size < 2 or 2**steps != patch_size:
-        raise ValueError(f"a conv stem needs a power-of-2 patch_size >= 2 (model.patch_size), got {patch_size}")
+    """Strided convolutions (`stem_strides`: 3x3 with stride 2 for each factor 2 of `patch_size`, then one whose
+    kernel and stride are the odd factor left), each with BatchNorm and ReLU, widths doubling up to `dim`, then a
+    1x1 conv to `dim`: [B, in_chans, S, S] -> [B, dim, S / patch_size, S / patch_size], the grid of a patchify
+    convolution (Xiao et al. 2021, "Early convolutions help transformers see better")."""
+    strides = stem_strides(patch_size)
+    steps = len(strides)
     widths = [max(8, dim // 2 ** (steps - 1 - i)) for i in range(steps)]  # e.g. dim 64, patch 8: 16, 32, 64
     layers: list[nn.Module] = []
-    for c_in, c_out in zip([in_chans, *widths[:-1]], widths, strict=True):
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+    for c_in, c_out, stride in zip([in_chans, *widths[:-1]], widths, strides, strict=True):
+        kernel = 3 if stride == 2 else stride
+        conv = nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=1 if stride == 2 else 0, bias=False)
+        layers += [conv, nn.BatchNorm2d(c_out), nn.ReLU()]
     return nn.Sequential(*layers, nn.Conv2d(widths[-1], dim, 1))
 
 
@@ -58,7 +70,7 @@ class ViT(nn.Module):
         layer_scale: initial LayerScale value, None for none.
         norm_eps: epsilon of every LayerNorm (timm's ViT: 1e-6; Hugging Face's: 1e-12).
         stem: "patch" (one linear map of each patch, timm's `patch_embed.proj`) or "conv" (`conv_stem`: strided
-            3x3 convolutions to the same grid; a power-of-2 `patch_size`), which learns shapes in larger images
+            convolutions to the same grid, `stem_strides`), which learns shapes in larger images
             from few examples much sooner (Xiao et al. 2021).
 
     A loaded `pos_embed` of another patch grid (a checkpoint trained at another image size) is resampled to this

@@ -106,7 +106,8 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     if not ckpt.is_file():
         raise ConfigError(
             f"--resume: {str(run_dir)!r} has no checkpoint to continue from ({str(ckpt)!r} does not exist): the run "
-            f"stopped before its first checkpoint. Start it again with --config {run_dir / 'config.yaml'}"
+            f"stopped before its first checkpoint. Start it again there with --config {run_dir / 'config.yaml'} "
+            f"--run-dir {run_dir}"
         )
     return run_dir, ckpt
 

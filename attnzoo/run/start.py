@@ -387,7 +387,7 @@ def _options(
     load, split into other heads, and compute another function; so are key/value heads that do not divide its heads.
     `sized_by`: the Hugging Face or timm checkpoint whose sizes (`other_sizes`: model.dim, model.depth above its own,
     ...) are refused as well, before the network is built (an attnzoo run's differing keys are named by the error of
-    the tensor that does not fit, `_differences`)."""
+    the tensor that does not fit, `differences`)."""
     from ..pretrained.converted import other_sizes
 
     model = cfg.section("model")
@@ -607,7 +607,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
             options=start.converted.options,
         )
     except ValueError as err:
-        hint = _differences(start, cfg)
+        hint = differences(start, cfg)
         raise ConfigError(f"model.init_from: {err}{hint} (set in {cfg.where('model.init_from')})") from None
     done = done._replace(dropped=[*start.converted.dropped, *done.dropped])  # the converter's too (a BERT's MLM head)
     log.info("model.init_from: %s: %s", start.converted.source, done.describe())
@@ -664,7 +664,7 @@ def _head_rows(state: dict[str, Any], order: list[int]) -> dict[str, Any] | None
     return {key: value[index] if key in rows else value for key, value in state.items()}
 
 
-def _differences(start: Start, cfg: Config) -> str:
+def differences(start: Start, cfg: Config) -> str:
     """For an attnzoo run: the model options (and the tokenizer) of this config that differ from the run's
     config.yaml; the head's label count may differ."""
     from ..pretrained import run_dir

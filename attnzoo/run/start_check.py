@@ -6,8 +6,9 @@ checkpoint the sizes, key/value heads and biases it cannot take (`start._options
 network from the checkpoint's architecture on the meta device (no memory, no weights), with the sizes the data would
 give taken from the checkpoint (its vocabulary, pad id, length or image size; a two-class head where it names none:
 the head starts new anyway), and runs what fit runs when it builds that network and copies the tensors in: the
-builder's own checks (`model.attention.num_kv_heads` that does not divide the checkpoint's heads) and the load hooks
-with `surgery.check_projections` (an attention kind whose projections the checkpoint does not hold: mla from a BERT).
+builder's own checks (`model.attention.num_kv_heads` that does not divide the checkpoint's heads) and `transfer` on
+meta tensors (a `model.depth` or width the run's checkpoint does not have, an attention kind whose projections the
+checkpoint does not hold: mla from a BERT).
 What depends on the data itself (a tokenizer's size against the embedding, the label set, a tensor of a data-given
 size) is left to fit.
 """
@@ -28,8 +29,8 @@ def check_start(cfg: Config, start: Start | None) -> None:
     import torch
 
     from ..models import MODELS
-    from ..pretrained import surgery
-    from ..pretrained.transfer import adapted
+    from ..pretrained.transfer import transfer
+    from .start import differences
 
     if start is None:
         return
@@ -49,13 +50,11 @@ def check_start(cfg: Config, start: Start | None) -> None:
     except (TypeError, RuntimeError, NotImplementedError) as err:  # an input only the data gives, an op meta lacks
         log.debug("model.init_from: the network was not built before the data (%s); fit checks it", err)
         return
-    for module in net.modules():  # as `transfer` does: load hooks that need the checkpoint's sizes
-        if hasattr(module, "expect_checkpoint"):
-            module.expect_checkpoint(dict(theirs))
     state = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in start.converted.state_dict.items()}
-    try:
-        surgery.check_projections(net, adapted(net, state), start.converted.source)
+    try:  # what `apply_start` runs, on meta tensors (nothing is copied): another depth or width, a projection
+        transfer(net, state, source=start.converted.source, options=theirs)
     except ValueError as err:  # as `apply_start` words it
-        raise ConfigError(f"model.init_from: {err} (set in {cfg.where('model.init_from')})") from None
+        hint = differences(start, cfg)
+        raise ConfigError(f"model.init_from: {err}{hint} (set in {cfg.where('model.init_from')})") from None
     except (RuntimeError, NotImplementedError) as err:  # a load hook's op that meta tensors lack
         log.debug("model.init_from: the checkpoint was not matched before the data (%s); fit checks it", err)

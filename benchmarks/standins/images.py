@@ -4,11 +4,13 @@
     python benchmarks/standins/images.py sklearn-digits OUT  # scikit-learn's 1,797 8x8 digits (load_digits)
     python benchmarks/standins/images.py glyphs OUT          # 10 symbols drawn in installed fonts, 64x64 RGB
     python benchmarks/standins/images.py shapes OUT          # 10 shapes over photographs, 64x64 RGB
+    python benchmarks/standins/images.py glyphs OUT --size 96  # the same at another side
 
 `mnist-folder` takes 100 train / 10 val / 10 test images per class (28x28 grey PNG) from the embedded MNIST subset
 attnzoo's ViT recipe trains on by default, `sklearn-digits` the UCI handwritten digits bundled in scikit-learn
 (8x8, 17 grey levels, scaled to 0-255): 60% train, 20% val, 20% test per class. `glyphs` and `shapes` are
-64x64 renders (`standins/renders.py`): 300 train / 60 val / 60 test per class. All are fixed by `--seed`.
+64x64 renders (`standins/renders.py`; `--size` another side): 300 train / 60 val / 60 test per class. All are fixed
+by `--seed`.
 """
 
 from __future__ import annotations
@@ -79,7 +81,11 @@ def main() -> None:
     p.add_argument("source", choices=sorted(SOURCES))
     p.add_argument("out", type=Path)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=int, default=64, help="glyphs and shapes: the side of the images rendered")
     args = p.parse_args()
+    import renders
+
+    renders.SIZE = args.size
     if args.out.exists() and any(args.out.iterdir()):
         sys.exit(f"{args.out} exists and is not empty")
     print(args.source, SOURCES[args.source](args.out, args.seed))

@@ -118,8 +118,28 @@ def test_conv_stem_keeps_the_patch_grid_and_trains():
     assert isinstance(stem, torch.nn.Sequential) and all(p.grad is not None for p in stem.parameters())
     with pytest.raises(ValueError, match=r"stem 'convs' is not one of \('patch', 'conv'\)"):
         ViT(img_size=32, patch_size=8, stem="convs")
-    with pytest.raises(ValueError, match=r"a conv stem needs a power-of-2 patch_size >= 2 \(model.patch_size\), got 6"):
-        ViT(img_size=36, patch_size=6, stem="conv")
+    with pytest.raises(ValueError, match=r"a conv stem needs a patch_size >= 2 \(model.patch_size\), got 1"):
+        ViT(img_size=36, patch_size=1, stem="conv")
+
+
+@pytest.mark.parametrize("patch, strides", [(8, [2, 2, 2]), (12, [2, 2, 3]), (28, [2, 2, 7]), (6, [2, 3]), (5, [5])])
+def test_a_conv_stem_of_any_patch_size_reads_its_patch_of_the_grid(patch, strides):
+    # a conv stem needed a power-of-2 patch: 96 px images (patch 12) and 224 px photos (patch 28) got none
+    from attnzoo.models.vit import ViT, stem_strides
+
+    assert stem_strides(patch) == strides
+    side = 4 * patch
+    net = ViT(img_size=side, patch_size=patch, in_chans=3, num_classes=2, embed_dim=32, depth=1, num_heads=2,
+              stem="conv").eval()  # fmt: skip
+    assert net.grid_size == (4, 4)
+    image = torch.randn(1, 3, side, side, requires_grad=True)
+    tokens = net.patch_embed(image)  # [1, 16, 32]
+    assert tokens.shape == (1, 16, 32)
+    tokens[0, 5].sum().backward()  # token 5 is patch (1, 1), pixels [patch, 2 * patch) of both sides
+    seen = image.grad[0].abs().sum(0) > 0
+    assert seen[patch : 2 * patch, patch : 2 * patch].all()  # every pixel of its patch
+    reach = seen.nonzero()
+    assert reach.min() > 0 and reach.max() < 3 * patch - 1  # and of its neighbours, at most the 3x3 convs' overlap
 
 
 def test_auto_stem_is_conv_only_for_larger_images_with_a_power_of_2_patch():

@@ -285,7 +285,7 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_
     (run_dir / "config.yaml").write_text(CONFIG_HEADER + load([VIT], TINY).to_yaml())  # what fit writes first
     code, err = _fit_main(["--resume", str(run_dir)], capsys)
     assert code == 2 and "stopped before its first checkpoint" in err, err
-    assert f"--config {run_dir / 'config.yaml'}" in err and "Traceback" not in err
+    assert f"--config {run_dir / 'config.yaml'} --run-dir {run_dir}" in err and "Traceback" not in err  # not a new dir
     # started again in the same directory: before, that was refused as a directory that "already holds a run"
     overrides = ["trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1"]
     code, err = _fit_main(["--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), *overrides], capsys)

@@ -3,11 +3,13 @@ the overrides to try.
 
 Two signs, checked after `epochs` epochs: the training loss has not fallen below chance (ln K for K classes: the
 model has not begun to fit its own training data: the learning rate or the data), or validation accuracy is still
-near chance (1/K) while the training loss fell (the model fits train but learns nothing that carries to val: the
-data, or augmentation that changes what the images show). While the learning rate is still warming up (it rose over
-the epoch), the check waits for the first epoch after, or the last: a loss near chance at a fraction of the learning
-rate is no sign (a text run of 23 steps an epoch is a third of the way through its 200 warmup steps after 3 epochs).
-Whether it has checked is saved in checkpoints, so a resumed run does not warn twice.
+near chance (1/K) while the training loss fell below `LOSS_FITS` of ln K (the model fits train but learns nothing
+that carries to val: the data, or augmentation that changes what the images show); a loss between the two has just
+begun to fall, and is checked again after the next epoch (a conv stem's val accuracy stayed at chance for 5 epochs
+of 26 while its loss fell from 2.30 to 2.15, then rose to 0.93). While the learning rate is still warming up (it
+rose over the epoch), the check waits for the first epoch after, or the last: a loss near chance at a fraction of the
+learning rate is no sign (a text run of 23 steps an epoch is a third of the way through its 200 warmup steps after 3
+epochs). Whether it has checked is saved in checkpoints, so a resumed run does not warn twice.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import lightning as L
 log = logging.getLogger("attnzoo")
 
 LOSS_AT_CHANCE = 0.97  # a mean training loss above this share of ln K has not begun to fall
+LOSS_FITS = 0.85  # below this share the model fits its training data: val accuracy near chance then is a sign
 ACC_NEAR_CHANCE = 1.5  # val accuracy below this many times 1/K is near chance
 
 
@@ -97,10 +100,12 @@ class LearningCheck(L.Callback):
         lr, last = _lr(trainer), (trainer.max_epochs or 0) > 0 and epochs >= trainer.max_epochs
         if lr is not None and self.start_lr is not None and lr > self.start_lr and not last:
             return  # the warmup is not over: check after the next epoch (or the last one)
+        loss, chance = sum(self.losses) / len(self.losses), math.log(k)
+        if LOSS_FITS * chance <= loss < LOSS_AT_CHANCE * chance and not last:
+            return  # the loss has begun to fall: val follows later (a conv stem's 96 px symbols: epoch 6)
         self.checked = True
         if not trainer.is_global_zero:  # under DDP: one warning, from the first process's batches
             return
-        loss, chance = sum(self.losses) / len(self.losses), math.log(k)
         if loss >= LOSS_AT_CHANCE * chance:
             lr = getattr(task, "optimizer_spec", {}).get("lr")  # as configured (the peak of the schedule)
             tell = (

@@ -486,3 +486,16 @@ def test_the_held_out_val_part_keeps_each_class_its_share_and_its_last_image_in_
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         ImageDataModule(dataset="folder", root=str(tmp_path / "ones"), img_size=8).setup()
     assert "are all in the held-out val part" in caplog.text
+
+
+@pytest.mark.parametrize("size, side", [((200, 150), 128), ((100, 100), 96), ((40, 300), 40), ((52, 52), 48)])
+def test_the_side_chosen_from_64_px_is_a_multiple_of_32_whose_patch_a_conv_stem_reads(tmp_path, size, side):
+    # 200x150 photos got 144 px and patch 18, read by a linear map: strided convolutions need a patch of 4k
+    from attnzoo.data.modules import defaults
+
+    _write_folder(tmp_path, n=3, size=size)
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.3)
+    data.setup()
+    assert data.img_size == side
+    stem = defaults.image_stem(side, defaults.auto_patch_size(side))[0]
+    assert stem == ("conv" if side >= 64 else "patch")

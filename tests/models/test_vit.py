@@ -142,7 +142,7 @@ def test_a_conv_stem_of_any_patch_size_reads_its_patch_of_the_grid(patch, stride
     assert reach.min() > 0 and reach.max() < 3 * patch - 1  # and of its neighbours, at most the 3x3 convs' overlap
 
 
-def test_auto_stem_is_conv_only_for_larger_images_with_a_power_of_2_patch():
+def test_auto_stem_is_conv_only_for_larger_images_with_a_patch_of_a_multiple_of_4():
     from attnzoo.data.modules import defaults
 
     def chosen(img_size):
@@ -153,8 +153,13 @@ def test_auto_stem_is_conv_only_for_larger_images_with_a_power_of_2_patch():
     assert chosen(28)["model.stem"][0] == "patch"  # small images: the linear patch embedding
     assert chosen(48)["model.stem"] == (
         "patch",
-        "patch 6 is not a power of 2 of at least 4, which strided convolutions need",
+        "patch 6 is not a multiple of 4, which two strided 3x3 convolutions need",
     )
+    assert chosen(96)["model.stem"] == (  # patch 12: it was the linear map, which learned 96 px symbols far later
+        "conv",
+        "96x96 images: strided convolutions (2 x 2 x 3) down to the 12-pixel patch grid",
+    )
+    assert chosen(224)["model.stem"][0] == "conv" and chosen(224)["model.patch_size"][0] == 28
     embedded = defaults.image_model(embedded=True, img_size=28, num_train=1000, batch_size=64)
     assert embedded["model.stem"][0] == "patch"
 

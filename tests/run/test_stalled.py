@@ -105,3 +105,24 @@ def test_under_ddp_only_the_first_process_warns(rank_zero, caplog):
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         check._check(trainer, SimpleNamespace(monitor="acc", optimizer_spec={"lr": 3e-3}), None)
     assert check.checked and ("not learning" in caplog.text) == rank_zero
+
+
+def test_val_at_chance_is_a_sign_once_the_model_fits_its_training_data_not_while_its_loss_begins_to_fall(caplog):
+    # a conv stem's run on 96 px symbols: val/acc 0.100 for epochs 1-4 while the loss fell from 2.30 to 2.16, then
+    # 0.49 at epoch 6 and 0.93 at the end; the check warned after epoch 3 that what it learns does not carry to val
+    from types import SimpleNamespace
+
+    from attnzoo.run.stalled import LearningCheck
+
+    check = LearningCheck(epochs=3)
+    data = SimpleNamespace(model_inputs=lambda: {"num_classes": 10})
+    task = SimpleNamespace(monitor="acc", optimizer_spec={"lr": 3e-3})
+    for epoch, loss in ((2, 2.16), (3, 2.0), (4, 1.2)):
+        check.losses = [loss] * 4
+        trainer = SimpleNamespace(datamodule=data, current_epoch=epoch, max_epochs=26, optimizers=[],
+                                  is_global_zero=True)  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="attnzoo"):
+            check._check(trainer, task, 0.1)
+        assert check.checked == (loss < 0.85 * 2.3026)
+    assert caplog.text.count("not learning") == 1 and "after 5 epochs val/acc is 0.100" in caplog.text
+    assert "while the training loss fell to 1.200" in caplog.text

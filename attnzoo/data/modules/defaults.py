@@ -95,14 +95,19 @@ def auto_patch_size(img_size: int) -> int:
 
 
 def image_stem(img_size: int, patch: int) -> tuple[str, str]:
-    """A convolutional stem for images larger than `TINY_IMAGE` whose patch is a power of 2 (>= 4): a linear map
-    of an 8x8 patch learned the 64 px stand-ins' symbols and shapes far later than strided 3x3 convolutions did
-    (benchmarks/results/images64.md); small images keep the linear patch embedding they learn well from."""
+    """A convolutional stem for images larger than `TINY_IMAGE` whose patch is a multiple of 4 (two strided 3x3
+    convolutions or more, `attnzoo.models.vit.stem_strides`): a linear map of an 8x8 patch learned the 64 px
+    stand-ins' symbols and shapes far later than strided 3x3 convolutions did, and of a 12x12 patch the 96 px
+    symbols (benchmarks/results/images64.md); small images keep the linear patch embedding they learn well from."""
     if img_size <= TINY_IMAGE:
         return "patch", f"{img_size}x{img_size} images: a linear map of each patch"
-    if patch < 4 or patch & (patch - 1):
-        return "patch", f"patch {patch} is not a power of 2 of at least 4, which strided convolutions need"
-    return "conv", f"{img_size}x{img_size} images: strided 3x3 convolutions down to the {patch}-pixel patch grid"
+    if patch % 4:
+        return "patch", f"patch {patch} is not a multiple of 4, which two strided 3x3 convolutions need"
+    from ...models.vit import stem_strides
+
+    strides = " x ".join(map(str, stem_strides(patch)))
+    why = f"{img_size}x{img_size} images: strided convolutions ({strides}) down to the {patch}-pixel patch grid"
+    return "conv", why
 
 
 def image_data(*, embedded: bool, img_size: int, drawing: bool = False, mixed_polarity: bool = False) -> Chosen:

@@ -343,9 +343,12 @@ class ImageDataModule(DataModule):
         (w, h), n = sizes.most_common(1)[0]
         side = min(w, h, 224)
         why = f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
-        if side > defaults.TINY_IMAGE and side % 8:  # an 8x8 patch grid needs a multiple of 8
-            side -= side % 8
-            why += f", resized to {side}x{side} (a multiple of 8)"
+        step = 32 if side >= 64 else 8  # an 8x8 patch grid needs a multiple of 8; a conv stem, patches of 4k
+        if side > defaults.TINY_IMAGE and side % step:
+            side -= side % step
+            why += f", resized to {side}x{side} (a multiple of {step}" + (
+                ": an 8x8 grid of patches whose side a convolutional stem divides)" if step == 32 else ")"
+            )
         grid = side // defaults.patch_size(side)
         if side <= defaults.TINY_IMAGE and side > 8 and grid < defaults.MIN_GRID:  # 31 px: only a 31-pixel patch
             side = next(s for s in range(side - 1, 7, -1) if s // defaults.patch_size(s) >= defaults.MIN_GRID)

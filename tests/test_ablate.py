@@ -359,6 +359,23 @@ def test_values_that_only_a_builder_would_refuse_stop_the_plan_before_any_run(ax
         plan([VIT], load_grid(grid), [], tmp_path / "out")
 
 
+@pytest.mark.parametrize(
+    "recipe, axis, values, message",
+    [
+        ("text_cls", "data.tokenizer", ["unigram", "bpee"], r"tokenizer=bpee,seed=0: data.tokenizer: unknown 'bpee'"),
+        ("text_cls", "data.tokenizer", ["bytes", "/no/tok.json"], r"data.tokenizer: no tokenizer file '/no/tok.json'"),
+        ("vit", "data.root", [None, "/no/images"], r"root=no_images,seed=0: data.root: directory '/no/images' does"),
+    ],
+)
+def test_what_fit_refuses_before_reading_data_stops_the_plan_before_any_run(recipe, axis, values, message, tmp_path):
+    # the dry run listed these variants, and the ablation trained the others before the bad one failed
+    fixed = {"data.dataset": "folder"} if axis == "data.root" else {}
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "fixed": fixed, "axes": {axis: values[1:]}}))
+    with pytest.raises(ConfigError, match=message):
+        plan([ROOT / "recipes" / f"{recipe}.yaml"], load_grid(grid), [], tmp_path / "out")
+
+
 def test_an_image_size_the_patch_size_does_not_divide_stops_the_plan_and_auto_picks_one_that_does(tmp_path):
     grid = tmp_path / "grid.yaml"
     grid.write_text(json.dumps({"seeds": [0], "fixed": {**TINY_VIT, "model.patch_size": 7},
@@ -616,3 +633,21 @@ def test_metric_against_throughput_names_close_variants_apart_in_a_legend(tmp_pa
         (line.get_color(), line.get_marker()) for line in figure.axes[0].get_lines() if line.get_marker() not in caps
     }
     assert len(marks) == len(names)  # each point told apart by its color and marker
+
+
+def test_an_out_folder_holding_the_users_own_report_is_refused_not_written_over(tmp_path, monkeypatch, capsys):
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]})
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes\n")
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(mine)]) == 2
+    assert "holds report.md that no ablation wrote" in capsys.readouterr().err
+    assert (mine / "report.md").read_text() == "my notes\n" and not (mine / "runs").exists()
+    out = tmp_path / "out"  # an ablation's own report is replaced by the next one
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out)]) == 0
+    assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out)]) == 0

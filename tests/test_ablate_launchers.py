@@ -593,3 +593,20 @@ def test_reports_and_job_scripts_replace_links_in_the_ablation_directory_never_w
     capsys.readouterr()
     assert main(args) == 2
     assert "slurm is a symbolic link" in capsys.readouterr().err and not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_run_left_to_an_orphaned_fit_counts_as_failed_for_the_exit_code(tmp_path):
+    # the run a live fit of a killed ablation still held was printed "failed", but ablate exited 0: its ablate.json
+    # stayed "running", and only "failed" records counted
+    from attnzoo.ablation.runner import failed_runs
+    from attnzoo.util.files import write_json
+
+    variants = [{"id": v} for v in ("held", "done", "broke")]
+    write_json(tmp_path / "ablation.json", {"variants": variants})
+    for v, status in (("held", "running"), ("done", "ok"), ("broke", "failed")):
+        (tmp_path / "runs" / v).mkdir(parents=True)
+        write_json(tmp_path / "runs" / v / "ablate.json", {"variant": v, "status": status})
+    write_json(tmp_path / "runs" / "done" / "summary.json", {"finished": True})
+    assert failed_runs(tmp_path) == ["held", "broke"]
+    write_json(tmp_path / "runs" / "held" / "summary.json", {"finished": True})  # the orphan finished: adopted
+    assert failed_runs(tmp_path) == ["broke"]

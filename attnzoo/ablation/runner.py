@@ -25,7 +25,7 @@ from ..run.lock import RunLock
 from ..util.files import write_json
 from ..util.imports import imports_allowed
 from .grid import Grid, Variant, inside, load_grid
-from .job import finished, read_record, run_one
+from .job import RUNNING, finished, read_record, run_one
 
 log = logging.getLogger("attnzoo")
 DEFAULTS = ["trainer.enable_progress_bar=false"]  # output goes to log files; the user's overrides can undo it
@@ -45,6 +45,10 @@ class Planned:
     paths: dict[str, Any] | None = None
     # what the run starts from: (model.init_from, model.timm_name, data.tokenizer), or None from scratch
     start: tuple[Any, Any, Any] | None = None
+
+
+# what an ablation writes into --out beside ablation.json and runs/ (`attnzoo.ablation.report`)
+REPORT_FILES = ("report.md", "report.csv", "runs.csv", "metric.png", "metric_vs_throughput.png")
 
 
 def check_gpus(runs: Sequence[Planned], gpus: int, flag: str) -> None:
@@ -82,7 +86,7 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
             f"overrides {clash} set keys that axes of the grid {grid.path} set again (an axis value replaces all of "
             "its key): vary them in the grid, or change the grid's values"
         )
-    from ..run.build import absolute_config_paths
+    from ..run.build import absolute_config_paths, check_before_data
 
     given_in = {o: f"grid {grid.path}, fixed" for o in grid.fixed_overrides()}
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
@@ -99,6 +103,8 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
             items = [*typed, *fixed]
             where |= {item: typed_cfg.where(key) for item, key in zip(fixed, paths, strict=True)}
             cfg = load(configs, items, given_in=where) if fixed else typed_cfg
+            if not cfg.section("model").get("init_from"):  # a start's variants: `check_starts`
+                check_before_data(cfg)  # a tokenizer, data folder or model option fit would refuse before its data
         except ConfigError as err:
             recipes = [Path(c).stem for c in configs]
             made_for = (
@@ -359,6 +365,12 @@ def _ablate(
     ]
     check_starts(configs, todo)
     before = _stored_plan(out)
+    theirs = [name for name in REPORT_FILES if (out / name).exists()] if not (out / "ablation.json").exists() else []
+    if theirs:  # a folder of the user's (no ablation.json: no ablation wrote these)
+        raise ConfigError(
+            f"--out {out} holds {', '.join(theirs)} that no ablation wrote (a file of yours?): the report would "
+            "replace them; give another --out (or a new folder)"
+        )
     keys = lambda axes: sorted(a.get("key") for a in axes.values() if isinstance(a, dict))  # noqa: E731
     if isinstance(before.get("axes"), dict) and keys(before["axes"]) != keys(info["axes"]):  # another study
         print(f"attnzoo ablate: {out} held an ablation over other axes ({keys(before['axes'])}, grid "
@@ -446,7 +458,16 @@ class _StopOnSignal:
 
 
 def failed_runs(out: Path) -> list[str]:
-    """Variant ids of the ablation in `out` whose last attempt failed."""
+    """Variant ids of the ablation in `out` whose last attempt failed, or that did not run because a fit of an
+    earlier ablation (killed, its fit left going) still holds the directory: once the launcher has ended, a record
+    still "running" without a finished run is one of those."""
     plan_file = out / "ablation.json"
     variants = json.loads(plan_file.read_text()).get("variants", []) if plan_file.is_file() else []
-    return [v["id"] for v in variants if read_record(out / "runs" / v["id"]).get("status") == "failed"]
+    records = {v["id"]: read_record(out / "runs" / v["id"]) for v in variants}
+    return [
+        v["id"]
+        for v in variants
+        if records[v["id"]].get("status") == "failed"
+        or records[v["id"]].get("status") == RUNNING
+        and not finished(out / "runs" / v["id"])
+    ]

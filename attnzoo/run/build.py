@@ -91,7 +91,7 @@ def build(
         **{k: v for k, v in started.items() if k not in start_data},  # model.init_from
     }
     if init and start is None:  # a new or resumed run (a finished one loaded, init=False, built already once)
-        check_net_before_data(cfg)
+        check_before_data(cfg)
     section = "data"
     try:
         data = build_data(cfg, preset)
@@ -128,6 +128,13 @@ def build(
 def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
     """The DataModule of `data:` (set up, so `model_inputs()` is ready); `preset` as in `build` (by default, the
     keys that size only the embedded data are left out when the data section reads files)."""
+    data = data_module(cfg, preset)
+    data.setup("fit")
+    return data
+
+
+def data_module(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
+    """The DataModule of `data:`, constructed (its own checks of its options run) and not set up: no file is read."""
     from ..data import DATAMODULES
 
     if preset is None:
@@ -139,9 +146,26 @@ def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
             opts.pop(key, None)
         else:
             opts[key] = value
-    data = DATAMODULES[opts.pop("kind")](**opts)
-    data.setup("fit")
-    return data
+    return DATAMODULES[opts.pop("kind")](**opts)
+
+
+def check_before_data(cfg: Config) -> None:
+    """What can be refused of a config before its data is read (ConfigError): the DataModule's own checks of its
+    options (a data.root that does not exist), a `data.tokenizer` that is no tokenizer, and the model builder's
+    (`check_net_before_data`). `build` runs it first; `ablate` runs it for every variant before the first run."""
+    from ..config import AUTO
+    from ..data.tokenizers.factory import check_tokenizer_spec
+
+    try:
+        data_module(cfg)
+        spec = cfg.section("data").get("tokenizer")
+        if isinstance(spec, str) and spec != AUTO:
+            check_tokenizer_spec(spec)
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    check_net_before_data(cfg)
 
 
 # ------------------------------------------------------------------------------------------------ resolving

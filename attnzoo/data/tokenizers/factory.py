@@ -61,11 +61,21 @@ def make_tokenizer(
         return TOKENIZERS[spec]()
     if spec.endswith(".json") or Path(spec).exists():
         return FileTokenizer(path=spec)
+    check_tokenizer_spec(spec)
+    raise AssertionError(spec)  # check_tokenizer_spec refused it
+
+
+def check_tokenizer_spec(spec: str) -> None:
+    """ValueError for a `data.tokenizer` value that names no tokenizer (neither a name, a subword kind nor an
+    existing file), before any text is read."""
+    if spec in TOKENIZERS or spec in KINDS or Path(spec).exists():
+        return
+    if spec.endswith(".json"):
+        FileTokenizer(path=spec)  # its error names the file that is not there
     valid = list(TOKENIZERS) + list(KINDS)
-    hint = suggest(spec, valid)
     raise ValueError(
         f"data.tokenizer: unknown {spec!r}; valid: {list(TOKENIZERS)}, a subword kind trained on the train split "
-        f"{list(KINDS)}, or a `tokenizers` .json file{hint}"
+        f"{list(KINDS)}, or a `tokenizers` .json file{suggest(spec, valid)}"
     )
 
 

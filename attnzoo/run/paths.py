@@ -43,14 +43,15 @@ def _files(value: Any) -> list[str] | None:
     return None
 
 
-def fingerprint(path: str | Path) -> dict[str, Any]:
+def fingerprint(path: str | Path, key: str = "data.root") -> dict[str, Any]:
     """A file's size and the sha256 of its first and last MiB: the same file moved or copied is known again without
-    reading all of a large corpus. A folder's (`data.root`): how many data files it holds and the sha256 of their
-    relative paths (`_listing`): no file is read or stat'ed, so a clip added, removed or moved to another class
-    folder shows, a file edited in place does not."""
+    reading all of a large corpus. A folder's: how many data files it holds and the sha256 of their relative paths
+    (`_listing`; for `data.root`, images and clips, from the folder entries alone: a clip added, removed or moved to
+    another class folder shows, a file edited in place does not; for a folder of texts, `data.train` of the
+    language models, its .txt files with their sizes)."""
     path = Path(path)
     if path.is_dir():
-        listing = sorted(_listing(path))
+        listing = sorted(_listing(path, texts=key != "data.root"))
         return {"files": len(listing), "sha256_listing": hashlib.sha256("\n".join(listing).encode()).hexdigest()}
     size = path.stat().st_size
     digest = hashlib.sha256()
@@ -62,16 +63,16 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
     return {"size": size, "sha256_ends": digest.hexdigest()}
 
 
-def _listing(root: Path) -> list[str]:
+def _listing(root: Path, *, texts: bool = False) -> list[str]:
     """The relative paths of the files under `root` that a data folder's readers take (images, WAV clips, Speech
-    Commands' lists), from the folder entries alone; what is not data is passed over: hidden and `NOT_DATA` names
-    (`attnzoo.data.formats.folders.hidden`), and runs and ablations written inside (`data.root=.`), which change as
-    they go."""
+    Commands' lists; with `texts`, .txt files, each with its size), from the folder entries alone; what is not data
+    is passed over: hidden and `NOT_DATA` names (`attnzoo.data.formats.folders.hidden`), and runs and ablations
+    written inside (`data.root=.`), which change as they go."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
     from ..data.formats.folders import hidden
 
-    suffixes = (*IMG_EXTENSIONS, ".wav")
+    suffixes = (".txt",) if texts else (*IMG_EXTENSIONS, ".wav")
     found, folders = [], [root]
     while folders:
         folder = folders.pop()
@@ -87,8 +88,9 @@ def _listing(root: Path) -> list[str]:
                 continue
             if entry.is_dir():
                 folders.append(Path(entry.path))
-            elif entry.name.lower().endswith(suffixes) or entry.name in LISTS:
-                found.append(Path(entry.path).relative_to(root).as_posix())
+            elif entry.name.lower().endswith(suffixes) or entry.name in LISTS and not texts:
+                name = Path(entry.path).relative_to(root).as_posix()
+                found.append(f"{name}\t{entry.stat().st_size}" if texts else name)
     return found
 
 
@@ -100,8 +102,8 @@ def record_data_files(data: Mapping[str, Any], run_dir: Path) -> None:
     record = {}
     for key in FILE_KEYS:
         files = _files(data.get(key))
-        if files and all(Path(f).is_file() or (key == "root" and Path(f).is_dir()) for f in files):
-            record[f"data.{key}"] = [{"path": f, **fingerprint(f)} for f in files]
+        if files and all(Path(f).exists() for f in files):  # a file, a data.root, a folder of texts
+            record[f"data.{key}"] = [{"path": f, **fingerprint(f, f"data.{key}")} for f in files]
     write_json(run_dir / DATA_FILES_RECORD, record)
 
 
@@ -113,12 +115,12 @@ def _recorded(run_dir: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def _same(path: str | Path, recorded: Any) -> bool:
-    """Whether `path` has the fingerprint of a `record_data_files` entry."""
+def _same(path: str | Path, recorded: Any, key: str) -> bool:
+    """Whether `path` has the fingerprint of a `record_data_files` entry of `key`."""
     if not isinstance(recorded, dict):
         return False
     try:
-        return fingerprint(path) == {k: v for k, v in recorded.items() if k != "path"}
+        return fingerprint(path, key) == {k: v for k, v in recorded.items() if k != "path"}
     except OSError:
         return False
 
@@ -141,12 +143,14 @@ def changed_data(run_dir: Path, data: Mapping[str, Any]) -> list[str]:
             path = Path(entry["path"])
             if not path.exists():
                 continue
-            was, is_ = entry, fingerprint(path)
+            was, is_ = entry, fingerprint(path, key)
             if is_ == {k: v for k, v in was.items() if k != "path"}:
                 continue
             if "files" in was and "files" in is_:
                 what = f"{was['files']} data files then, {is_['files']} now"
-                if was["files"] == is_["files"]:
+                if was["files"] == is_["files"] and key != "data.root":  # a folder of texts
+                    what = f"{is_['files']} text files, as then, edited or renamed"
+                elif was["files"] == is_["files"]:
                     what = f"{is_['files']} data files, as then, renamed or moved between its folders"
             elif "size" in was and "size" in is_:
                 what = f"{was['size']} bytes then, {is_['size']} now" if was["size"] != is_["size"] else "edited"
@@ -169,4 +173,4 @@ def moved_data(run_dir: Path, key: str, old: Any, new: Any) -> bool:
     news = _files(new)
     if not isinstance(recorded, list) or not news or len(news) != len(recorded) or not gone(old):
         return False
-    return all(_same(n, r) for n, r in zip(news, recorded, strict=True))
+    return all(_same(n, r, key) for n, r in zip(news, recorded, strict=True))

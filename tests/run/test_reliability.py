@@ -716,3 +716,29 @@ def test_a_data_folder_is_fingerprinted_by_the_data_files_it_lists(tmp_path, mon
     (root / "cat" / "b.wav").rename(root / "dog" / "a.wav")
     root.rename(tmp_path / "moved")  # a moved folder is known again, as a moved file is
     assert moved_data(run_dir, "data.root", str(root), str(tmp_path / "moved"))
+
+
+def test_a_folder_of_texts_is_fingerprinted_by_its_text_files_and_their_sizes(tmp_path):
+    # a language model's data.train folder was not recorded: a text added since was trained on at resume, silently,
+    # and the folder moved elsewhere could not be given where it is now
+    from attnzoo.run.paths import changed_data, moved_data, record_data_files
+
+    texts = tmp_path / "corpus"
+    (texts / "part").mkdir(parents=True)
+    (texts / "a.txt").write_text("one text\n")
+    (texts / "part" / "b.txt").write_text("another\n")
+    (texts / "notes.md").write_text("not read\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record_data_files({"train": str(texts)}, run_dir)
+    (texts / "notes.md").write_text("still not read\n")
+    assert changed_data(run_dir, {"train": str(texts)}) == []
+    (texts / "c.txt").write_text("a third\n")
+    assert changed_data(run_dir, {"train": str(texts)}) == [f"data.train: {texts} (2 data files then, 3 now)"]
+    (texts / "c.txt").unlink()
+    (texts / "a.txt").write_text("one text, longer now\n")
+    assert changed_data(run_dir, {"train": str(texts)}) == [f"data.train: {texts} (2 text files, as then, edited or "
+                                                            "renamed)"]  # fmt: skip
+    (texts / "a.txt").write_text("one text\n")
+    texts.rename(tmp_path / "moved")
+    assert moved_data(run_dir, "data.train", str(texts), str(tmp_path / "moved"))

@@ -160,6 +160,17 @@ def changed_data(run_dir: Path, data: Mapping[str, Any]) -> list[str]:
     return changed
 
 
+def scored_on_train(data: Mapping[str, Any]) -> list[str]:
+    """The splits ("val", "test") whose file is the train file (a path that resolves to data.train's): a copy-paste
+    slip that leaves nothing held out. Translation's own warning says it of val (`TranslationDataModule`); the
+    language models refuse it."""
+    train = data.get("train")
+    if not isinstance(train, str) or not Path(train).is_file():
+        return []
+    splits = ("test",) if data.get("kind") == "translation" else ("val", "test")
+    return [s for s in splits if isinstance(data.get(s), str) and _resolved([data[s]]) == _resolved([train])]
+
+
 def gone(value: Any) -> bool:
     """Whether a data option names files (or folders) none of which is here any more."""
     files = _files(value)

@@ -742,3 +742,23 @@ def test_a_folder_of_texts_is_fingerprinted_by_its_text_files_and_their_sizes(tm
     (texts / "a.txt").write_text("one text\n")
     texts.rename(tmp_path / "moved")
     assert moved_data(run_dir, "data.train", str(texts), str(tmp_path / "moved"))
+
+
+def test_a_test_file_that_is_the_train_file_is_warned_about_before_training(tmp_path, caplog):
+    # data.test=train.csv (a copy-paste slip) scored test/acc on the training texts, without a word
+    from attnzoo.run.paths import scored_on_train
+
+    lines = ["text,label"] + [f"{w} film number {i},{w}" for i, w in enumerate(["good", "bad"] * 10)]
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "val.csv").write_text("\n".join(lines[:5]) + "\n")
+    train = str(tmp_path / "train.csv")
+    given = [f"data.train={train}", f"data.val={tmp_path / 'val.csv'}", f"data.test={train}", "model.dim=16",
+             "model.depth=1", "trainer.max_epochs=1", "run.baseline=false"]  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        fit(load([ROOT / "recipes" / "text_cls.yaml"], given), run_dir=tmp_path / "run")
+    assert "data.test is the train file: its metrics are scored on examples the model trains on" in caplog.text
+    assert "data.val is" not in caplog.text
+    relative = {"kind": "translation", "train": train, "val": train, "test": str(tmp_path / ".." / tmp_path.name /
+                "train.csv")}  # fmt: skip
+    assert scored_on_train(relative) == ["test"]  # translation says it of val itself
+    assert scored_on_train({"kind": "text", "train": train, "val": train}) == ["val"]

@@ -499,3 +499,17 @@ def test_the_side_chosen_from_64_px_is_a_multiple_of_32_whose_patch_a_conv_stem_
     assert data.img_size == side
     stem = defaults.image_stem(side, defaults.auto_patch_size(side))[0]
     assert stem == ("conv" if side >= 64 else "patch")
+
+
+def test_an_image_size_set_far_above_the_images_is_warned_about_with_the_memory_of_a_batch(tmp_path, caplog):
+    # data.img_size=4096 for 96 px images: the run was killed for memory in its first validation, without a word
+    _write_folder(tmp_path, n=3, size=(96, 80))
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=160, val_fraction=0.3).setup()
+    assert "img_size" not in caplog.text  # less than twice the side: fine
+    big = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=4096, val_fraction=0.3, batch_size=64)
+    big.in_chans = 3  # as setup finds it; setup itself would go on to resize the images to 4096 px
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        big._check_given_size(big._load()["train"])
+    assert "data.img_size 4096 is 43x the largest side of the images (96 px, of 6 looked at)" in caplog.text
+    assert "a batch of 64 is 12.0 GiB of pixels before the model" in caplog.text

@@ -309,6 +309,8 @@ class ImageDataModule(DataModule):
         if self.img_size is None:
             self.img_size, why = self._common_size(raw["train"])
             self.chosen["data.img_size"] = (self.img_size, why)
+        else:
+            self._check_given_size(raw["train"])
         in_memory = self._to_memory(raw)
         self._choose_augmentation(raw["train"])
         self.splits = {s: _Dicts(d, self._transform(train=s == "train", in_memory=in_memory)) for s, d in raw.items()}
@@ -319,6 +321,34 @@ class ImageDataModule(DataModule):
         to them by name."""
         self.setup()
         return [save_class_names(run_dir, self.class_names, str(self.root) if self.root is not None else self.dataset)]
+
+    def _check_given_size(self, data: Dataset) -> None:
+        """Warn when a `data.img_size` set by hand is far above the images' own sides (upscaling adds no detail,
+        while memory and time grow with the square of the side: 4096 px for 96 px images was killed for memory),
+        with what a batch of such images takes before the model."""
+        base, index = (data.dataset, data.indices) if isinstance(data, Subset) else (data, None)
+        samples = getattr(base, "samples", None)
+        if not samples:
+            return
+        from PIL import Image
+
+        from ..formats.image_io import oriented_size
+
+        paths = [samples[i][0] for i in index] if index is not None else [path for path, _ in samples]
+        largest = 0
+        for path in paths[:: max(1, len(paths) // 200)]:  # ~200 headers: no pixel is decoded
+            try:
+                with Image.open(path) as img:
+                    largest = max(largest, *oriented_size(img))
+            except OSError:
+                continue
+        if largest and self.img_size > 2 * largest:
+            batch = self.batch_size * self.in_chans * self.img_size**2 * 4 / 2**30
+            log.warning("data.img_size %d is %.0fx the largest side of the images (%d px, of %d looked at): "
+                        "upscaling adds no detail, and memory and time grow with the square of the side (a batch "
+                        "of %d is %.1f GiB of pixels before the model); leave data.img_size out for the images' own",
+                        self.img_size, self.img_size / largest, largest, min(len(paths), 200), self.batch_size,
+                        batch)  # fmt: skip
 
     def _common_size(self, data: Dataset) -> tuple[int, str]:
         """The side of the most common image size (the shorter side, at most 224), and why."""

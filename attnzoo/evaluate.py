@@ -174,6 +174,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         # so in evaluate's words (not fit's run.test warning, `attnzoo.run.splits.test_split`)
         split = "val"
         results = trainer.test(run.task, dataloaders=run.data.val_dataloader(), verbose=False)
+    hint = _whole_folder_hint(run, split, asked)
     loader = run.data.val_dataloader() if split == "val" else run.data.test_dataloader()  # to count its examples
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     data = run.cfg.section("data")
@@ -186,6 +187,8 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         "overrides": list(overrides),
         "metrics": metrics,
     }
+    if hint:
+        report["hint"] = hint
     if getattr(run.task, "examples", None):  # a sequence task's examples (also logged); the run's own files stay
         report["examples"] = run.task.examples
     name = checkpoint if checkpoint in ("best", "last") else checkpoint_name(run_dir, Path(run.checkpoint))
@@ -196,6 +199,20 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
         report["not_written"] = f"{path}: {err.strerror or err}"
     report["path"] = str(path)
     return report
+
+
+def _whole_folder_hint(run: Any, split: str, asked: str) -> str | None:
+    """For an image or audio folder without split folders scored on its val part in place of a test split: that
+    only the files the run's rule holds out were scored, and how to score every one (put them under test/)."""
+    root = run.cfg.section("data").get("root")
+    if split == asked or run.data_kind not in ("audio", "image") or not isinstance(root, str):
+        return None
+    from .data.formats.folders import split_folders
+
+    if split_folders(Path(root)):
+        return None
+    return (f"{root} has no split folders: only the part the run's rule holds out for val was scored; to score every "
+            f"file, put the class folders under {Path(root) / 'test'}/ and give data.root={root}")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     why = "the data has no test examples: " if report["split"] != args.split else ""  # test/* metrics of val
     scored = f"{why}the {report['split']} split{size} scored with {report['checkpoint']}"
     print(f"attnzoo evaluate: {scored}", file=sys.stderr)
+    if "hint" in report:
+        print(f"attnzoo evaluate: {report['hint']}", file=sys.stderr)
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
     if "not_written" in report:

@@ -223,6 +223,12 @@ def test_an_image_run_whose_folder_moved_is_told_what_draws_without_it(tmp_path)
         evaluate(run, "best", "test", [], [])
     assert f"The run's data '{tmp_path / 'imgs'}' is not here" in str(err.value), err.value
     assert "`viz <run> --input <image>` draws one input without them" in str(err.value)
+    assert "`evaluate <run> data.root=<folder>` scores the folder where it is now" in str(err.value)
+    # a folder of class folders alone: its held-out val part is scored, and the report says how to score all of it
+    report = evaluate(run, "best", "test", [], [f"data.root={tmp_path / 'moved' / 'train'}"])
+    assert report["split"] == "val" and report["split_examples"] == 1
+    assert f"put the class folders under {tmp_path / 'moved' / 'train' / 'test'}/" in report["hint"]
+    assert "hint" not in evaluate(run, "best", "test", [], [f"data.root={tmp_path / 'moved'}"])  # val/: scored whole
     # classes given in the config are the run's own, and a fixed tokenizer gives the same ids anywhere
     text_cfg = load([ROOT / "recipes" / "text_cls.yaml"], ["data.train=t.csv", "data.labels=[a, b]",
                                                            "data.tokenizer=bytes"])  # fmt: skip

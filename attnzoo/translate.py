@@ -96,9 +96,10 @@ class Translator:
             raise ConfigError(f"--beam ({self.beam}) must be >= 1")
         vocab = self.tok.vocab_size
         if self.beam > vocab:  # memory and time grow with the beam: 100,000 ran for minutes on one sentence
+            given = f"--beam ({self.beam})" if beam is not None else f"the run's task.beam_size ({self.beam}; --beam N)"
             raise ConfigError(
-                f"--beam ({self.beam}) is more than the model's vocabulary ({vocab} tokens), the most different "
-                "continuations a beam can keep; beams of 4-10 are usual"
+                f"{given} is more than the model's vocabulary ({vocab} tokens), the most different continuations a "
+                "beam can keep; beams of 4-10 are usual"
             )
         from .run.inference import context_length
 

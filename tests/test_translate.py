@@ -109,6 +109,11 @@ def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys):
     err = capsys.readouterr().err
     assert f"--beam ({vocab + 1}) is more than the model's vocabulary ({vocab} tokens)" in err, err
     assert translate_main([str(translation_run), "--text", "twelve", "--beam", str(vocab)]) == 0
+    # task.beam_size past the vocabulary: fit trained and tested with it, then translate named a --beam not given
+    cfg = load([ROOT / "recipes" / "translation.yaml"])
+    cfg = load([ROOT / "recipes" / "translation.yaml"], [*smoke_overrides(cfg), *PINNED, f"task.beam_size={vocab + 1}"])
+    with pytest.raises(ConfigError, match=rf"task.beam_size \({vocab + 1}\) is more than the model's vocabulary"):
+        build(cfg)
 
 
 def test_a_data_option_that_would_resize_the_trained_model_is_named(translation_run, lm_run, capsys):

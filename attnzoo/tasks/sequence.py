@@ -198,6 +198,13 @@ class Seq2SeqTask(_SequenceTask):
     ) -> None:
         super().__init__(net=net, optimizer=optimizer, scheduler=scheduler, num_examples=num_examples)
         self.check_config(dict(label_smoothing=label_smoothing, beam_size=beam_size))
+        table = getattr(getattr(net, "embed", None), "embed", None)  # Seq2Seq's shared token table
+        vocab = table.num_embeddings if isinstance(table, nn.Embedding) else None
+        if vocab is not None and beam_size > vocab:  # the test's beam search, and translate's, would refuse it
+            raise ValueError(
+                f"task.beam_size ({beam_size}) is more than the model's vocabulary ({vocab} tokens), the most "
+                "different continuations a beam can keep; beams of 4-10 are usual"
+            )
         if max_new_tokens is not None and not 1 <= max_new_tokens <= max_len:
             raise ValueError(f"task.max_new_tokens ({max_new_tokens}) must be in [1, max_len ({max_len})]")
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id

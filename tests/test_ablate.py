@@ -651,3 +651,25 @@ def test_an_out_folder_holding_the_users_own_report_is_refused_not_written_over(
     out = tmp_path / "out"  # an ablation's own report is replaced by the next one
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out)]) == 0
     assert main(["--config", str(VIT), "--grid", str(grid), "--out", str(out)]) == 0
+
+
+def test_a_finished_run_on_data_that_changed_since_is_refused_not_reported_beside_the_others(tmp_path):
+    # the train file cut to half after seed 0 finished: --seeds 0 1 ran seed 1 on it and reported both as one row
+    from attnzoo.run.paths import record_data_files
+
+    text = ROOT / "recipes" / "text_cls.yaml"
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"model.depth": [1]}}))
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\nsome words,x\nother words,y\nmore words,x\n")
+    (run,) = plan([text], load_grid(grid), [f"data.train={train}"], tmp_path / "out")
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "config.yaml").write_text(load([text], run.overrides).to_yaml())
+    record_data_files({"train": str(train)}, run.run_dir)
+    (run.run_dir / "summary.json").write_text('{"finished": true}')
+    (run.run_dir / "ablate.json").write_text(json.dumps({"config_sha": run.config_sha, "status": "ok"}))
+    assert status(run) == "ok"
+    train.write_text("text,label\nsome words,x\nother words,y\n")
+    with pytest.raises(ConfigError, match=rf"made from data that changed since \(data.train: {re.escape(str(train))} "
+                                          r"\(\d+ bytes then, \d+ now\)\); use another --out"):  # fmt: skip
+        status(run)

@@ -168,6 +168,19 @@ def _same_files(run: Planned) -> bool:
     return True
 
 
+def _changed_data(run_dir: Path) -> list[str]:
+    """The data files and folders of a finished run (its config.yaml's) whose fingerprint is not the one it recorded
+    (`attnzoo.run.paths.changed_data`)."""
+    from ..config import read_yaml
+    from ..run.paths import changed_data
+
+    try:
+        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True).get("data")
+    except (ConfigError, OSError, ValueError, AttributeError):
+        return []
+    return changed_data(run_dir, data) if isinstance(data, dict) else []
+
+
 def status(run: Planned) -> str:
     """The run's state: ok, failed or missing (never started, or interrupted).
 
@@ -190,6 +203,12 @@ def status(run: Planned) -> str:
             raise ConfigError(
                 f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config "
                 f"({what}); use another --out, or delete that run directory to run it again"
+            )
+        changed = _changed_data(run.run_dir)
+        if changed:  # the same config, other data: its numbers would sit beside runs on the data as it is now
+            raise ConfigError(
+                f"{run.run_dir} holds a finished run of variant {run.variant.id} made from data that changed since "
+                f"({'; '.join(changed)}); use another --out, or delete that run directory to run it again"
             )
         return "ok"  # fit writes summary.json last: it finished, and the ablation stopped before recording it
     return "failed" if record.get("status") == "failed" and same else "missing"

@@ -673,3 +673,34 @@ def test_a_finished_run_on_data_that_changed_since_is_refused_not_reported_besid
     with pytest.raises(ConfigError, match=rf"made from data that changed since \(data.train: {re.escape(str(train))} "
                                           r"\(\d+ bytes then, \d+ now\)\); use another --out"):  # fmt: skip
         status(run)
+
+
+_DATA_FIT = """
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+run_dir = Path(args[args.index("--run-dir") + 1])
+easy = "data.max_len=64" in args
+baseline = {"features": "text", "model": "logistic regression", "test/acc": 0.9 if easy else 0.5}
+summary = {"test": {"test/acc": 0.7}, "best": {"path": "x", "val/acc": 0.7}, "baseline": baseline}
+(run_dir / "summary.json").write_text(json.dumps(summary))
+"""
+
+
+def test_baselines_of_other_data_are_reported_apart_not_averaged(tmp_path, monkeypatch):
+    # a grid over two datasets reported one baseline row, the mean of 0.9 on one and 0.5 on the other
+    import attnzoo.ablation.runner as module
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", _DATA_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    text = ROOT / "recipes" / "text_cls.yaml"
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"data.max_len": [48, 64], "model.depth": [1, 2]}}))
+    out = ablate([text], grid, tmp_path / "out")
+    report = (out / "report.md").read_text()
+    assert "baseline: text + logistic regression (max_len=48)* | *0.5000" in report, report
+    assert "baseline: text + logistic regression (max_len=64)* | *0.9000" in report
+    assert json.loads((out / "ablation.json").read_text())["data_axes"] == ["max_len"]
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"model.depth": [1, 2]}}))  # one dataset: one baseline row
+    out = ablate([text], grid, tmp_path / "one", ["data.max_len=64"])
+    assert "baseline: text + logistic regression* | *0.9000" in (out / "report.md").read_text()

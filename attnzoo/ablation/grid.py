@@ -68,7 +68,7 @@ class Grid:
 
     def keys(self) -> set[str]:
         """Every config key an axis sets."""
-        return {k for axis, values in self.axes.items() for k in (_set_keys(values) if is_named(axis) else [axis])}
+        return {k for axis, values in self.axes.items() for k in (set_keys(values) if is_named(axis) else [axis])}
 
     def variants(self, default_seed: int = 0) -> list[Variant]:
         """Every combination of the axes, times the seeds, in grid order (the last axis varies fastest)."""
@@ -101,7 +101,7 @@ def inside(key: str, outer: str) -> bool:
     return key == outer or key.startswith(outer + ".")
 
 
-def _set_keys(values: dict[str, Any]) -> list[str]:
+def set_keys(values: dict[str, Any]) -> list[str]:
     return sorted({k for overrides in values.values() for k in overrides})
 
 
@@ -242,7 +242,7 @@ def load_grid(path: str | Path) -> Grid:
     both = sorted(f"{f} (axis key {k})" for f in fixed for k in grid.keys() if inside(str(f), k))
     if both:
         raise _fail(path, f"fixed: {both} set again by the axes (an axis value replaces all of its key)")
-    own = {axis: _set_keys(values) if is_named(axis) else [axis] for axis, values in axes.items()}
+    own = {axis: set_keys(values) if is_named(axis) else [axis] for axis, values in axes.items()}
     counts = [k for keys in own.values() for k in keys]
     twice = sorted({k for k in counts if counts.count(k) > 1})
     if twice:

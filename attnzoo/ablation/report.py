@@ -148,8 +148,26 @@ def collect(
             if s.get("parameters") is not None:
                 row.parameters.append(int(s["parameters"]))
             row.backends.update(s.get("attention_backends") or {})
-    found = baseline_row(rows.values(), metric)
-    return info, [*rows.values(), *([found] if found else [])], metric, mode
+    found = baseline_rows(list(rows.values()), metric, info.get("data_axes") or [])
+    return info, [*rows.values(), *found], metric, mode
+
+
+def baseline_rows(rows: list[Row], metric: str | None, data_axes: Sequence[str]) -> list[Row]:
+    """The baseline's rows: one over every run, or, where axes of the grid change the data (`data_axes`: a dataset
+    axis, data.max_len), one for each of their values, named by them: baselines of other data are not averaged."""
+    if not data_axes:
+        found = baseline_row(rows, metric)
+        return [found] if found else []
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for row in rows:
+        groups.setdefault(tuple(str(row.values.get(a)) for a in data_axes), []).append(row)
+    out = []
+    for values, group in groups.items():
+        found = baseline_row(group, metric)
+        if found is not None:
+            found.name += f" ({', '.join(f'{a}={v}' for a, v in zip(data_axes, values, strict=True))})"
+            out.append(found)
+    return out
 
 
 def baseline_row(rows: Any, metric: str | None) -> Row | None:

@@ -348,6 +348,18 @@ def _stored_plan(out: Path) -> dict[str, Any]:
     return stored if isinstance(stored, dict) else {}
 
 
+def data_axes(grid: Grid) -> list[str]:
+    """The labels of the axes that set a `data.*` key (a dataset, data.max_len): the data, so the baseline, differs
+    between their values."""
+    from .grid import is_named, set_keys
+
+    return [
+        grid.labels[axis]
+        for axis, values in grid.axes.items()
+        if any(k.startswith("data.") for k in (set_keys(values) if is_named(axis) else [axis]))
+    ]
+
+
 def variant_records(runs: Sequence[Planned]) -> list[dict[str, Any]]:
     """The `variants` of ablation.json (what its report covers): id, name, axis values and seed of each run."""
     return [
@@ -377,6 +389,7 @@ def _ablate(
         "metric": grid.metric,
         "mode": grid.mode,
         "variants": variant_records(runs),
+        "data_axes": data_axes(grid),  # the report's baseline: one per value of these
     }
     states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was
     todo = [

@@ -704,3 +704,19 @@ def test_baselines_of_other_data_are_reported_apart_not_averaged(tmp_path, monke
     grid.write_text(json.dumps({"seeds": [0], "axes": {"model.depth": [1, 2]}}))  # one dataset: one baseline row
     out = ablate([text], grid, tmp_path / "one", ["data.max_len=64"])
     assert "baseline: text + logistic regression* | *0.9000" in (out / "report.md").read_text()
+
+
+def test_a_grid_made_for_other_recipes_is_said_before_any_run(tmp_path, monkeypatch, capsys):
+    # text_cls with the lm grid (metric test/ppl) trained all 5 runs, then failed on a metric no run reports
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = ROOT / "configs" / "ablations" / "lm_position.yaml"
+    args = ["--config", str(ROOT / "recipes" / "text_cls.yaml"), "--grid", str(grid), "--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    warned = err.index(f"warning: the grid {grid} is made for the recipes ['lm']")
+    assert warned < err.index("[1/") and "its metric 'test/ppl' may be one this recipe does not report" in err
+    assert "?." not in err  # "did you mean 'test/loss'?. Correct the grid"

@@ -126,7 +126,7 @@ def collect(
         reported = [k for k in reported if "/" in k]
         raise ConfigError(
             f"metric {metric!r} (the grid's metric:) is in no finished run's summary; they report {reported}"
-            f"{suggest(metric, reported)}. Correct the grid and run the same command again (finished runs are "
+            f"{suggest(metric, reported)}; correct the grid and run the same command again (finished runs are "
             "reused), or --report-only with --grid"
         )
     mode = info.get("mode") or ("min" if metric and any(w in metric for w in LOWER_IS_BETTER) else "max")

@@ -409,6 +409,12 @@ def _ablate(
               f"{before.get('grid')}); its report is replaced by this grid's (the runs of both stay in runs/)",
               file=sys.stderr)  # fmt: skip
     write_json(out / "ablation.json", info)
+    recipes = [Path(c).stem for c in configs]
+    if todo and grid.recipes and not set(recipes) & set(grid.recipes):  # a config of another name may be one of them
+        print(f"attnzoo ablate: warning: the grid {grid_path} is made for the recipes {grid.recipes}, and the config "
+              f"is {', '.join(map(str, configs))}"
+              + (f": its metric {grid.metric!r} may be one this recipe does not report" if grid.metric else ""),
+              file=sys.stderr)  # fmt: skip
     done = sum(s == "ok" for s in states.values())
     print(f"attnzoo ablate: {len(runs)} runs, {done} finished, {len(todo)} to run -> {out}", file=sys.stderr)
     ended, warned = 0, False

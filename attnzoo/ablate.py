@@ -120,9 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 grid = load_grid(args.grid)
                 grid.seeds = args.seeds or grid.seeds  # every seed of the grid, not only the last command's --seeds
                 runs = plan(args.config, grid, args.overrides, out)
-                stored = _stored_seeds(out) - {r.variant.seed for r in runs}
-                if stored and not args.seeds:  # and those an earlier --seeds ran beyond them
-                    grid.seeds = sorted({r.variant.seed for r in runs} | stored)
+                # without --seeds: the seeds that ran, of the grid's and those an earlier --seeds ran beyond them (a
+                # grid seed no command ran is not a row of missing runs)
+                ran = {r.variant.seed for r in runs if r.run_dir.exists()} | _stored_seeds(out)
+                if ran and not args.seeds and ran != {r.variant.seed for r in runs}:
+                    grid.seeds = sorted(ran)
                     runs = plan(args.config, grid, args.overrides, out)
                 variants = variant_records(runs)
                 print(write_report(out, grid.metric, grid.mode, variants), file=sys.stderr)

@@ -720,3 +720,18 @@ def test_a_grid_made_for_other_recipes_is_said_before_any_run(tmp_path, monkeypa
     warned = err.index(f"warning: the grid {grid} is made for the recipes ['lm']")
     assert warned < err.index("[1/") and "its metric 'test/ppl' may be one this recipe does not report" in err
     assert "?." not in err  # "did you mean 'test/loss'?. Correct the grid"
+
+
+def test_report_only_reports_the_seeds_that_ran_not_a_grid_seed_no_command_ran(tmp_path, monkeypatch):
+    # a grid of seeds [0, 1] run with --seeds 0: --report-only made every row "1/2 ok, 1 missing"
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]}, seeds=(0, 1))
+    out = tmp_path / "out"
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out)]
+    assert main([*args, "--seeds", "0"]) == 0 and main([*args, "--report-only"]) == 0
+    report = (out / "report.md").read_text()
+    assert "over seeds [0]" in report and "missing" not in report, report

@@ -143,21 +143,44 @@ def changed_data(run_dir: Path, data: Mapping[str, Any]) -> list[str]:
             path = Path(entry["path"])
             if not path.exists():
                 continue
-            was, is_ = entry, fingerprint(path, key)
-            if is_ == {k: v for k, v in was.items() if k != "path"}:
-                continue
-            if "files" in was and "files" in is_:
-                what = f"{was['files']} data files then, {is_['files']} now"
-                if was["files"] == is_["files"] and key != "data.root":  # a folder of texts
-                    what = f"{is_['files']} text files, as then, edited or renamed"
-                elif was["files"] == is_["files"]:
-                    what = f"{is_['files']} data files, as then, renamed or moved between its folders"
-            elif "size" in was and "size" in is_:
-                what = f"{was['size']} bytes then, {is_['size']} now" if was["size"] != is_["size"] else "edited"
-            else:
-                what = "a file then, a folder now" if "size" in was else "a folder then, a file now"
-            changed.append(f"{key}: {path} ({what})")
+            what = _difference(entry, path, key)
+            if what is not None:
+                changed.append(f"{key}: {path} ({what})")
     return changed
+
+
+def _difference(was: Mapping[str, Any], path: Path, key: str) -> str | None:
+    """How `path` differs from the `record_data_files` entry `was` of `key` (None: it does not)."""
+    is_ = fingerprint(path, key)
+    if is_ == {k: v for k, v in was.items() if k != "path"}:
+        return None
+    if "files" in was and "files" in is_:
+        if was["files"] == is_["files"] and key != "data.root":  # a folder of texts
+            return f"{is_['files']} text files, as then, edited or renamed"
+        if was["files"] == is_["files"]:
+            return f"{is_['files']} data files, as then, renamed or moved between its folders"
+        return f"{was['files']} data files then, {is_['files']} now"
+    if "size" in was and "size" in is_:
+        return (
+            f"{was['size']} bytes then, {is_['size']} now"
+            if was["size"] != is_["size"]
+            else "the same size, other content"
+        )
+    return "a file then, a folder now" if "size" in was else "a folder then, a file now"
+
+
+def unlike_recorded(run_dir: Path, key: str, new: Any) -> str | None:
+    """For data given elsewhere on a resume (`new`, one file or folder), how it differs from the one the run
+    recorded (None: the same, or nothing to compare)."""
+    recorded, news = _recorded(run_dir).get(key), _files(new)
+    if not isinstance(recorded, list) or len(recorded) != 1 or not news or len(news) != 1:
+        return None
+    if not isinstance(recorded[0], dict) or not Path(news[0]).exists():
+        return None
+    try:
+        return _difference(recorded[0], Path(news[0]), key)
+    except OSError:
+        return None
 
 
 def scored_on_train(data: Mapping[str, Any]) -> list[str]:

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from ..config import AUTO, Config, ConfigError, load, read_yaml
 from ..util.files import runs_in, write_json
-from .paths import DATA_FILES_RECORD, moved_data, same_path
+from .paths import DATA_FILES_RECORD, moved_data, same_path, unlike_recorded
 from .paths import gone as gone_files
 
 log = logging.getLogger("attnzoo")
@@ -201,11 +201,13 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
         shown = "; ".join(f"{k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in refused)
         away = [k for k in refused if k in DATA_FILES and gone_files(changes[k][0])]
         back = " ".join(f"{k}={json.dumps(changes[k][0])}" for k in refused if changes[k][0] != unset and k not in away)
+        unlike = {k: what for k in away if (what := unlike_recorded(run_dir, k, changes[k][1])) is not None}
         moved_note = (
             f" The run's {', '.join(away)} is not where it was any more: put it back there, or give it where it is now "
             f"(known again by its size and content where the run recorded them in {DATA_FILES_RECORD})."
-            if away else ""
-        )  # fmt: skip
+            if away
+            else ""
+        ) + "".join(f" {changes[k][1]} ({k}) is not the data the run trained on: {what}." for k, what in unlike.items())
         started = "model.init_from" in refused  # its config.yaml holds what its start set (tokenizer, sizes)
         start_note = (
             " model.init_from names the weights a new run starts from: a resume continues from the run's own"

@@ -587,6 +587,11 @@ def test_a_run_resumes_from_its_data_files_where_they_moved_and_not_from_other_f
                                              moved[1]]), resume=run_dir)  # fmt: skip
     assert "data.train is not where it was any more: put it back there, or give it where it is now" in str(err.value)
     assert f"data.train={tmp_path / 'old'}" not in str(err.value)  # no hint to a path that is gone
+    # said of the file given: it is there, and it is not the run's (the hint asked for what had been done)
+    assert (
+        f"{tmp_path / 'other.csv'} (data.train) is not the data the run trained on: the same size, other content."
+        in str(err.value)
+    )
     with caplog.at_level(logging.INFO, logger="attnzoo"):
         fit(load([run_dir / "config.yaml"], ["trainer.max_epochs=2", *moved]), resume=run_dir)
     assert _summary(run_dir)["epochs"] == 2 and f"resume: data.train moved: {tmp_path / 'old'}" in caplog.text

@@ -82,6 +82,19 @@ def test_held_out_documents_and_no_leakage(tmp_path, caplog):
     assert again.docs == dm.docs and torch.equal(again.datasets["val"].stream, dm.datasets["val"].stream)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_held_out_part_stays_near_its_share_beside_a_few_long_documents(tmp_path, seed):
+    # two lines of a corpus as long as the rest together: a draw that reached one made val about half the corpus
+    docs = _docs(300) + ["long line " + "word " * 2000, "another long line " + "word " * 2000]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(docs))
+    dm = LMDataModule(train=str(path), documents="lines", vocab_size=200, block_size=16, seed=seed)
+    dm.setup()
+    chars = {k: sum(len(d) for d in v) for k, v in dm.docs.items()}
+    for split in ("val", "test"):
+        assert 0.02 < chars[split] / sum(chars.values()) < 0.08, (split, chars)
+
+
 def test_remove_seen_paragraphs():
     train = ["alpha\n\nbeta", "gamma"]
     kept, removed = remove_seen_paragraphs(["beta\n\ndelta", "gamma", "epsilon"], train)

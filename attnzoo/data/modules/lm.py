@@ -325,23 +325,22 @@ class LMDataModule(DataModule):
         order = list(range(len(docs)))
         random.Random(self.seed).shuffle(order)
         total = sum(len(d) for d in docs)
-        held, start = {}, 0
+        held, left = {}, order
         for split in missing:
-            want, taken, chars = getattr(self, f"{split}_fraction") * total, [], 0
-            while start < len(order) and (not taken or chars < want):
-                taken.append(order[start])
-                chars += len(docs[order[start]])
-                start += 1
+            want = getattr(self, f"{split}_fraction") * total
+            taken = _near_share(left, [len(d) for d in docs], want)
             held[split] = [docs[i] for i in sorted(taken)]
             self.sources[split] = f"{self.sources['train']} (held-out {split} part)"
-        if start >= len(order):
+            chosen = set(taken)
+            left = [i for i in left if i not in chosen]
+        if not left:
             unit = "each non-blank line is one" if self.documents == "lines" else "each file is one"
             raise ValueError(
                 f"{self.sources['train']}: too few documents ({len(docs)}) to hold out {' and '.join(missing)}: give "
                 f"{' and '.join(f'data.{m}=<file>' for m in missing)}, or more documents (data.documents="
                 f"{self.documents!r}: {unit})"
             )
-        train = [docs[i] for i in sorted(order[start:])]
+        train = [docs[i] for i in sorted(left)]
         self.sources["train"] += " (train part)"
         return held, train
 
@@ -411,3 +410,24 @@ class LMDataModule(DataModule):
                 "block_size": self.block_size,
             },
         )
+
+
+def _near_share(order: list[int], sizes: list[int], want: float) -> list[int]:
+    """Documents of `order` (a shuffled draw) whose sizes add up to about `want`: taken in turn, passing over one
+    that would carry the sum past 1.5 `want` (two long lines of a corpus made half of it val); in turn regardless
+    when those left are all that long. At least one."""
+    taken, total = [], 0
+    for i in order:
+        if total >= want:
+            break
+        if total + sizes[i] <= 1.5 * want:
+            taken.append(i)
+            total += sizes[i]
+    if not taken or total < 0.5 * want:  # the documents are long against the share: whole ones, in turn
+        taken, total = [], 0
+        for i in order:
+            if taken and total >= want:
+                break
+            taken.append(i)
+            total += sizes[i]
+    return taken

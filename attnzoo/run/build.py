@@ -171,6 +171,9 @@ def check_before_data(cfg: Config) -> None:
 # ------------------------------------------------------------------------------------------------ resolving
 
 
+CHOSEN_BY_DATA = "the run, chosen from the data (auto, logged)"  # where a resolved config says a proposal was set
+
+
 def resolve(
     cfg: Config,
     data: Any,
@@ -184,16 +187,18 @@ def resolve(
     from ..models import MODELS
     from ..tasks import TASKS
 
-    values = {**chosen, **_proposals(cfg, data, fixed), **fixed}
+    proposed = _proposals(cfg, data, fixed)
+    values = {**chosen, **proposed, **fixed}
     inputs = data.model_inputs()
     tree = OmegaConf.to_container(cfg.tree, resolve=True)
     for key, value in values.items():
         _set(tree, key, value)
+    origins = {**cfg.origins, **dict.fromkeys([k for k in proposed if k not in fixed], CHOSEN_BY_DATA)}
     for section, table in (("model", MODELS), ("task", TASKS)):
         fn = table[tree[section]["kind"]]
         for key, value in _filled(cfg, section, tree[section], fn, inputs).items():
             _set(tree, f"{section}.{key}", value)
-    resolved = Config(OmegaConf.create(tree), cfg.origins)
+    resolved = Config(OmegaConf.create(tree), origins)
     validate(resolved)  # the chosen values, checked as if the config had set them
     return resolved
 

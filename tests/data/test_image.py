@@ -513,3 +513,17 @@ def test_an_image_size_set_far_above_the_images_is_warned_about_with_the_memory_
         big._check_given_size(big._load()["train"])
     assert "data.img_size 4096 is 43x the largest side of the images (96 px, of 6 looked at)" in caplog.text
     assert "a batch of 64 is 12.0 GiB of pixels before the model" in caplog.text
+
+
+def test_a_patch_that_does_not_divide_the_side_chosen_from_the_images_names_the_data_as_its_source(tmp_path):
+    # "does not divide the images' side, 96 px (set in recipes/vit.yaml)": the recipe leaves it null; the images chose
+    from pathlib import Path
+
+    from attnzoo.config import ConfigError, load
+    from attnzoo.run import build
+
+    _write_folder(tmp_path, n=3, size=(96, 96))
+    vit = Path(__file__).resolve().parents[2] / "recipes" / "vit.yaml"
+    cfg = load([vit], ["data.dataset=folder", f"data.root={tmp_path}", "model.patch_size=200"])
+    with pytest.raises(ConfigError, match=r"the images' side, 96 px \(set in the run, chosen from the data \(auto"):
+        build(cfg)

@@ -139,7 +139,7 @@ def image_data(*, embedded: bool, img_size: int, drawing: bool = False, mixed_po
     safe = (
         "safe",
         f"{img_size}x{img_size} {kind}: one mild operation per image, none that can change a label (no solarize, "
-        "posterize or invert; shifts and rotations of at most 10% / 15 degrees)",
+        "posterize or equalize; shifts and rotations of at most 10% / 15 degrees)",
     )
     return {
         "data.augment": (True, f"{img_size}x{img_size} {kind}: random-resized crops"),

@@ -250,10 +250,12 @@ def visualize(
     head_fusion: str = "mean",
     split: str = "val",
     count: int = 4,
+    overrides: Sequence[str] = (),
 ) -> list[Path]:
     """Draw the attention of a run on one input; returns the files written.
 
-    Without an input, example `index` of `split` is drawn. Runs of models with cross-attention (the text-image
+    Without an input, example `index` of `split` is drawn; `overrides` (data.* key=value) say where the run's data
+    is now. Runs of models with cross-attention (the text-image
     recipe) also get, for `count` examples of `split` from example `index`, where each word looks in the image
     (`<out>/cross_attention/`).
     """
@@ -278,7 +280,7 @@ def visualize(
     if input_path is not None and kind is not None and kind not in INPUTS:
         raise ConfigError(f"--input: runs with data kind {kind!r} take no input files yet; valid: {sorted(INPUTS)}")
     alone = one_input and kind in (*CLASSIFIERS, "translation")  # read without the run's data
-    run = load_run(run_dir, checkpoint, with_data=not alone, classifiers=True)
+    run = load_run(run_dir, checkpoint, (), overrides, with_data=not alone, classifiers=True)
     run.task.eval()  # inference: no dropout, and no SpecAugment masks on the spectrogram drawn under the maps
     data, net, kind = run.data if run.data is not None else RunInputs.of(run), run.net, run.data_kind
     cross_index = index if input_path is None and text is None else 0  # the --index example first
@@ -481,7 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--head-fusion", default="mean", choices=("mean", "max", "min"), help="rollout: how heads combine")
     p.add_argument("--split", default="val", choices=("val", "test"), help="the split --index counts in")
     p.add_argument("--count", type=int, default=4, help="cross-attention maps: how many examples (text-image runs)")
-    args = p.parse_args(argv)
+    p.add_argument("overrides", nargs="*", help="data.* overrides: where the run's data is now, e.g. data.root=DIR")
+    args = p.parse_intermixed_args(argv)
+    other = [o for o in args.overrides if not o.startswith("data.") or "=" not in o]
+    if other:
+        p.error(f"{other[0]!r}: viz takes data.* overrides (key=value: where the run's data is now, data.root=DIR)")
     allow_imports(args.allow_imports)
     try:
         check_rank_format()  # before Lightning is imported: it reads the rank variables then
@@ -503,6 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             head_fusion=args.head_fusion,
             split=args.split,
             count=args.count,
+            overrides=args.overrides,
         )
     except (ConfigError, ValueError) as err:
         print(f"attnzoo viz: error: {err}", file=sys.stderr)

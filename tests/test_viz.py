@@ -601,3 +601,20 @@ def test_an_image_without_its_normalization_is_stretched_alike_in_every_channel(
     image[0], image[1] = 1.0, -1.0  # red: the first channel high, the others low
     shown = image_canvas(image, (2, 2)).background
     assert shown[..., 0].min() == 1.0 and shown[..., 1].max() == 0.0 and (shown[..., 2] == 0.5).all()
+
+
+def test_an_example_of_a_moved_image_folder_is_drawn_where_it_is_now(tmp_path, capsys):
+    # viz --index of a run whose folder moved could only be told to put the data back: data.root=<new> was refused
+    data = _image_folder(tmp_path / "data")
+    run = tmp_path / "run"
+    run.mkdir()
+    _saved_run(run, VIT, ["data.dataset=folder", f"data.root={data}", *TINY, "model.patch_size=8",
+                          "run.baseline=false"])  # fmt: skip
+    data.rename(tmp_path / "moved")
+    assert main([str(run), "--index", "1", "--out", str(tmp_path / "out")]) == 2
+    assert "`viz <run> data.root=<folder>` draws its examples" in capsys.readouterr().err
+    assert main([str(run), "--index", "0", f"data.root={tmp_path / 'moved'}", "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "rollout.png").is_file()
+    with pytest.raises(SystemExit):
+        main([str(run), "model.depth=3"])
+    assert "viz takes data.* overrides" in capsys.readouterr().err

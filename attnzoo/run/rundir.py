@@ -428,7 +428,8 @@ def _gone_data_hint(data: dict[str, Any], blocked: str | None = None, given: set
     if data.get("kind") in VIZ_ALONE:
         ways.insert(-1, f"`viz <run> {VIZ_ALONE[data['kind']]}` draws one input without them")
     if isinstance(data.get("root"), str) and "data.root" not in given:  # an image or audio folder
-        ways.insert(0, "`evaluate <run> data.root=<folder>` scores the folder where it is now, or another")
+        ways.insert(0, "`evaluate <run> data.root=<folder>` scores the folder where it is now, or another (and "
+                       "`viz <run> data.root=<folder>` draws its examples)")  # fmt: skip
     shown = ", ".join(map(repr, gone))
     return f". The run's data {shown} is not here (a run from elsewhere, or the data moved since): {'; '.join(ways)}"
 

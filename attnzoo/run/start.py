@@ -683,7 +683,11 @@ def differences(start: Start, cfg: Config) -> str:
     now["data.tokenizer"] = cfg.section("data").get("tokenizer")
     if start.converted.tokenizer is not None and now["data.tokenizer"] == str(start.converted.tokenizer):
         now["data.tokenizer"] = before["data.tokenizer"]  # the run's own tokenizer.json: the same ids
-    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k) and k != "num_classes")
+    keys = sorted(  # an option the run has not (a classifier's pooling from an MLM run) is this config's own
+        k
+        for k in set(before) | set(now)
+        if before.get(k) != now.get(k) and k != "num_classes" and (before.get(k) is not None or k.startswith("data."))
+    )
     if not keys:
         return ""
     shown = ", ".join(

@@ -92,6 +92,7 @@ def test_a_classifier_of_another_width_names_the_mlm_runs_config(mlm_run, files)
     with pytest.raises(ConfigError) as err:
         build(load([TEXT], overrides))
     assert "'embed.weight' is [" in str(err.value) and "model.dim (16 there, 32 here)" in str(err.value)
+    assert "model.pooling" not in str(err.value)  # "(None there, 'mean' here)": the classifier's own, not a difference
 
 
 def test_an_mlm_run_starts_no_other_model_kind(mlm_run):

@@ -362,6 +362,9 @@ def _tokenizer(cfg: Config, converted: Any) -> dict[str, Any]:
     if spec in ("auto", None, *KINDS) or (other_run and not theirs):
         log.info("data.tokenizer: %r -> %s (the tokenizer model.init_from's weights were trained with)", spec,
                  converted.tokenizer)  # fmt: skip
+        if cfg.typed("data.vocab_size"):  # the size of a vocabulary learned here: none is
+            log.warning("data.vocab_size (set in %s) is not used: the tokenizer is model.init_from's, %s",
+                        cfg.where("data.vocab_size"), converted.tokenizer)  # fmt: skip
         return {"data.tokenizer": str(converted.tokenizer)}
     if not theirs:
         log.warning(

@@ -86,6 +86,18 @@ def test_the_loaded_encoder_is_the_mlm_runs_to_the_bit(mlm_run, files):
     assert not any(k.startswith("mlm_head.") for k in own)
 
 
+def test_a_vocabulary_size_typed_for_a_start_with_its_own_tokenizer_is_said_to_be_unused(mlm_run, files, caplog):
+    # data.vocab_size=500 was dropped without a word, and config.yaml kept 500 beside the run's 2,000-token tokenizer
+    import logging
+
+    train, val = files
+    overrides = [*COMMON, f"data.train={train}", f"data.val={val}", "run.baseline=false", f"model.init_from={mlm_run}",
+                 "data.vocab_size=500"]  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        build(load([TEXT], overrides))
+    assert "data.vocab_size (set in the command line" in caplog.text and "is not used: the tokenizer is" in caplog.text
+
+
 def test_a_classifier_of_another_width_names_the_mlm_runs_config(mlm_run, files):
     train, val = files
     overrides = [*COMMON, f"data.train={train}", f"data.val={val}", f"model.init_from={mlm_run}", "model.dim=32"]

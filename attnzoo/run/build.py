@@ -91,7 +91,7 @@ def build(
         **{k: v for k, v in started.items() if k not in start_data},  # model.init_from
     }
     if init and start is None:  # a new or resumed run (a finished one loaded, init=False, built already once)
-        check_before_data(cfg)
+        check_before_data(cfg, preset)
     section = "data"
     try:
         data = build_data(cfg, preset)
@@ -149,7 +149,7 @@ def data_module(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
     return DATAMODULES[opts.pop("kind")](**opts)
 
 
-def check_before_data(cfg: Config) -> None:
+def check_before_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> None:
     """What can be refused of a config before its data is read (ConfigError): the DataModule's own checks of its
     options (a data.root that does not exist), a `data.tokenizer` that is no tokenizer, and the model builder's
     (`check_net_before_data`). `build` runs it first; `ablate` runs it for every variant before the first run."""
@@ -157,8 +157,8 @@ def check_before_data(cfg: Config) -> None:
     from ..data.tokenizers.factory import check_tokenizer_spec
 
     try:
-        data_module(cfg)
-        spec = cfg.section("data").get("tokenizer")
+        data_module(cfg, preset)  # `preset` as `build` gives it: a resumed run's own copy of its tokenizer file
+        spec = (preset or {}).get("data.tokenizer", cfg.section("data").get("tokenizer"))
         if isinstance(spec, str) and spec != AUTO:
             check_tokenizer_spec(spec)
     except ConfigError:

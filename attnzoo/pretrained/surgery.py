@@ -102,7 +102,10 @@ def changes(
     added: Counter[str] = Counter()
     masked: Counter[str] = Counter()
     fresh = set(new)
+    kept: set[str] = set()  # the bias and rotary names the network's attention layers hold
     for prefix, layer in attention_layers(net):
+        for table, held in ((BIASES, layer.bias), (ROTARY, layer.rotary)):
+            kept.update(n for n, cls in table.items() if held is not None and type(held) is cls)
         # a decoder's own causal mask is no change (nor its part of a pattern intersected with it); a named pattern
         # made of parts (BigBird) is named whole
         named = layer.pattern is None or type(layer.pattern) in PATTERNS.values()
@@ -152,6 +155,10 @@ def changes(
         lines.append(f"kind {kind!r} in place of {source_kind!r} in {_layers(n)}: {what}{how}; it {keeps}")
     for what, n in added.items():
         lines.append(f"{what} added in {_layers(n)} (it has no tensors); it changes the function")
+    for part, table in (("bias", BIASES), ("rotary", ROTARY)):  # the checkpoint's, that no layer holds any more
+        for name in sorted(n for n in source_biases if n in table and n not in kept):
+            lines.append(f"{part} {name!r} of the checkpoint removed from every attention layer; it changes the "
+                         "function")  # fmt: skip
     for what, n in masked.items():
         lines.append(f"{what} added in {_layers(n)} (it masks scores, no tensors); it changes the function where a "
                      "query would read keys it leaves out")  # fmt: skip

@@ -185,7 +185,12 @@ def test_the_pretrained_text_grids_alibi_variants_differ_from_a_rotary_start(rop
             attention = cfg.section("model")["attention"]
             assert attention["bias"] == "alibi"
             rotary[variant.values["attention"]] = attention.get("rotary")
-            assert (task.net.encoder.blocks[0].attn.rotary is None) == (variant.values["attention"] == "alibi_only")
+            only = variant.values["attention"] == "alibi_only"
+            assert (task.net.encoder.blocks[0].attn.rotary is None) == only
+            # the start's record said "bias 'alibi' added" alone for both: the rotary positions dropped were not named
+            said = task.net.started_from["attention"]
+            assert ("rotary 'rope' of the checkpoint removed from every attention layer; it changes the function" in
+                    said) == only, said  # fmt: skip
     assert rotary["alibi"] == "rope" and rotary["alibi_only"] in (None, "none")
 
 

@@ -269,7 +269,8 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
         if row.name in scored_val and not every:
             value += " †"
         if row.baseline:
-            lines.append(f"| *{row.name}* | *{value}* | - | - | - | - | scikit-learn | {len(row.metric)} runs |")
+            runs = f"{len(row.metric)} run{'' if len(row.metric) == 1 else 's'}"
+            lines.append(f"| *{row.name}* | *{value}* | - | - | - | - | scikit-learn | {runs} |")
             continue
         if row.metric and means[row.name] == top:
             name, value = f"**{name}**", f"**{value}**"

@@ -369,11 +369,21 @@ def test_values_that_only_a_builder_would_refuse_stop_the_plan_before_any_run(ax
 )
 def test_what_fit_refuses_before_reading_data_stops_the_plan_before_any_run(recipe, axis, values, message, tmp_path):
     # the dry run listed these variants, and the ablation trained the others before the bad one failed
+    from attnzoo.ablate import main
+    from attnzoo.ablation.runner import ablate
+
     fixed = {"data.dataset": "folder"} if axis == "data.root" else {}
     grid = tmp_path / "grid.yaml"
     grid.write_text(json.dumps({"seeds": [0], "fixed": fixed, "axes": {axis: values[1:]}}))
+    config = ROOT / "recipes" / f"{recipe}.yaml"
+
+    class Never:
+        def launch(self, *args):
+            raise AssertionError("a run began")
+
     with pytest.raises(ConfigError, match=message):
-        plan([ROOT / "recipes" / f"{recipe}.yaml"], load_grid(grid), [], tmp_path / "out")
+        ablate([config], grid, tmp_path / "out", launcher=Never())
+    assert main(["--config", str(config), "--grid", str(grid), "--out", str(tmp_path / "o"), "--dry-run"]) == 2
 
 
 def test_an_image_size_the_patch_size_does_not_divide_stops_the_plan_and_auto_picks_one_that_does(tmp_path):
@@ -735,3 +745,22 @@ def test_report_only_reports_the_seeds_that_ran_not_a_grid_seed_no_command_ran(t
     assert main([*args, "--seeds", "0"]) == 0 and main([*args, "--report-only"]) == 0
     report = (out / "report.md").read_text()
     assert "over seeds [0]" in report and "missing" not in report, report
+
+
+def test_the_report_of_finished_runs_is_written_where_their_data_is_gone(tmp_path, monkeypatch):
+    # runs copied from a cluster, or the data moved since: --report-only was refused, "data.root: directory ... does
+    # not exist" (only runs still to run are checked against their data)
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", FAKE_FIT, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    images = tmp_path / "imgs"
+    for name in ("a", "b"):
+        (images / name).mkdir(parents=True)
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]})
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(tmp_path / "out"), "data.dataset=folder",
+            f"data.root={images}"]  # fmt: skip
+    assert main(args) == 0
+    images.rename(tmp_path / "elsewhere")
+    assert main([*args, "--report-only"]) == 0 and main(args) == 0  # every run finished: nothing to check

@@ -86,7 +86,7 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
             f"overrides {clash} set keys that axes of the grid {grid.path} set again (an axis value replaces all of "
             "its key): vary them in the grid, or change the grid's values"
         )
-    from ..run.build import absolute_config_paths, check_before_data
+    from ..run.build import absolute_config_paths
 
     given_in = {o: f"grid {grid.path}, fixed" for o in grid.fixed_overrides()}
     base = load(configs, [*DEFAULTS, *grid.fixed_overrides(), *overrides], given_in=given_in)
@@ -103,8 +103,6 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
             items = [*typed, *fixed]
             where |= {item: typed_cfg.where(key) for item, key in zip(fixed, paths, strict=True)}
             cfg = load(configs, items, given_in=where) if fixed else typed_cfg
-            if not cfg.section("model").get("init_from"):  # a start's variants: `check_starts`
-                check_before_data(cfg)  # a tokenizer, data folder or model option fit would refuse before its data
         except ConfigError as err:
             recipes = [Path(c).stem for c in configs]
             made_for = (
@@ -124,18 +122,28 @@ def plan(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], ou
 
 
 def check_starts(configs: Sequence[str | Path], runs: Sequence[Planned]) -> None:
-    """Check every run of `runs` that starts from a checkpoint (`model.init_from`) as fit would before reading its
-    data (`attnzoo.run.start.read_start`, `attnzoo.run.start_check.check_start`), reading each checkpoint (with its
-    timm name and tokenizer) once: one that cannot start a variant (no tokenizer.json, another architecture, a head
-    count or attention kind the weights do not fit) stops the ablation (or its dry run) before any run begins, not
-    that run after others finished."""
+    """Check every run of `runs` (those to run) as fit would before reading its data: a run from scratch with
+    `attnzoo.run.build.check_before_data` (a data.tokenizer that names none, a data folder that is not there, a model
+    option its builder refuses); one that starts from a checkpoint (`model.init_from`) with
+    `attnzoo.run.start.read_start` and `attnzoo.run.start_check.check_start`, reading each checkpoint (with its timm
+    name and tokenizer) once (no tokenizer.json, another architecture, a head count or attention kind the weights do
+    not fit). Each stops the ablation (or its dry run) before any run begins, not that run after others finished;
+    finished runs are not checked (their report is written where their data is gone)."""
+    from ..run.build import check_before_data
     from ..run.start import convert_start, read_start
     from ..run.start_check import check_start
 
     read: dict[tuple[Any, Any, Any], Any] = {}  # run.start -> the converted checkpoint
     level = log.level
-    for run in runs:
+    for i, run in enumerate(runs):
         if run.start is None:
+            log.setLevel(max(level, logging.WARNING) if i else level)  # what the data module says: once
+            try:
+                check_before_data(load(configs, run.overrides))
+            except ConfigError as err:
+                raise ConfigError(f"variant {run.variant.id}: {err}") from err
+            finally:
+                log.setLevel(level)
             continue
         # what the start chooses is logged for the first variant of each checkpoint; warnings for every one
         log.setLevel(max(level, logging.WARNING) if run.start in read else level)

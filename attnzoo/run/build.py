@@ -95,6 +95,8 @@ def build(
     section = "data"
     try:
         data = build_data(cfg, preset)
+        if init and "data.img_size" not in preset and hasattr(data, "check_given_size"):  # a size the config set
+            data.check_given_size()
         fixed = fixed_options(start, data.model_inputs(), cfg)
         _normalized_as(data, fixed, cfg)
         cfg = resolve(cfg, data, chosen, fixed)
@@ -129,6 +131,7 @@ def build_data(cfg: Config, preset: Mapping[str, Any] | None = None) -> Any:
     """The DataModule of `data:` (set up, so `model_inputs()` is ready); `preset` as in `build` (by default, the
     keys that size only the embedded data are left out when the data section reads files)."""
     data = data_module(cfg, preset)
+    data.given = _given(cfg, data, set(auto_keys(cfg)))  # what setup's choices follow (a patch size set)
     data.setup("fit")
     return data
 
@@ -288,6 +291,11 @@ def _auto_precision(cfg: Config) -> dict[str, Any]:
     return {"trainer.precision": value}
 
 
+def _given(cfg: Config, data: Any, wanted: set[str]) -> dict[str, Any]:
+    """{key: value} of the DataModule's `AUTO_KEYS` that the config sets, not to `auto` (`wanted`)."""
+    return {k: v for k in data.AUTO_KEYS if k not in wanted and (v := OmegaConf.select(cfg.tree, k)) is not None}
+
+
 def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[str, Any]:  # noqa: B006 (read only)
     """What the data proposes and the config takes: its own `data.*` choices and a value for each key the config
     sets to `auto` among its `AUTO_KEYS`, each logged; keys in `fixed` (what pretrained weights need) are neither
@@ -296,8 +304,7 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
 
     wanted = set(auto_keys(cfg)) - set(fixed)
     data.processes = planned_processes(cfg.section("trainer"))  # the epoch budgets count steps over all of them
-    set_keys = [k for k in data.AUTO_KEYS if k not in wanted]
-    data.given = {k: v for k in set_keys if (v := OmegaConf.select(cfg.tree, k)) is not None} | dict(fixed)
+    data.given = _given(cfg, data, wanted) | dict(fixed)
     proposed = data.auto_values()
     undeclared = sorted(k for k in proposed if not k.startswith("data.") and k not in data.AUTO_KEYS)
     if undeclared:

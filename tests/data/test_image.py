@@ -504,13 +504,15 @@ def test_the_side_chosen_from_64_px_is_a_multiple_of_32_whose_patch_a_conv_stem_
 def test_an_image_size_set_far_above_the_images_is_warned_about_with_the_memory_of_a_batch(tmp_path, caplog):
     # data.img_size=4096 for 96 px images: the run was killed for memory in its first validation, without a word
     _write_folder(tmp_path, n=3, size=(96, 80))
+    fine = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=160, val_fraction=0.3)
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
-        ImageDataModule(dataset="folder", root=str(tmp_path), img_size=160, val_fraction=0.3).setup()
+        fine.setup()
+        fine.check_given_size()
     assert "img_size" not in caplog.text  # less than twice the side: fine
     big = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=4096, val_fraction=0.3, batch_size=64)
-    big.in_chans = 3  # as setup finds it; setup itself would go on to resize the images to 4096 px
+    big.in_chans, big._raw_train = 3, big._load()["train"]  # as setup leaves them (it would resize to 4096 px)
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
-        big._check_given_size(big._load()["train"])
+        big.check_given_size()
     assert "data.img_size 4096 is 43x the largest side of the images (96 px, of 6 looked at)" in caplog.text
     assert "a batch of 64 is 12.0 GiB of pixels before the model" in caplog.text
 
@@ -527,3 +529,41 @@ def test_a_patch_that_does_not_divide_the_side_chosen_from_the_images_names_the_
     cfg = load([vit], ["data.dataset=folder", f"data.root={tmp_path}", "model.patch_size=200"])
     with pytest.raises(ConfigError, match=r"the images' side, 96 px \(set in the run, chosen from the data \(auto"):
         build(cfg)
+
+
+def test_a_patch_size_set_keeps_the_side_of_a_multiple_of_8_that_it_divides(tmp_path):
+    # 120 px images with model.patch_size=10 built at 120 px; rounded to 96 for a conv stem, the patch was refused
+    from pathlib import Path
+
+    from attnzoo.config import load
+    from attnzoo.run import build
+
+    _write_folder(tmp_path, n=3, size=(120, 120))
+    vit = Path(__file__).resolve().parents[2] / "recipes" / "vit.yaml"
+    folder = ["data.dataset=folder", f"data.root={tmp_path}", "model.depth=1", "run.baseline=false"]
+    data, task, cfg = build(load([vit], [*folder, "model.patch_size=10"]))
+    assert cfg.section("data")["img_size"] == 120 and task.net.grid_size == (12, 12)
+    data, task, cfg = build(load([vit], folder))  # the patch left to auto: 96 px, 12-pixel patches, a conv stem
+    assert cfg.section("data")["img_size"] == 96 and cfg.section("model")["stem"] == "conv"
+
+
+def test_a_side_set_by_a_starts_weights_is_not_warned_about_as_one_set_by_hand(tmp_path, caplog):
+    # a 96 px timm ViT fine-tuned on 32 px images: "data.img_size 96 is 3x ... leave data.img_size out", which it was
+    from pathlib import Path
+
+    import timm
+
+    from attnzoo.config import load
+    from attnzoo.run import build
+
+    _write_folder(tmp_path / "imgs", n=3, size=(32, 32))
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=96, depth=1, num_classes=10)
+    torch.save(net.state_dict(), tmp_path / "vit_tiny_patch16_96.pth")
+    vit = Path(__file__).resolve().parents[2] / "recipes" / "vit.yaml"
+    folder = ["data.dataset=folder", f"data.root={tmp_path / 'imgs'}", "run.baseline=false", "data.batch_size=4"]
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        build(load([vit], [*folder, f"model.init_from={tmp_path / 'vit_tiny_patch16_96.pth'}"]))
+    assert "largest side of the images" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):  # the same size set by hand is
+        build(load([vit], [*folder, "data.img_size=96", "model.patch_size=16", "model.depth=1"]))
+    assert "data.img_size 96 is 3x the largest side of the images (32 px" in caplog.text

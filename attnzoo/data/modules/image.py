@@ -306,11 +306,10 @@ class ImageDataModule(DataModule):
         self.in_chans = len(sample.getbands()) if hasattr(sample, "getbands") else int(sample.shape[0])
         if self.in_chans == 1 and self.mean is not None and len(self.mean) == 3:
             log.info("data: grey images, data.mean/std of 3 channels: normalized by the mean of the channels' values")
+        self._raw_train = raw["train"] if self.img_size is not None else None  # for `check_given_size`
         if self.img_size is None:
             self.img_size, why = self._common_size(raw["train"])
             self.chosen["data.img_size"] = (self.img_size, why)
-        else:
-            self._check_given_size(raw["train"])
         in_memory = self._to_memory(raw)
         self._choose_augmentation(raw["train"])
         self.splits = {s: _Dicts(d, self._transform(train=s == "train", in_memory=in_memory)) for s, d in raw.items()}
@@ -322,10 +321,14 @@ class ImageDataModule(DataModule):
         self.setup()
         return [save_class_names(run_dir, self.class_names, str(self.root) if self.root is not None else self.dataset)]
 
-    def _check_given_size(self, data: Dataset) -> None:
-        """Warn when a `data.img_size` set by hand is far above the images' own sides (upscaling adds no detail,
-        while memory and time grow with the square of the side: 4096 px for 96 px images was killed for memory),
-        with what a batch of such images takes before the model."""
+    def check_given_size(self) -> None:
+        """After setup: warn when a `data.img_size` set by hand is far above the images' own sides (upscaling adds
+        no detail, while memory and time grow with the square of the side: 4096 px for 96 px images was killed for
+        memory), with what a batch of such images takes before the model. `build` calls it for a new run whose
+        config set the size (not a start's weights, which are fine-tuned at their own size)."""
+        data = getattr(self, "_raw_train", None)
+        if data is None:
+            return
         base, index = (data.dataset, data.indices) if isinstance(data, Subset) else (data, None)
         samples = getattr(base, "samples", None)
         if not samples:
@@ -335,8 +338,8 @@ class ImageDataModule(DataModule):
         from ..formats.image_io import oriented_size
 
         paths = [samples[i][0] for i in index] if index is not None else [path for path, _ in samples]
-        largest = 0
-        for path in paths[:: max(1, len(paths) // 200)]:  # ~200 headers: no pixel is decoded
+        largest, looked = 0, paths[:: max(1, len(paths) // 200)][:200]  # 200 headers at most: no pixel is decoded
+        for path in looked:
             try:
                 with Image.open(path) as img:
                     largest = max(largest, *oriented_size(img))
@@ -347,7 +350,7 @@ class ImageDataModule(DataModule):
             log.warning("data.img_size %d is %.0fx the largest side of the images (%d px, of %d looked at): "
                         "upscaling adds no detail, and memory and time grow with the square of the side (a batch "
                         "of %d is %.1f GiB of pixels before the model); leave data.img_size out for the images' own",
-                        self.img_size, self.img_size / largest, largest, min(len(paths), 200), self.batch_size,
+                        self.img_size, self.img_size / largest, largest, len(looked), self.batch_size,
                         batch)  # fmt: skip
 
     def _common_size(self, data: Dataset) -> tuple[int, str]:
@@ -373,7 +376,9 @@ class ImageDataModule(DataModule):
         (w, h), n = sizes.most_common(1)[0]
         side = min(w, h, 224)
         why = f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
-        step = 32 if side >= 64 else 8  # an 8x8 patch grid needs a multiple of 8; a conv stem, patches of 4k
+        # an 8x8 patch grid needs a multiple of 8; from 64 px one of 32, so its patch is one a conv stem reads, unless
+        # the config sets the patch (a side it divides was chosen for it)
+        step = 32 if side >= 64 and not isinstance(self.given.get("model.patch_size"), int) else 8
         if side > defaults.TINY_IMAGE and side % step:
             side -= side % step
             why += f", resized to {side}x{side} (a multiple of {step}" + (

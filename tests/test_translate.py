@@ -3,6 +3,8 @@ the cross-attention alignment of a translation."""
 
 import json
 import logging
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from attnzoo.data.tokenizers.subword import SubwordTokenizer, decode_generated
 from attnzoo.generate import generate
 from attnzoo.generate import main as generate_main
 from attnzoo.generation import beam_search, greedy
-from attnzoo.run import build, load_run
+from attnzoo.run import build, fit, load_run
 from attnzoo.run.rundir import saved_kind
 from attnzoo.translate import main as translate_main
 from attnzoo.translate import source_batch, translate
@@ -102,7 +104,7 @@ def test_translate_command_prints_one_line_per_sentence_and_refuses_lm_runs(tran
     assert "use python -m attnzoo.generate" in capsys.readouterr().err
 
 
-def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys):
+def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys, tmp_path):
     # --beam 100000 with a 500-token vocabulary ran for minutes on one sentence, gigabytes growing
     vocab = load_run(translation_run).tokenizer.vocab_size
     assert translate_main([str(translation_run), "--text", "twelve", "--beam", str(vocab + 1)]) == 2
@@ -111,9 +113,18 @@ def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys):
     assert translate_main([str(translation_run), "--text", "twelve", "--beam", str(vocab)]) == 0
     # task.beam_size past the vocabulary: fit trained and tested with it, then translate named a --beam not given
     cfg = load([ROOT / "recipes" / "translation.yaml"])
-    cfg = load([ROOT / "recipes" / "translation.yaml"], [*smoke_overrides(cfg), *PINNED, f"task.beam_size={vocab + 1}"])
+    wide = [*smoke_overrides(cfg), *PINNED, f"task.beam_size={vocab + 1}"]
     with pytest.raises(ConfigError, match=rf"task.beam_size \({vocab + 1}\) is more than the model's vocabulary"):
-        build(cfg)
+        fit(load([ROOT / "recipes" / "translation.yaml"], wide), run_dir=tmp_path / "wide")
+    assert not (tmp_path / "wide").exists()  # refused before the run directory was written
+    # a run saved with it (before fit refused it) still loads: its own beam is named, --beam chooses another
+    saved = tmp_path / "saved"
+    shutil.copytree(translation_run, saved)
+    config = (saved / "config.yaml").read_text()
+    (saved / "config.yaml").write_text(re.sub(r"beam_size: \d+", f"beam_size: {vocab + 1}", config))
+    assert translate_main([str(saved), "--text", "twelve"]) == 2
+    assert f"the run's task.beam_size ({vocab + 1}; --beam N) is more than" in capsys.readouterr().err
+    assert translate_main([str(saved), "--text", "twelve", "--beam", "2"]) == 0
 
 
 def test_a_data_option_that_would_resize_the_trained_model_is_named(translation_run, lm_run, capsys):

@@ -269,6 +269,9 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             data, task, cfg = build(cfg)  # cfg: resolved (what the data chose, the machine's precision): config.yaml
     except ConfigError as err:
         raise ConfigError(f"{err}{_moved_data_hint(cfg, run_dir) if ckpt_path is not None else ''}") from None
+    refused = getattr(task, "training_error", lambda: None)()
+    if refused:  # before anything is written or trained: the test pass after training would fail on it
+        raise ConfigError(refused)
     resumes = read_resumes(run_dir)
     resumed_step, before, changes = None, {}, {}
     if ckpt_path is not None:

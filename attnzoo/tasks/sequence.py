@@ -198,13 +198,6 @@ class Seq2SeqTask(_SequenceTask):
     ) -> None:
         super().__init__(net=net, optimizer=optimizer, scheduler=scheduler, num_examples=num_examples)
         self.check_config(dict(label_smoothing=label_smoothing, beam_size=beam_size))
-        table = getattr(getattr(net, "embed", None), "embed", None)  # Seq2Seq's shared token table
-        vocab = table.num_embeddings if isinstance(table, nn.Embedding) else None
-        if vocab is not None and beam_size > vocab:  # the test's beam search, and translate's, would refuse it
-            raise ValueError(
-                f"task.beam_size ({beam_size}) is more than the model's vocabulary ({vocab} tokens), the most "
-                "different continuations a beam can keep; beams of 4-10 are usual"
-            )
         if max_new_tokens is not None and not 1 <= max_new_tokens <= max_len:
             raise ValueError(f"task.max_new_tokens ({max_new_tokens}) must be in [1, max_len ({max_len})]")
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -217,6 +210,18 @@ class Seq2SeqTask(_SequenceTask):
         self.bleu = nn.ModuleDict({s: SacreBLEUScore(tokenize=bleu_tokenize) for s in ("val", "test")})
         self.chrf = nn.ModuleDict({s: CHRFScore() for s in ("val", "test")})
         self._kept: list[dict[str, str]] = []
+
+    def training_error(self) -> str | None:
+        """What makes the run's test pass fail after training, that a new or resumed run is refused for (a saved run
+        is still loaded: `translate --beam N` chooses its own beam): a beam wider than the vocabulary."""
+        table = getattr(getattr(self.net, "embed", None), "embed", None)  # Seq2Seq's shared token table
+        vocab = table.num_embeddings if isinstance(table, nn.Embedding) else None
+        if vocab is not None and self.beam_size > vocab:  # the test's beam search, and translate's, refuse it
+            return (
+                f"task.beam_size ({self.beam_size}) is more than the model's vocabulary ({vocab} tokens), the most "
+                "different continuations a beam can keep; beams of 4-10 are usual"
+            )
+        return None
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any]) -> None:

@@ -130,7 +130,11 @@ RESUME_MAY_CHANGE = (
 RESUMES_FILE = "resumes.json"  # one record per resume of a run; summary.json repeats it
 # options added since runs were made, {key: (data kind, value)}: a run's config.yaml without the key is read with the
 # value that does what the run did then (translation BLEU of 13a words), and a resume that adds it so changes nothing
-ADDED_OPTIONS = {"data.bleu_tokenize": ("translation", "13a"), "task.bleu_tokenize": ("translation", "13a")}
+ADDED_OPTIONS = {
+    "data.bleu_tokenize": (("translation",), "13a"),
+    "task.bleu_tokenize": (("translation",), "13a"),
+    "data.stratify": (("image", "text"), False),  # a held-out val part drawn over all examples, as then
+}
 
 
 def added_options(cfg: Config) -> dict[str, Any]:
@@ -139,7 +143,7 @@ def added_options(cfg: Config) -> dict[str, Any]:
     return {
         key: value
         for key, (of, value) in ADDED_OPTIONS.items()
-        if key.startswith("data.") and of == kind and OmegaConf.select(cfg.tree, key) is None
+        if key.startswith("data.") and kind in of and OmegaConf.select(cfg.tree, key) is None
     }
 
 
@@ -183,7 +187,7 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
     )
     unset = "<not set>"
     kind = old.get("data.kind")
-    added = {key: value for key, (of, value) in ADDED_OPTIONS.items() if of == kind}  # as the run did without them
+    added = {key: value for key, (of, value) in ADDED_OPTIONS.items() if kind in of}  # as the run did without them
     changes = {
         k: [old.get(k, unset), new.get(k, unset)]
         for k in sorted(old.keys() | new.keys())

@@ -767,3 +767,33 @@ def test_a_test_file_that_is_the_train_file_is_warned_about_before_training(tmp_
                 "train.csv")}  # fmt: skip
     assert scored_on_train(relative) == ["test"]  # translation says it of val itself
     assert scored_on_train({"kind": "text", "train": train, "val": train}) == ["val"]
+
+
+def test_a_run_made_before_the_stratified_split_is_loaded_and_resumed_with_the_split_it_trained_on(tmp_path):
+    # the val part held out of train became stratified: an earlier run (its config.yaml has no data.stratify),
+    # resumed or evaluated, got another val part, holding examples it had trained on
+    from attnzoo.data.modules.base import held_out
+    from attnzoo.run import load_run
+
+    texts = [f"{w} film number {i}" for i, w in enumerate(["good", "bad", "fine"] * 20)]
+    labels = [t.split()[0] for t in texts]
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"{t},{t.split()[0]}\n" for t in texts))
+    given = [f"data.train={tmp_path / 'train.csv'}", "model.dim=16", "model.depth=1", "trainer.max_epochs=1",
+             "run.baseline=false", "run.test=false"]  # fmt: skip
+    run = fit(load([ROOT / "recipes" / "text_cls.yaml"], given), run_dir=tmp_path / "run")
+    config = (run / "config.yaml").read_text()
+    assert "stratify: true" in config
+    stratified = [texts[i] for i in held_out(labels, 0.1, 0)[1]]
+    assert sorted(load_run(run).data.texts["val"]) == sorted(stratified)
+    (run / "config.yaml").write_text(config.replace("  stratify: true\n", ""))  # as runs made before wrote it
+    drawn = [texts[i] for i in held_out(labels, 0.1, 0, stratify=False)[1]]
+    assert sorted(drawn) != sorted(stratified)
+    assert sorted(load_run(run).data.texts["val"]) == sorted(drawn)
+    # a run trained on the split drawn as then, resumed: the same split (its tokenizer, learned from its train part,
+    # is the one its checkpoint records), and no "changed" option
+    old = fit(load([ROOT / "recipes" / "text_cls.yaml"], [*given, "data.stratify=false"]), run_dir=tmp_path / "old")
+    config = (old / "config.yaml").read_text()
+    assert "  stratify: false\n" in config
+    (old / "config.yaml").write_text(config.replace("  stratify: false\n", ""))
+    fit(load([old / "config.yaml"], ["trainer.max_epochs=2"]), resume=old)
+    assert _summary(old)["epochs"] == 2 and "stratify: false" in (old / "config.yaml").read_text()

@@ -185,15 +185,20 @@ def given_class_names(labels: str | Sequence[Any], key: str = "data.labels") -> 
     return names
 
 
-def held_out(labels: Sequence[int | str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+def held_out(
+    labels: Sequence[int | str], fraction: float, seed: int, *, stratify: bool = True
+) -> tuple[list[int], list[int]]:
     """(train, val) indices of a train split that holds out max(1, round(fraction * N)) examples for validation,
     stratified: each class gives its share (rounded, the remainders going to the classes with the largest), never
     its last example, so a class of 20 keeps its share in val and a class of one stays in train (a draw over all
     examples left a class out of val or out of train by chance). Which examples of a class: a permutation of
-    `seed`. Fewer than `fraction` asks are held out only when too few classes have two examples or more."""
+    `seed`. Fewer than `fraction` asks are held out only when too few classes have two examples or more. Without
+    `stratify`: the first examples of that permutation, as runs made before (`data.stratify: false`) held them out."""
     n = len(labels)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     n_val = min(max(1, round(fraction * n)), n - 1)
+    if not stratify:
+        return order[n_val:], order[:n_val]
     counts = Counter(labels)
     share = {c: n_val * k / n for c, k in counts.items()}
     quota = {c: min(int(s), counts[c] - 1) for c, s in share.items()}
@@ -213,3 +218,13 @@ def held_out(labels: Sequence[int | str], fraction: float, seed: int) -> tuple[l
             taken[labels[i]] += 1
     chosen = set(val)
     return [i for i in order if i not in chosen], val
+
+
+def stratify_option(value: bool | str) -> bool:
+    """`data.stratify` as a bool (auto: True); ValueError for another value."""
+    if value not in (True, False, "auto"):
+        raise ValueError(f"data.stratify {value!r} is not one of [true, false, 'auto']")
+    return value is not False
+
+
+STRATIFIED = "each class its share of the val part held out of train (runs made before drew it over all examples)"

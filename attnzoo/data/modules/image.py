@@ -18,7 +18,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
 
-from attnzoo.data.modules.base import DataModule, given_class_names, held_out, save_class_names
+from attnzoo.data.modules.base import (
+    STRATIFIED,
+    DataModule,
+    given_class_names,
+    held_out,
+    save_class_names,
+    stratify_option,
+)
 
 from ...util.names import shortened, suggest
 from ..formats.folders import one_level_up, require_train_split, split_folders
@@ -163,6 +170,7 @@ class ImageDataModule(DataModule):
             size, at most 224).
         val_fraction: share of the training data held out for validation when the source has no val split
             (stratified by class: `base.held_out`).
+        stratify: hold that part out class by class (auto: true; false: over all images, as runs made before did).
         augment: random resized crops (scale `crop_scale`..1) for training.
         trivial_augment: TrivialAugment (one random photometric or geometric operation per image) for training:
             true is torchvision's TrivialAugmentWide, "safe" leaves out the operations that can change a label
@@ -190,6 +198,7 @@ class ImageDataModule(DataModule):
         root: str | None = None,
         img_size: int | None = None,
         val_fraction: float = 0.1,
+        stratify: bool | Literal["auto"] = "auto",
         augment: bool | Literal["auto"] = False,
         crop_scale: float | Literal["auto"] = 0.8,
         trivial_augment: bool | Literal["safe", "auto"] = False,
@@ -228,6 +237,7 @@ class ImageDataModule(DataModule):
             )
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"data.val_fraction ({val_fraction}) must be in (0, 1)")
+        self.stratify, self.stratify_auto = stratify_option(stratify), stratify == "auto"
         if trivial_augment not in (True, False, "safe", "auto"):
             raise ValueError(f"data.trivial_augment {trivial_augment!r} is not one of [true, false, 'safe', 'auto']")
         if crop_scale != "auto" and not 0.0 < crop_scale <= 1.0:
@@ -549,7 +559,9 @@ class ImageDataModule(DataModule):
             return data, data
         labels = getattr(data, "targets", getattr(data, "labels", None))  # ImageFolder's, torchvision's, in memory
         labels = [int(y) for y in labels] if labels is not None else [0] * len(data)
-        train, val = held_out(labels, self.val_fraction, self.seed)
+        train, val = held_out(labels, self.val_fraction, self.seed, stratify=self.stratify)
+        if self.stratify_auto:  # recorded, and logged: a resume holds out the same part
+            self.chosen["data.stratify"] = (self.stratify, STRATIFIED)
         lost = sorted({labels[i] for i in val} - {labels[i] for i in train})
         if lost:  # the model has an output for them that training never sees
             names = [self.class_names[i] if i < len(self.class_names) else str(i) for i in lost]

@@ -26,7 +26,7 @@ from ..tokenizers.subword import KINDS as SUBWORD_KINDS
 from ..tokenizers.subword import log_unknown, save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
-from .base import DataModule, given_class_names, held_out, save_class_names
+from .base import STRATIFIED, DataModule, given_class_names, held_out, save_class_names, stratify_option
 from .batching import PadCollate, TokenDataset, sequence_loader
 
 log = logging.getLogger("attnzoo")
@@ -58,7 +58,7 @@ class TextDataModule(DataModule):
     Args:
         train, val, test: CSV, TSV or JSONL files. With no `train`, the embedded ListOps task (`listops`) is used.
             With `train` but no `val`, `val_fraction` of train is held out (a fixed split from `seed`, stratified by
-            label: `base.held_out`).
+            label: `base.held_out`; `stratify: false` draws it over all examples, as runs made before did).
         text_column, label_column: column (or JSON key) names.
         labels: the class names in order (a list, or a `labels.json` saved with a run); default: the distinct
             labels of the train split, sorted.
@@ -93,6 +93,7 @@ class TextDataModule(DataModule):
         bucket_pool: int = 50,
         pad_to_multiple: int = 1,
         val_fraction: float = 0.1,
+        stratify: bool | Literal["auto"] = "auto",
         num_workers: int = 0,
         seed: int = 0,
         listops: dict[str, Any] | None = None,
@@ -117,6 +118,7 @@ class TextDataModule(DataModule):
         self.eval_batch_size = eval_batch_size if eval_batch_size is not None else batch_size
         self.bucket, self.bucket_pool, self.pad_to_multiple = bucket, bucket_pool, pad_to_multiple
         self.val_fraction, self.num_workers, self.seed = val_fraction, num_workers, seed
+        self.stratify, self.stratify_auto = stratify_option(stratify), stratify == "auto"
         self.listops = self._listops_options(listops or {})
         self.datasets: dict[str, TokenDataset] = {}
         self.texts: dict[str, list[str]] = {}  # split -> raw texts (for `baseline_features`)
@@ -212,7 +214,9 @@ class TextDataModule(DataModule):
         if "val" not in read:
             if len(train_texts) < 2:
                 raise ValueError(f"{self.files['train']}: one example: too few to hold out a val split")
-            train, val = held_out(train_labels, self.val_fraction, self.seed)
+            train, val = held_out(train_labels, self.val_fraction, self.seed, stratify=self.stratify)
+            if self.stratify_auto:  # recorded, and logged: a resume holds out the same part
+                self.chosen["data.stratify"] = (self.stratify, STRATIFIED)
             log.info("data: no data.val; holding out %d of %d train examples (val_fraction, stratified by label)",
                      len(val), len(train_texts))  # fmt: skip
             pick = lambda idx, xs: [xs[i] for i in idx]

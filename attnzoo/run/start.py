@@ -670,6 +670,8 @@ def _head_rows(state: dict[str, Any], order: list[int]) -> dict[str, Any] | None
 def differences(start: Start, cfg: Config) -> str:
     """For an attnzoo run: the model options (and the tokenizer) of this config that differ from the run's
     config.yaml; the head's label count may differ."""
+    from ..config import parameters
+    from ..models import MODELS
     from ..pretrained import run_dir
 
     if start.own_run is None and start.converted.source.startswith("attnzoo run"):  # a .ckpt outside its run
@@ -686,10 +688,12 @@ def differences(start: Start, cfg: Config) -> str:
     now["data.tokenizer"] = cfg.section("data").get("tokenizer")
     if start.converted.tokenizer is not None and now["data.tokenizer"] == str(start.converted.tokenizer):
         now["data.tokenizer"] = before["data.tokenizer"]  # the run's own tokenizer.json: the same ids
-    keys = sorted(  # an option the run has not (a classifier's pooling from an MLM run) is this config's own
+    theirs = (run_dir.run_config(start.given).get("model") or {}).get("kind")
+    takes = parameters(MODELS[theirs]) if theirs in MODELS else set(before)
+    keys = sorted(  # an option the run's model kind has not (a classifier's pooling from an MLM run) is this config's
         k
         for k in set(before) | set(now)
-        if before.get(k) != now.get(k) and k != "num_classes" and (before.get(k) is not None or k.startswith("data."))
+        if before.get(k) != now.get(k) and k != "num_classes" and (k in takes or k.startswith("data."))
     )
     if not keys:
         return ""

@@ -106,6 +106,10 @@ def test_another_architecture_names_the_file_and_the_first_tensor_that_differs(r
     text = str(err.value)
     assert str(run_a / "checkpoints" / "best.ckpt") in text and "'embed.weight' is [" in text
     assert "model.dim (16 there, 32 here)" in text
+    # an option the run left at its default (not in its config.yaml) is named too; one its kind has not is not
+    overrides = [*SMALL, *_files(tmp_path, "more", ["a", "b"]), f"model.init_from={run_a}", "model.layer_scale=0.1"]
+    with pytest.raises(ConfigError, match=r"model.layer_scale \(None there, 0.1 here\)"):
+        build(load([TEXT], overrides))
 
 
 def test_another_tokenizer_is_named_beside_the_embedding_that_differs(run_a, tmp_path):

@@ -714,6 +714,9 @@ def test_baselines_of_other_data_are_reported_apart_not_averaged(tmp_path, monke
     grid.write_text(json.dumps({"seeds": [0], "axes": {"model.depth": [1, 2]}}))  # one dataset: one baseline row
     out = ablate([text], grid, tmp_path / "one", ["data.max_len=64"])
     assert "baseline: text + logistic regression* | *0.9000" in (out / "report.md").read_text()
+    grid.write_text(json.dumps({"seeds": [0], "axes": {"data.batch_size": [8, 16]}}))  # the same baseline each
+    out = ablate([text], grid, tmp_path / "batch", ["data.max_len=64"])
+    assert (out / "report.md").read_text().count("baseline: text + logistic regression") == 1
 
 
 def test_a_grid_made_for_other_recipes_is_said_before_any_run(tmp_path, monkeypatch, capsys):

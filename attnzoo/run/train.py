@@ -298,7 +298,8 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
             log.info("resume: from %s (step %d)%s", ckpt_path, step, f"; changed {shown}" if shown else "")
     tested_split = test_split(data) if cfg.section("run").get("test") else None  # decided before training
-    for key in scored_on_train(cfg.section("data")) if ckpt_path is None else []:  # `evaluate` may read one file
+    reused = scored_on_train(cfg.section("data")) if ckpt_path is None else []  # `evaluate` may read one file
+    for key in [k for k in reused if k == "val" or tested_split is not None]:  # a test the run makes
         log.warning("data.%s is the train file: its metrics are scored on examples the model trains on, so they say "
                     "nothing of new data; give data.%s a file of its own", key, key)  # fmt: skip
     if _stopped(before).get("phase") == "test" and not changes:  # training had finished: the test is left

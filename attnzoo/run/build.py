@@ -95,7 +95,7 @@ def build(
     section = "data"
     try:
         data = build_data(cfg, preset)
-        if init and "data.img_size" not in preset and hasattr(data, "check_given_size"):  # a size the config set
+        if init and "data.img_size" not in preset:  # a size the config set, not a start's weights
             data.check_given_size()
         fixed = fixed_options(start, data.model_inputs(), cfg)
         _normalized_as(data, fixed, cfg)

@@ -82,6 +82,10 @@ class DataModule(L.LightningDataModule):
         `source`): what the data records (`save_artifacts`) should say so. Data without such statistics has nothing
         to record."""
 
+    def check_given_size(self) -> None:
+        """After setup, for a new run whose config set the input size (`data.img_size`): warn where it is far from
+        the data's own. Data without a size to set has nothing to say."""
+
     def save_artifacts(self, run_dir: str | Path) -> Path | list[Path]:
         """Write what a run must keep to be loaded again into `run_dir`; the files written."""
         return []

@@ -133,6 +133,14 @@ def test_a_missing_text_column_names_the_columns_found(tmp_path):
     _write(path, "csv")
     with pytest.raises(ValueError, match=r"no text column 'sentence'; columns found: \['label', 'text'\]"):
         MLMDataModule(train=str(path), text_column="sentence").setup()
+    # one JSONL line of many without the key: that line is to correct ("did you mean 'txt'? (set data.text_column)"
+    # would have broken the others)
+    lines = [json.dumps({"text": t}) for t in LINES[:20]]
+    lines[10] = json.dumps({"txt": "a text under another key"})
+    (tmp_path / "one.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"one\.jsonl line 11: no text key 'text', which the lines before it have; "
+                                         r"this line's keys: \['txt'\]: correct the line"):  # fmt: skip
+        MLMDataModule(train=str(tmp_path / "one.jsonl"), vocab_size=60).setup()
 
 
 def test_the_embedded_text_is_the_language_reference_one_paragraph_a_text():

@@ -178,6 +178,11 @@ def _column_error(path: Path, what: str, column: str, columns: Sequence[str], wh
     other = _separator_error(path, columns[0], where) if len(columns) == 1 else None
     if other is not None:
         return other
+    if where:  # a later line of a JSONL file: the lines before it have the key
+        return ValueError(
+            f"{path}{where}: no {what} key {column!r}, which the lines before it have; this line's keys: "
+            f"{list(columns)}: correct the line"
+        )
     return ValueError(
         f"{path}{where}: no {what} column {column!r}; columns found: {list(columns)}{suggest(column, list(columns))} "
         f"(set data.{what}_column)"

@@ -94,13 +94,12 @@ class Translator:
         self.beam = self.task.beam_size if beam is None else beam
         if self.beam < 1:
             raise ConfigError(f"--beam ({self.beam}) must be >= 1")
-        vocab = self.tok.vocab_size
-        if self.beam > vocab:  # memory and time grow with the beam: 100,000 ran for minutes on one sentence
+        from .generation.beam import too_wide
+
+        why = too_wide(self.beam, self.tok.vocab_size)
+        if why:
             given = f"--beam ({self.beam})" if beam is not None else f"the run's task.beam_size ({self.beam}; --beam N)"
-            raise ConfigError(
-                f"{given} is more than the model's vocabulary ({vocab} tokens), the most different continuations a "
-                "beam can keep; beams of 4-10 are usual"
-            )
+            raise ConfigError(f"{given} {why}")
         from .run.inference import context_length
 
         self.max_len = context_length(run.cfg)

@@ -45,6 +45,18 @@ class BeamSearchOutput:
 
 
 @torch.no_grad()
+def too_wide(beam_size: int, vocab_size: int) -> str | None:
+    """Why a beam of `beam_size` is refused for a vocabulary of `vocab_size` tokens (None: it is not): memory and time
+    grow with the beam, and a beam keeps at most one continuation per token (100,000 ran for minutes on one
+    sentence of a 500-token vocabulary). The caller names the option before it."""
+    if beam_size <= vocab_size:
+        return None
+    return (
+        f"is more than the model's vocabulary ({vocab_size} tokens), the most different continuations a beam can keep; "
+        "beams of 4-10 are usual"
+    )
+
+
 def beam_search(
     model: Decodes,
     *,

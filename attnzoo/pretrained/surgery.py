@@ -104,8 +104,6 @@ def changes(
     fresh = set(new)
     kept: set[str] = set()  # the bias and rotary names the network's attention layers hold
     for prefix, layer in attention_layers(net):
-        for table, held in ((BIASES, layer.bias), (ROTARY, layer.rotary)):
-            kept.update(n for n, cls in table.items() if held is not None and type(held) is cls)
         # a decoder's own causal mask is no change (nor its part of a pattern intersected with it); a named pattern
         # made of parts (BigBird) is named whole
         named = layer.pattern is None or type(layer.pattern) in PATTERNS.values()
@@ -117,10 +115,12 @@ def changes(
         # a bias without tensors (one with them is named below when they start fresh), or a rotary embedding (q and
         # k turned by position): nothing starts fresh, the function changes
         for part, table, held in (("bias", BIASES, layer.bias), ("rotary", ROTARY, layer.rotary)):
-            if held is not None and not held.state_dict():
-                name = next((n for n, cls in table.items() if type(held) is cls), type(held).__name__)
-                if name not in source_biases:
-                    added[f"{part} {name!r}"] += 1
+            if held is None:
+                continue
+            name = next((n for n, cls in table.items() if type(held) is cls), type(held).__name__)
+            kept.add(name)
+            if not held.state_dict() and name not in source_biases:
+                added[f"{part} {name!r}"] += 1
         name = prefix + ("kv" if layer.is_cross else "qkv") + ".weight"
         heads = loaded_kv_heads(layer, state[name]) if name in state else None
         if heads is not None and heads != layer.num_kv_heads:

@@ -120,7 +120,7 @@ def _same(path: str | Path, recorded: Any, key: str) -> bool:
     if not isinstance(recorded, dict):
         return False
     try:
-        return fingerprint(path, key) == {k: v for k, v in recorded.items() if k != "path"}
+        return _difference(recorded, Path(path), key) is None
     except OSError:
         return False
 
@@ -191,7 +191,7 @@ def scored_on_train(data: Mapping[str, Any]) -> list[str]:
     if not isinstance(train, str) or not Path(train).is_file():
         return []
     splits = ("test",) if data.get("kind") == "translation" else ("val", "test")
-    return [s for s in splits if isinstance(data.get(s), str) and _resolved([data[s]]) == _resolved([train])]
+    return [s for s in splits if isinstance(data.get(s), str) and same_path(f"data.{s}", data[s], train)]
 
 
 def gone(value: Any) -> bool:

@@ -214,14 +214,11 @@ class Seq2SeqTask(_SequenceTask):
     def training_error(self) -> str | None:
         """What makes the run's test pass fail after training, that a new or resumed run is refused for (a saved run
         is still loaded: `translate --beam N` chooses its own beam): a beam wider than the vocabulary."""
+        from ..generation.beam import too_wide
+
         table = getattr(getattr(self.net, "embed", None), "embed", None)  # Seq2Seq's shared token table
-        vocab = table.num_embeddings if isinstance(table, nn.Embedding) else None
-        if vocab is not None and self.beam_size > vocab:  # the test's beam search, and translate's, refuse it
-            return (
-                f"task.beam_size ({self.beam_size}) is more than the model's vocabulary ({vocab} tokens), the most "
-                "different continuations a beam can keep; beams of 4-10 are usual"
-            )
-        return None
+        why = too_wide(self.beam_size, table.num_embeddings) if isinstance(table, nn.Embedding) else None
+        return f"task.beam_size ({self.beam_size}) {why}" if why else None  # as translate refuses it
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any]) -> None:

@@ -61,8 +61,7 @@ def make_tokenizer(
         return TOKENIZERS[spec]()
     if spec.endswith(".json") or Path(spec).exists():
         return FileTokenizer(path=spec)
-    check_tokenizer_spec(spec)
-    raise AssertionError(spec)  # check_tokenizer_spec refused it
+    raise _unknown(spec)
 
 
 def check_tokenizer_spec(spec: str) -> None:
@@ -72,8 +71,12 @@ def check_tokenizer_spec(spec: str) -> None:
         return
     if spec.endswith(".json"):
         FileTokenizer(path=spec)  # its error names the file that is not there
+    raise _unknown(spec)
+
+
+def _unknown(spec: str) -> ValueError:
     valid = list(TOKENIZERS) + list(KINDS)
-    raise ValueError(
+    return ValueError(
         f"data.tokenizer: unknown {spec!r}; valid: {list(TOKENIZERS)}, a subword kind trained on the train split "
         f"{list(KINDS)}, or a `tokenizers` .json file{suggest(spec, valid)}"
     )

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from functools import partial
 from typing import Any, Literal
 
 import torch
 from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
-from timm.models import adapt_input_conv
 from torch import nn
 
 from ..attention.factory import layer_shape
@@ -160,13 +160,13 @@ class ViT(nn.Module):
         return {"pos_embed", "cls_token"}
 
     def _resample_loaded_pos_embed(self, state_dict: dict[str, Tensor], prefix: str, *args: Any) -> None:
-        """Loaded weights of another input: a patch embedding of other channels (RGB for grey images) adapted as timm
-        does (`adapt_input_conv`), a position table of another square grid resampled to this one."""
+        """Loaded weights of another input: a patch embedding of other channels (RGB for grey images, grey for RGB)
+        adapted by `adapt_channels`, a position table of another square grid resampled to this one."""
         conv = prefix + "patch_embed.proj.weight"
         weight, own = state_dict.get(conv), getattr(self.patch_embed.proj, "weight", None)  # None: a conv stem
         if weight is not None and own is not None and weight.dim() == 4 and weight.shape[1] != own.shape[1]:
             if weight.shape[0] == own.shape[0] and weight.shape[2:] == own.shape[2:]:
-                state_dict[conv] = adapt_input_conv(own.shape[1], weight, base_chans=weight.shape[1])  # 1 -> 3 too
+                state_dict[conv] = adapt_channels(weight, own.shape[1])
                 log.info("%s: adapted from %d to %d input channels", conv, weight.shape[1], own.shape[1])
         key = prefix + "pos_embed"
         old = state_dict.get(key)
@@ -194,6 +194,22 @@ class ViT(nn.Module):
         x = self.forward_features(image)
         x = x[:, 0] if self.global_pool == "token" else x[:, self.num_prefix_tokens :].mean(dim=1)  # [B, C]
         return self.head(self.head_drop(self.fc_norm(x)))
+
+
+def adapt_channels(weight: Tensor, channels: int) -> Tensor:
+    """A patch convolution's weight [C, I, P, P] for `channels` inputs: one channel reads the sum of the I it was
+    trained on (a grey pixel stands for I equal ones); more channels repeat the I and scale by I / channels, so that an
+    image whose channels repeat the I it was trained on gives what they gave. For I = 3 this is timm's
+    `adapt_input_conv`; its rule for other sources (grey to RGB) came only in timm 1.0.31."""
+    given = weight.shape[1]
+    if channels == given:
+        return weight
+    work = weight.float()
+    if channels == 1:
+        work = work.sum(dim=1, keepdim=True)
+    else:
+        work = work.repeat(1, math.ceil(channels / given), 1, 1)[:, :channels] * (given / channels)
+    return work.to(weight.dtype)
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -265,6 +265,18 @@ def test_a_grey_checkpoint_reads_rgb_images_as_it_read_their_grey(tmp_path):
         torch.testing.assert_close(rgb(image=x.expand(-1, 3, -1, -1)), grey(x), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("channels", [1, 2, 3, 4, 7])
+def test_rgb_patch_weights_adapt_to_other_channels_as_timm_adapts_them(channels):
+    # adapt_channels is ours because timm's grey-to-RGB rule (base_chans) exists only in its newest release: an older
+    # timm failed every grey start with a TypeError; for RGB sources both must give the same weights
+    from attnzoo.models.vit import adapt_channels
+
+    rgb = torch.randn(8, 3, 4, 4, dtype=torch.bfloat16)
+    ours = adapt_channels(rgb, channels)
+    assert ours.dtype == torch.bfloat16 and ours.shape == (8, channels, 4, 4)
+    torch.testing.assert_close(ours, timm.models.adapt_input_conv(channels, rgb))
+
+
 def test_a_checkpoint_of_another_architecture_is_refused(tmp_path):
     other = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2)
     path = tmp_path / "other.pth"

@@ -164,6 +164,9 @@ def test_a_prompt_the_tokenizer_cannot_encode_is_named_before_training(tmp_path,
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         assert fit_main(argv) == 0
     assert "task.prompt ('☃ The') holds '☃', which the run's tokenizer cannot encode" in caplog.text
+    # the recipe's 48 sample tokens do not fit a context of 16 after the prompt: capped, and said so once
+    assert caplog.text.count("task.sample_tokens (48) is capped to ") == 1, caplog.text
+    assert "reads at most 16 tokens (data.block_size)" in caplog.text
 
 
 VIT_TINY = [

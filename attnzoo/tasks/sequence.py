@@ -390,6 +390,12 @@ class LanguageModelTask(_SequenceTask):
                 f"reads at most {self.max_len} (data.block_size): no room to sample; give a prompt of at most "
                 f"{self.max_len - 1} tokens, or task.num_examples=0 for no samples"
             )
+        if self.sample_tokens > self.room(tokens):
+            log.warning(
+                "task.sample_tokens (%d) is capped to %d: the model reads at most %d tokens (data.block_size), the "
+                "prompt takes %d with the beginning of document", self.sample_tokens, self.room(tokens), self.max_len,
+                tokens,
+            )  # fmt: skip
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.net(tokens)

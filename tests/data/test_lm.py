@@ -57,6 +57,16 @@ def test_documents_from_lines_files_and_directories(tmp_path):
         read_documents(str(tmp_path / "missing.txt"), documents="lines")
 
 
+def test_blank_files_left_out_of_documents_are_named(tmp_path, caplog):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("a document\n")
+    for name in ("empty.txt", "blank.txt"):
+        (tmp_path / "d" / name).write_text("" if name == "empty.txt" else " \n\n")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        assert read_documents(str(tmp_path / "d"), documents="files", what="val") == ["a document"]
+    assert "data.val: 2 empty or blank file(s) left out (data.documents=files): blank.txt, empty.txt" in caplog.text
+
+
 def test_non_utf8_names_file_and_line(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"good line\nanother\ncaf\xe9 au lait\n")

@@ -112,15 +112,19 @@ def _decode(path: Path) -> str:
 
 def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "train") -> list[str]:
     """The documents of the files (or directories of .txt files) in `spec`: lines or whole files."""
-    docs = []
+    docs, empty = [], []
     for path in _text_files(spec, what):
         text = _decode(path)
         if documents == "files":
             docs += [text.strip()] if text.strip() else []
+            empty += [] if text.strip() else [path.name]
         else:
             docs += [line.strip() for line in text.splitlines() if line.strip()]
     if not docs:
         raise ValueError(f"data.{what}: no text in {spec!r}")
+    if empty:
+        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        log.warning("data.%s: %d empty or blank file(s) left out (data.documents=files): %s", what, len(empty), shown)
     return docs
 
 

@@ -622,6 +622,24 @@ def test_a_variant_scored_on_its_val_split_is_marked_beside_held_out_ones(tmp_pa
     assert "The runs have no test split: test/ is the val split" in report and "†" not in report
 
 
+def test_a_variant_whose_seeds_differ_in_size_shows_the_range_of_parameter_counts(tmp_path):
+    # the first run's count stood for every seed (a vocabulary learned from each seed's split can differ)
+    import csv
+
+    from attnzoo.ablation.report import Row, Run, write_tables
+
+    def run(seed, params):
+        return Run(f"v,seed={seed}", seed, "ok", {}, {"test": {"test/acc": 0.5}, "parameters": params})
+
+    rows = [Row("v", {}, [run(0, 12345), run(1, 12001)], metric=[0.5, 0.5], parameters=[12345, 12001]),
+            Row("w", {}, [run(0, 999)], metric=[0.4], parameters=[999])]  # fmt: skip
+    write_tables(tmp_path, {"configs": ["recipes/text_cls.yaml"], "grid": "g.yaml"}, rows, "test/acc", "max")
+    report = (tmp_path / "report.md").read_text()
+    assert "| 12,001–12,345 |" in report and "| 999 |" in report
+    with open(tmp_path / "report.csv", newline="") as f:
+        assert [r["parameters"] for r in csv.DictReader(f)] == ["12001-12345", "999"]
+
+
 def test_metric_against_throughput_names_close_variants_apart_in_a_legend(tmp_path, monkeypatch):
     # the names were written beside the points: two variants with close points overprinted each other's
     from attnzoo.ablation.report import Row, plot_metric_vs_throughput

@@ -203,6 +203,15 @@ def _runs_text(row: Row) -> str:
     return text
 
 
+def _params(row: Row, dash: str, form: str = "{}") -> str:
+    """The variant's parameter count, or its lowest and highest where its runs differ (a size the data chose per
+    seed, such as a vocabulary learned from each seed's split); "" without any."""
+    if not row.parameters:
+        return ""
+    low, high = min(row.parameters), max(row.parameters)
+    return form.format(low) if low == high else f"{form.format(low)}{dash}{form.format(high)}"
+
+
 def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str | None, mode: str) -> Path:
     """report.csv (one row per variant), runs.csv (one row per run) and report.md; returns report.md."""
     axes = list(info.get("axes") or {})
@@ -217,7 +226,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
             stats = [tuple("" if math.isnan(x) else x for x in mean_std(v))
                      for v in (row.metric, row.throughput, row.memory_mb, row.wall)]  # fmt: skip
             w.writerow([row.name, *(row.values.get(a, "") for a in axes), metric or "", *stats[0], *stats[1],
-                        stats[2][0], "cuda" if cuda else "rss", row.parameters[0] if row.parameters else "",
+                        stats[2][0], "cuda" if cuda else "rss", _params(row, "-"),
                         *stats[3], "+".join(sorted(row.backends)), " ".join(str(r.seed) for r in row.runs),
                         len(row.metric) if row.baseline else row.count("ok"), row.count("failed"),
                         row.count("missing")])  # fmt: skip
@@ -277,7 +286,7 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
             continue
         if row.metric and means[row.name] == top:
             name, value = f"**{name}**", f"**{value}**"
-        params = f"{row.parameters[0]:,}" if row.parameters else "-"
+        params = _params(row, "–", "{:,}") or "-"
         lines.append(
             f"| {name} | {value} | {_fmt(row.throughput, 0)} | {_fmt(row.memory_mb, 0)} | {params} | "
             f"{_fmt(row.wall, 0)} | {'+'.join(sorted(row.backends)) or '-'} | {_runs_text(row)} |"

@@ -654,7 +654,7 @@ def test_metric_against_throughput_names_close_variants_apart_in_a_legend(tmp_pa
     assert clipped_and_overlapping(drawn) == ([], [])
     texts = [t.text for t in drawn.values()]
     assert all(texts.count(row.name) == 1 for row in rows)  # each variant named once
-    (figure,) = {t.artist.get_figure(root=True) for t in drawn.values()}
+    (figure,) = {t.artist.figure for t in drawn.values()}
     assert [t.get_text() for t in figure.legends[0].get_texts()] == [rows[-1].name, *names]  # in the legend
     caps = ("|", "_", "None", "", None)  # the error bars' caps, the baseline's line
     marks = {

@@ -34,7 +34,7 @@ def record_texts(monkeypatch: Any) -> dict[int, Drawn]:
         draw(self, renderer)
         if self.get_visible() and self.get_text():
             box = self.get_window_extent(renderer).frozen()
-            drawn[id(self)] = Drawn(self.get_text(), box, self.get_figure(root=True).bbox.frozen(), self)
+            drawn[id(self)] = Drawn(self.get_text(), box, self.figure.bbox.frozen(), self)
 
     monkeypatch.setattr(matplotlib.text.Text, "draw", recording)
     return drawn

@@ -198,9 +198,9 @@ class ViT(nn.Module):
 
 def adapt_channels(weight: Tensor, channels: int) -> Tensor:
     """A patch convolution's weight [C, I, P, P] for `channels` inputs: one channel reads the sum of the I it was
-    trained on (a grey pixel stands for I equal ones); more channels repeat the I and scale by I / channels, so that an
-    image whose channels repeat the I it was trained on gives what they gave. For I = 3 this is timm's
-    `adapt_input_conv`; its rule for other sources (grey to RGB) came only in timm 1.0.31."""
+    trained on (a grey pixel stands for I equal ones); other counts repeat (or cut) the I and scale by I / channels,
+    so that where `channels` is a multiple of I, an image whose channels repeat the I gives what they gave. For I = 3
+    this is timm's `adapt_input_conv`; its rule for other sources (grey to RGB) came only in timm 1.0.31."""
     given = weight.shape[1]
     if channels == given:
         return weight

@@ -282,14 +282,12 @@ def absolute_config_paths(cfg: Config) -> dict[str, Any]:
 
 
 def _auto_precision(cfg: Config) -> dict[str, Any]:
-    """`trainer.precision: auto` -> {"trainer.precision": the value for this machine}, logged; fp16 autocast on a
-    CPU -> bf16-mixed with a warning (what Lightning runs instead)."""
+    """`trainer.precision: auto` -> {"trainer.precision": the value for this machine}, logged."""
     trainer_cfg = cfg.section("trainer")
-    given = trainer_cfg.get("precision")
-    value, why = resolve_precision(given, trainer_cfg.get("accelerator", "auto"))
-    if value == given:
+    if trainer_cfg.get("precision") != "auto":
         return {}
-    (log.info if given == "auto" else log.warning)("trainer.precision: %s -> %s (%s)", given, value, why)
+    value, why = resolve_precision("auto", trainer_cfg.get("accelerator", "auto"))
+    log.info("trainer.precision: auto -> %s (%s)", value, why)
     return {"trainer.precision": value}
 
 

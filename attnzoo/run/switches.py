@@ -53,17 +53,8 @@ def _uses_cuda(accelerator: Any) -> bool:
     return accelerator in (None, "auto") and torch.cuda.is_available()
 
 
-def _on_cpu(accelerator: Any) -> bool:
-    if accelerator == "cpu":
-        return True
-    return accelerator in (None, "auto") and not torch.cuda.is_available() and not torch.backends.mps.is_available()
-
-
 def resolve_precision(precision: Any, accelerator: Any = "auto") -> tuple[Any, str]:
-    """(precision, why): `precision` unchanged unless it is "auto", or fp16 autocast on a CPU, which Lightning runs
-    as bf16-mixed (the run's config then records what ran)."""
-    if precision in ("16-mixed", "16", 16) and _on_cpu(accelerator):
-        return "bf16-mixed", "fp16 autocast does not run on CPU: Lightning trains in bf16-mixed instead"
+    """(precision, why): `precision` unchanged unless it is "auto"."""
     if precision != "auto":
         return precision, "set explicitly"
     if _uses_cuda(accelerator):

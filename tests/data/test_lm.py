@@ -64,7 +64,8 @@ def test_blank_files_left_out_of_documents_are_named(tmp_path, caplog):
         (tmp_path / "d" / name).write_text("" if name == "empty.txt" else " \n\n")
     with caplog.at_level("WARNING", logger="attnzoo"):
         assert read_documents(str(tmp_path / "d"), documents="files", what="val") == ["a document"]
-    assert "data.val: 2 empty or blank file(s) left out (data.documents=files): blank.txt, empty.txt" in caplog.text
+    named = f"{tmp_path / 'd' / 'blank.txt'}; {tmp_path / 'd' / 'empty.txt'}"  # the paths: names repeat in subfolders
+    assert f"data.val: 2 empty or blank file(s) left out (data.documents=files): {named}" in caplog.text
 
 
 def test_non_utf8_names_file_and_line(tmp_path):

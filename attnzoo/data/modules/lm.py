@@ -117,14 +117,14 @@ def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "tr
         text = _decode(path)
         if documents == "files":
             docs += [text.strip()] if text.strip() else []
-            empty += [] if text.strip() else [path.name]
+            empty += [] if text.strip() else [str(path)]
         else:
             docs += [line.strip() for line in text.splitlines() if line.strip()]
     if not docs:
         raise ValueError(f"data.{what}: no text in {spec!r}")
     if empty:
-        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-        log.warning("data.%s: %d empty or blank file(s) left out (data.documents=files): %s", what, len(empty), shown)
+        log.warning("data.%s: %d empty or blank file(s) left out (data.documents=files): %s", what, len(empty),
+                    shortened(empty, 5))  # fmt: skip
     return docs
 
 

@@ -268,7 +268,7 @@ def test_a_grey_checkpoint_reads_rgb_images_as_it_read_their_grey(tmp_path):
 @pytest.mark.parametrize("channels", [1, 2, 3, 4, 7])
 def test_rgb_patch_weights_adapt_to_other_channels_as_timm_adapts_them(channels):
     # adapt_channels is ours because timm's grey-to-RGB rule (base_chans) exists only in its newest release: an older
-    # timm failed every grey start with a TypeError; for RGB sources both must give the same weights
+    # timm failed every start whose channels differ with a TypeError; for RGB sources both must give the same weights
     from attnzoo.models.vit import adapt_channels
 
     rgb = torch.randn(8, 3, 4, 4, dtype=torch.bfloat16)

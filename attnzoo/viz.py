@@ -255,9 +255,8 @@ def visualize(
     """Draw the attention of a run on one input; returns the files written.
 
     Without an input, example `index` of `split` is drawn; `overrides` (data.* key=value) say where the run's data
-    is now. Runs of models with cross-attention (the text-image
-    recipe) also get, for `count` examples of `split` from example `index`, where each word looks in the image
-    (`<out>/cross_attention/`).
+    is now. Runs of models with cross-attention (the text-image recipe) also get, for `count` examples of `split`
+    from example `index`, where each word looks in the image (`<out>/cross_attention/`).
     """
     from .run import load_run
     from .run.inference import CLASSIFIERS

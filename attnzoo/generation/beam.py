@@ -44,7 +44,6 @@ class BeamSearchOutput:
     hypotheses: list[list[Hypothesis]]
 
 
-@torch.no_grad()
 def too_wide(beam_size: int, vocab_size: int) -> str | None:
     """Why a beam of `beam_size` is refused for a vocabulary of `vocab_size` tokens (None: it is not): memory and time
     grow with the beam, and a beam keeps at most one continuation per token (100,000 ran for minutes on one
@@ -57,6 +56,7 @@ def too_wide(beam_size: int, vocab_size: int) -> str | None:
     )
 
 
+@torch.no_grad()
 def beam_search(
     model: Decodes,
     *,

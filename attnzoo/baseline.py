@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"--run-dir: {str(args.run_dir)!r} is not a run directory (no config.yaml){runs_in(args.run_dir)}"
                 )
             configs = [args.run_dir / "config.yaml", *configs]
-        cfg = load(configs, args.overrides)
+        cfg = load(configs, args.overrides, run=args.run_dir is not None)
         if args.print_config:
             print(cfg.to_yaml(), end="")
             return 0

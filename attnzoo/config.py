@@ -87,6 +87,13 @@ class Config:
         OmegaConf.set_readonly(tree, True)
         self.tree, self.origins = tree, origins
 
+    @classmethod
+    def of_values(cls, tree: dict[str, Any], origins: dict[str, str]) -> Config:
+        """A Config of plain, resolved data (`OmegaConf.to_container(..., resolve=True)`): every string stays the
+        text it is, one holding `${` included (`_escaped`), where `OmegaConf.create` would take it for an
+        interpolation to resolve (`${oc.env:NAME}` reading this machine's environment)."""
+        return cls(OmegaConf.create(_escaped(tree)), origins)
+
     def where(self, key: str) -> str:
         """Where `key` (or the closest enclosing key) was set."""
         parts = key.split(".")
@@ -111,16 +118,25 @@ class Config:
     def to_yaml(self) -> str:
         """The config resolved, as YAML that reads back to the same values: a `${` of a value (a prompt's text) is
         written escaped, or reading it would take it for an interpolation."""
-        return OmegaConf.to_yaml(OmegaConf.create(_escaped(OmegaConf.to_container(self.tree, resolve=True))))
+        return OmegaConf.to_yaml(Config.of_values(OmegaConf.to_container(self.tree, resolve=True), {}).tree)
+
+
+# a `${` that OmegaConf reads as an interpolation: after an even number of backslashes (each pair one literal `\\`);
+# after an odd number it is a literal `${`
+LIVE_INTERPOLATION = re.compile(r"(?<!\\)(?:\\\\)*\$\{")
 
 
 def _escaped(node: Any) -> Any:
-    """`node` (plain data) with every `${` of its strings escaped as OmegaConf reads a literal one (`\\${`)."""
+    """`node` (plain data) with its strings written as OmegaConf reads them back to the same text: the k backslashes
+    before a `${` doubled and one more added (a literal `${`: `\\${`; a literal `\\${`: three backslashes), so that
+    no value becomes an interpolation. Other backslashes read as themselves."""
     if isinstance(node, dict):
         return {key: _escaped(value) for key, value in node.items()}
     if isinstance(node, list):
         return [_escaped(value) for value in node]
-    return node.replace("${", "\\${") if isinstance(node, str) else node
+    if not isinstance(node, str):
+        return node
+    return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", node)
 
 
 def _flatten(node: Any, prefix: str = "") -> list[str]:
@@ -134,22 +150,28 @@ def _flatten(node: Any, prefix: str = "") -> list[str]:
 
 
 def load(
-    configs: Sequence[str | Path], overrides: Sequence[str] = (), *, given_in: Mapping[str, str] | None = None
+    configs: Sequence[str | Path],
+    overrides: Sequence[str] = (),
+    *,
+    given_in: Mapping[str, str] | None = None,
+    run: bool = False,
 ) -> Config:
     """Merge `configs` in order (later wins), then the dotlist `overrides` (`key=value`); validate.
 
     Args:
         given_in: where an override item comes from when it is not the command line (item -> e.g. "grid g.yaml,
             fixed"), for messages.
+        run: the first of `configs` is a run's own config.yaml (a resumed or evaluated run's): read as data, with
+            no interpolation (`read_yaml`).
     """
     if not configs:
         raise ConfigError("no config given: pass --config recipes/<recipe>.yaml")
     merged, origins = OmegaConf.create({}), {}
-    for path in configs:
+    for index, path in enumerate(configs):
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} " + ("is a directory" if path.is_dir() else "does not exist"))
-        layer = read_yaml(path)
+        layer = read_yaml(path, run=run and index == 0)
         if not path.read_bytes().strip():
             raise ConfigError(f"config file {str(path)!r} is empty")
         if not isinstance(layer, DictConfig):
@@ -202,7 +224,7 @@ def _renamed(tree: DictConfig, origins: dict[str, str]) -> tuple[DictConfig, dic
         value = model.get(old)
         log.warning("model.%s (set in %s) is deprecated: use model.%s=<file> (%s)", old, where, new, note)
         if value is not None:
-            tree = OmegaConf.merge(tree, {"model": {new: value}})
+            tree = OmegaConf.merge(tree, {"model": {new: _escaped(value)}})
             origins = {k: v for k, v in origins.items() if k != f"model.{new}"}
         tree.model.pop(old)
         origins = {(f"model.{new}" if k == f"model.{old}" else k): v for k, v in origins.items()}
@@ -214,9 +236,10 @@ def is_run_config(path: Path) -> bool:
     return path.name == "config.yaml" and any((path.parent / name).exists() for name in TRAINED_FILES)
 
 
-def read_yaml(path: str | Path) -> Any:
+def read_yaml(path: str | Path, *, run: bool = False) -> Any:
     """The YAML file at `path` as an OmegaConf object; a syntax error is one line naming the file, line and column.
-    A run's own config.yaml (`is_run_config`) must hold no interpolation (`refuse_interpolations`)."""
+    A run's own config.yaml must hold no interpolation (`refuse_interpolations`): one read as a run's (`run`: resume,
+    evaluate, a start), or one beside what training writes (`is_run_config`), whatever the folder holds besides."""
     import yaml
 
     path = Path(path)
@@ -240,7 +263,7 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not a UTF-8 text file (byte {err.start}: {err.reason})") from None
     except (yaml.YAMLError, OmegaConfBaseException, ValueError) as err:
         raise ConfigError(f"{path}: cannot read: {type(err).__name__}: {str(err).splitlines()[0]}") from None
-    if is_run_config(path):
+    if run or is_run_config(path):
         refuse_interpolations(tree, path)
     return tree
 
@@ -258,12 +281,12 @@ def refuse_interpolations(node: Any, path: Path, prefix: str = "") -> None:
         full = f"{prefix}[{key}]" if isinstance(node, ListConfig) else f"{prefix}.{key}" if prefix else str(key)
         child = node._get_node(key)
         raw = child._value()
-        if OmegaConf.is_interpolation(node, key) and "${" in str(raw).replace("\\${", ""):  # not only escaped `${`
+        if OmegaConf.is_interpolation(node, key) and LIVE_INTERPOLATION.search(str(raw)):  # not only literal `${`
             raise ConfigError(
-                f"{path}: {full}: {raw!r} is an interpolation, which a run's config.yaml (one beside "
-                f"{' / '.join(TRAINED_FILES)}) never holds: a run writes its values resolved. attnzoo does not resolve "
-                "it in a run directory, where ${oc.env:...} would read this machine's environment; write the value "
-                "itself (or name a config file of your own something other than config.yaml)"
+                f"{path}: {full}: {raw!r} is an interpolation, which a run's config.yaml never holds: a run writes "
+                "its values resolved. attnzoo does not resolve it in a run's config, where ${oc.env:...} would read "
+                "this machine's environment; write the value itself (a config of your own beside "
+                f"{' / '.join(TRAINED_FILES)}: name it other than config.yaml)"
             )
         refuse_interpolations(child, path, full)
 

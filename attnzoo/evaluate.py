@@ -40,10 +40,12 @@ def report_name(
     from .config import load
     from .run.paths import same_path
 
-    own_cfg = load([run_dir / "config.yaml"])
+    own_cfg = load([run_dir / "config.yaml"], run=True)
     own = own_cfg.section("data")
     moved = not all(own.get(k) == data.get(k) or same_path(f"data.{k}", own.get(k), data.get(k)) for k in DATA_KEYS)
-    other = scored_overrides(own_cfg.tree, load([run_dir / "config.yaml", *configs], overrides).tree, overrides)
+    other = scored_overrides(
+        own_cfg.tree, load([run_dir / "config.yaml", *configs], overrides, run=True).tree, overrides
+    )
     name = f"evaluate-{checkpoint}{'-val' if asked == 'val' else ''}"
     if moved or other or configs:
         given = {
@@ -121,7 +123,7 @@ def _check_held_out_split(run_dir: Path, split: str, configs: Sequence[str], ove
         given |= {f"data.{key}" for key in (data.keys() if OmegaConf.is_dict(data) else ())}
     if not (run_dir / "config.yaml").is_file() or f"data.{split}" in given:
         return  # not a run (load_run says so), or the split scored is a file of the user's
-    own = load([run_dir / "config.yaml"]).section("data")
+    own = load([run_dir / "config.yaml"], run=True).section("data")
     first = FIRST_HELD_OUT.get(own.get("kind"))
     if first is None or first == split or f"data.{first}" not in given:
         return
@@ -231,12 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from .run import show_log
     from .run.signals import Interrupted
+    from .tasks.preflight import SetupError
 
     show_log()
     allow_imports(args.allow_imports)
     try:
         report = evaluate(args.run_dir, args.checkpoint, args.split, args.config, args.overrides)
-    except ConfigError as err:
+    except (ConfigError, SetupError) as err:  # SetupError: the task's check before the pass (no metric written)
         print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
         return 2
     except Interrupted as err:  # during the pass: its metrics would be those of part of the split

@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configs = args.config
         if args.resume and not configs:
             configs = [resume_target(args.resume)[0] / "config.yaml"]
-        cfg = load(configs, args.overrides)
+        cfg = load(configs, args.overrides, run=bool(args.resume and not args.config))
     except ConfigError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
         return 2

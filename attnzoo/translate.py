@@ -163,7 +163,7 @@ def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
     a NUL: a binary file) raises ConfigError naming the file (`name`, else `path`) and line, a UTF-16 or UTF-32 file
     one saying so."""
     from .data.formats.parallel_files import byte_lines
-    from .data.formats.text_files import wide_unicode
+    from .data.formats.text_files import recode_hint, wide_unicode
 
     path_shown = name or path
     with path.open("rb") as f:
@@ -180,7 +180,7 @@ def read_lines(path: Path, name: str | None = None) -> Iterator[str]:
                 bad = raw[err.start : err.end].hex(" ")
                 raise ConfigError(
                     f"--file {path_shown} line {n}, column {err.start + 1}: byte(s) {bad} are not UTF-8 "
-                    f"({err.reason}); save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                    f"({err.reason}); {recode_hint(raw, 'FILE' if str(path_shown) == '-' else Path(path_shown).name)}"
                 ) from None
 
 

@@ -40,6 +40,7 @@ from .drawing.matrices import (
 )
 from .drawing.rollout import capture, rollout
 from .fit import check_rank_format
+from .util.files import compressed
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 log = logging.getLogger("attnzoo")
@@ -375,6 +376,8 @@ def _input_folder(viz: Path, path: Path) -> Path:
 
     plain, resolved = viz / path.stem, str(path.resolve())
     try:
+        if compressed(plain / "maps.pt"):  # no file viz wrote
+            raise ValueError("compressed")
         drawn = torch.load(plain / "maps.pt", map_location="cpu", weights_only=True).get("input")
     except Exception:  # noqa: BLE001 (nothing drawn there yet, an older drawing, or one cut short: draw over it)
         drawn = None

@@ -263,7 +263,8 @@ def test_a_split_without_examples_is_an_error_naming_the_data_not_an_empty_repor
         assert said in err and f"put the files to score in {tmp_path / 'flat'}/{split}/<class>/ (a folder" in err, err
         assert not list(run.glob("evaluate-*.json"))
     (tmp_path / "flat" / "test").mkdir()  # split folders: scored on test, and --split val names its own folder
-    (tmp_path / "flat" / "down").rename(tmp_path / "flat" / "test" / "down")
+    for name in ("down", "go", "yes"):
+        (tmp_path / "flat" / name).rename(tmp_path / "flat" / "test" / name)
     assert main([str(run), f"data.root={tmp_path / 'flat'}", "--split", "val"]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'flat'}/val/<class>/" in err and "without split folders" not in err, err

@@ -129,28 +129,75 @@ def test_a_python_tag_in_config_yaml_is_not_constructed(lm_run, tmp_path, monkey
     assert "YAML syntax error" not in err and not marker.exists()
 
 
+def _with_prompt(lm_run: Path, run: Path, prompt: str) -> Path:
+    """A copy of `lm_run` at `run` whose config.yaml has the line `  prompt: <prompt>` (written as it stands)."""
+    shutil.copytree(lm_run, run)
+    text = (run / "config.yaml").read_text()
+    assert "\n  prompt: " in text and "${" not in text  # as fit writes it: resolved
+    lines = [f"  prompt: {prompt}" if line.startswith("  prompt: ") else line for line in text.splitlines()]
+    (run / "config.yaml").write_text("\n".join(lines) + "\n")
+    return run
+
+
+# `\\${...}` is a literal backslash, then the interpolation: it passed the check as if escaped
+@pytest.mark.parametrize("prompt", ["${oc.env:ATTNZOO_TEST_SECRET}", "\\\\${oc.env:ATTNZOO_TEST_SECRET}"])
 @pytest.mark.parametrize("command", COMMANDS)
-def test_no_command_reads_the_environment_named_in_a_run_config(command, lm_run, tmp_path, monkeypatch, capsys):
+def test_no_command_reads_the_environment_named_in_a_run_config(command, prompt, lm_run, tmp_path, monkeypatch, capsys):
     # `prompt: ${oc.env:SECRET}` in a downloaded run's config.yaml was resolved: evaluate wrote the secret into its
     # report (and errors echoed it); a run writes its config resolved, so a run's config.yaml holds no interpolation
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNZOO_TEST_SECRET", "s3cr3t-value")
-    run = tmp_path / "downloaded"
-    shutil.copytree(lm_run, run)
-    text = (run / "config.yaml").read_text()
-    assert "\n  prompt: " in text and "${" not in text  # as fit writes it: resolved
-    lines = [
-        "  prompt: ${oc.env:ATTNZOO_TEST_SECRET}" if line.startswith("  prompt: ") else line
-        for line in text.splitlines()
-    ]
-    (run / "config.yaml").write_text("\n".join(lines) + "\n")
+    run = _with_prompt(lm_run, tmp_path / "downloaded", prompt)
     main, argv = _commands(run, tmp_path)[command]
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert "s3cr3t-value" not in out + err
     assert not any("s3cr3t-value" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
-    assert f"{run / 'config.yaml'}: task.prompt: '${{oc.env:ATTNZOO_TEST_SECRET}}' is an interpolation" in err, err
+    assert f"{run / 'config.yaml'}: task.prompt: {prompt!r} is an interpolation" in err, err
     assert "cannot read" not in err  # said once, not wrapped in "cannot read: ConfigError: ..."
+
+
+@pytest.mark.parametrize("command", ["evaluate", "fit --print-config", "baseline --run-dir"])
+def test_an_escaped_dollar_brace_in_a_run_config_stays_the_text_it_is(command, lm_run, tmp_path, monkeypatch, capsys):
+    # `\${oc.env:SECRET}` is the text "${oc.env:SECRET}" (how the run wrote a prompt holding `${`): the resolved
+    # config was made an OmegaConf tree again, where that text became an interpolation and read the environment
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNZOO_TEST_SECRET", "s3cr3t-value")
+    run = _with_prompt(lm_run, tmp_path / "downloaded", "\\${oc.env:ATTNZOO_TEST_SECRET}")
+    main, argv = _commands(run, tmp_path)[command]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert "s3cr3t-value" not in out + err
+    assert not any("s3cr3t-value" in p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+    if command == "evaluate":
+        assert code == 0, err
+        assert "prompt: ${oc.env:ATTNZOO_TEST_SECRET}" in err  # the example's prompt, as the text it is
+    if command == "fit --print-config":
+        assert code == 0 and "prompt: \\${oc.env:ATTNZOO_TEST_SECRET}" in out  # written escaped again
+
+
+@pytest.mark.parametrize("text", ["${x}", "\\${x}", "a \\\\${x} b", "\\\\\\${x}", "\\ and $ and {x}", "$${x}"])
+def test_a_value_holding_dollar_brace_reads_back_as_the_same_text(text):
+    from attnzoo.config import Config
+
+    written = Config.of_values({"task": {"prompt": text}}, {}).to_yaml()
+    assert OmegaConf.to_container(OmegaConf.create(written), resolve=True)["task"]["prompt"] == text
+
+
+def test_a_run_config_holds_no_interpolation_whatever_lies_beside_it(lm_run, tmp_path, monkeypatch, capsys):
+    # a config.yaml was read as a run's (no interpolation) only beside checkpoints/, metrics.csv or summary.json: a
+    # run laid out otherwise (its checkpoints in ck/) was resolved by evaluate --checkpoint and by a resume
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNZOO_TEST_SECRET", "s3cr3t-value")
+    run = _with_prompt(lm_run, tmp_path / "downloaded", "${oc.env:ATTNZOO_TEST_SECRET}")
+    (run / "checkpoints").rename(run / "ck")
+    assert evaluate_main([str(run), "--checkpoint", str(run / "ck" / "best.ckpt")]) == 2
+    out, err = capsys.readouterr()
+    assert "s3cr3t-value" not in out + err and "task.prompt: '${oc.env:ATTNZOO_TEST_SECRET}' is an interpolation" in err
+    assert fit_main(["--resume", str(run / "ck" / "last.ckpt")]) == 2
+    out, err = capsys.readouterr()
+    assert "s3cr3t-value" not in out + err and "is not in a run's checkpoints folder" in err
+    assert not any("s3cr3t-value" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
 
 
 def test_a_start_from_a_run_does_not_read_the_environment_named_in_its_config(lm_run, tmp_path, monkeypatch):
@@ -257,3 +304,78 @@ def test_checkpoints_are_readable_by_the_others_who_read_the_run(tmp_path):
 
     AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(2)}, tmp_path / "checkpoints" / "last.ckpt")
     assert (tmp_path / "checkpoints" / "last.ckpt").stat().st_mode & 0o777 == 0o644
+
+
+def _deflated(src: Path, dest: Path) -> Path:
+    """`src` (a torch.save archive) written again with every entry compressed: it expands as it is read."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as inp, zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        for info in inp.infolist():
+            out.writestr(info.filename, inp.read(info.filename))
+    return dest
+
+
+def test_a_checkpoint_whose_entries_are_compressed_is_refused(tmp_path):
+    # torch.load reads deflated entries: 400 KB of zeros compressed stood for 190 MB in memory, a small download
+    # that could fill it; torch.save never compresses, so such a file is no checkpoint attnzoo or torch wrote
+    from attnzoo.pretrained.converted import read_weights
+    from attnzoo.run.checkpoint_io import read_checkpoint
+
+    plain = tmp_path / "plain.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(1000, 1000)}}, plain)
+    assert read_checkpoint(plain)["state_dict"]["w"].shape == (1000, 1000)  # torch.save's own archive reads
+    packed = _deflated(plain, tmp_path / "packed.ckpt")
+    assert packed.stat().st_size < plain.stat().st_size / 50
+    with pytest.raises(
+        ValueError, match=r"packed\.ckpt.* entry '.+' is compressed \(\d+ bytes to \d+\), which torch.save"
+    ):
+        read_checkpoint(packed)
+    torch.save({"w": torch.zeros(1000, 1000)}, plain)
+    bin_file = _deflated(plain, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin.*is compressed"):
+        read_weights(bin_file)
+
+
+def test_a_huge_lock_file_is_read_no_further_than_a_record(tmp_path, monkeypatch):
+    # a downloaded run's .lock of a gigabyte (sparse: a few bytes in a tarball) was read whole, quadratically
+    import attnzoo.run.lock as lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / ".lock", "wb") as f:
+        f.write(b'{"pid": "\\u001b]0;title\\u0007", "host": "h"' + b" " * (8 << 20))
+    read = []
+    real = os.read
+    monkeypatch.setattr(lock.os, "read", lambda fd, n: read.append(real(fd, n)) or read[-1])
+    with lock.RunLock(run):
+        pass
+    assert sum(map(len, read)) <= lock.RECORD_MAX
+    assert lock._parsed(b'{"pid": "\\u001b]0;title\\u0007"}') == {"pid": "?]0;title?"}  # no escape reaches a terminal
+
+
+def test_an_ablation_variant_id_is_a_folder_name_of_its_runs(tmp_path):
+    # ablation.json's ids name the run folders: "../../elsewhere" had --report-only read a summary.json outside
+    import json
+
+    from attnzoo.ablation.report import collect
+
+    out, elsewhere = tmp_path / "abl", tmp_path / "elsewhere"
+    (out / "runs").mkdir(parents=True)
+    elsewhere.mkdir()
+    (elsewhere / "summary.json").write_text(json.dumps({"test": {"acc": 0.99}}))
+    variant = {"id": "../../elsewhere", "name": "x", "values": {}, "seed": 0}
+    (out / "ablation.json").write_text(json.dumps({"variants": [variant], "metric": "test/acc", "mode": "max"}))
+    with pytest.raises(ConfigError, match=r"the variant id '../../elsewhere' is no folder name of"):
+        collect(out)
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_evaluating(lm_run, tmp_path, monkeypatch, capsys):
+    # the samples' prompt was checked against the context before training only: evaluate met it at the end of the
+    # test split, with generate's bare ValueError
+    monkeypatch.chdir(tmp_path)
+    run = _with_prompt(lm_run, tmp_path / "run", " ".join(["The"] * 400))
+    assert evaluate_main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "task.prompt ('The The" in err and "no room to sample" in err and "task.num_examples=0" in err
+    assert not list(run.glob("evaluate-*.json"))

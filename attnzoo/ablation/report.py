@@ -21,10 +21,9 @@ from typing import Any
 from ..config import ConfigError
 from ..run.baseline import baseline_metric, tested_on_val
 from ..util.files import replacing, write_text
-from ..util.names import suggest
+from ..util.names import metric_mode, suggest
 
 MB = 2**20
-LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "wer", "cer")
 
 
 @dataclass
@@ -82,10 +81,12 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    """A JSON record of a run ({} when it is missing, unreadable or no object)."""
     try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError:
+        record = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError, RecursionError):
         return {}
+    return record if isinstance(record, dict) else {}
 
 
 STORED = object()  # `collect`'s metric and mode: the ones the ablation stored in ablation.json
@@ -112,6 +113,11 @@ def collect(
     }
     rows: dict[str, Row] = {}
     for v in info["variants"]:
+        if not isinstance(v.get("id"), str) or Path(v["id"]).name != v["id"] or v["id"] in ("", ".", ".."):
+            raise ConfigError(
+                f"{out / 'ablation.json'}: the variant id {v.get('id')!r} is no folder name of {out / 'runs'} (an "
+                "ablation names each run's folder there)"
+            )
         run_dir = out / "runs" / v["id"]
         record, summary = _read(run_dir / "ablate.json"), _read(run_dir / "summary.json")
         state = record.get("status", "ok")  # "running" with a summary: fit finished before the ablation stopped
@@ -129,7 +135,7 @@ def collect(
             f"{suggest(metric, reported)}; correct the grid and run the same command again (finished runs are "
             "reused), or --report-only with --grid"
         )
-    mode = info.get("mode") or ("min" if metric and any(w in metric for w in LOWER_IS_BETTER) else "max")
+    mode = info.get("mode") or (metric_mode(metric) if metric else "max")
     for row in rows.values():
         for run in row.runs:
             if run.status != "ok":
@@ -261,8 +267,9 @@ def write_tables(out: Path, info: dict[str, Any], rows: list[Row], metric: str |
         if scored_val
         else ""
     )
+    configs = info.get("configs") or []
     lines = [
-        f"# Ablation: {Path(info.get('grid', 'grid')).stem} on {', '.join(Path(c).stem for c in info['configs'])}",
+        f"# Ablation: {Path(info.get('grid', 'grid')).stem} on {', '.join(Path(c).stem for c in configs)}",
         "",
         f"`{info['command']}`" if info.get("command") else "",
         "",

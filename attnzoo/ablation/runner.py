@@ -165,7 +165,7 @@ def _same_files(run: Planned) -> bool:
     from ..run.paths import same_path
 
     try:
-        saved = read_yaml(run.run_dir / "config.yaml")
+        saved = read_yaml(run.run_dir / "config.yaml", run=True)
     except (ConfigError, OSError, ValueError):
         return False
     for key, value in (run.paths or {}).items():
@@ -183,7 +183,7 @@ def _changed_data(run_dir: Path) -> list[str]:
     from ..run.paths import changed_data
 
     try:
-        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True).get("data")
+        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml", run=True), resolve=True).get("data")
     except (ConfigError, OSError, ValueError, AttributeError):
         return []
     return changed_data(run_dir, data) if isinstance(data, dict) else []

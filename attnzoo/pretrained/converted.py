@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 
-from ..util.files import unfinished
+from ..util.files import compressed, unfinished
 
 # a Hugging Face directory's weights, one file or an index of shards (`save_pretrained(max_shard_size=...)`)
 WRAPPERS = ("state_dict", "model")  # keys a checkpoint file may hold its tensors under
@@ -101,9 +102,9 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     if path.name.endswith(".index.json"):
         return _read_shards(path)
     try:
-        why = unfinished(path)
-    except OSError as err:  # a file without read permission
-        raise ValueError(f"{str(path)!r} cannot be read: {err.strerror or err}") from None
+        why = unfinished(path) or compressed(path)
+    except (OSError, zipfile.BadZipFile) as err:  # a file without read permission, a broken archive
+        raise ValueError(f"{str(path)!r} cannot be read: {getattr(err, 'strerror', None) or err}") from None
     if why:
         raise ValueError(f"{str(path)!r} is not a readable checkpoint: {why}")
     try:

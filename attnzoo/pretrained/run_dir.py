@@ -53,12 +53,11 @@ def run_config(path: str | Path) -> dict[str, Any]:
         return {}
     from omegaconf import OmegaConf
 
-    from ..config import ConfigError, read_yaml, refuse_interpolations
+    from ..config import ConfigError, read_yaml
 
     file = run / "config.yaml"
     try:  # YAML read as data, holding no interpolation (`${oc.env:...}` would read this machine's environment)
-        node = read_yaml(file)
-        refuse_interpolations(node, file)
+        node = read_yaml(file, run=True)
         tree = OmegaConf.to_container(node, resolve=True)  # escaped literals (`\${`) as the values they are
     except ConfigError:
         raise

@@ -353,6 +353,11 @@ def _named_normalization(timm_name: str | None) -> dict[str, Any]:
     import timm
 
     if timm_name is None:
+        log.info(
+            "model.init_from: a timm file does not say how its images were normalized: the data's statistics are "
+            "used (data.mean and data.std; unset: 0.5 for every channel, as timm's augreg ViTs); name its "
+            "model.timm_name (with its tag, e.g. deit_small_patch16_224) to take timm's, or set them"
+        )
         return {}
     try:
         cfg = timm.models.get_pretrained_cfg(timm_name)

@@ -29,6 +29,7 @@ from ..config import (
     validate,
 )
 from ..tasks.stopping import early_stopping_options
+from ..util.names import metric_mode
 from .paths import PATH_KEYS
 from .start import NORMALIZED_AS, another_start
 from .switches import apply_grad_checkpointing, compile_net, resolve_precision
@@ -78,7 +79,7 @@ def build(
         import torch
 
         torch.set_num_threads(trainer_cfg["num_threads"])
-    from .start import apply_start, fixed_options, read_start
+    from .start import apply_start, finetune_budget, fixed_options, read_start
 
     start = read_start(cfg) if init else None
     started = _absolute_start(cfg, start.preset) if start else {}
@@ -97,7 +98,7 @@ def build(
         data = build_data(cfg, preset)
         if init and "data.img_size" not in preset:  # a size the config set, not a start's weights
             data.check_given_size()
-        fixed = fixed_options(start, data.model_inputs(), cfg)
+        fixed = fixed_options(start, data.model_inputs(), cfg) | finetune_budget(start, data, cfg)
         _normalized_as(data, fixed, cfg)
         cfg = resolve(cfg, data, chosen, fixed)
         section = "model"
@@ -201,7 +202,7 @@ def resolve(
         fn = table[tree[section]["kind"]]
         for key, value in _filled(cfg, section, tree[section], fn, inputs).items():
             _set(tree, f"{section}.{key}", value)
-    resolved = Config(OmegaConf.create(tree), origins)
+    resolved = Config.of_values(tree, origins)
     validate(resolved)  # the chosen values, checked as if the config had set them
     return resolved
 
@@ -311,7 +312,9 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
         raise TypeError(f"{type(data).__name__}.auto_values() proposes {undeclared}, which are not in its AUTO_KEYS")
     taken = {}
     patience, epochs = "run.early_stopping.patience", "trainer.max_epochs"
-    budget = cfg.section("trainer").get("max_epochs")
+    budget = fixed.get(
+        epochs, cfg.section("trainer").get("max_epochs")
+    )  # a start's fine-tuning budget, or the config's
     if patience in wanted and epochs in proposed and epochs not in wanted and isinstance(budget, int) and budget > 0:
         # a patience the data proposes from its own epoch budget follows the budget the config sets instead
         proposed[patience] = data.patience_for(budget) or proposed[patience]
@@ -486,6 +489,10 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
     run = cfg.section("run")
     monitor = check_monitor(cfg, task)
     mode = run.get("mode") or task.monitor_mode
+    if not run.get("mode") and monitor != f"val/{task.monitor}":  # another metric: its own direction, not the task's
+        mode = metric_mode(monitor)
+        log.info("run.mode: %s (run.monitor %s: %s is better; set run.mode to say otherwise)", mode, monitor,
+                 "lower" if mode == "min" else "higher")  # fmt: skip
     ckpt_dir = run_dir / "checkpoints"
     logger = RunCSVLogger(str(run_dir))
     # the score of a model that has learned nothing the metric measures yet (BLEU 0): early stopping waits for it to

@@ -22,7 +22,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from ..util.files import SHARED_MODE, unfinished
+from ..util.files import SHARED_MODE, compressed, unfinished
 
 log = logging.getLogger("attnzoo")
 
@@ -33,6 +33,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, *args: Any, weights_only: bool | None = None, **kwargs: Any) -> dict[str, Any]:
         return super().load_checkpoint(path, *args, weights_only=True, **kwargs)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        """Remove a replaced checkpoint file (a link: the link); never a folder, which Lightning's remover deletes
+        recursively."""
+        if get_filesystem(path).protocol not in ("file", ("file", "local")):
+            return super().remove_checkpoint(path)
+        path = Path(path)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            log.warning("checkpoints: %s is not a file, so it was left as it is", path)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -124,15 +135,16 @@ class RunCheckpoint(ModelCheckpoint):
         return {**super().state_dict(), "floor_tie": self.floor_tie}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """The saved record, its paths read as the checkpoint files of the same names in this run's `dirpath`. A path
-        anywhere else is not taken: Lightning deletes a best or top-k checkpoint it replaces, and a checkpoint from a
-        stranger could name any file or folder (`local://~/Documents`, which fsspec deletes recursively)."""
+        """The saved record, its paths read as the checkpoint file of this callback's own name (best.ckpt, last.ckpt)
+        in this run's `dirpath`. Any other path is not taken: Lightning deletes a best or top-k checkpoint it
+        replaces, and a checkpoint from a stranger could name any file or folder (`local://~/Documents`, which fsspec
+        deletes recursively; `important.ckpt`, a folder beside the run's checkpoints)."""
 
-        def inside(path: Any) -> str:
+        def inside(path: Any) -> str:  # this callback's own file (no version counter: one name), or nothing
             if not isinstance(path, str) or not path or "://" in path or self.dirpath is None:
                 return ""
             name = Path(path).name
-            return str(Path(self.dirpath) / name) if name.endswith(".ckpt") else ""
+            return str(Path(self.dirpath) / name) if name == f"{self.filename}{self.FILE_EXTENSION}" else ""
 
         best_k = {inside(k): v for k, v in (state_dict.get("best_k_models") or {}).items()}
         state_dict = {
@@ -153,9 +165,9 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     path = Path(path)
     what = f"{str(path)!r} is not a checkpoint"
     try:
-        why = unfinished(path)
-    except OSError as err:
-        raise ValueError(f"checkpoint {str(path)!r} cannot be read: {err.strerror or err}") from None
+        why = unfinished(path) or compressed(path)
+    except (OSError, zipfile.BadZipFile) as err:
+        raise ValueError(f"checkpoint {str(path)!r} cannot be read: {getattr(err, 'strerror', None) or err}") from None
     if why:
         raise ValueError(f"{what}: {why}")
     if not zipfile.is_zipfile(path):

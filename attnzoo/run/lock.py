@@ -29,6 +29,7 @@ LOCK_FILE = ".lock"
 # entries of a run directory that may be links: checkpoint files are written to a new file renamed over the old
 # (a link is replaced, never written through), and `checkpoints -> /scratch/...` is a usual setup on clusters
 LINKS_ALLOWED = ("checkpoints",)
+RECORD_MAX = 65536  # bytes of a lock's record read at most
 
 
 class RunLock:
@@ -119,8 +120,9 @@ class RunLock:
 
     def _in_use_message(self) -> str:
         try:
-            record = json.loads(self.path.read_text() or "{}")
-        except (OSError, ValueError):
+            with open(self.path, "rb") as f:
+                record = _parsed(f.read(RECORD_MAX))
+        except OSError:
             record = {}
         who = f"process {record.get('pid', '?')} on {record.get('host', '?')}"
         since = f", started {record['started']}" if record.get("started") else ""
@@ -177,13 +179,21 @@ def refuse_links(
 def _read_record(fd: int) -> dict[str, Any]:
     os.lseek(fd, 0, os.SEEK_SET)
     data = b""
-    while chunk := os.read(fd, 65536):
-        data += chunk
+    while len(data) < RECORD_MAX and (chunk := os.read(fd, RECORD_MAX - len(data))):
+        data += chunk  # a record is a line of JSON: a larger file (a stranger's run's .lock) is read no further
+    return _parsed(data)
+
+
+def _parsed(data: bytes) -> dict[str, Any]:
+    """A lock's record, its values as printable text (a stranger's run's .lock could hold terminal escapes, which
+    the messages quoting it would send to the terminal)."""
     try:
         record = json.loads(data.decode() or "{}")
     except ValueError:
         return {"pid": "?", "host": "?", "started": "?"}  # a holder killed while writing its record
-    return record if isinstance(record, dict) else {}
+    if not isinstance(record, dict):
+        return {}
+    return {key: "".join(c if c.isprintable() else "?" for c in str(value)[:2000]) for key, value in record.items()}
 
 
 def _write_record(fd: int) -> None:

@@ -76,6 +76,14 @@ class ResumeDataPosition(L.Callback):
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         _plan_learning_rate(trainer)
         skipped = self._skip_trained_batches(trainer)
+        workers = getattr(trainer.train_dataloader, "num_workers", 0)
+        if self._rng is not None and workers > 0 and trainer.is_global_zero:  # a resume, mid-epoch or not
+            log.warning(
+                "resume: data.num_workers=%d: the loader workers start new random streams, so what is drawn in them "
+                "(random crops, flips, shifts, mixup, MLM masks) differs from the uninterrupted run's for the rest of "
+                "the run; the batches hold the same samples in the same order. data.num_workers=0 resumes exactly",
+                workers,
+            )
         if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here
             name, keys, pos, has_gauss, gauss = self._rng["numpy"]
             _set_rng_states({**self._rng, "numpy": (name, keys.numpy(), pos, has_gauss, gauss)})
@@ -106,13 +114,6 @@ class ResumeDataPosition(L.Callback):
         _new_iterator(trainer)
         if trainer.is_global_zero:  # each DDP process skips its own batches; one line says so
             log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
-        if trainer.is_global_zero and getattr(loader, "num_workers", 0) > 0:
-            log.warning(
-                "resume: data.num_workers=%d: the loader workers start new random streams, so random augmentation "
-                "drawn in them (crops, flips, shifts) differs from the uninterrupted run's for the rest of the run; "
-                "the batches hold the same samples in the same order. data.num_workers=0 resumes exactly",
-                loader.num_workers,
-            )
         return True
 
 

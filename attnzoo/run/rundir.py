@@ -96,6 +96,11 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     elif path.is_file():
         if path.suffix != ".ckpt":
             raise ConfigError(f"--resume: {str(path)!r} is not a checkpoint (.ckpt); give a run directory or one")
+        if path.parent.name != "checkpoints":  # the run is the folder above: a file elsewhere names no run
+            raise ConfigError(
+                f"--resume: {str(path)!r} is not in a run's checkpoints folder (<run>/checkpoints/*.ckpt): give the "
+                "run directory, or a checkpoint in it"
+            )
         ckpt, run_dir = path, path.parent.parent
     else:
         raise ConfigError(f"--resume: {str(path)!r} is neither a run directory nor a checkpoint file")
@@ -180,7 +185,7 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
 
     Raises ConfigError naming every changed key outside `RESUME_MAY_CHANGE`, with its old and new value.
     """
-    saved = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True)
+    saved = OmegaConf.to_container(read_yaml(run_dir / "config.yaml", run=True), resolve=True)
     old, new = (
         _leaves(saved if isinstance(saved, dict) else {}),
         _leaves(OmegaConf.to_container(cfg.tree, resolve=True)),
@@ -251,7 +256,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "summary.json"
     try:
         summary = json.loads(path.read_text()) if path.is_file() and not path.is_symlink() else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # deep nesting: a stranger's summary.json
         return {}
     return summary if isinstance(summary, dict) else {}
 
@@ -319,7 +324,7 @@ def _not_a_run(path: Path) -> str:
 def saved_kind(run_dir: Path) -> str | None:
     """The data kind a run directory's config.yaml names; None where it cannot be read (`load_run` says why)."""
     try:
-        return load([run_dir / "config.yaml"]).section("data").get("kind")
+        return load([run_dir / "config.yaml"], run=True).section("data").get("kind")
     except (ConfigError, OSError, ValueError):
         return None
 
@@ -369,7 +374,7 @@ def load_run(
     run_dir = Path(run_dir)
     ckpt = run_checkpoint(run_dir, checkpoint)
     try:
-        cfg = load([run_dir / "config.yaml", *configs], overrides)
+        cfg = load([run_dir / "config.yaml", *configs], overrides, run=True)
     except ConfigError as err:  # an image folder that is not here is refused as the config is read
         raise ConfigError(f"{err}{_gone_data_hint(_saved_data(run_dir))}") from None
     preset = {**added_options(cfg), **_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir),
@@ -411,7 +416,7 @@ def load_run(
 def _saved_data(run_dir: Path) -> dict[str, Any]:
     """The data section of a run's config.yaml as written ({} where it cannot be read)."""
     try:
-        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml"), resolve=True).get("data")
+        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml", run=True), resolve=True).get("data")
     except (ConfigError, OSError, ValueError, AttributeError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -69,6 +70,11 @@ DEPTHS = ("depth", "encoder_depth", "decoder_depth")  # fewer blocks than a chec
 # BERT paper's 2e-5..5e-5. An attnzoo run keeps the recipe's rate (`...data.modules.defaults.SCRATCH_LR`) unless its
 # own weights descend from such a checkpoint (the `origin` its init_from.json records)
 FINETUNE_LR = 5e-5
+# `trainer.max_epochs: auto` from such a checkpoint: about FINETUNE_STEPS optimizer steps, within FINETUNE_EPOCHS
+# epochs. The recipes' budgets (~2,000 steps, up to 100-200 epochs) are for their small models from random weights;
+# BERT's authors fine-tuned for 2-4 epochs and the Hugging Face Trainer's default is 3, and on a small split a few
+# hundred steps at 5e-5 are what moves the weights at all
+FINETUNE_STEPS, FINETUNE_EPOCHS = 300, (3, 20)
 
 
 class Start(NamedTuple):
@@ -447,6 +453,10 @@ def _options(
             preset[f"data.{key}"] = max_len
         else:  # the data's shorter length sizes the model; the model's load hook cuts the checkpoint's table
             chosen.pop("model.max_len", None)
+            log.info("data.%s: %d (set in %s) of the %d positions model.init_from's weights hold: the model keeps the "
+                     "first %d, and reads (and generates, translates) at most %d tokens for good; data.%s=%d keeps "
+                     "them all, at more memory and time a step", key, data_len, cfg.where(f"data.{key}"), max_len,
+                     data_len, data_len, key, max_len)  # fmt: skip
     if model.get("kind") == "seq2seq" and "decoder_attention" not in options:
         from ..models.seq2seq import decoder_layout
 
@@ -520,7 +530,7 @@ def _stays(cfg: Config, key: str) -> bool:
     if cfg.where("model.init_from") == where:
         return True
     try:  # model.init_from set again elsewhere (the command line): the same checkpoint?
-        saved = (read_yaml(path).get("model") or {}).get("init_from")
+        saved = (read_yaml(path, run=True).get("model") or {}).get("init_from")
     except (ConfigError, AttributeError):
         return False
     return saved is not None and same_path("model.init_from", str(saved), str(cfg.section("model").get("init_from")))
@@ -533,6 +543,22 @@ def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str
     kept = {k: v for k, v in mine.items() if k in ATTENTION_CHOICES and k not in theirs}
     typed = {k: v for k, v in mine.items() if _stays(cfg, f"{full}.{k}")}
     return {**theirs, **kept, **typed}
+
+
+def finetune_budget(start: Start | None, data: Any, cfg: Config) -> dict[str, Any]:
+    """{"trainer.max_epochs": n} of a start from pretrained weights (a Hugging Face or timm checkpoint, or a run that
+    descends from one: `Start.origin`) where the config leaves the budget to auto: epochs for about `FINETUNE_STEPS`
+    optimizer steps of `data`'s train split, within `FINETUNE_EPOCHS`; logged. {} otherwise."""
+    if start is None or start.origin is None or cfg.section("trainer").get("max_epochs") != AUTO:
+        return {}
+    batches = len(data.train_dataloader())  # one process's loader, before the trainer: every batch of the split
+    per_epoch = max(1, math.ceil(batches / max(1, data.processes)))
+    low, high = FINETUNE_EPOCHS
+    epochs = min(high, max(low, math.ceil(FINETUNE_STEPS / per_epoch)))
+    log.info("trainer.max_epochs: auto -> %d (fine-tuning pretrained weights: %d steps an epoch, ~%d steps, %d-%d "
+             "epochs; from random weights the recipe would train its small model for thousands)", epochs, per_epoch,
+             FINETUNE_STEPS, low, high)  # fmt: skip
+    return {"trainer.max_epochs": epochs}
 
 
 def fixed_options(start: Start | None, inputs: Mapping[str, Any], cfg: Config) -> dict[str, Any]:

@@ -51,7 +51,9 @@ def multiclass(*, num_classes: int, label_smoothing: float = 0.0) -> Objective:
     if num_classes > 5:
         metrics["acc5"] = MulticlassAccuracy(num_classes, top_k=5, average="micro")
     loss = nn.CrossEntropyLoss(label_smoothing=label_smoothing)  # takes class indices or soft labels [B, K]
-    return Objective(loss, MetricCollection(metrics), "acc", "max", metric_target=_class_indices)
+    # compute_groups=False: torchmetrics would merge metrics whose states are equal after the first batch (accuracy,
+    # top-5 accuracy and F1 on a batch they all score perfectly), and the merged ones then share one state for good
+    return Objective(loss, MetricCollection(metrics, compute_groups=False), "acc", "max", metric_target=_class_indices)
 
 
 def _class_indices(labels: torch.Tensor) -> torch.Tensor:
@@ -69,7 +71,12 @@ def multilabel(*, num_classes: int) -> Objective:
         "f1": MultilabelF1Score(num_classes, average="micro"),
     }
     return Objective(
-        _MultiHotBCE(), MetricCollection(metrics), "map", "max", multilabel=True, metric_target=_binary_targets
+        _MultiHotBCE(),
+        MetricCollection(metrics, compute_groups=False),
+        "map",
+        "max",
+        multilabel=True,
+        metric_target=_binary_targets,
     )
 
 

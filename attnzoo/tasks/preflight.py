@@ -7,6 +7,12 @@ from torch import nn
 from ..attention.attention import Attention
 from ..attention.backends import BACKENDS, Request
 
+
+class SetupError(ValueError):
+    """A task's check as a pass sets up, before its first batch (a prompt longer than the context): the message is
+    the whole error, which the commands print as they print a config error."""
+
+
 # explicit backends whose refusals depend on the device (flex: no backward on CPU; flash: CUDA only, no bias)
 DEVICE_BOUND = ("flex", "flash")
 

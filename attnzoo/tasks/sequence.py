@@ -28,7 +28,7 @@ from ..data.modules.batching import IGNORE_INDEX
 from ..data.tokenizers.subword import unknown_note
 from ..generation import beam_search, greedy, sample
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
-from .preflight import check_trainable_backends
+from .preflight import SetupError, check_trainable_backends
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -374,10 +374,10 @@ class LanguageModelTask(_SequenceTask):
         _check_examples(options)
 
     def setup(self, stage: str) -> None:
-        """Before training: the prompt of the samples fits the context (checked now, not after an epoch)."""
+        """Before training or scoring: the prompt of the samples fits the context (checked now, not after an epoch)."""
         super().setup(stage)
         data = getattr(self.trainer, "datamodule", None)
-        if stage != "fit" or not self.num_examples or data is None or not hasattr(data, "encode_prompt"):
+        if stage == "predict" or not self.num_examples or data is None or not hasattr(data, "encode_prompt"):
             return
         unknown: list[str] = []
         tokens = len(data.encode_prompt(self.prompt, unknown))  # bos first
@@ -385,7 +385,7 @@ class LanguageModelTask(_SequenceTask):
             log.warning("task.prompt (%s) holds %s, and the samples leave them out", _short(self.prompt),
                         unknown_note(unknown))  # fmt: skip
         if self.room(tokens) < 1:
-            raise ValueError(
+            raise SetupError(
                 f"task.prompt ({_short(self.prompt)}) is {tokens} tokens with the beginning of document, and the model "
                 f"reads at most {self.max_len} (data.block_size): no room to sample; give a prompt of at most "
                 f"{self.max_len - 1} tokens, or task.num_examples=0 for no samples"

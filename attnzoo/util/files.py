@@ -59,6 +59,32 @@ def unfinished(path: Path) -> str | None:
     return None
 
 
+def same_file(a: str | Path, b: str | Path | None) -> bool:
+    """Whether `a` and `b` name one file (links and relative paths resolved); False when `b` is None."""
+    try:
+        return b is not None and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def compressed(path: Path) -> str | None:
+    """Why the zip archive at `path` is no file torch.save wrote, or None: an entry of it is compressed (torch.save
+    stores each as it is). A compressed entry can expand a thousand times as it is read: a small download taking
+    all the memory. None for any other file (safetensors, torch's legacy format)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return None
+    with zipfile.ZipFile(path) as archive:
+        packed = next((i for i in archive.infolist() if i.compress_type != zipfile.ZIP_STORED), None)
+    if packed is None:
+        return None
+    return (
+        f"its entry {packed.filename!r} is compressed ({packed.compress_size} bytes to {packed.file_size}), which "
+        "torch.save never writes; it is not read (a compressed entry can expand to fill the memory)"
+    )
+
+
 def runs_in(folder: Path) -> str:
     """For a message about `folder`, which is no run directory: the runs it holds (a `run.dir/run.name` folder, whose
     runs are its timestamped subfolders), newest first; "" when it holds none."""

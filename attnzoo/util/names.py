@@ -24,3 +24,12 @@ def shortened(items: Sequence[str], shown: int = 10) -> str:
     """`items` joined with "; ", the first `shown` of them, and how many more ("a; b; and 3 more")."""
     text = "; ".join(items[:shown])
     return text + (f"; and {len(items) - shown} more" if len(items) > shown else "")
+
+
+# parts of a metric's name that mark lower values as better (a loss, a perplexity, an error rate)
+LOWER_IS_BETTER = ("loss", "err", "perplexity", "ppl", "wer", "cer")
+
+
+def metric_mode(metric: str) -> str:
+    """ "min" for a metric whose lower values are better (`LOWER_IS_BETTER`: val/loss, val/ppl), else "max"."""
+    return "min" if any(part in metric for part in LOWER_IS_BETTER) else "max"

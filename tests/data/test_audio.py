@@ -271,6 +271,14 @@ def test_stats_match_the_train_features_and_are_saved_and_reused(tmp_path):
     other = DATAMODULES["audio"](source="folder", root=str(tmp_path), sample_rate=RATE, n_mels=40, stats_file=str(path))
     with pytest.raises(ValueError, match="was computed for features"):
         other.compute_stats()
+    # a stranger's run's audio_stats.json: the wrong types, or nesting deep enough to stop json, are named errors
+    saved = json.loads(path.read_text())
+    (out / "bad.json").write_text(json.dumps({**saved, "std": [1]}))
+    with pytest.raises(ValueError, match=r"bad\.json holds no statistics attnzoo wrote .*'std'"):
+        small(source="folder", root=str(tmp_path), stats_file=str(out / "bad.json")).compute_stats()
+    (out / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"deep\.json cannot be read as JSON \(RecursionError\)"):
+        small(source="folder", root=str(tmp_path), stats_file=str(out / "deep.json")).compute_stats()
 
 
 @pytest.mark.parametrize("multilabel", [False, True])
@@ -687,3 +695,17 @@ def test_more_mel_bins_than_the_spectrum_fills_are_warned(features, caplog):
         DATAMODULES["audio"](sample_rate=16000, n_mels=32, clip_seconds=0.5, features=features)
         DATAMODULES["audio"](sample_rate=16000, n_mels=128, clip_seconds=0.5, features=features)
     assert "mel bins get no frequency" not in caplog.text
+
+
+def test_clips_outside_the_class_folders_are_named_and_folders_beside_splits_refused(tmp_path, caplog):
+    # a clip in data.root itself (or in a split folder itself) was left out without a word, and so were class
+    # folders beside split folders
+    speech_commands(tmp_path / "sc")
+    write_pcm16(tmp_path / "sc" / "stray.WAV", tone(RATE, 0.3, 200.0, 1), RATE)
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        small(source="folder", root=str(tmp_path / "sc")).setup()
+    assert "1 clip(s) lie outside the class folders, so no class reads them: stray.WAV" in caplog.text
+    speech_commands(tmp_path / "split" / "train")
+    speech_commands(tmp_path / "split" / "extra")
+    with pytest.raises(ValueError, match=r"holds split folders \(train/\) and, beside them, 1 other folder\(s\) that"):
+        small(source="folder", root=str(tmp_path / "split")).setup()

@@ -420,3 +420,15 @@ def test_text_labels_that_differ_only_in_case_are_named(tmp_path, caplog):
         read_text_file(tmp_path / "t.csv", text_column="text", label_column="label")
     assert "column 'label' has labels that differ only in case, each a class of its own: 'Sports' (line 2) and " \
            "'sports' (line 3)" in caplog.text  # fmt: skip
+
+
+def test_labels_that_mark_a_missing_value_are_named(tmp_path, caplog):
+    # pandas' NaN written out as "nan", a spreadsheet's NA: each became a class of its own without a word
+    from attnzoo.data.formats.text_files import read_text_file
+
+    (tmp_path / "t.csv").write_text("text,label\na,sports\nb,NA\nc,news\nd,nan\ne,NA\n")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        _, labels = read_text_file(tmp_path / "t.csv", text_column="text", label_column="label")
+    assert labels.count("NA") == 2  # still read: "NA" may be a class of the user's (North America)
+    assert "column 'label' has the label(s) 'NA' (line 3) and 'nan' (line 5), which spreadsheets and pandas write " \
+           "for a missing value" in caplog.text  # fmt: skip

@@ -112,6 +112,28 @@ def test_split_folders_are_found_in_any_letter_case_and_validation_is_val(tmp_pa
         ImageDataModule(dataset="folder", root=str(tmp_path / "loose"), img_size=8).setup()
 
 
+def test_folders_beside_split_folders_are_refused_and_loose_images_are_named(tmp_path, caplog):
+    # vehicles/{bus, car, train/{old, new}}: a class named train holding folders made the root a split layout, and
+    # bus/ and car/ were left out without a word (a 2-class model of old and new); so were images in no class folder
+    _write_folder(tmp_path / "veh", classes=("bus", "car"), n=2)
+    _write_folder(tmp_path / "veh" / "train", classes=("old", "new"), n=2)
+    beside = r"holds split folders \(train/\) and, beside them, 2 other folder\(s\) that no split reads: bus; car\. "
+    with pytest.raises(ValueError, match=beside + r".* if a class of yours is named like a split"):
+        ImageDataModule(dataset="folder", root=str(tmp_path / "veh"), img_size=8).setup()
+    # a run directory inside the data's folder is not data
+    _write_folder(tmp_path / "ok" / "train", n=2)
+    (tmp_path / "ok" / "runs" / "20250101-120000").mkdir(parents=True)
+    (tmp_path / "ok" / "runs" / "20250101-120000" / "config.yaml").write_text("data: {}\n")
+    for where in ("ok", "ok/train"):
+        Image.new("RGB", (8, 8)).save(tmp_path / where / "stray.PNG")
+    (tmp_path / "ok" / "notes.txt").write_text("not an image")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        data = ImageDataModule(dataset="folder", root=str(tmp_path / "ok"), img_size=8)
+        data.setup()
+    assert data.class_names == ["cat", "dog"]
+    assert "2 image(s) lie outside the class folders, so no class reads them: stray.PNG; train/stray.PNG" in caplog.text
+
+
 def test_kaggle_split_names_are_splits_and_split_folders_without_train_are_refused(tmp_path):
     # training/ validation/ test/ (and Training/ Testing/) were read as the classes: the model learned the split
     for split, n in (("Training", 4), ("Testing", 3)):
@@ -166,11 +188,14 @@ def test_files_of_other_formats_in_class_folders_are_named_in_a_warning(tmp_path
     Image.new("RGB", (8, 8)).save(tmp_path / "cat" / "x.gif")
     (tmp_path / "dog" / "y.jfif").write_bytes(b"\xff\xd8")
     (tmp_path / "dog" / ".DS_Store").write_bytes(b"")
+    (tmp_path / "dog" / "Thumbs.db").write_bytes(b"\xd0\xcf")  # Windows' thumbnails: not data, not named
+    (tmp_path / "cat" / "desktop.ini").write_text("[.ShellClassInfo]\n")
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8)
         data.setup()
     assert "2 file(s) in the class folders are not read" in caplog.text
     assert "x.gif (gif)" in caplog.text and "y.jfif (jfif)" in caplog.text and ".DS_Store" not in caplog.text
+    assert "Thumbs.db" not in caplog.text and "desktop.ini" not in caplog.text
 
 
 def test_a_runs_class_names_are_saved_and_another_folder_is_matched_to_them_by_name(tmp_path):

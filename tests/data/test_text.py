@@ -305,6 +305,16 @@ def test_misspelled_label_column_lists_columns_found(tmp_path, suffix):
     assert "did you mean 'label'" in msg
 
 
+def test_val_and_test_texts_found_in_train_are_counted(tmp_path, caplog):
+    # a val file copied from train scored the model on texts it trained on, and nothing said so
+    train = _write(tmp_path / "train.csv", ROWS * 4)
+    val = _write(tmp_path / "val.csv", [(ROWS[0][0].replace(" ", "  "), ROWS[0][1]), ("an unseen text", "pos")])
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        TextDataModule(train=train, val=val, test=train, text_column="sentence", tokenizer="bytes").setup()
+    assert "1 of 2 val texts (50.0%) also occur in the train split" in caplog.text
+    assert "test texts" not in caplog.text  # the train file itself given as test: evaluate scoring it, no leak
+
+
 def test_csv_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "excel.csv"
     path.write_bytes("\ufeffsentence,label\nvery good,pos\nbad,neg\n".encode())
@@ -423,6 +433,12 @@ def test_a_quoted_field_that_runs_over_rows_is_warned_about_and_a_semicolon_file
     with caplog.at_level(logging.WARNING, logger="attnzoo"):  # lines of prose inside a quoted field: no warning
         read_text_file(tmp_path / "review.csv", text_column="text", label_column="label")
     assert "runs on" not in caplog.text
+    # prose with commas on each line of a quoted field (csv.writer's output): rows end in a label, these lines not
+    prose = '"First, a line.\nThen, another one.\nAnd, at last, the end.\nSigned, me",pos\n'
+    (tmp_path / "prose.csv").write_text("text,label\nshort one,neg\n" + prose * 3 + "ok,neg\n")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        _, labels = read_text_file(tmp_path / "prose.csv", text_column="text", label_column="label")
+    assert labels == ["neg", "pos", "pos", "pos", "neg"] and "runs on" not in caplog.text
     (tmp_path / "r.csv").write_text('"text";"label"\n"good";"pos"\n')  # R's write.csv2: quoted, semicolons
     with pytest.raises(ValueError, match=r"the header '\"text\";\"label\"' is one column, its names separated by semi"):
         read_text_file(tmp_path / "r.csv", text_column="text", label_column="label")

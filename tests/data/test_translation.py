@@ -230,7 +230,11 @@ def test_every_line_end_ends_a_line_and_lines_keep_their_numbers(tmp_path, end):
     skipped = read_pairs(path, PairFormat(on_bad_line="skip")).skipped
     assert skipped == [
         (6, "no tab; expected at least 2 (source in column 0, target in 1)"),
-        (7, "bytes that are not UTF-8"),
+        (
+            7,
+            "byte(s) e9 at column 4 are not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 mac.tsv > "
+            "utf8-mac.tsv)",
+        ),
     ]
     jsonl = _write(tmp_path / "mac.jsonl", end.join([b'{"src": "a", "tgt": "b"}', b'{"src": "a"}']))
     with pytest.raises(BadLine, match=r"mac\.jsonl line 2: no key 'tgt'"):
@@ -248,9 +252,13 @@ def test_a_stray_carriage_return_inside_a_line_of_a_newline_file_stays_in_it(tmp
 def test_non_utf8_line(tmp_path, fmt):
     good = b"a\tb\n" if fmt == "tsv" else b'{"src": "a", "tgt": "b"}\n'
     path = _write(tmp_path / f"x.{fmt}", good + b"caf\xe9\tcoffee\n" + good)
-    with pytest.raises(BadLine, match=rf"x\.{fmt} line 2: bytes that are not UTF-8"):
+    with pytest.raises(BadLine, match=rf"x\.{fmt} line 2: byte\(s\) e9 at column 4 are not UTF-8; .*iconv -f latin1 "):
         read_pairs(path, PairFormat())
     assert len(read_pairs(path, PairFormat(on_bad_line="skip")).pairs) == 2
+    # Windows' CP1252 (curly quotes at 0x93 0x94): converted as Latin-1 they would be control characters in the text
+    _write(path, good + b"\x93caf\xe9\x94\tcoffee\n")
+    with pytest.raises(BadLine, match=r"line 2: byte\(s\) 93 at column 1 are not UTF-8; .*iconv -f cp1252 -t utf-8"):
+        read_pairs(path, PairFormat())
 
 
 @pytest.mark.parametrize("on_bad_line", ["error", "skip"])

@@ -62,6 +62,28 @@ def test_pretrained_weights_are_fine_tuned_at_a_low_learning_rate_unless_one_is_
     assert cfg.section("task")["optimizer"]["lr"] == task.optimizer_spec["lr"] == 1e-4
 
 
+@pytest.mark.parametrize("recipe", ["text_cls", "vit"])
+def test_pretrained_weights_are_fine_tuned_for_a_few_epochs_unless_a_budget_is_set(recipe, tmp_path, caplog):
+    """trainer.max_epochs: auto took the recipe's budget for its small model from random weights (~2,000 steps, up to
+    100-200 epochs): days of CPU for a BERT-base or ViT-B, where 3 epochs are the usual fine-tuning."""
+    import math
+
+    from attnzoo.run.start import FINETUNE_EPOCHS, FINETUNE_STEPS
+
+    source = tmp_path / recipe
+    SAVERS[recipe](source)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data, _, cfg = _built(recipe, source)
+    per_epoch = len(data.train_dataloader())
+    expected = min(FINETUNE_EPOCHS[1], max(FINETUNE_EPOCHS[0], math.ceil(FINETUNE_STEPS / per_epoch)))
+    assert cfg.section("trainer")["max_epochs"] == expected
+    assert (
+        f"trainer.max_epochs: auto -> {expected} (fine-tuning pretrained weights: {per_epoch} steps an" in caplog.text
+    )
+    _, _, cfg = _built(recipe, source, "trainer.max_epochs=2")
+    assert cfg.section("trainer")["max_epochs"] == 2
+
+
 def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):
     source = tmp_path / "vit"
     save_vit(source)

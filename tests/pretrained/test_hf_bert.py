@@ -325,6 +325,10 @@ def test_a_run_on_shorter_texts_reads_the_first_rows_of_the_position_table(tmp_p
     table = hf.embeddings.position_embeddings.weight
     torch.testing.assert_close(task.net.pos_embed.table[0], table[:10], rtol=0, atol=0)
     assert cfg.section("model")["max_len"] == 10 and "kept the first 10 of 24 loaded positions" in caplog.text
+    # what the cut costs is said, and how to keep them all (a GPT-2 under the LM recipe's 128: generate stops there)
+    assert "data.max_len: 10 (set in the command line ('data.max_len=10')) of the 24 positions model.init_from's " \
+           "weights hold: the model keeps the first 10, and reads (and generates, translates) at most 10 tokens for " \
+           "good; data.max_len=24 keeps them all" in caplog.text  # fmt: skip
     _, task, cfg = build(load_config([recipe], [*small, f"model.init_from={tmp_path / 'bert'}"]))  # recipe: 512
     assert cfg.section("data")["max_len"] == 24 and task.net.pos_embed.table.shape[1] == 24
     # without the table (ALiBi instead), nothing holds the texts to 24 tokens

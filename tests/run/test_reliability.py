@@ -168,6 +168,37 @@ def test_a_resumed_checkpoint_that_names_files_elsewhere_deletes_none_of_them(tm
     assert torch.load(last, weights_only=True)["global_step"] == 8
 
 
+def test_a_resumed_checkpoint_names_no_file_of_its_folder_but_its_own(tmp_path):
+    # a record naming "important.ckpt" was read as that name in the run's checkpoints folder (a link to the user's
+    # scratch disk, say): Lightning deleted it, a folder recursively, when the resumed run saved a newer checkpoint
+    run_dir = fit(load([VIT], [*TINY, "trainer.max_steps=4", "trainer.max_epochs=null", f"run.dir={tmp_path / 'r'}"]))
+    precious = run_dir / "checkpoints" / "important.ckpt"
+    precious.mkdir()
+    (precious / "weights.pt").write_text("a week of training")
+    last = run_dir / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    for key, state in ckpt["callbacks"].items():
+        if key.startswith("ModelCheckpoint"):
+            named = {"important.ckpt": torch.tensor(9.0)}
+            state.update(best_model_path="important.ckpt", best_k_models=named, kth_best_model_path="important.ckpt")
+    torch.save(ckpt, last)
+    fit(load([run_dir / "config.yaml"], ["trainer.max_steps=8"]), resume=run_dir)
+    assert (precious / "weights.pt").read_text() == "a week of training"
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+
+
+def test_a_replaced_checkpoint_that_is_a_folder_is_left_as_it_is(tmp_path, caplog):
+    io = AtomicCheckpointIO()
+    (tmp_path / "best.ckpt").mkdir()
+    (tmp_path / "best.ckpt" / "kept").write_text("x")
+    (tmp_path / "last.ckpt").write_text("old")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        io.remove_checkpoint(tmp_path / "best.ckpt")
+        io.remove_checkpoint(tmp_path / "last.ckpt")
+    assert (tmp_path / "best.ckpt" / "kept").is_file() and not (tmp_path / "last.ckpt").exists()
+    assert "best.ckpt is not a file, so it was left as it is" in caplog.text
+
+
 def test_metrics_csv_keeps_every_row_when_the_best_epoch_is_not_the_last_and_when_a_finished_run_is_extended(tmp_path):
     run_dir = fit(load([VIT], [*TINY, *BEST_FIRST, "trainer.max_epochs=3", f"run.dir={tmp_path}"]))
     rows = _rows(run_dir)

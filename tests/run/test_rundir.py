@@ -247,3 +247,13 @@ def test_a_resume_whose_data_moved_says_how_to_give_its_place_now(tmp_path):
     assert f"if it moved, `--resume {run} data.train=<where it is now>` goes on" in str(err.value)
     fit(load([run / "config.yaml"], ["trainer.max_epochs=3", f"data.train={tmp_path / 'moved' / 'pairs.tsv'}"]),
         resume=run)  # fmt: skip
+
+
+def test_a_summary_too_deep_for_json_reads_as_none(tmp_path):
+    # a stranger's run's summary.json nested deeper than json's recursion limit stopped a resume with a traceback
+    from attnzoo.run.rundir import read_summary
+
+    (tmp_path / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert read_summary(tmp_path) == {}
+    (tmp_path / "summary.json").write_text('{"finished": true}')
+    assert read_summary(tmp_path) == {"finished": True}

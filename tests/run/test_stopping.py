@@ -202,3 +202,21 @@ def test_early_stoppings_state_keeps_lightnings_key_so_earlier_runs_resume_it():
 
     ours = RunEarlyStopping(monitor="val/acc", mode="max", patience=3, floor=0.0)
     assert ours.state_key == EarlyStopping(monitor="val/acc", mode="max", patience=3).state_key
+
+
+@pytest.mark.parametrize(("monitor", "mode"), [("val/loss", "min"), ("val/acc", "max"), ("val/f1", "max")])
+def test_a_monitor_other_than_the_tasks_is_followed_in_its_own_direction(monitor, mode, tmp_path, caplog):
+    # run.monitor=val/loss kept the task's mode, "max": best.ckpt and early stopping followed the highest val loss
+    import logging
+
+    from attnzoo.run import build
+    from attnzoo.run.build import make_trainer
+
+    _, task, cfg = build(load([VIT], [*TINY, f"run.monitor={monitor}", "run.early_stopping=true"]))
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        trainer, _ = make_trainer(cfg, tmp_path, task)
+    stopping = [c for c in trainer.callbacks if type(c).__name__ == "RunEarlyStopping"]
+    assert trainer.checkpoint_callback.mode == stopping[0].mode == mode
+    assert ("run.mode: min (run.monitor val/loss: lower is better" in caplog.text) == (monitor == "val/loss")
+    _, task, cfg = build(load([VIT], [*TINY, f"run.monitor={monitor}", "run.mode=max"]))
+    assert make_trainer(cfg, tmp_path / "b", task)[0].checkpoint_callback.mode == "max"  # as the config says

@@ -50,3 +50,26 @@ def test_task_refuses_an_objective_that_does_not_match_the_data():
         ClassificationTask(net=nn.Linear(2, 3), num_classes=3, multilabel=True)
     with pytest.raises(ValueError, match="use objective multiclass"):
         ClassificationTask(net=nn.Linear(2, 3), num_classes=3, objective="multilabel")
+
+
+def test_each_metric_keeps_its_own_state_whatever_the_first_batch():
+    # MetricCollection's compute groups merged metrics whose states were equal after the first batch (the sanity
+    # check's): macro F1 then followed top-5 accuracy's counts for the rest of the run (val/f1 0.4 at val/acc 0.0),
+    # and a resumed run, grouping on another batch, logged other values
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+    from attnzoo.tasks.objectives import multiclass
+
+    torch.manual_seed(0)
+    metrics = multiclass(num_classes=6).metrics
+    alone = {"acc": MulticlassAccuracy(6, top_k=1, average="micro"), "f1": MulticlassF1Score(6, average="macro"),
+             "acc5": MulticlassAccuracy(6, top_k=5, average="micro")}  # fmt: skip
+    first = torch.eye(6)[[0, 1]] * 10, torch.tensor([0, 1])  # every metric perfect: equal states
+    batches = [first, *[(torch.randn(8, 6), torch.randint(0, 6, (8,))) for _ in range(4)]]
+    for logits, labels in batches:
+        metrics.update(logits, labels)
+        for metric in alone.values():
+            metric.update(logits, labels)
+    got = metrics.compute()
+    for name, metric in alone.items():
+        torch.testing.assert_close(got[name], metric.compute(), msg=name)

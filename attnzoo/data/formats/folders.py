@@ -7,8 +7,10 @@ from pathlib import Path
 
 from ...util.names import shortened
 
-# folders that zip tools, notebooks and version control leave beside data: never classes, never read
-NOT_DATA = {"__MACOSX", "__pycache__"}
+RUNS = ("config.yaml", "ablate.json", "ablation.json")  # a folder holding one is a run's or an ablation's, not data
+
+# what zip tools, notebooks, version control and Windows' Explorer leave beside data: never classes, never read
+NOT_DATA = {"__MACOSX", "__pycache__", "Thumbs.db", "desktop.ini", "Desktop.ini"}
 
 
 def hidden(name: str) -> bool:
@@ -47,7 +49,34 @@ def split_folders(root: Path) -> dict[str, Path]:
                 f"data.root {str(root)!r}: both {found[split].name}/ and {child.name}/ name the {split} split; keep one"
             )
         found[split] = child
+    beside = [name for name in class_folders(root) if name.lower() not in SPLIT_NAMES and not _runs(root / name)]
+    if beside:  # read as splits, the folders beside them would be left out without a word
+        raise ValueError(
+            f"data.root {str(root)!r} holds split folders ({', '.join(f'{d.name}/' for d in found.values())}) and, "
+            f"beside them, {len(beside)} other folder(s) that no split reads: {shortened(beside)}. A layout is "
+            f"<root>/<split>/<class>/ or <root>/<class>/: move those folders into the split folders; or, if a class "
+            f"of yours is named like a split ({sorted(SPLIT_NAMES)}), rename it"
+        )
     return found
+
+
+def _runs(folder: Path) -> bool:
+    """Whether `folder` is a run's or an ablation's, or holds runs (a `run.dir` inside the data's folder)."""
+    return any((folder / name).is_file() for name in RUNS) or any(
+        (child / name).is_file() for child in folder.iterdir() if child.is_dir() for name in RUNS
+    )
+
+
+def loose_files(root: Path, split_dirs: dict[str, Path], suffixes: tuple[str, ...]) -> list[str]:
+    """The data files (`suffixes`, any letter case) lying in `root` itself or in a split folder itself, outside
+    every class folder: no class reads them (paths relative to `root`, sorted)."""
+    places = dict.fromkeys([root, *split_dirs.values()])
+    return sorted(
+        str(p.relative_to(root))
+        for place in places
+        for p in place.iterdir()
+        if p.is_file() and not hidden(p.name) and p.name.lower().endswith(suffixes)
+    )
 
 
 def require_train_split(root: Path, split_dirs: dict[str, Path], what: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .text_files import wide_unicode
+from .text_files import recode_hint, wide_unicode
 
 log = logging.getLogger("attnzoo")
 
@@ -106,14 +106,18 @@ def byte_lines(f: BinaryIO) -> Iterator[bytes]:
             yield from (raw[:-1] if raw.endswith(b"\r") else raw).split(b"\r")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
-    """(line number, text) per line (`byte_lines`); text is None where the bytes are not UTF-8."""
+def _lines(path: Path) -> Iterator[tuple[int, str | BadLine]]:
+    """(line number, text) per line (`byte_lines`); a BadLine naming the bytes where they are not UTF-8."""
     with path.open("rb") as f:
         for n, raw in enumerate(byte_lines(f), start=1):
             try:
                 yield n, raw.decode("utf-8")
-            except UnicodeDecodeError:
-                yield n, None
+            except UnicodeDecodeError as err:
+                bad = raw[err.start : err.end].hex(" ")
+                yield (
+                    n,
+                    BadLine(f"byte(s) {bad} at column {err.start + 1} are not UTF-8; {recode_hint(raw, path.name)}"),
+                )
 
 
 def _tsv_pair(line: str, fmt: PairFormat) -> tuple[str, str]:
@@ -167,8 +171,8 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
     out = ParallelText(path=path, pairs=[])
     for n, line in _lines(path):
         try:
-            if line is None:
-                raise BadLine("bytes that are not UTF-8")
+            if isinstance(line, BadLine):
+                raise line
             if not line.strip():
                 continue
             src, tgt = (side.strip() for side in parse(line, fmt))

@@ -95,6 +95,7 @@ def _records(reader: Any, lines: Sequence[str], path: Path, dialect: dict[str, A
     (a quote that never closed) is an error naming the line it starts on, and a quoted field that runs over lines
     that look like rows of their own is warned about (a stray quote that a later one closed)."""
     start, width = 1, None
+    ends: set[str] = set()  # the last fields of the one-line records so far (a label column's values)
     header = next((line for line in lines if line.strip()), "")
     while True:
         try:
@@ -116,11 +117,18 @@ def _records(reader: Any, lines: Sequence[str], path: Path, dialect: dict[str, A
         if width is None and "".join(row).strip():
             width = len(row)
         elif width and width > 1 and end - start >= 2:
-            rowlike = sum(line.count(",") >= width - 1 for line in lines[start:end])  # after the record's first
+            # a line like a row: enough commas and, once rows have shown their last fields, one of those at its end
+            # (prose with a comma in a quoted multi-line text ends in no label)
+            rowlike = sum(
+                line.count(",") >= width - 1 and (not ends or line.rsplit(",", 1)[-1].strip() in ends)
+                for line in lines[start:end]  # after the record's first
+            )
             if rowlike >= 2 and rowlike >= 0.8 * (end - start):
                 log.warning("%s line %d: a quoted field runs on to line %d, and %d of its lines look like rows of "
                             "their own: a double quote that does not close? (the rows between are read as one text)",
                             path, start, end, rowlike)  # fmt: skip
+        if end == start and width and len(row) == width and start > 1:
+            ends.add(row[-1].strip())
         yield row
         start = end + 1
 
@@ -141,9 +149,17 @@ def read_utf8(path: Path) -> str:
         column = err.start - (max(before.rfind(b"\n"), before.rfind(b"\r")) + 1) + 1
         bad = raw[err.start : err.end].hex(" ")
         raise ValueError(
-            f"{path} line {line}, column {column}: byte(s) {bad} are not UTF-8 ({err.reason}); save the file as "
-            "UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            f"{path} line {line}, column {column}: byte(s) {bad} are not UTF-8 ({err.reason}); "
+            f"{recode_hint(raw, path.name)}"
         ) from None
+
+
+def recode_hint(raw: bytes, name: str) -> str:
+    """How to save a file (`name`) that is not UTF-8 as UTF-8, its encoding guessed from its bytes `raw`: Windows'
+    CP1252 (Excel's "CSV" on Windows) where a byte 0x80-0x9F occurs (its curly quotes, dashes and euro sign; Latin-1
+    has only control characters there, which a Latin-1 conversion would put into the text), else Latin-1."""
+    encoding = "cp1252" if any(0x80 <= b <= 0x9F for b in raw) else "latin1"
+    return f"save the file as UTF-8 (e.g. iconv -f {encoding} -t utf-8 {name} > utf8-{name})"
 
 
 def wide_unicode(head: bytes, name: str) -> str | None:
@@ -251,11 +267,16 @@ def same_number(labels: Iterable[str]) -> list[list[str]]:
     return [forms for forms in groups.values() if len(forms) > 1 and any("." in form for form in forms)]
 
 
+# labels that spreadsheets, pandas and R write for a missing value (compared casefolded)
+MISSING_MARKS = {"na", "n/a", "#n/a", "nan", "null", "none", "nil"}
+
+
 def check_label_forms(first: dict[str, int], where: str) -> None:
     """One class written several ways among the distinct labels of `first` (label -> the line it first occurs on, in
     `where`, a file and column): the same integer with and without a zero fraction (`same_number`) raises, as which
-    form a run's labels.json would keep is a guess; the same letters in another case ("Red" and "red") are warned
-    about, as they may be classes of their own. Each form is named with its line."""
+    form a run's labels.json would keep is a guess; the same letters in another case ("Red" and "red"), and a mark of
+    a missing value ("NA", "nan"; `MISSING_MARKS`), are warned about, as they may be classes of their own. Each form
+    is named with its line."""
     forms = list(first)
 
     def said(group: list[str]) -> str:
@@ -268,6 +289,13 @@ def check_label_forms(first: dict[str, int], where: str) -> None:
             f"{'; '.join(said(g) for g in groups[:3])}{'; ...' * (len(groups) > 3)}; write each class one way (e.g. "
             f"all {min(groups[0], key=len)!r}; a spreadsheet or pandas may have written integers as floats)"
         )
+    missing = [f for f in forms if f.casefold() in MISSING_MARKS]
+    if missing:
+        log.warning(
+            "data: %s has the label(s) %s, which spreadsheets and pandas write for a missing value: each is a class "
+            "of its own here; give those rows their labels or leave them out, unless it is a class of yours",
+            where, said(missing),
+        )  # fmt: skip
     cased: dict[str, list[str]] = {}
     for form in forms:
         cased.setdefault(form.casefold(), []).append(form)

@@ -31,11 +31,21 @@ from ...layers.audio_features import FEATURE_KINDS, LogMel
 from ...util.names import shortened
 from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav, read_clip
-from ..formats.folders import class_folders, one_level_up, require_train_split, split_folders, under_hidden
+from ..formats.folders import (
+    class_folders,
+    loose_files,
+    one_level_up,
+    require_train_split,
+    split_folders,
+    under_hidden,
+)
 from ..formats.text_files import check_label_forms, read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
-from .batching import EpochShuffle, run_seed
+from .batching import EpochShuffle, eval_generator, run_seed
+
+# sound files, read (.wav) or named as not read: one lying outside the class folders is said to be left out
+SOUND_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif")
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -430,6 +440,11 @@ class AudioDataModule(DataModule):
         if not root.is_dir():
             raise ValueError(f"data.root: {root} is not a directory")
         split_dirs = split_folders(root)
+        loose = loose_files(root, split_dirs, SOUND_SUFFIXES)
+        if loose:
+            log.warning("data: %d clip(s) lie outside the class folders, so no class reads them: %s; a class's clips "
+                        "go in %s/<class>/", len(loose), shortened(loose, 5),
+                        root / "<split>" if split_dirs else root)  # fmt: skip
         if split_dirs:
             return self._split_folder_entries(root, split_dirs)
         classes = class_folders(root)
@@ -613,13 +628,19 @@ class AudioDataModule(DataModule):
         """Mean and std of log-mel features over (up to `stats_clips`) train clips, uncropped at random."""
         self.setup()
         if self.stats_file is not None:
-            saved = json.loads(Path(self.stats_file).read_text())
+            saved = _read_stats(Path(self.stats_file))
             if saved.get("features") != self.logmel.config():
                 raise ValueError(
                     f"data.stats_file: {self.stats_file} was computed for features "
                     f"{saved.get('features')}, but this run uses {self.logmel.config()}"
                 )
-            self.stats = {"mean": float(saved["mean"]), "std": float(saved["std"]), "clips": int(saved["clips"])}
+            try:
+                self.stats = {"mean": float(saved["mean"]), "std": float(saved["std"]), "clips": int(saved["clips"])}
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(
+                    f"data.stats_file: {self.stats_file} holds no statistics attnzoo wrote (numbers 'mean', 'std' and "
+                    f"'clips'; it has {sorted(map(str, saved))[:6]}): remove the key to measure them on the train split"
+                ) from None
             log.info("data: log-mel mean %.4f std %.4f from %s (data.stats_file; measured over %d clips)",
                      self.stats["mean"], self.stats["std"], self.stats_file, self.stats["clips"])  # fmt: skip
             return self.stats
@@ -637,7 +658,7 @@ class AudioDataModule(DataModule):
                 count + feats.numel(),
             )
         mean = total / count
-        std = max((total_sq / count - mean**2) ** 0.5, 1e-5)
+        std = max(max(total_sq / count - mean**2, 0.0) ** 0.5, 1e-5)  # rounding: a constant feature's variance < 0
         self.stats = {"mean": mean, "std": std, "clips": len(order)}
         log.info("data: log-mel mean %.4f std %.4f over %d train clips", mean, std, len(order))
         return self.stats
@@ -731,6 +752,7 @@ class AudioDataModule(DataModule):
             collate_fn=collate,
             drop_last=train and self.full_batches(len(self.datasets[split]), self.batch_size),
             persistent_workers=self.num_workers > 0,
+            generator=None if train else eval_generator(self.num_workers, self.seed),
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -790,3 +812,14 @@ def _synthetic_options(options: dict[str, Any] | None) -> dict[str, Any]:
     if set(per_class) != set(SPLITS):
         raise ValueError(f"data.synthetic.per_class: keys must be {list(SPLITS)}; got {sorted(per_class)}")
     return {**defaults, **options, "per_class": per_class}
+
+
+def _read_stats(path: Path) -> dict[str, Any]:
+    """The JSON object of a log-mel statistics file (`data.stats_file`), or a ValueError naming it."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise ValueError(f"data.stats_file: {path} cannot be read as JSON ({type(err).__name__})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"data.stats_file: {path} holds no JSON object of statistics")
+    return saved

@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ...util.names import shortened
-from ..formats.text_files import wide_unicode
+from ..formats.text_files import recode_hint, wide_unicode
 from ..tokenizers.factory import make_tokenizer
 from ..tokenizers.subword import decode_generated, encode_prompt, log_unknown
 from . import defaults
@@ -106,7 +106,7 @@ def _decode(path: Path) -> str:
     except UnicodeDecodeError as err:
         line = raw[: err.start].count(b"\n") + 1
         raise ValueError(
-            f"{path} line {line}: bytes that are not UTF-8 ({err.reason}); convert the file to UTF-8"
+            f"{path} line {line}: bytes that are not UTF-8 ({err.reason}); {recode_hint(raw, path.name)}"
         ) from None
 
 

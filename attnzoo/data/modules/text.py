@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ...util.checks import at_least
+from ...util.files import same_file
 from ...util.names import shortened, suggest
 from ..embedded import listops
 from ..formats.text_files import check_labels, label_vocabulary, read_text_file
@@ -211,6 +212,14 @@ class TextDataModule(DataModule):
         for name, (texts, labels) in read.items():
             check_labels(labels, self.class_names, path=self.files[name], column=self.label_column, source=source)
             splits[name] = (texts, labels, str(self.files[name]))
+        seen = set(train_texts)
+        for name in [s for s in ("val", "test") if s in read and not same_file(self.files[s], self.files["train"])]:
+            texts = read[name][0]
+            shared = sum(text in seen for text in texts)
+            if shared:  # scored on texts it trained on: the score measures memory too
+                log.warning("data: %d of %d %s texts (%.1f%%) also occur in the train split %s, word for word (after "
+                            "whitespace is made one space): remove them from one file for a held-out score", shared,
+                            len(texts), name, 100 * shared / len(texts), self.files["train"])  # fmt: skip
         if "val" not in read:
             if len(train_texts) < 2:
                 raise ValueError(f"{self.files['train']}: one example: too few to hold out a val split")

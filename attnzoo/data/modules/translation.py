@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ...util.files import same_file
 from ...util.scripts import bleu_tokenize
 from ..embedded.cldr_pairs import LANGS, generate_pairs
 from ..formats.parallel_files import PairFormat, read_pairs
@@ -250,7 +251,7 @@ class TranslationDataModule(DataModule):
             read.update(self._hold_out(read, missing))
         for split in ("val", "test"):
             # a split read from the train file itself (`evaluate` of a run whose train file is elsewhere) is no leak
-            if self.files[split] is not None and not _same_file(self.files[split], self.files["train"]):
+            if self.files[split] is not None and not same_file(self.files[split], self.files["train"]):
                 train_sources = {s for s, _ in read["train"]}
                 seen = sum(s in train_sources for s, _ in read[split])
                 if seen:
@@ -267,8 +268,8 @@ class TranslationDataModule(DataModule):
         val, train, test = self.files["val"], self.files["train"], self.files["test"]
         if val is None:
             return
-        val_is_train = train is not None and _same_file(val, train)
-        if val_is_train and not (test is not None and _same_file(test, train)):
+        val_is_train = train is not None and same_file(val, train)
+        if val_is_train and not (test is not None and same_file(test, train)):
             log.warning(
                 "data: data.val is the train file: val holds the train pairs and the ones held out for test, so "
                 "val/bleu and the best checkpoint are picked on pairs the model trains or is tested on; give data.val "
@@ -415,10 +416,3 @@ class TranslationDataModule(DataModule):
 
 
 __all__ = ["IGNORE_INDEX", "Seq2SeqCollate", "TokenPairDataset", "TranslationDataModule"]
-
-
-def _same_file(a: str | Path, b: str | Path | None) -> bool:
-    try:
-        return b is not None and Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return False

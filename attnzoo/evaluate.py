@@ -191,6 +191,14 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     }
     if hint:
         report["hint"] = hint
+    ran = (trainer.num_val_batches if asked == "val" else trainer.num_test_batches) or []
+    if ran and isinstance(ran[0], int) and ran[0] < len(loader):  # trainer.limit_*_batches cut the split
+        key = f"trainer.limit_{'val' if asked == 'val' else 'test'}_batches"
+        report["scored_batches"] = ran[0]
+        report["limited"] = (
+            f"{key}={run.cfg.section('trainer').get(key.split('.')[1])} (set in {run.cfg.where(key)}) scored "
+            f"{ran[0]} of the split's {len(loader)} batches: the metrics are of part of it; {key}=1.0 scores it whole"
+        )
     if getattr(run.task, "examples", None):  # a sequence task's examples (also logged); the run's own files stay
         report["examples"] = run.task.examples
     name = checkpoint if checkpoint in ("best", "last") else checkpoint_name(run_dir, Path(run.checkpoint))
@@ -254,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"attnzoo evaluate: {scored}", file=sys.stderr)
     if "hint" in report:
         print(f"attnzoo evaluate: {report['hint']}", file=sys.stderr)
+    if "limited" in report:
+        print(f"attnzoo evaluate: warning: {report['limited']}", file=sys.stderr)
     for key, value in sorted(report["metrics"].items()):
         print(f"{key:20s} {value:.4f}")
     if "not_written" in report:

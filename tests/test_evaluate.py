@@ -100,6 +100,24 @@ def test_a_model_override_keeps_the_report_of_the_run_as_trained(tmp_path):
     assert json.loads(open(variant["path"]).read())["overrides"] == other  # the report says what it was made with
 
 
+def test_a_split_cut_by_a_batch_limit_is_said_to_be_scored_in_part(tmp_path, capsys):
+    # a run trained with trainer.limit_test_batches=2 (a quick trial) passed it on to evaluate, which printed "the val
+    # split, of 500 examples, scored" for 2 batches of it
+    import json
+
+    from attnzoo.evaluate import main
+
+    run = fit(load([VIT], [*TINY_RUN, "trainer.max_epochs=1", "run.baseline=false", f"run.dir={tmp_path}"]))
+    assert main([str(run), "trainer.limit_test_batches=2"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: trainer.limit_test_batches=2 (set in the command line ('trainer.limit_test_batches=2')) " \
+           "scored 2 of the split's " in err and "trainer.limit_test_batches=1.0 scores it whole" in err  # fmt: skip
+    (report,) = run.glob("evaluate-best-*.json")
+    assert json.loads(report.read_text())["scored_batches"] == 2
+    assert main([str(run)]) == 0 and "scored 2 of" not in capsys.readouterr().err  # the whole split
+    assert "scored_batches" not in json.loads((run / "evaluate-best.json").read_text())
+
+
 def test_evaluate_on_data_without_a_test_split_says_so_in_its_own_words(tmp_path, caplog, capsys):
     # evaluate of a run tested on val logged fit's "run.test: ... the test pass scores the validation split
     # (summary.json: test.split = val)": no run.test, no summary.json in evaluate

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -537,6 +538,9 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
+    if kwargs.get("enable_progress_bar", True) and not sys.stderr.isatty():  # a bar would show only its end there
+        kwargs["enable_progress_bar"] = False
+        callbacks.append(run_callbacks.LogProgress())
     plugins: list[Any] = [AtomicCheckpointIO()]
     if slurm_job() is not None:  # SIGUSR1 stops and requeues through GracefulStop, not Lightning's handler
         from lightning.fabric.plugins.environments import SLURMEnvironment

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +71,49 @@ class RunEarlyStopping(EarlyStopping):
                 self._said = True
             return False, None
         return super()._evaluate_stopping_criteria(current)
+
+
+LOG_EVERY_S = 60.0  # seconds between `LogProgress` lines within an epoch
+
+
+class LogProgress(L.Callback):
+    """Progress as log lines, where stderr is no terminal (nohup, a SLURM log, `| tee`): Lightning's bar draws only
+    its final state there, so hours of steps showed nothing. A line after the first batch of an epoch and then every
+    `LOG_EVERY_S` seconds (the batch, the step, the train loss, the time a batch takes, when the epoch ends), and
+    one with the val metrics after each validation (global rank 0)."""
+
+    def __init__(self) -> None:
+        self._start = self._last = 0.0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._start = time.monotonic()
+        self._last = -math.inf
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, i: int) -> None:
+        now = time.monotonic()
+        if not trainer.is_global_zero or now - self._last < LOG_EVERY_S:
+            return
+        self._last = now
+        total, done = trainer.num_training_batches, i + 1
+        each = (now - self._start) / done
+        ends = f", the epoch ends in ~{_duration(each * (total - done))}" if math.isfinite(total) else ""
+        loss = trainer.callback_metrics.get("train/loss")
+        shown = f", train/loss {float(loss):.4f}" if loss is not None else ""
+        of = f"/{total}" if math.isfinite(total) else ""
+        log.info("epoch %d: batch %d%s, step %d%s, %.2f s a batch%s", trainer.current_epoch, done, of,
+                 trainer.global_step, shown, each, ends)  # fmt: skip
+
+    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        shown = {k: float(v) for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/")}
+        if shown:
+            log.info("epoch %d, step %d: %s", trainer.current_epoch, trainer.global_step,
+                     ", ".join(f"{k} {v:.4f}" for k, v in shown.items()))  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` as "42 s", "7 min" or "3.2 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"

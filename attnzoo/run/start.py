@@ -548,8 +548,18 @@ def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str
 def finetune_budget(start: Start | None, data: Any, cfg: Config) -> dict[str, Any]:
     """{"trainer.max_epochs": n} of a start from pretrained weights (a Hugging Face or timm checkpoint, or a run that
     descends from one: `Start.origin`) where the config leaves the budget to auto: epochs for about `FINETUNE_STEPS`
-    optimizer steps of `data`'s train split, within `FINETUNE_EPOCHS`; logged. {} otherwise."""
-    if start is None or start.origin is None or cfg.section("trainer").get("max_epochs") != AUTO:
+    optimizer steps of `data`'s train split, within `FINETUNE_EPOCHS`; logged. {} otherwise. A hint where the recipe's
+    one thread would compute such a model."""
+    if start is None or start.origin is None:
+        return {}
+    # the cores this process may use (macOS has no affinity call: all of them)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = cfg.section("trainer").get("num_threads")
+    if threads == 1 and cores > 1 and not cfg.typed("trainer.num_threads"):
+        log.info("trainer.num_threads: 1 (set in %s), for the recipe's small model: a pretrained model's large "
+                 "matrices compute faster on more threads (trainer.num_threads=%d: this machine's cores)",
+                 cfg.where("trainer.num_threads"), cores)  # fmt: skip
+    if cfg.section("trainer").get("max_epochs") != AUTO:
         return {}
     batches = len(data.train_dataloader())  # one process's loader, before the trainer: every batch of the split
     per_epoch = max(1, math.ceil(batches / max(1, data.processes)))

@@ -345,6 +345,7 @@ class LanguageModelTask(_SequenceTask):
         self.check_config(dict(temperature=temperature, sample_tokens=sample_tokens, top_k=top_k, top_p=top_p))
         self.pad_id, self.bos_id, self.eos_id, self.max_len = pad_id, bos_id, eos_id, max_len
         self.prompt, self.sample_tokens = prompt, sample_tokens
+        self._prompt_checked = False
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.monitor, self.monitor_mode, self.metric_names = "ppl", "min", ("ppl",)
         self.ppl = nn.ModuleDict({s: Perplexity(ignore_index=IGNORE_INDEX) for s in ("val", "test")})
@@ -379,6 +380,9 @@ class LanguageModelTask(_SequenceTask):
         data = getattr(self.trainer, "datamodule", None)
         if stage == "predict" or not self.num_examples or data is None or not hasattr(data, "encode_prompt"):
             return
+        if self._prompt_checked:  # fit's test pass after training: said once
+            return
+        self._prompt_checked = True
         unknown: list[str] = []
         tokens = len(data.encode_prompt(self.prompt, unknown))  # bos first
         if unknown:

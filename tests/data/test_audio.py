@@ -623,6 +623,16 @@ def test_a_csvs_unknown_class_names_the_csv_and_reused_statistics_are_logged(tmp
                   stats_file=str(tmp_path / "audio_stats.json"))  # fmt: skip
     assert again.compute_stats()["mean"] == pytest.approx(dm.stats["mean"])
     assert f"from {tmp_path / 'audio_stats.json'} (data.stats_file; measured over" in caplog.text
+    # a start's statistics (an AST checkpoint's AudioSet ones) were said to be "measured over N clips" of this data
+    again.normalized_as(4.5, 2.5, "model.init_from")
+    again.save_artifacts(tmp_path / "started")
+    caplog.clear()
+    small(source="csv", csv=str(meta), root=str(tmp_path / "audio"), columns=columns,
+          stats_file=str(tmp_path / "started" / "audio_stats.json")).compute_stats()  # fmt: skip
+    assert (
+        "std 2.5000 from" in caplog.text
+        and "(data.stats_file; model.init_from's, which its weights were" in caplog.text
+    )
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ position grid of another clip length is resampled; audio is resampled and binned
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,9 @@ def test_pretrained_weights_are_fine_tuned_for_a_few_epochs_unless_a_budget_is_s
     )
     _, _, cfg = _built(recipe, source, "trainer.max_epochs=2")
     assert cfg.section("trainer")["max_epochs"] == 2
+    # the recipe's one thread is for its small model: a hint, where the machine has more cores
+    hint = "trainer.num_threads: 1 (set in" in caplog.text and "a pretrained model's large matrices" in caplog.text
+    assert hint == (len(os.sched_getaffinity(0)) > 1)
 
 
 def test_a_vit_directory_starts_the_vit_recipe_on_grey_images(tmp_path, caplog):

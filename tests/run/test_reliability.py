@@ -4,6 +4,7 @@ import csv
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -828,3 +829,17 @@ def test_a_run_made_before_the_stratified_split_is_loaded_and_resumed_with_the_s
     (old / "config.yaml").write_text(config.replace("  stratify: false\n", ""))
     fit(load([old / "config.yaml"], ["trainer.max_epochs=2"]), resume=old)
     assert _summary(old)["epochs"] == 2 and "stratify: false" in (old / "config.yaml").read_text()
+
+
+def test_progress_is_logged_where_stderr_is_no_terminal(tmp_path, monkeypatch, caplog):
+    # piped to a file (nohup, a SLURM log) Lightning's bar wrote one line, its final state: hours of steps showed
+    # nothing, and no val metric came out before the end
+    import attnzoo.run.callbacks as run_callbacks
+
+    monkeypatch.setattr(run_callbacks, "LOG_EVERY_S", 0.0)  # a line after every batch
+    overrides = [*TINY, "trainer.enable_progress_bar=true", "trainer.max_epochs=2", f"run.dir={tmp_path}"]
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        fit(load([VIT], overrides))  # pytest's captured stderr is no terminal
+    line = r"epoch 0: batch 1/4, step 1, train/loss \d+\.\d{4}, \d+\.\d\d s a batch, the epoch ends in ~\d+ s"
+    assert re.search(line, caplog.text) and "epoch 1: batch 4/4, step 8" in caplog.text, caplog.text
+    assert re.search(r"epoch 1, step 8: val/acc \d\.\d{4}, val/acc5 \d\.\d{4}, val/f1", caplog.text), caplog.text

@@ -53,7 +53,7 @@ class WordData(L.LightningDataModule):
         ids = ids[: ids.index(EOS)] if EOS in ids else ids
         return " ".join(WORDS[i] for i in ids if i > EOS)
 
-    def encode_prompt(self, text):
+    def encode_prompt(self, text, unknown=None):  # as the LM data's: the words it cannot encode go to `unknown`
         return [BOS, *(WORDS.index(w) for w in text.split())]
 
 

@@ -641,8 +641,12 @@ class AudioDataModule(DataModule):
                     f"data.stats_file: {self.stats_file} holds no statistics attnzoo wrote (numbers 'mean', 'std' and "
                     f"'clips'; it has {sorted(map(str, saved))[:6]}): remove the key to measure them on the train split"
                 ) from None
-            log.info("data: log-mel mean %.4f std %.4f from %s (data.stats_file; measured over %d clips)",
-                     self.stats["mean"], self.stats["std"], self.stats_file, self.stats["clips"])  # fmt: skip
+            origin = saved.get("from")  # a checkpoint's statistics, which its weights were trained on
+            how = (
+                f"{origin}'s, which its weights were trained on" if origin else f"measured over {saved['clips']} clips"
+            )
+            log.info("data: log-mel mean %.4f std %.4f from %s (data.stats_file; %s)", self.stats["mean"],
+                     self.stats["std"], self.stats_file, how)  # fmt: skip
             return self.stats
         train = self.datasets["train"]
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed))[: self.stats_clips]

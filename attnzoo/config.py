@@ -90,9 +90,9 @@ class Config:
     @classmethod
     def of_values(cls, tree: dict[str, Any], origins: dict[str, str]) -> Config:
         """A Config of plain, resolved data (`OmegaConf.to_container(..., resolve=True)`): every string stays the
-        text it is, one holding `${` included (`_escaped`), where `OmegaConf.create` would take it for an
+        text it is, one holding `${` included (`escaped`), where `OmegaConf.create` would take it for an
         interpolation to resolve (`${oc.env:NAME}` reading this machine's environment)."""
-        return cls(OmegaConf.create(_escaped(tree)), origins)
+        return cls(OmegaConf.create(escaped(tree)), origins)
 
     def where(self, key: str) -> str:
         """Where `key` (or the closest enclosing key) was set."""
@@ -126,14 +126,14 @@ class Config:
 LIVE_INTERPOLATION = re.compile(r"(?<!\\)(?:\\\\)*\$\{")
 
 
-def _escaped(node: Any) -> Any:
+def escaped(node: Any) -> Any:
     """`node` (plain data) with its strings written as OmegaConf reads them back to the same text: the k backslashes
     before a `${` doubled and one more added (a literal `${`: `\\${`; a literal `\\${`: three backslashes), so that
     no value becomes an interpolation. Other backslashes read as themselves."""
     if isinstance(node, dict):
-        return {key: _escaped(value) for key, value in node.items()}
+        return {key: escaped(value) for key, value in node.items()}
     if isinstance(node, list):
-        return [_escaped(value) for value in node]
+        return [escaped(value) for value in node]
     if not isinstance(node, str):
         return node
     return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", node)
@@ -224,7 +224,7 @@ def _renamed(tree: DictConfig, origins: dict[str, str]) -> tuple[DictConfig, dic
         value = model.get(old)
         log.warning("model.%s (set in %s) is deprecated: use model.%s=<file> (%s)", old, where, new, note)
         if value is not None:
-            tree = OmegaConf.merge(tree, {"model": {new: _escaped(value)}})
+            tree = OmegaConf.merge(tree, {"model": {new: escaped(value)}})
             origins = {k: v for k, v in origins.items() if k != f"model.{new}"}
         tree.model.pop(old)
         origins = {(f"model.{new}" if k == f"model.{old}" else k): v for k, v in origins.items()}

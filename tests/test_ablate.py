@@ -65,6 +65,19 @@ def test_a_named_axis_applies_each_value_as_a_set_of_overrides(tmp_path):
         plan([VIT], grid, ["model.pos_embed=none"], tmp_path / "out")
 
 
+def test_a_grid_value_holding_dollar_brace_stays_text(tmp_path, monkeypatch):
+    # the grid is read resolved, so "\${oc.env:...}" in it is the text "${oc.env:...}": written back as an override,
+    # it became an interpolation again and read the environment
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("ATTNZOO_TEST_SECRET", "s3cr3t-value")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text('axes:\n  task.prompt: ["\\\\${oc.env:ATTNZOO_TEST_SECRET}", "The"]\n')
+    first, _ = load_grid(grid).variants()
+    tree = OmegaConf.from_dotlist([o for o in first.overrides if o.startswith("task.prompt=")])
+    assert OmegaConf.to_container(tree, resolve=True)["task"]["prompt"] == "${oc.env:ATTNZOO_TEST_SECRET}"
+
+
 def test_a_very_long_id_is_cut_and_stays_unique(tmp_path):
     values = {f"w{'x' * 150}{i}": {"kind": kind} for i, kind in enumerate(["mha", "sinks"])}
     ids = [v.id for v in load_grid(write_grid(tmp_path, {"model.attention": values})).variants()]

@@ -36,7 +36,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..config import ConfigError, read_yaml
+from ..config import ConfigError, escaped, read_yaml
 from ..util.names import suggest
 
 GRID_KEYS = ("recipes", "metric", "mode", "seeds", "fixed", "axes")
@@ -112,7 +112,7 @@ def override(key: str, value: Any) -> list[str]:
     """
     if is_named(key):
         return [o for k, v in value.items() for o in override(k, v)]
-    item = f"{key}={json.dumps(value)}"
+    item = f"{key}={json.dumps(escaped(value))}"  # the grid's values resolved: a `${` of one is text, kept so
     return [f"{key}=null", item] if isinstance(value, Mapping) else [item]
 
 

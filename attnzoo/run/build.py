@@ -538,7 +538,9 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
             )
         )
     kwargs = {k: v for k, v in cfg.section("trainer").items() if k not in TRAINER_EXTRAS}
-    if kwargs.get("enable_progress_bar", True) and not sys.stderr.isatty():  # a bar would show only its end there
+    # a terminal, or a notebook (whose bar is a widget); no stderr at all under pythonw
+    terminal = getattr(sys.stderr, "isatty", lambda: False)() or "ipykernel" in sys.modules
+    if kwargs.get("enable_progress_bar", True) and not terminal:  # a bar would show only its end there
         kwargs["enable_progress_bar"] = False
         callbacks.append(run_callbacks.LogProgress())
     plugins: list[Any] = [AtomicCheckpointIO()]

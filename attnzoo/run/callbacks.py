@@ -84,18 +84,19 @@ class LogProgress(L.Callback):
 
     def __init__(self) -> None:
         self._start = self._last = 0.0
+        self._seen = 0  # batches of this epoch trained in this process (a resumed one skips those done before)
 
     def on_train_epoch_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        self._start = time.monotonic()
-        self._last = -math.inf
+        self._start, self._last, self._seen = time.monotonic(), -math.inf, 0
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, out: Any, batch: Any, i: int) -> None:
         now = time.monotonic()
+        self._seen += 1
         if not trainer.is_global_zero or now - self._last < LOG_EVERY_S:
             return
         self._last = now
         total, done = trainer.num_training_batches, i + 1
-        each = (now - self._start) / done
+        each = (now - self._start) / self._seen
         ends = f", the epoch ends in ~{_duration(each * (total - done))}" if math.isfinite(total) else ""
         loss = trainer.callback_metrics.get("train/loss")
         shown = f", train/loss {float(loss):.4f}" if loss is not None else ""

@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..data.formats.folders import RUNS
-
 # data options that name files or folders: the resolved config holds them as absolute paths
 # (`attnzoo.run.build.absolute_paths`), so the run directory works from any working directory (--resume, evaluate,
 # viz); a tokenizer only when it names a .json file
@@ -32,6 +30,7 @@ def same_path(key: str, old: Any, new: Any) -> bool:
 DATA_FILES_RECORD = "data_files.json"  # a run's data files as they were: a moved one is known again on --resume
 FILE_KEYS = ("train", "val", "test", "csv", "root")  # data options that name files or, `root`, a folder
 ENDS = 1 << 20  # bytes read at each end of a file for its fingerprint
+RUNS = ("config.yaml", "ablate.json", "ablation.json")  # a folder holding one is a run's or an ablation's, not data
 LISTS = ("validation_list.txt", "testing_list.txt")  # Speech Commands' split lists, read from an audio data.root
 
 

@@ -717,5 +717,7 @@ def test_clips_outside_the_class_folders_are_named_and_folders_beside_splits_ref
     assert "1 clip(s) lie outside the class folders, so no class reads them: stray.WAV" in caplog.text
     speech_commands(tmp_path / "split" / "train")
     speech_commands(tmp_path / "split" / "extra")
-    with pytest.raises(ValueError, match=r"holds split folders \(train/\) and, beside them, 1 other folder\(s\) that"):
+    with pytest.raises(
+        ValueError, match=r"holds split folders \(train/\) and, beside them, 1 folder\(s\) of data files"
+    ):
         small(source="folder", root=str(tmp_path / "split")).setup()

@@ -117,13 +117,18 @@ def test_folders_beside_split_folders_are_refused_and_loose_images_are_named(tmp
     # bus/ and car/ were left out without a word (a 2-class model of old and new); so were images in no class folder
     _write_folder(tmp_path / "veh", classes=("bus", "car"), n=2)
     _write_folder(tmp_path / "veh" / "train", classes=("old", "new"), n=2)
-    beside = r"holds split folders \(train/\) and, beside them, 2 other folder\(s\) that no split reads: bus; car\. "
+    beside = (
+        r"holds split folders \(train/\) and, beside them, 2 folder\(s\) of data files that no split reads: bus; car\. "
+    )
     with pytest.raises(ValueError, match=beside + r".* if a class of yours is named like a split"):
         ImageDataModule(dataset="folder", root=str(tmp_path / "veh"), img_size=8).setup()
-    # a run directory inside the data's folder is not data
+    # folders of no images beside the splits are not data: runs (run.dir inside the data's folder), labels, empty
     _write_folder(tmp_path / "ok" / "train", n=2)
-    (tmp_path / "ok" / "runs" / "20250101-120000").mkdir(parents=True)
-    (tmp_path / "ok" / "runs" / "20250101-120000" / "config.yaml").write_text("data: {}\n")
+    (tmp_path / "ok" / "runs" / "vit" / "20250101-120000" / "viz").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(tmp_path / "ok" / "runs" / "vit" / "20250101-120000" / "viz" / "map.png")
+    (tmp_path / "ok" / "labels").mkdir()
+    (tmp_path / "ok" / "labels" / "train.csv").write_text("file,label\n")
+    (tmp_path / "ok" / "extra").mkdir()
     for where in ("ok", "ok/train"):
         Image.new("RGB", (8, 8)).save(tmp_path / where / "stray.PNG")
     (tmp_path / "ok" / "notes.txt").write_text("not an image")

@@ -428,6 +428,19 @@ def test_a_quoted_field_that_runs_over_rows_is_warned_about_and_a_semicolon_file
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         read_text_file(tmp_path / "runon.csv", text_column="text", label_column="label")
     assert "runon.csv line 12: a quoted field runs on to line 43, and 31 of its lines look like rows" in caplog.text
+    caplog.clear()  # the label first (AG News' order): the rows' first fields are what the run-on lines start with
+    flipped = [",".join(reversed(r.rsplit(",", 1))) for r in rows]
+    merged = [
+        *flipped[:10],
+        'pos,"an unterminated quote here',
+        *flipped[10:40],
+        'neg,the screen is 15.6"',
+        *flipped[40:],
+    ]
+    (tmp_path / "first.csv").write_text("label,text\n" + "\n".join(merged) + "\n")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        read_text_file(tmp_path / "first.csv", text_column="text", label_column="label")
+    assert "first.csv line 12: a quoted field runs on to line 43" in caplog.text
     caplog.clear()
     (tmp_path / "review.csv").write_text('text,label\n"A long review.\nIt goes on.\nThe end",pos\nok,neg\n')
     with caplog.at_level(logging.WARNING, logger="attnzoo"):  # lines of prose inside a quoted field: no warning

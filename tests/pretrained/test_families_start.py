@@ -83,6 +83,12 @@ def test_pretrained_weights_are_fine_tuned_for_a_few_epochs_unless_a_budget_is_s
     )
     _, _, cfg = _built(recipe, source, "trainer.max_epochs=2")
     assert cfg.section("trainer")["max_epochs"] == 2
+    # two processes, and two batches a step: the steps an epoch are counted as the optimizer takes them
+    _, _, cfg = _built(recipe, source, "trainer.devices=2", "trainer.accumulate_grad_batches=2")
+    steps = math.ceil(per_epoch / 4)
+    assert cfg.section("trainer")["max_epochs"] == min(
+        FINETUNE_EPOCHS[1], max(FINETUNE_EPOCHS[0], math.ceil(300 / steps))
+    )
     # the recipe's one thread is for its small model: a hint, where the machine has more cores
     hint = "trainer.num_threads: 1 (set in" in caplog.text and "a pretrained model's large matrices" in caplog.text
     assert hint == (len(os.sched_getaffinity(0)) > 1)

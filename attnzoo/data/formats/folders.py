@@ -7,8 +7,6 @@ from pathlib import Path
 
 from ...util.names import shortened
 
-RUNS = ("config.yaml", "ablate.json", "ablation.json")  # a folder holding one is a run's or an ablation's, not data
-
 # what zip tools, notebooks, version control and Windows' Explorer leave beside data: never classes, never read
 NOT_DATA = {"__MACOSX", "__pycache__", "Thumbs.db", "desktop.ini", "Desktop.ini"}
 
@@ -32,10 +30,12 @@ SPLIT_NAMES = {  # a split folder's name, in any letter case -> the split
 }
 
 
-def split_folders(root: Path) -> dict[str, Path]:
+def split_folders(root: Path, data: tuple[str, ...] = ()) -> dict[str, Path]:
     """{split: its folder} of the split subfolders of `root` (see SPLIT_NAMES), when at least one of them holds class
     folders; else {} (a `Train/` of files only is a class, say of vehicles). Two folders for one split are an error
-    naming both."""
+    naming both, and so, with `data` (the suffixes of the data files: images, clips), is a folder beside the split
+    folders that holds such files itself or in its subfolders (a class folder no split would read: bus/ and car/
+    beside a class named train/ of subfolders). Other folders there (runs/, lost+found/, labels/) are not data."""
     named = (
         [(SPLIT_NAMES.get(p.name.lower()), p) for p in sorted(root.iterdir()) if p.is_dir()] if root.is_dir() else []
     )
@@ -49,22 +49,33 @@ def split_folders(root: Path) -> dict[str, Path]:
                 f"data.root {str(root)!r}: both {found[split].name}/ and {child.name}/ name the {split} split; keep one"
             )
         found[split] = child
-    beside = [name for name in class_folders(root) if name.lower() not in SPLIT_NAMES and not _runs(root / name)]
+    beside = [n for n in class_folders(root) if n.lower() not in SPLIT_NAMES and data and _holds(root / n, data)]
     if beside:  # read as splits, the folders beside them would be left out without a word
         raise ValueError(
             f"data.root {str(root)!r} holds split folders ({', '.join(f'{d.name}/' for d in found.values())}) and, "
-            f"beside them, {len(beside)} other folder(s) that no split reads: {shortened(beside)}. A layout is "
-            f"<root>/<split>/<class>/ or <root>/<class>/: move those folders into the split folders; or, if a class "
-            f"of yours is named like a split ({sorted(SPLIT_NAMES)}), rename it"
+            f"beside them, {len(beside)} folder(s) of data files that no split reads: {shortened(beside)}. Files are "
+            f"read from <root>/<split>/<class>/, or from <root>/<class>/ where no split folder holds folders: put "
+            f"those class folders into the split folders; or, if a class of yours is named like a split "
+            f"({sorted(SPLIT_NAMES)}), rename it"
         )
     return found
 
 
-def _runs(folder: Path) -> bool:
-    """Whether `folder` is a run's or an ablation's, or holds runs (a `run.dir` inside the data's folder)."""
-    return any((folder / name).is_file() for name in RUNS) or any(
-        (child / name).is_file() for child in folder.iterdir() if child.is_dir() for name in RUNS
-    )
+def _holds(folder: Path, suffixes: tuple[str, ...]) -> bool:
+    """Whether `folder` holds a data file (`suffixes`, any letter case) itself or one folder down (not hidden)."""
+    try:
+        for entry in folder.iterdir():
+            if hidden(entry.name):
+                continue
+            if entry.is_file() and entry.name.lower().endswith(suffixes):
+                return True
+            if entry.is_dir() and any(
+                f.is_file() and not hidden(f.name) and f.name.lower().endswith(suffixes) for f in entry.iterdir()
+            ):
+                return True
+    except OSError:  # a folder this user may not read (lost+found): nothing of it is read
+        return False
+    return False
 
 
 def loose_files(root: Path, split_dirs: dict[str, Path], suffixes: tuple[str, ...]) -> list[str]:

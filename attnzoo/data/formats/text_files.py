@@ -95,7 +95,9 @@ def _records(reader: Any, lines: Sequence[str], path: Path, dialect: dict[str, A
     (a quote that never closed) is an error naming the line it starts on, and a quoted field that runs over lines
     that look like rows of their own is warned about (a stray quote that a later one closed)."""
     start, width = 1, None
-    ends: set[str] = set()  # the last fields of the one-line records so far (a label column's values)
+    # the first and the last fields of the one-line records so far: a label column's values among them
+    firsts: set[str] = set()
+    ends: set[str] = set()
     header = next((line for line in lines if line.strip()), "")
     while True:
         try:
@@ -117,10 +119,11 @@ def _records(reader: Any, lines: Sequence[str], path: Path, dialect: dict[str, A
         if width is None and "".join(row).strip():
             width = len(row)
         elif width and width > 1 and end - start >= 2:
-            # a line like a row: enough commas and, once rows have shown their last fields, one of those at its end
-            # (prose with a comma in a quoted multi-line text ends in no label)
+            # a line like a row: enough commas and, once one-line rows have shown their fields, one of their first
+            # fields at its start or one of their last at its end (a label first or last; prose with a comma in a
+            # quoted multi-line text has neither)
             rowlike = sum(
-                line.count(",") >= width - 1 and (not ends or line.rsplit(",", 1)[-1].strip() in ends)
+                line.count(",") >= width - 1 and (not ends or _edge(line, 0) in firsts or _edge(line, -1) in ends)
                 for line in lines[start:end]  # after the record's first
             )
             if rowlike >= 2 and rowlike >= 0.8 * (end - start):
@@ -128,9 +131,16 @@ def _records(reader: Any, lines: Sequence[str], path: Path, dialect: dict[str, A
                             "their own: a double quote that does not close? (the rows between are read as one text)",
                             path, start, end, rowlike)  # fmt: skip
         if end == start and width and len(row) == width and start > 1:
+            firsts.add(row[0].strip())
             ends.add(row[-1].strip())
         yield row
         start = end + 1
+
+
+def _edge(line: str, which: int) -> str:
+    """The first (`which` 0) or last (-1) comma-separated field of a physical line, stripped of blanks and quotes."""
+    fields = line.split(",")
+    return fields[which].strip().strip('"').strip()
 
 
 def read_utf8(path: Path) -> str:

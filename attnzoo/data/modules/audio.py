@@ -439,7 +439,7 @@ class AudioDataModule(DataModule):
         root = Path(self.root)
         if not root.is_dir():
             raise ValueError(f"data.root: {root} is not a directory")
-        split_dirs = split_folders(root)
+        split_dirs = split_folders(root, SOUND_SUFFIXES)
         loose = loose_files(root, split_dirs, SOUND_SUFFIXES)
         if loose:
             log.warning("data: %d clip(s) lie outside the class folders, so no class reads them: %s; a class's clips "

@@ -479,7 +479,7 @@ class ImageDataModule(DataModule):
 
         from ..formats.image_io import ImageFileError, describe, unreadable_images
 
-        split_dirs = split_folders(self.root)
+        split_dirs = split_folders(self.root, IMG_EXTENSIONS)
         if self.labels is None:  # evaluate (the run's classes given) scores a test/ alone
             require_train_split(self.root, split_dirs, "images")
         if "train" not in split_dirs:  # class folders; or (evaluate) test/ or val/ alone, read as train too

@@ -171,7 +171,10 @@ def test_an_escaped_dollar_brace_in_a_run_config_stays_the_text_it_is(command, l
     assert not any("s3cr3t-value" in p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file())
     if command == "evaluate":
         assert code == 0, err
-        assert "prompt: ${oc.env:ATTNZOO_TEST_SECRET}" in err  # the example's prompt, as the text it is
+        import json  # the example's prompt, as the text it is (the report's: log lines follow the logger's level)
+
+        examples = json.loads((run / "evaluate-best.json").read_text())["examples"]
+        assert [row["prompt"] for rows in examples.values() for row in rows] == ["${oc.env:ATTNZOO_TEST_SECRET}"]
     if command == "fit --print-config":
         assert code == 0 and "prompt: \\${oc.env:ATTNZOO_TEST_SECRET}" in out  # written escaped again
 

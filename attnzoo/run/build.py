@@ -313,9 +313,8 @@ def _proposals(cfg: Config, data: Any, fixed: Mapping[str, Any] = {}) -> dict[st
         raise TypeError(f"{type(data).__name__}.auto_values() proposes {undeclared}, which are not in its AUTO_KEYS")
     taken = {}
     patience, epochs = "run.early_stopping.patience", "trainer.max_epochs"
-    budget = fixed.get(
-        epochs, cfg.section("trainer").get("max_epochs")
-    )  # a start's fine-tuning budget, or the config's
+    # the budget a start fixes (fine-tuning pretrained weights), else the config's
+    budget = fixed.get(epochs, cfg.section("trainer").get("max_epochs"))
     if patience in wanted and epochs in proposed and epochs not in wanted and isinstance(budget, int) and budget > 0:
         # a patience the data proposes from its own epoch budget follows the budget the config sets instead
         proposed[patience] = data.patience_for(budget) or proposed[patience]

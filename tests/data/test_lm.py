@@ -301,3 +301,20 @@ def test_a_folder_without_txt_files_names_what_it_holds(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no \.txt files under .*empty'$"):
         LMDataModule(train=str(tmp_path / "empty")).setup()
+
+
+def test_hard_wrapped_lines_read_as_documents_are_warned_about(tmp_path, caplog):
+    # Debian's copyright files, wrapped at 72 columns: 27k "documents" of half a sentence each, without a word
+    import logging
+    import textwrap
+
+    prose = " ".join(f"Sentence number {i} says something about the licence of the package." for i in range(60))
+    (tmp_path / "wrapped.txt").write_text(textwrap.fill(prose, 60) + "\n")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        read_documents(str(tmp_path / "wrapped.txt"), documents="lines")
+    assert "lines end mid-sentence" in caplog.text and "data.documents=files reads each file as one" in caplog.text
+    caplog.clear()  # a line per sentence (or paragraph): nothing to say
+    (tmp_path / "lines.txt").write_text("\n".join(f"Sentence {i} ends here." for i in range(60)) + "\n")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        read_documents(str(tmp_path / "lines.txt"), documents="lines")
+    assert "mid-sentence" not in caplog.text

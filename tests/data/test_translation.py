@@ -439,3 +439,22 @@ def test_a_folder_or_too_few_pairs_say_what_to_give(tmp_path):
     two = _write(tmp_path / "two.tsv", ["a cat\teine Katze", "a dog\tein Hund"])
     with pytest.raises(ValueError, match=r"too few distinct sources \(2\) .*: give data.test=<file> and data.val="):
         TranslationDataModule(train=str(two)).setup()
+
+
+def test_a_few_lines_with_more_tabs_than_the_rest_are_named(tmp_path, caplog):
+    # "This line has a tab<TAB>inside the source<TAB>Diese Zeile..." was read as the pair ("This line has a tab",
+    # "inside the source") without a word, among 3,000 lines of one tab
+    lines = [f"Sentence {i}.\tSatz {i}." for i in range(40)]
+    lines[7] = "This line has a tab\tinside the source\tDiese Zeile hat einen Tab"
+    path = _write(tmp_path / "pairs.tsv", ("\n".join(lines) + "\n").encode())
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        pairs = read_pairs(path, PairFormat()).pairs
+    assert pairs[7] == ("This line has a tab", "inside the source") and len(pairs) == 40
+    assert "1 line(s) hold more tab-separated fields than the 2 of most lines (lines 8): a tab inside a text?" in (
+        caplog.text
+    )
+    caplog.clear()  # Tatoeba's four columns on every line: nothing to say
+    path = _write(tmp_path / "tatoeba.tsv", b"".join(b"1\tHi.\t2\tHallo.\n" for _ in range(30)))
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        read_pairs(path, PairFormat(src_column=1, tgt_column=3))
+    assert "more tab-separated fields" not in caplog.text

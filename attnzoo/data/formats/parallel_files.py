@@ -169,12 +169,15 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
         raise ValueError(f"{path}: {note}")
     parse = _tsv_pair if fmt.format_of(path) == "tsv" else _jsonl_pair
     out = ParallelText(path=path, pairs=[])
+    widths: dict[int, list[int]] = {}  # tab-separated fields -> the lines of that many (a TSV)
     for n, line in _lines(path):
         try:
             if isinstance(line, BadLine):
                 raise line
             if not line.strip():
                 continue
+            if parse is _tsv_pair:
+                widths.setdefault(line.count("\t") + 1, []).append(n)
             src, tgt = (side.strip() for side in parse(line, fmt))
             for side, what in ((src, "source"), (tgt, "target")):
                 if not side:
@@ -192,12 +195,31 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
         )
     if not out.pairs:
         raise ValueError(f"{path}: no pairs" + (f" ({len(out.skipped)} bad lines skipped)" if out.skipped else ""))
+    _say_extra_fields(path, widths, fmt)
     if parse is _tsv_pair and _header_like(out.pairs):
         log.warning(
             "data: %s: its first pair %r looks like a header row; pair files have none, so it is read as a pair "
             "(remove the line if it names the columns)", path, out.pairs[0],
         )  # fmt: skip
     return out
+
+
+def _say_extra_fields(path: Path, widths: dict[int, list[int]], fmt: PairFormat) -> None:
+    """Warn when a few lines of a TSV hold more tab-separated fields than most do: a tab inside a text, which
+    splits it (its first part read as the source, its second as the target), where the lines of most files agree
+    (Tatoeba's 4 columns, a plain file's 2)."""
+    if len(widths) < 2:
+        return
+    usual = max(widths, key=lambda w: len(widths[w]))
+    more = sorted(n for w, lines in widths.items() if w > usual for n in lines)
+    if more and len(more) * 20 <= sum(map(len, widths.values())):  # a few lines against the rest
+        shown = ", ".join(map(str, more[:5])) + (", ..." if len(more) > 5 else "")
+        log.warning(
+            "data: %s: %d line(s) hold more tab-separated fields than the %d of most lines (lines %s): a tab inside a "
+            "text? Those are read as columns %d and %d like the others, the rest of the line left out; replace the "
+            "tab by a space where it is part of the text", path, len(more), usual, shown, fmt.src_column,
+            fmt.tgt_column,
+        )  # fmt: skip
 
 
 def _header_like(pairs: list[tuple[str, str]]) -> bool:

@@ -110,6 +110,9 @@ def _decode(path: Path) -> str:
         ) from None
 
 
+SENTENCE_ENDS = tuple(".!?:;\"')»”。！？")  # how a line that ends a sentence or a paragraph ends
+
+
 def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "train") -> list[str]:
     """The documents of the files (or directories of .txt files) in `spec`: lines or whole files."""
     docs, empty = [], []
@@ -125,7 +128,24 @@ def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "tr
     if empty:
         log.warning("data.%s: %d empty or blank file(s) left out (data.documents=files): %s", what, len(empty),
                     shortened(empty, 5))  # fmt: skip
+    if documents == "lines":
+        _say_wrapped(docs, what)
     return docs
+
+
+def _say_wrapped(lines: list[str], what: str) -> None:
+    """Warn when the lines read as documents look hard-wrapped (most end mid-sentence, at a common width): each line
+    one document splits the text's sentences, and its markers of a document's start and end fill the stream."""
+    if len(lines) < 20:
+        return
+    open_ended = sum(not line.endswith(SENTENCE_ENDS) for line in lines) / len(lines)
+    median = sorted(map(len, lines))[len(lines) // 2]
+    if open_ended >= 0.6 and median <= 100:
+        log.warning(
+            "data.%s: %.0f%% of its %d lines end mid-sentence, %d characters long at the median: hard-wrapped text? "
+            "Each line is a document (data.documents=lines), so sentences are cut at line ends; "
+            "data.documents=files reads each file as one document", what, 100 * open_ended, len(lines), median,
+        )  # fmt: skip
 
 
 def remove_seen_paragraphs(docs: list[str], train: list[str]) -> tuple[list[str], int]:

@@ -376,9 +376,8 @@ def _input_folder(viz: Path, path: Path) -> Path:
 
     plain, resolved = viz / path.stem, str(path.resolve())
     try:
-        if compressed(plain / "maps.pt"):  # no file viz wrote
-            raise ValueError("compressed")
-        drawn = torch.load(plain / "maps.pt", map_location="cpu", weights_only=True).get("input")
+        maps = plain / "maps.pt"  # a compressed archive is no file viz wrote: drawn over
+        drawn = None if compressed(maps) else torch.load(maps, map_location="cpu", weights_only=True).get("input")
     except Exception:  # noqa: BLE001 (nothing drawn there yet, an older drawing, or one cut short: draw over it)
         drawn = None
     if drawn is None or drawn == resolved:  # none there, one of an unrecorded input (an earlier viz), or this file's

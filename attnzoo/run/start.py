@@ -545,13 +545,6 @@ def _attention(cfg: Config, full: str, mine: dict[str, Any], theirs: Mapping[str
     return {**theirs, **kept, **typed}
 
 
-def _on_gpu(cfg: Config) -> bool:
-    """Whether the run computes on a GPU (its accelerator is not the CPU, and one is here)."""
-    import torch
-
-    return cfg.section("trainer").get("accelerator") != "cpu" and torch.cuda.is_available()
-
-
 def finetune_budget(start: Start | None, data: Any, cfg: Config) -> dict[str, Any]:
     """{"trainer.max_epochs": n} of a start from pretrained weights (a Hugging Face or timm checkpoint, or a run that
     descends from one: `Start.origin`) where the config leaves the budget to auto: epochs for about `FINETUNE_STEPS`
@@ -561,16 +554,18 @@ def finetune_budget(start: Start | None, data: Any, cfg: Config) -> dict[str, An
         return {}
     # the cores this process may use (macOS has no affinity call: all of them)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads, gpu = cfg.section("trainer").get("num_threads"), _on_gpu(cfg)
-    if threads == 1 and cores > 1 and not gpu and not cfg.typed("trainer.num_threads"):
+    from .switches import uses_cuda
+
+    trainer = cfg.section("trainer")
+    gpu = uses_cuda(trainer.get("accelerator", "auto"))
+    if trainer.get("num_threads") == 1 and cores > 1 and not gpu and not cfg.typed("trainer.num_threads"):
         log.info("trainer.num_threads: 1 (set in %s), for the recipe's small model: a pretrained model's large "
                  "matrices compute faster on more threads (trainer.num_threads=%d: this machine's cores)",
                  cfg.where("trainer.num_threads"), cores)  # fmt: skip
-    if cfg.section("trainer").get("max_epochs") != AUTO:
+    if trainer.get("max_epochs") != AUTO:
         return {}
     from .cluster import planned_processes
 
-    trainer = cfg.section("trainer")
     batches = len(data.train_dataloader())  # one process's loader, before the trainer: every batch of the split
     accumulate = trainer.get("accumulate_grad_batches") or 1
     per_epoch = max(1, math.ceil(batches / planned_processes(trainer) / max(1, int(accumulate))))  # optimizer steps

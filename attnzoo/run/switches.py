@@ -47,7 +47,8 @@ def _cpu_flags_have_bf16() -> bool:
     return "amx_bf16" in flags
 
 
-def _uses_cuda(accelerator: Any) -> bool:
+def uses_cuda(accelerator: Any) -> bool:
+    """Whether a trainer of `accelerator` computes on CUDA (named, or `auto` with a GPU here)."""
     if accelerator in ("gpu", "cuda"):
         return True
     return accelerator in (None, "auto") and torch.cuda.is_available()
@@ -57,7 +58,7 @@ def resolve_precision(precision: Any, accelerator: Any = "auto") -> tuple[Any, s
     """(precision, why): `precision` unchanged unless it is "auto"."""
     if precision != "auto":
         return precision, "set explicitly"
-    if _uses_cuda(accelerator):
+    if uses_cuda(accelerator):
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
             return "bf16-mixed", f"CUDA device {torch.cuda.get_device_name()} supports bfloat16"
         return "16-mixed", "CUDA device without bfloat16: float16 autocast with loss scaling"

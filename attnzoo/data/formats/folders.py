@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from ...util.names import shortened
+
+log = logging.getLogger("attnzoo")
 
 # what zip tools, notebooks, version control and Windows' Explorer leave beside data: never classes, never read
 NOT_DATA = {"__MACOSX", "__pycache__", "Thumbs.db", "desktop.ini", "Desktop.ini"}
@@ -61,16 +64,17 @@ def split_folders(root: Path, data: tuple[str, ...] = ()) -> dict[str, Path]:
     return found
 
 
+def _data_file(path: Path, suffixes: tuple[str, ...]) -> bool:
+    """Whether `path` is a data file: a file, not hidden, named with one of `suffixes` (any letter case)."""
+    return path.is_file() and not hidden(path.name) and path.name.lower().endswith(suffixes)
+
+
 def _holds(folder: Path, suffixes: tuple[str, ...]) -> bool:
-    """Whether `folder` holds a data file (`suffixes`, any letter case) itself or one folder down (not hidden)."""
+    """Whether `folder` holds a data file (`_data_file`) itself or one folder down (not a hidden one)."""
     try:
         for entry in folder.iterdir():
-            if hidden(entry.name):
-                continue
-            if entry.is_file() and entry.name.lower().endswith(suffixes):
-                return True
-            if entry.is_dir() and any(
-                f.is_file() and not hidden(f.name) and f.name.lower().endswith(suffixes) for f in entry.iterdir()
+            if _data_file(entry, suffixes) or (
+                entry.is_dir() and not hidden(entry.name) and any(_data_file(f, suffixes) for f in entry.iterdir())
             ):
                 return True
     except OSError:  # a folder this user may not read (lost+found): nothing of it is read
@@ -78,16 +82,16 @@ def _holds(folder: Path, suffixes: tuple[str, ...]) -> bool:
     return False
 
 
-def loose_files(root: Path, split_dirs: dict[str, Path], suffixes: tuple[str, ...]) -> list[str]:
-    """The data files (`suffixes`, any letter case) lying in `root` itself or in a split folder itself, outside
-    every class folder: no class reads them (paths relative to `root`, sorted)."""
+def say_loose_files(root: Path, split_dirs: dict[str, Path], suffixes: tuple[str, ...], what: str) -> None:
+    """Warn about the data files (`_data_file`; `what`: "image", "clip") lying in `root` itself or in a split folder
+    itself (`split_dirs`, of `split_folders`; a root of class folders may stand as its train split), outside every
+    class folder: no class reads them."""
     places = dict.fromkeys([root, *split_dirs.values()])
-    return sorted(
-        str(p.relative_to(root))
-        for place in places
-        for p in place.iterdir()
-        if p.is_file() and not hidden(p.name) and p.name.lower().endswith(suffixes)
-    )
+    loose = sorted(str(p.relative_to(root)) for place in places for p in place.iterdir() if _data_file(p, suffixes))
+    if loose:
+        home = root / "<split>" if any(folder != root for folder in split_dirs.values()) else root
+        log.warning("data: %d %s(s) lie outside the class folders, so no class reads them: %s; a class's %ss go in "
+                    "%s/<class>/", len(loose), what, shortened(loose, 5), what, home)  # fmt: skip
 
 
 def require_train_split(root: Path, split_dirs: dict[str, Path], what: str) -> None:

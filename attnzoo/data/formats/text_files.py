@@ -168,7 +168,7 @@ def recode_hint(raw: bytes, name: str) -> str:
     """How to save a file (`name`) that is not UTF-8 as UTF-8, its encoding guessed from its bytes `raw`: Windows'
     CP1252 (Excel's "CSV" on Windows) where a byte 0x80-0x9F occurs (its curly quotes, dashes and euro sign; Latin-1
     has only control characters there, which a Latin-1 conversion would put into the text), else Latin-1."""
-    encoding = "cp1252" if any(0x80 <= b <= 0x9F for b in raw) else "latin1"
+    encoding = "cp1252" if re.search(rb"[\x80-\x9f]", raw) else "latin1"
     return f"save the file as UTF-8 (e.g. iconv -f {encoding} -t utf-8 {name} > utf8-{name})"
 
 

@@ -33,16 +33,16 @@ from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav, read_clip
 from ..formats.folders import (
     class_folders,
-    loose_files,
     one_level_up,
     require_train_split,
+    say_loose_files,
     split_folders,
     under_hidden,
 )
 from ..formats.text_files import check_label_forms, read_utf8
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
-from .batching import EpochShuffle, eval_generator, run_seed
+from .batching import EpochShuffle, loader_generator, run_seed
 
 # sound files, read (.wav) or named as not read: one lying outside the class folders is said to be left out
 SOUND_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".aiff", ".aif")
@@ -440,11 +440,7 @@ class AudioDataModule(DataModule):
         if not root.is_dir():
             raise ValueError(f"data.root: {root} is not a directory")
         split_dirs = split_folders(root, SOUND_SUFFIXES)
-        loose = loose_files(root, split_dirs, SOUND_SUFFIXES)
-        if loose:
-            log.warning("data: %d clip(s) lie outside the class folders, so no class reads them: %s; a class's clips "
-                        "go in %s/<class>/", len(loose), shortened(loose, 5),
-                        root / "<split>" if split_dirs else root)  # fmt: skip
+        say_loose_files(root, split_dirs, SOUND_SUFFIXES, "clip")
         if split_dirs:
             return self._split_folder_entries(root, split_dirs)
         classes = class_folders(root)
@@ -643,7 +639,9 @@ class AudioDataModule(DataModule):
                 ) from None
             origin = saved.get("from")  # a checkpoint's statistics, which its weights were trained on
             how = (
-                f"{origin}'s, which its weights were trained on" if origin else f"measured over {saved['clips']} clips"
+                f"{origin}'s, which its weights were trained on"
+                if origin
+                else f"measured over {self.stats['clips']} clips"
             )
             log.info("data: log-mel mean %.4f std %.4f from %s (data.stats_file; %s)", self.stats["mean"],
                      self.stats["std"], self.stats_file, how)  # fmt: skip
@@ -756,7 +754,7 @@ class AudioDataModule(DataModule):
             collate_fn=collate,
             drop_last=train and self.full_batches(len(self.datasets[split]), self.batch_size),
             persistent_workers=self.num_workers > 0,
-            generator=None if train else eval_generator(self.num_workers, self.seed),
+            generator=loader_generator(train, self.num_workers, self.seed),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -27,12 +27,13 @@ def run_seed(fallback: int) -> int:
     return int(os.environ.get("PL_GLOBAL_SEED", fallback))
 
 
-def eval_generator(num_workers: int, seed: int) -> torch.Generator | None:
-    """The generator of an evaluation loader with workers (kept alive between validations): making its iterator draws
-    the workers' seed, which from the global stream would shift every later random draw of training (dropout) by
-    one, in a resumed run at another time than in the uninterrupted one. Without workers: None (one draw per
-    validation, in both runs alike)."""
-    return torch.Generator().manual_seed(seed) if num_workers > 0 else None
+def loader_generator(train: bool, num_workers: int, seed: int) -> torch.Generator | None:
+    """A DataLoader's generator: an evaluation loader with workers (kept alive between validations) has its own, as
+    making its iterator draws the workers' seed, which from the global stream would shift every later random draw of
+    training (dropout) by one, in a resumed run at another time than in the uninterrupted one. None (the global
+    stream) for a training loader, whose draws the resume restores, and without workers (one draw per validation, in
+    both runs alike)."""
+    return torch.Generator().manual_seed(seed) if num_workers > 0 and not train else None
 
 
 class EpochShuffle(RandomSampler):
@@ -164,9 +165,12 @@ def sequence_loader(
 ) -> DataLoader:
     """A DataLoader over `dataset`, shuffled when `train` (`EpochShuffle` from `run_seed(seed)`); with `bucket`,
     batches of similar lengths (`BucketBatchSampler` over `dataset.lengths`, `pool` batches sorted at a time)."""
-    common = {"collate_fn": collate_fn, "num_workers": num_workers, "persistent_workers": num_workers > 0}
-    if not train:
-        common["generator"] = eval_generator(num_workers, seed)
+    common = {
+        "collate_fn": collate_fn,
+        "num_workers": num_workers,
+        "persistent_workers": num_workers > 0,
+        "generator": loader_generator(train, num_workers, seed),
+    }
     sampler = EpochShuffle(dataset, seed=run_seed(seed)) if train else SequentialSampler(dataset)
     if not bucket:
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **common)

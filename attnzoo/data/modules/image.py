@@ -28,9 +28,9 @@ from attnzoo.data.modules.base import (
 )
 
 from ...util.names import shortened, suggest
-from ..formats.folders import loose_files, one_level_up, require_train_split, split_folders
+from ..formats.folders import one_level_up, require_train_split, say_loose_files, split_folders
 from . import defaults
-from .batching import EpochShuffle, eval_generator, run_seed
+from .batching import EpochShuffle, loader_generator, run_seed
 
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
@@ -502,11 +502,7 @@ class ImageDataModule(DataModule):
             log.warning("data: %s holds no image (its class folders are empty): no %s split; %s", split_dirs[s], s,
                         instead)  # fmt: skip
             del out[s]
-        loose = loose_files(self.root, split_dirs, IMG_EXTENSIONS)
-        if loose:
-            log.warning("data: %d image(s) lie outside the class folders, so no class reads them: %s; a class's images "
-                        "go in %s/<class>/", len(loose), shortened(loose, 5),
-                        self.root / "<split>" if split_dirs.get("train") != self.root else self.root)  # fmt: skip
+        say_loose_files(self.root, split_dirs, IMG_EXTENSIONS, "image")
         ignored = [path for s, d in out.items() for name in d.classes for path in _not_images(split_dirs[s] / name)]
         if ignored:
             log.warning(
@@ -638,7 +634,7 @@ class ImageDataModule(DataModule):
             collate_fn=MixCollate(self.mixup_alpha, self.cutmix_alpha, self.num_classes) if mix else None,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-            generator=None if train else eval_generator(self.num_workers, self.seed),
+            generator=loader_generator(train, self.num_workers, self.seed),
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -33,7 +33,7 @@ from ..tokenizers.subword import log_unknown, save_run_tokenizer
 from ..tokenizers.tokenize import truncate
 from . import defaults
 from .base import DataModule, given_class_names, save_class_names
-from .batching import EpochShuffle, eval_generator, run_seed
+from .batching import EpochShuffle, loader_generator, run_seed
 from .image import MEMORY_BYTES
 
 log = logging.getLogger("attnzoo")
@@ -400,7 +400,7 @@ class TextImageDataModule(DataModule):
             num_workers=self.num_workers,
             collate_fn=Collate(self.tokenizer.pad_id),
             persistent_workers=self.num_workers > 0,
-            generator=None if train else eval_generator(self.num_workers, self.seed),
+            generator=loader_generator(train, self.num_workers, self.seed),
         )
 
 

@@ -24,6 +24,21 @@ fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Die()])
 """
 
 
+_POISONED = """
+import sys
+import lightning as L
+from attnzoo.config import load
+from attnzoo.run import fit
+
+class Poison(L.Callback):  # process 1 alone reads a batch with an infinite pixel at step 2
+    def on_train_batch_start(self, trainer, module, batch, i):
+        if trainer.global_rank == 1 and trainer.global_step == 2:
+            batch["image"][0, 0, 0, 0] = float("inf")
+
+fit(load([sys.argv[1]], sys.argv[2:]), extra_callbacks=[Poison()])
+"""
+
+
 # a tiny ViT on 2 DDP processes, 50 steps at most, no validation or test
 TWO_PROCESSES = [
     *QUICK[:3],
@@ -79,3 +94,22 @@ def test_a_signal_to_a_ddp_run_is_said_once_and_without_lightnings_weights_only_
     assert proc.returncode == 143, proc.stderr[-3000:]
     assert proc.stderr.count("attnzoo fit: SIGTERM received: stopped at step 4") == 1, proc.stderr[-3000:]
     assert "weights_only" not in proc.stderr
+
+
+def test_a_non_finite_loss_in_one_process_stops_every_process_and_the_summary_names_it(tmp_path):
+    """Process 1 raised NonFiniteLossError alone; process 0 died in the gradient all-reduce, and summary.json (which
+    it writes) recorded "RuntimeError: ... Connection closed by peer" as why the run stopped."""
+    import json
+
+    script = tmp_path / "poisoned.py"  # a file: Lightning's DDP launcher re-runs the command per process
+    script.write_text(_POISONED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(script), str(VIT), *TWO_PROCESSES, "run.baseline=false", f"run.dir={tmp_path / 'r'}"]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    (summary,) = (tmp_path / "r").rglob("summary.json")
+    stopped = json.loads(summary.read_text())["stopped"]
+    assert "NonFiniteLossError" in str(stopped) and "non-finite training loss in process 1 at global step 2" in str(
+        stopped
+    ), stopped
+    assert "1 non-finite" in proc.stderr  # process 1's own error names its batch's infinite pixel

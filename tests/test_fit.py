@@ -150,6 +150,7 @@ def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
         "trainer.accelerator=cpu",
         "trainer.precision=32-true",  # `auto` is bf16-mixed on some CPUs, where the two runs differ by rounding
         "trainer.max_steps=1",
+        "trainer.log_every_n_steps=1",
         "trainer.limit_val_batches=0",
         "trainer.num_sanity_val_steps=0",
         "task.optimizer={kind: sgd, lr: 0.5, weight_decay: 0.0}",
@@ -185,6 +186,14 @@ def test_ddp_two_processes_equal_one_process_with_the_double_batch(tmp_path):
     assert moved > 1e-3, "the optimizer step did not change the weights; the comparison would be vacuous"
     for key, value in single["final"].items():
         torch.testing.assert_close(ddp["final"][key], value, atol=1e-6, rtol=0, msg=key)
+    # the step's train/loss is the whole batch's in both (under DDP it was process 0's half of it)
+    losses = {}
+    for summary in tmp_path.glob("vit/*/summary.json"):
+        with open(summary.parent / "metrics.csv", newline="") as f:
+            rows = [float(r["train/loss"]) for r in csv.DictReader(f) if r.get("train/loss")]
+        losses[json.loads(summary.read_text())["world_size"]] = rows
+    assert len(losses[1]) == len(losses[2]) == 1
+    assert losses[2][0] == pytest.approx(losses[1][0], abs=1e-5)
 
 
 def test_a_train_split_smaller_than_a_batch_per_process_still_trains_under_ddp(tmp_path):

@@ -119,7 +119,10 @@ class Attention(nn.Module):
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if num_heads <= 0 or dim % num_heads:
+        for name, value in (("dim", dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be an int > 0, got {value!r}")
+        if dim % num_heads:
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads}), and num_heads must be > 0")
         if num_kv_heads <= 0 or num_heads % num_kv_heads:
             raise ValueError(

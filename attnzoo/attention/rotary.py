@@ -13,6 +13,9 @@ Notation: B batch, H query heads, Hkv key/value heads, L tokens, D head dim.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -33,6 +36,14 @@ def inverse_frequencies(channels: int, base: float) -> Tensor:
     return base ** (-torch.arange(0, channels, 2, dtype=torch.float64) / channels)
 
 
+def check_base(base: Any) -> float:
+    """`base` as a float; ValueError unless it is a finite number > 1 (0 or less gives infinite or complex
+    frequencies, nan angles; 1 gives every channel pair the same angle 0)."""
+    if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < math.inf:
+        raise ValueError(f"rotary base must be a finite number > 1 (RoFormer: 10000), got {base!r}")
+    return float(base)
+
+
 class Rotary(nn.Module):
     """1D rotary embeddings (RoFormer). Positions default to 0..L-1 for queries and for keys.
 
@@ -47,7 +58,7 @@ class Rotary(nn.Module):
         super().__init__()
         if head_dim % 2 or head_dim <= 0:
             raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim}")
-        self.head_dim, self.base = head_dim, base
+        self.head_dim, self.base = head_dim, check_base(base)
 
     def angles(self, positions: Tensor) -> Tensor:
         """positions [L] or [B, L] -> angles [L, D/2] or [B, 1, L, D/2]."""
@@ -91,7 +102,7 @@ class Rotary2D(nn.Module):
             raise ValueError(f"axial 2D rotary embeddings need head_dim divisible by 4; got {head_dim}")
         if not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
             raise ValueError(f"num_prefix_tokens must be an int >= 0; got {num_prefix_tokens!r}")
-        self.head_dim, self.base, self.num_prefix_tokens = head_dim, base, num_prefix_tokens
+        self.head_dim, self.base, self.num_prefix_tokens = head_dim, check_base(base), num_prefix_tokens
         self.set_grid_size(grid_size)
 
     def set_grid_size(self, grid_size: int | tuple[int, int]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .steps import Decodes, Steps, prepare
+from .steps import Decodes, Steps, check_token_id, finite_number, prepare
 
 Tensor = torch.Tensor
 
@@ -86,7 +86,9 @@ def beam_search(
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    memory, memory_padding_mask, prompt = prepare(
+    if not finite_number(length_penalty):
+        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    memory, memory_padding_mask, prompt, max_new_tokens = prepare(
         model, src=src, src_padding_mask=src_padding_mask, prompt=prompt, bos_id=bos_id, max_new_tokens=max_new_tokens
     )
     b, k = prompt.shape[0], beam_size
@@ -107,6 +109,8 @@ def beam_search(
         for step in range(max_new_tokens):
             log_probs = steps(tokens).log_softmax(dim=-1)  # [N, V]
             vocab = log_probs.shape[-1]
+            if step == 0:
+                check_token_id("eos_id", eos_id, vocab)
             candidates = (scores[:, :, None] + log_probs.view(b, k, vocab)).view(b, k * vocab)  # [B, K V]
             top, index = candidates.topk(min(2 * k, k * vocab), dim=1)  # [B, 2K], best first
             beam, token = index // vocab, index % vocab

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from .steps import Decodes, Steps, prepare
+from .steps import Decodes, Steps, check_token_id, finite_number, prepare
 
 Tensor = torch.Tensor
 
@@ -68,11 +68,13 @@ def sample(
 
     Arguments and result as `greedy`, plus `generator` for reproducible draws.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r} (greedy() is the temperature-0 limit)")
+    if not finite_number(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r} (greedy() is the temperature-0 limit)")
 
     def choose(logits: Tensor) -> Tensor:
-        probs = filter_logits(logits / temperature, top_k=top_k, top_p=top_p).softmax(dim=-1)
+        # shifted to a maximum of 0 first: any temperature > 0 divides them without overflow (-inf, never nan)
+        sharpened = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+        probs = filter_logits(sharpened, top_k=top_k, top_p=top_p).softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     start = dict(src=src, src_padding_mask=src_padding_mask, prompt=prompt, bos_id=bos_id)
@@ -89,8 +91,8 @@ def filter_logits(logits: Tensor, *, top_k: int | None = None, top_p: float | No
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
-        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # [N, 1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        kept = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices  # [N, k]: ties beyond k are cut, not kept
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, kept, logits.gather(-1, kept))
     if top_p is not None:
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
@@ -117,7 +119,7 @@ def _generate(
     max_new_tokens: int,
     use_cache: bool,
 ) -> Tensor:
-    memory, memory_padding_mask, tokens = prepare(
+    memory, memory_padding_mask, tokens, max_new_tokens = prepare(
         model,
         src=src,
         src_padding_mask=src_padding_mask,
@@ -128,8 +130,11 @@ def _generate(
     ended = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     out = []
     with Steps(model, memory, memory_padding_mask, use_cache=use_cache) as steps:
-        for _ in range(max_new_tokens):
-            token = choose(steps(tokens))  # [B]
+        for step in range(max_new_tokens):
+            logits = steps(tokens)  # [B, V]
+            if step == 0:
+                check_token_id("eos_id", eos_id, logits.shape[-1])
+            token = choose(logits)  # [B]
             if eos_id is not None:  # without one, no row ends
                 token = token.masked_fill(ended, pad_id)
                 ended = ended | (token == eos_id)

@@ -6,6 +6,7 @@ Notation: B inputs, N rows (B, or B * beams), S source tokens, P prompt tokens, 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -119,8 +120,10 @@ def prepare(
     prompt: Tensor | None,
     bos_id: int | None,
     max_new_tokens: int,
-) -> tuple[Tensor | None, Tensor | None, Tensor]:
-    """Check the inputs and run the encoder once: (memory, memory_padding_mask, prompt [B, P])."""
+) -> tuple[Tensor | None, Tensor | None, Tensor, int]:
+    """Check the inputs and run the encoder once: (memory, memory_padding_mask, prompt [B, P], the most steps to
+    take). A model with a `max_len` (its longest sequence, prompt included) stops there: the steps are
+    `max_new_tokens` or fewer, as many as the context has room for (the last token generated is never fed)."""
     if not isinstance(model, Decodes):
         raise ValueError(
             f"{type(model).__name__} cannot generate: it needs new_cache() and "
@@ -147,4 +150,20 @@ def prepare(
         raise ValueError(f"prompt must be long [B, P] with P >= 1; got {prompt.dtype} {list(prompt.shape)}")
     if src is not None and prompt.shape[0] != src.shape[0]:
         raise ValueError(f"prompt has {prompt.shape[0]} rows, src {src.shape[0]}")
-    return memory, src_padding_mask, prompt
+    limit = getattr(model, "max_len", None)
+    if isinstance(limit, int) and prompt.shape[1] > limit:
+        raise ValueError(f"the prompt has {prompt.shape[1]} tokens; the model reads at most {limit} (max_len)")
+    room = limit - prompt.shape[1] + 1 if isinstance(limit, int) else max_new_tokens
+    return memory, src_padding_mask, prompt, min(max_new_tokens, room)
+
+
+def finite_number(value: object) -> bool:
+    """An int or float (not a bool) that is finite: what a temperature or a length penalty must be."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_token_id(name: str, value: int | None, vocab: int) -> None:
+    """ValueError unless `value` (eos_id, pad_id) is None or an id of the model's `vocab` tokens: an id no logit
+    stands for is never generated (no row would end)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab):
+        raise ValueError(f"{name} must be a token id in [0, {vocab}) (the model's vocabulary), got {value!r}")

@@ -57,7 +57,8 @@ def heads_stated(path: str | Path, timm_name: str | None = None) -> bool:
 def convert(path: str | Path, *, timm_name: str | None = None, tokenizer: str | Path | None = None) -> Converted:
     """The checkpoint at `path` as attnzoo sees it; ValueError naming `path` and what was expected there.
     `timm_name` names the timm architecture of a timm ViT file whose tensors do not tell it (its head count);
-    `tokenizer` the tokenizer.json of a BERT/RoBERTa directory that lacks its own (its [CLS] id is read from it)."""
+    `tokenizer` the tokenizer file (tokenizer.json, vocab.txt, vocab.json) of a BERT/RoBERTa directory that has none
+    (its [CLS] id is read from it)."""
     text = str(path)
     path = Path(path).expanduser()
     if not path.exists():
@@ -104,7 +105,7 @@ def load(
 
     Args:
         timm_name: the timm architecture of a timm ViT file (see `convert`).
-        tokenizer: the tokenizer.json of a BERT/RoBERTa directory without one (see `convert`).
+        tokenizer: the tokenizer file of a BERT/RoBERTa directory without one (see `convert`).
         overrides: model options replacing the checkpoint's (`num_classes` for a new head, `attention` parts, ...);
             tensors that no longer fit start new when they are the head, and raise otherwise.
     """

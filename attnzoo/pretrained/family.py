@@ -29,14 +29,17 @@ def hf_model_type(path: str | Path) -> str | None:
 
 
 def tokenizer_file(path: str | Path) -> Path | None:
-    """The directory's `tokenizer.json`, when it has one; a warning when not (a run started from it is refused then,
-    `attnzoo.run.start`, unless data.tokenizer names the file)."""
-    file = Path(path) / "tokenizer.json"
-    if file.is_file():
+    """The directory's tokenizer file (`tokenizer.json`, else `vocab.txt` or `vocab.json` + `merges.txt`), when it
+    has one; a warning when not (a run started from it is refused then, `attnzoo.run.start`, unless data.tokenizer
+    names the file)."""
+    from ..data.tokenizers.vocab_files import folder_tokenizer
+
+    file = folder_tokenizer(path)
+    if file is not None:
         return file
     log.warning(
-        "%s has no tokenizer.json: text tokenized by another tokenizer gets ids the embedding was not trained on "
-        "(write it where the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))", path
+        "%s has no tokenizer.json, vocab.txt or vocab.json + merges.txt: text tokenized by another tokenizer gets ids "
+        "the embedding was not trained on (copy it from where the model was downloaded)", path
     )  # fmt: skip
     return None
 

@@ -29,6 +29,7 @@ READS = "a Hugging Face bert or roberta folder"
 log = logging.getLogger("attnzoo")
 
 FAMILIES = {"bert": "[CLS]", "roberta": "<s>"}  # model_type -> the token whose embedding starts a sequence
+NO_TOKENIZER = "tokenizer.json, vocab.txt or vocab.json + merges.txt"  # what a folder without its tokenizer lacks
 PREFIXES = ("bert.", "roberta.")  # the encoder's prefix in *For{SequenceClassification,MaskedLM,...} checkpoints
 
 
@@ -44,27 +45,27 @@ def matches(path: str | Path) -> bool:
 
 
 def _tokenizer(path: Path, family: str, given: str | Path | None = None) -> tuple[Path, int, bool]:
-    """(tokenizer.json, the id of the token a sequence starts with, whether the tokenizer puts it first itself): the
-    directory's, else `given` (data.tokenizer); ValueError when there is none."""
-    file = path / "tokenizer.json"
-    if not file.is_file() and given is not None:
+    """(the tokenizer file, the id of the token a sequence starts with, whether the tokenizer puts it first itself):
+    the directory's (tokenizer.json, else vocab.txt or vocab.json + merges.txt), else `given` (data.tokenizer);
+    ValueError when there is none."""
+    from ..data.tokenizers.vocab_files import folder_tokenizer, read_tokenizer
+
+    file = folder_tokenizer(path)
+    if file is None and given is not None:
         file = Path(given)
         if not file.is_file():
-            raise ValueError(
-                f"{str(path)!r} has no tokenizer.json, and the tokenizer named, {str(given)!r}, is no file"
-            )
-    if not file.is_file():
+            named = str(given)
+            raise ValueError(f"{str(path)!r} has no {NO_TOKENIZER}, and the tokenizer named, {named!r}, is no file")
+    if file is None:
         raise ValueError(
-            f"{str(path)!r} has no tokenizer.json: the run needs the tokenizer the weights were trained with (write "
-            "it where the model was downloaded: AutoTokenizer.from_pretrained(dir).save_pretrained(dir)), or name "
-            "it: data.tokenizer=<tokenizer.json> (in Python: load(dir, tokenizer=<tokenizer.json>))"
+            f"{str(path)!r} has no {NO_TOKENIZER}: the run needs the tokenizer the weights were trained with (copy it "
+            "from where the model was downloaded), or name it: data.tokenizer=<tokenizer.json> (in Python: load(dir, "
+            "tokenizer=<tokenizer.json>))"
         )
-    from tokenizers import Tokenizer
-
     try:
-        tok = Tokenizer.from_file(str(file))
-    except Exception as err:  # noqa: BLE001 (the Rust side raises its own exception type)
-        raise ValueError(f"{str(file)!r} is not a `tokenizers` JSON file ({err})") from None
+        tok = read_tokenizer(file)
+    except ValueError as err:
+        raise ValueError(f"{err} (the tokenizer of {str(path)!r})") from None
     cls_id = tok.token_to_id(FAMILIES[family])
     if cls_id is None:
         raise ValueError(f"{str(file)!r} has no {FAMILIES[family]} token, which a {family} sequence starts with")

@@ -48,15 +48,24 @@ class ResumeDataPosition(L.Callback):
 
     def __init__(self) -> None:
         self._rng: dict[str, Any] | None = None
+        self._ranks: list[dict[str, Any]] | None = None  # every process's state, in global rank order
 
     def state_dict(self) -> dict[str, Any]:
+        """The random state of every process (Lightning writes rank 0's checkpoint, but every process calls this as
+        it saves): under DDP the processes' streams part after the first batch (batches of other lengths draw
+        dropout and masks of other sizes), and each must go on from its own."""
         rng = _collect_rng_states(include_cuda=torch.cuda.is_available())
         name, keys, pos, has_gauss, gauss = rng.pop("numpy")  # plain types: checkpoints load with weights_only
         rng["numpy"] = [str(name), torch.from_numpy(keys.copy()), int(pos), int(has_gauss), float(gauss)]
-        return {"rng": rng}
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return {"rng": rng}
+        ranks: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, _tensors_as_lists(rng))  # tensors inside fail to unpickle there (torch 2.14)
+        return {"rng": rng, "rng_ranks": [_lists_as_tensors(state) for state in ranks]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._rng = state.get("rng")
+        self._rng, self._ranks = state.get("rng"), state.get("rng_ranks")
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         """A checkpoint written when `trainer.max_steps` or `max_time` cut an epoch short is saved as a mid-epoch
@@ -85,11 +94,27 @@ class ResumeDataPosition(L.Callback):
                 workers,
             )
         if self._rng is not None:  # restored now: Lightning seeds and builds loaders between loading and here
-            name, keys, pos, has_gauss, gauss = self._rng["numpy"]
-            _set_rng_states({**self._rng, "numpy": (name, keys.numpy(), pos, has_gauss, gauss)})
-            self._rng = None
+            rng = self._own_rng(trainer)
+            name, keys, pos, has_gauss, gauss = rng["numpy"]
+            _set_rng_states({**rng, "numpy": (name, keys.numpy(), pos, has_gauss, gauss)})
+            self._rng = self._ranks = None
             if not skipped:  # an epoch from its start: its iterator draws its seed as the uninterrupted run's did
                 _new_iterator(trainer)
+
+    def _own_rng(self, trainer: L.Trainer) -> dict[str, Any]:
+        """This process's saved random state: its own where the saved run had as many processes (a checkpoint from
+        before they were all kept, or of another process count: rank 0's, said once)."""
+        if self._ranks is not None and len(self._ranks) == trainer.world_size:
+            return self._ranks[trainer.global_rank]
+        if trainer.world_size > 1 and trainer.is_global_zero:
+            saved = len(self._ranks) if self._ranks is not None else 1
+            log.warning(
+                "resume: the checkpoint holds the random state of %d process%s, this run has %d: every process goes "
+                "on from process 0's, so dropout, masks and augmentation draw other values than an uninterrupted "
+                "run's", saved, "es" if saved > 1 else "",
+                trainer.world_size,
+            )  # fmt: skip
+        return self._rng
 
     def _skip_trained_batches(self, trainer: L.Trainer) -> bool:
         """Whether the epoch resumes mid-way, its trained batches skipped."""
@@ -115,6 +140,28 @@ class ResumeDataPosition(L.Callback):
         if trainer.is_global_zero:  # each DDP process skips its own batches; one line says so
             log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
         return True
+
+
+def _tensors_as_lists(value: Any) -> Any:
+    """`value` with every tensor inside it (in dicts, lists, tuples) as ("tensor", dtype name, values as a list)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype).removeprefix("torch."), value.cpu().tolist())
+    if isinstance(value, dict):
+        return {key: _tensors_as_lists(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_tensors_as_lists(item) for item in value)
+    return value
+
+
+def _lists_as_tensors(value: Any) -> Any:
+    """The inverse of `_tensors_as_lists`."""
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == "tensor" and isinstance(value[1], str):
+        return torch.tensor(value[2], dtype=getattr(torch, value[1]))
+    if isinstance(value, dict):
+        return {key: _lists_as_tensors(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_lists_as_tensors(item) for item in value)
+    return value
 
 
 def _new_iterator(trainer: L.Trainer) -> None:

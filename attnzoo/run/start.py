@@ -153,6 +153,7 @@ def convert_start(cfg: Config) -> Any:
     `data.tokenizer`, for `read_start`. ConfigError naming the key, where it was set and the file when it cannot be
     read."""
     from .. import pretrained
+    from ..data.tokenizers.vocab_files import folder_tokenizer
 
     given = _given(cfg)
     where = cfg.where("model.init_from")
@@ -167,11 +168,11 @@ def convert_start(cfg: Config) -> Any:
                 f"{where})"
             ) from None
         # the tokenizer file given for weights whose folder has none (the one read), not the weights
-        if named is not None and named in str(err) and not (Path(given) / "tokenizer.json").is_file():
+        if named is not None and named in str(err) and folder_tokenizer(given) is None:
             raise ConfigError(
-                f"data.tokenizer: {err} (set in {cfg.where('data.tokenizer')}, for the weights of model.init_from): a "
-                "Hugging Face folder's tokenizer.json is what `AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`"
-                " writes, also from a vocab.txt or vocab.json + merges.txt alone"
+                f"data.tokenizer: {err} (set in {cfg.where('data.tokenizer')}, for the weights of model.init_from): "
+                "name the tokenizer.json, vocab.txt or vocab.json (with merges.txt beside it) of the folder the model "
+                "was downloaded to"
             ) from None
         hint = "; in a config: model.timm_name=<timm architecture>" if "pass its timm_name" in str(err) else ""
         raise ConfigError(f"model.init_from: {err}{hint} (set in {where})") from None
@@ -261,10 +262,10 @@ def _refuse_lost_tokenizer(cfg: Config, converted: Any, given: str, run: Path | 
     if run is False:  # a pretrained folder: the family converters read its tokenizer.json when it has one
         if "vocab_size" in converted.options:
             raise ConfigError(
-                f"model.init_from (set in {where}): {given} has no {TOKENIZER_FILE}, and its weights embed the ids of "
-                "the tokenizer they were trained with: a tokenizer learned from this run's data would give those rows "
-                "to other tokens. Write it where the model was downloaded (AutoTokenizer.from_pretrained(dir)"
-                ".save_pretrained(dir)), or name it: data.tokenizer=<its tokenizer.json>"
+                f"model.init_from (set in {where}): {given} has no {TOKENIZER_FILE}, vocab.txt or vocab.json + "
+                "merges.txt, and its weights embed the ids of the tokenizer they were trained with: a tokenizer "
+                "learned from this run's data would give those rows to other tokens. Copy it from where the model was "
+                "downloaded, or name it: data.tokenizer=<its tokenizer.json>"
             )
         return
     if run is not None:
@@ -751,14 +752,13 @@ def keep_start(record: Mapping[str, Any], run_dir: Path) -> None:
     the start's tokenizer.json when the run tokenizes with it and has no tokenizer.json of its own. A command that
     loads the run reads that copy (`attnzoo.run.tokenizer_stamp.saved_tokenizer`), and `--resume` both: the run
     works, and goes on, after the folder it started from moved."""
-    import shutil
-
     from ..data.tokenizers.subword import TOKENIZER_FILE
-    from ..util.files import write_json
+    from ..data.tokenizers.vocab_files import tokenizer_text
+    from ..util.files import write_json, write_text
 
     source = record.get("tokenizer")
     if source and not (run_dir / TOKENIZER_FILE).exists():
-        shutil.copyfile(source, run_dir / TOKENIZER_FILE)
+        write_text(run_dir / TOKENIZER_FILE, tokenizer_text(source))  # a vocab.txt kept as the JSON it was read as
     write_json(run_dir / START_FILE, dict(record))
 
 

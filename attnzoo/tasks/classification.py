@@ -86,7 +86,7 @@ class ClassificationTask(L.LightningModule):
             metric = metrics[self.monitor]
             metric(logits.detach(), self.metric_target(batch["label"]))
             self.log(f"train/{self.monitor}", metric, on_step=True, on_epoch=False, batch_size=n)
-            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, sync_dist=True, batch_size=n)
         else:
             metrics.update(logits, self.metric_target(batch["label"]))
             self.log_dict(metrics, on_step=False, on_epoch=True, batch_size=n, prog_bar=split == "val")

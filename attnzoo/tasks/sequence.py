@@ -245,7 +245,15 @@ class Seq2SeqTask(_SequenceTask):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         logits = self.net(**self.net_inputs(batch))  # [B, T, V]
         loss = sequence_loss(logits, batch["labels"], self.label_smoothing)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["src"].shape[0])
+        self.log(
+            "train/loss",
+            loss,
+            on_step=True,
+            on_epoch=False,
+            prog_bar=True,
+            sync_dist=True,
+            batch_size=batch["src"].shape[0],
+        )
         return loss
 
     def translate(self, src: Tensor, src_padding_mask: Tensor | None, *, beam_size: int = 1) -> Tensor:
@@ -411,7 +419,15 @@ class LanguageModelTask(_SequenceTask):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = sequence_loss(self.net(**self.net_inputs(batch)), batch["labels"])
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch["tokens"].shape[0])
+        self.log(
+            "train/loss",
+            loss,
+            on_step=True,
+            on_epoch=False,
+            prog_bar=True,
+            sync_dist=True,
+            batch_size=batch["tokens"].shape[0],
+        )
         return loss
 
     def room(self, prompt_tokens: int) -> int:

@@ -142,6 +142,10 @@ def test_rotary_changes_attention_and_half_precision_stays_close():
         (lambda: Rotary2D(head_dim=8, grid_size=2)(torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8)),
          r"got query tokens 5.*set_grid_size"),
         (lambda: Rotary(head_dim=8)(torch.randn(1, 1, 5, 6), torch.randn(1, 1, 5, 6)), r"head_dim 8; got q 6"),
+        # base 0 or below gave nan angles: nan outputs (eager), nan gradients (sdpa), no word of the cause
+        *[(lambda b=base: Rotary(head_dim=8, base=b), rf"rotary base must be a finite number > 1.*got {base}")
+          for base in (0, -10.0, 1, float("nan"), float("inf"))],
+        (lambda: Rotary2D(head_dim=8, grid_size=2, base=0.5), r"rotary base must be a finite number > 1.*got 0.5"),
     ],
 )  # fmt: skip
 def test_bad_arguments(make, match):

@@ -133,6 +133,20 @@ def test_jsonl_round_trip(tmp_path, task):
     torch.testing.assert_close(item["image"], expected)
 
 
+def test_image_paths_written_on_windows_are_read_with_slashes(tmp_path, caplog):
+    # "train\\00000.png" named no file here: every pair was refused as a missing image
+    gen, paths = _write(tmp_path)
+    lines = paths["train"].read_text().replace('"train/', '"train\\\\')
+    assert "\\\\" in lines
+    paths["train"].write_text(lines)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        dm = _dm(train=str(paths["train"]), val=str(paths["val"]), image_size=32, classes=gen.class_names)
+    examples = gen.examples(12, split="train")
+    expected = torch.from_numpy(gen.images(examples, image_size=32, split="train")[3]).permute(2, 0, 1) / 127.5 - 1
+    torch.testing.assert_close(dm.datasets["train"][3]["image"], expected.float())
+    assert "12 image paths written with backslashes (a Windows folder separator) read with /" in caplog.text
+
+
 def test_jsonl_images_are_resized(tmp_path):
     _, paths = _write(tmp_path)
     dm = _dm(

@@ -284,6 +284,11 @@ def test_filter_logits_keeps_the_top_k_and_the_nucleus():
     # top_p 1 keeps every token: over a GPT-2-sized vocabulary an fp32 running sum reached 1 before the tail
     wide = torch.randn(2, 50257, generator=torch.Generator().manual_seed(0)) * 3
     assert filter_logits(wide, top_p=1.0).isfinite().all()
+    # tied logits: top_k keeps k of them (it kept every tie: top_k=1 sampled among equals)
+    tied = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 2.0, 2.0, 2.0]])
+    for k in (1, 2):
+        assert (filter_logits(tied, top_k=k).isfinite().sum(-1) == k).all()
+        assert filter_logits(tied, top_k=k).amax(-1).tolist() == [1.0, 2.0]
     for bad in (dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
         with pytest.raises(ValueError):
             filter_logits(logits, **bad)
@@ -298,16 +303,51 @@ def test_generation_errors_are_clear():
         greedy(model, src=src, max_new_tokens=3)
     with pytest.raises(ValueError, match="max_new_tokens must be an int >= 1"):
         greedy(model, src=src, bos_id=BOS, max_new_tokens=0)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
-        sample(model, src=src, bos_id=BOS, max_new_tokens=3, temperature=0)
+    for temperature in (0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="temperature must be a number > 0"):
+            sample(model, src=src, bos_id=BOS, max_new_tokens=3, temperature=temperature)
     with pytest.raises(ValueError, match="beam_size must be an int >= 1"):
         beam_search(model, src=src, bos_id=BOS, eos_id=EOS, max_new_tokens=3, beam_size=0)
     with pytest.raises(ValueError, match="call model.eval"):
         greedy(model.train(), src=src, bos_id=BOS, max_new_tokens=3)
     with pytest.raises(ValueError, match="has no encode"):
         greedy(lm(), src=src, bos_id=BOS, max_new_tokens=3)
-    with pytest.raises(ValueError, match="exceed the model's max_len"):
-        greedy(lm(), prompt=src, max_new_tokens=40)
+    with pytest.raises(ValueError, match=r"the prompt has 33 tokens; the model reads at most 32 \(max_len\)"):
+        greedy(lm(), prompt=torch.full((1, 33), 3), max_new_tokens=1)
+    # an id no logit stands for: no row would ever end (beam search and greedy ran to max_new_tokens)
+    model.eval()
+    for eos_id in (VOCAB, -1):
+        with pytest.raises(ValueError, match=rf"eos_id must be a token id in \[0, {VOCAB}\).*got {eos_id}"):
+            greedy(model, src=src, bos_id=BOS, eos_id=eos_id, max_new_tokens=3)
+        with pytest.raises(ValueError, match=rf"eos_id must be a token id in \[0, {VOCAB}\).*got {eos_id}"):
+            beam_search(model, src=src, bos_id=BOS, eos_id=eos_id, max_new_tokens=3)
+    for alpha in (float("nan"), float("inf"), "1"):
+        with pytest.raises(ValueError, match="length_penalty must be a finite number"):
+            beam_search(model, src=src, bos_id=BOS, eos_id=EOS, max_new_tokens=3, length_penalty=alpha)
+
+
+def test_generation_stops_at_the_models_max_len():
+    # greedy(max_new_tokens=40) on a 32-position model ran 29 steps, then raised and lost them (documented: stops)
+    prompt = torch.randint(3, VOCAB, (2, 3), generator=torch.Generator().manual_seed(4))
+    model = lm()
+    out = greedy(model, prompt=prompt, max_new_tokens=40)
+    assert out.shape == (2, 32 - 3 + 1)  # the last token generated is never fed: 30 fit after a 3-token prompt
+    assert torch.equal(out, greedy(model, prompt=prompt, max_new_tokens=40, use_cache=False))
+    assert torch.equal(greedy(model, prompt=prompt, max_new_tokens=5), out[:, :5])
+    beams = beam_search(model, prompt=prompt, eos_id=EOS, max_new_tokens=40, beam_size=2)
+    assert beams.tokens.shape[1] <= 30
+    src, pad = sources()
+    translated = greedy(seq2seq(), src=src, src_padding_mask=pad, bos_id=BOS, max_new_tokens=50)
+    assert translated.shape[1] <= 32
+
+
+def test_a_tiny_temperature_samples_the_most_likely_token():
+    # temperature 1e-45 passed the > 0 check and failed inside torch.multinomial (inf / nan probabilities)
+    model = seq2seq("learned", {"num_kv_heads": 2})
+    src, pad = sources()
+    kw = dict(src=src, src_padding_mask=pad, bos_id=BOS, eos_id=EOS, max_new_tokens=6)
+    for temperature in (1e-45, 1e-8):
+        assert torch.equal(sample(model, **kw, temperature=temperature), greedy(model, **kw))
 
 
 @pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])

@@ -224,12 +224,30 @@ def test_a_folder_without_its_tokenizer_is_refused_unless_the_config_names_one(t
     (source / "tokenizer.json").rename(tmp_path / "theirs.json")
     with pytest.raises(
         ConfigError,
-        match=rf"{family} has no tokenizer\.json, and its weights embed the ids of the "
-        r"tokenizer they were trained with.*data\.tokenizer=<its tokenizer\.json>",
+        match=rf"{family} has no tokenizer\.json, vocab\.txt or vocab\.json \+ merges\.txt, and its weights embed the "
+        r"ids of the tokenizer they were trained with.*data\.tokenizer=<its tokenizer\.json>",
     ):
         _built(family, source)
     _, task, _ = _built(family, source, f"data.tokenizer={tmp_path / 'theirs.json'}")
     assert task.net.started_from["new"] == []
+
+
+@pytest.mark.parametrize("family", ["lm", "translation"])
+def test_a_folder_with_vocab_json_and_merges_instead_of_tokenizer_json_gives_the_same_ids(tmp_path, family):
+    # a GPT-2 or BART folder saved by an older transformers (vocab.json + merges.txt, no tokenizer.json) was refused
+    from tokenizers import Tokenizer
+
+    source = tmp_path / family
+    (save_gpt2 if family == "lm" else save_bart)(source, TEXTS)
+    data, _, _ = _built(family, source)
+    before = [data.tokenizer.encode(text) for text in TEXTS[:1] + ["elements of a sequence, unseen words"]]
+    Tokenizer.from_file(str(source / "tokenizer.json")).model.save(str(source))  # vocab.json + merges.txt
+    (source / "tokenizer.json").unlink()
+    (source / "tokenizer_config.json").write_text(json.dumps({"add_prefix_space": False}))
+    data, task, cfg = _built(family, source)
+    assert cfg.section("data")["tokenizer"] == str(source / "vocab.json")
+    assert [data.tokenizer.encode(text) for text in TEXTS[:1] + ["elements of a sequence, unseen words"]] == before
+    assert task.net.started_from["new"] == [] and task.net.started_from["loaded"]
 
 
 def test_a_bart_directory_starts_the_translation_recipe(tmp_path):

@@ -109,7 +109,8 @@ def test_a_folder_without_tokenizer_json_converts_and_says_what_is_missing(tmp_p
     (tmp_path / "tokenizer.json").unlink()
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
         assert hf_bart.convert(tmp_path).tokenizer is None
-    assert "has no tokenizer.json" in caplog.text and "save_pretrained(dir)" in caplog.text
+    assert "has no tokenizer.json, vocab.txt or vocab.json + merges.txt" in caplog.text
+    assert "copy it from where the model was downloaded" in caplog.text
 
 
 def test_wrong_checkpoints_name_file_and_tensor(tmp_path):

@@ -253,11 +253,13 @@ def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_on
 
     save_encoder("bert", tmp_path / "bert")
     (tmp_path / "bert" / "tokenizer.json").rename(tmp_path / "tok.json")
-    with pytest.raises(ValueError, match="has no tokenizer.json.*save_pretrained.*or name it: data.tokenizer="):
+    with pytest.raises(ValueError, match="has no tokenizer.json, vocab.txt or vocab.json.*or name it: data.tokenizer="):
         convert(tmp_path / "bert")
     assert convert(tmp_path / "bert", tokenizer=tmp_path / "tok.json").tokenizer == tmp_path / "tok.json"
     with pytest.raises(
-        ValueError, match=r"has no tokenizer.json, and the tokenizer named, '.*missing.json', is no file"
+        ValueError,
+        match=r"has no tokenizer.json, vocab.txt or vocab.json \+ merges.txt, and the tokenizer named, "
+        r"'.*missing.json', is no file",
     ):
         convert(tmp_path / "bert", tokenizer=tmp_path / "missing.json")
     assert load(tmp_path / "bert", tokenizer=tmp_path / "tok.json", num_classes=3).head.out_features == 3
@@ -267,10 +269,11 @@ def test_a_directory_without_tokenizer_json_says_how_to_write_it_or_takes_the_on
     given = [f"model.init_from={tmp_path / 'bert'}", f"data.tokenizer={tmp_path / 'tok.json'}"]
     _, task, cfg = build(load_config([ROOT / "recipes" / "text_cls.yaml"], [*QUICK, *files, *given]))
     assert cfg.section("data")["tokenizer"] == str(tmp_path / "tok.json") and task.net.started_from["loaded"]
-    # a slow tokenizer's vocab.txt named instead: the error named model.init_from, which was fine
+    # a vocab.txt named that the weights cannot start from: the error named model.init_from, which was fine
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nword\n")
     vocab = [f"model.init_from={tmp_path / 'bert'}", f"data.tokenizer={tmp_path / 'vocab.txt'}"]
-    with pytest.raises(ConfigError, match=r"^data.tokenizer: .*vocab.txt.* \(set in the command line .*save_pretr"):
+    with pytest.raises(ConfigError, match=r"^data.tokenizer: .*vocab.txt' has no cls_token '\[CLS\]'.* \(set in the "
+                       r"command line .*name the tokenizer.json, vocab.txt or vocab.json"):  # fmt: skip
         build(load_config([ROOT / "recipes" / "text_cls.yaml"], [*QUICK, *files, *vocab]))
 
 
@@ -282,8 +285,15 @@ def loaded_test(loaded) -> dict:
     return trainer.test(loaded.task, datamodule=loaded.data, verbose=False)[0]
 
 
-def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
+@pytest.mark.parametrize("tokenizer", ["tokenizer.json", "vocab.txt"])
+def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path, tokenizer):
     save_encoder("bert", tmp_path / "bert")
+    if tokenizer == "vocab.txt":  # a folder an older transformers saved: the vocabulary alone, read as BERT's WordPiece
+        from tests.helpers.hf import tokenizer as word_level
+
+        vocab = word_level("bert").get_vocab()
+        (tmp_path / "bert" / "vocab.txt").write_text("".join(f"{t}\n" for t in sorted(vocab, key=vocab.get)))
+        (tmp_path / "bert" / "tokenizer.json").unlink()
     # the recipe's smoke size, but for model.depth, which comes from the checkpoint
     smoke = ["data.batch_size=16", "data.listops.num_train=64", "data.listops.num_val=16", "data.listops.num_test=16"]
     command = [sys.executable, "-m", "attnzoo.fit", "--config", str(ROOT / "recipes" / "text_cls.yaml"),
@@ -297,7 +307,7 @@ def test_fit_starts_from_a_saved_bert_and_the_summary_names_it(tmp_path):
     assert summary["finished"] and summary["init_from"]["source"] == f"bert (HF) {tmp_path / 'bert'}"
     assert summary["init_from"]["new"] == ["head.weight", "head.bias"]
     config = (summary_file.parent / "config.yaml").read_text()
-    assert f"tokenizer: {tmp_path / 'bert' / 'tokenizer.json'}" in config and "norm: post" in config
+    assert f"tokenizer: {tmp_path / 'bert' / tokenizer}" in config and "norm: post" in config
     # the run keeps the tokenizer it came with: it loads (and tests the same) after the folder it started from moved
     shutil.rmtree(tmp_path / "bert")
     loaded = load_run(summary_file.parent)

@@ -16,6 +16,7 @@ import copy
 import io
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -414,7 +415,7 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
     """Records with `image`, `text`, `label` and their line number; errors name the file and line."""
     if not path.is_file():
         raise ValueError(f"JSONL file not found: {path}")
-    records = []
+    records, windows = [], []  # the line numbers of image paths written with backslashes
     with io.StringIO(read_utf8(path)) as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -442,10 +443,25 @@ def _load_jsonl(path: Path) -> list[dict[str, Any]]:
                 )
             if not _answer(rec["label"]):  # stripped, it would be a class ""
                 raise ValueError(f"{path}:{line_no}: empty label {rec['label']!r}; give each line its answer")
-            records.append({**rec, "line": line_no})
+            image = _posix_image(path, rec["image"])
+            if image != rec["image"]:
+                windows.append(line_no)
+            records.append({**rec, "line": line_no, "image": image})
     if not records:
         raise ValueError(f"{path}: no records")
+    if windows:
+        log.info("%s: %d image paths written with backslashes (a Windows folder separator) read with /, as the "
+                 "files are named here (first: line %d)", path, len(windows), windows[0])  # fmt: skip
     return records
+
+
+def _posix_image(path: Path, image: str) -> str:
+    """`image` of a JSONL line as a path here: one written on Windows (imgs\\0001.png) with / where only that
+    form names a file."""
+    if "\\" not in image or os.sep == "\\" or (path.parent / image).exists():
+        return image
+    posix = image.replace("\\", "/")
+    return posix if (path.parent / posix).is_file() else image
 
 
 def _jsonl_hint(path: Path, line: str) -> str:

@@ -163,14 +163,14 @@ class SubwordTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> SubwordTokenizer:
-        """A tokenizer JSON file: one `save` wrote, or any `tokenizers` file with a padding token."""
+        """A tokenizer JSON file: one `save` wrote, or any `tokenizers` file with a padding token (or a model folder's
+        `vocab.txt` / `vocab.json`, `attnzoo.data.tokenizers.vocab_files`)."""
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"no tokenizer file {str(path)!r}")
-        try:
-            tok = _hf().Tokenizer.from_file(str(path))
-        except Exception as err:  # the Rust side raises its own exception type
-            raise ValueError(f"{path}: not a `tokenizers` JSON file: {err}") from err
+        from .vocab_files import read_tokenizer
+
+        tok = read_tokenizer(path)
         kind = json.loads(tok.to_str())["model"].get("type", "").lower()
         return cls(tokenizer=tok, name=str(path), kind=kind if kind in KINDS else "file")
 

@@ -83,7 +83,8 @@ class WordTokenizer:
 
 
 class FileTokenizer:
-    """A Hugging Face `tokenizers` JSON file the user already has (needs `pip install tokenizers`).
+    """A Hugging Face `tokenizers` JSON file the user already has (needs `pip install tokenizers`), or a model
+    folder's `vocab.txt` / `vocab.json` (`attnzoo.data.tokenizers.vocab_files`).
 
     The padding id is the tokenizer's own padding token when it defines one, else the first of `PAD_TOKENS`
     (the padding names `SubwordTokenizer` reads too) in its vocabulary, and its unknown token the first of
@@ -105,8 +106,10 @@ class FileTokenizer:
                 f"data.tokenizer {str(self.path)!r} needs the `tokenizers` package (pip install tokenizers), "
                 "or use data.tokenizer=bytes"
             ) from err
+        from .vocab_files import tokenizer_text
+
+        self.text = tokenizer_text(self.path)  # what `save` copies: the file as it was read (a vocab.txt: as JSON)
         try:
-            self.text = self.path.read_text(encoding="utf-8")  # what `save` copies: the file as it was read
             self.tok = HFTokenizer.from_str(self.text)
         except Exception as err:  # the Rust side raises its own exception type
             raise ValueError(f"{self.path}: not a `tokenizers` JSON file: {err}") from err

@@ -307,6 +307,21 @@ def test_refusals_name_the_values():
         DifferentialAttention(24, 4, rotary=Rotary(head_dim=6))
     with pytest.raises(ValueError, match="build its rotary with head_dim=4"):
         MultiHeadLatentAttention(DIM, HEADS, rotary=Rotary(head_dim=8))
+    with pytest.raises(ValueError, match="lambda_init must be a finite number or None.*got nan"):
+        DifferentialAttention(DIM, HEADS, lambda_init=float("nan"))  # every output was nan
+
+
+@pytest.mark.parametrize("args, match", [((32, 4.0), "num_heads must be an int > 0, got 4.0"),
+                                         ((0, 4), "dim must be an int > 0, got 0"),
+                                         ((32, 4, 2.0), "num_kv_heads must be an int > 0, got 2.0"),
+                                         ((32, True), "num_heads must be an int > 0, got True")])  # fmt: skip
+def test_sizes_that_are_no_whole_numbers_are_named(args, match):
+    # Attention(32, 4.0) failed inside torch.empty (TypeError), Attention(0, 4) with a ZeroDivisionError
+    from attnzoo.attention import Attention
+
+    dim, heads, *kv = args
+    with pytest.raises(ValueError, match=match):
+        Attention(dim, heads, num_kv_heads=kv[0] if kv else None)
 
 
 def test_what_each_kind_refuses_at_call_time():

@@ -139,6 +139,7 @@ def _check_held_out_split(run_dir: Path, split: str, configs: Sequence[str], ove
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
 
+    from .config import load
     from .run import load_run
     from .run.signals import StopAtOnce
     from .run.splits import split_size
@@ -180,17 +181,26 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     loader = run.data.val_dataloader() if split == "val" else run.data.test_dataloader()  # to count its examples
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     data = run.cfg.section("data")
+    shown = {k: data[k] for k in DATA_KEYS if data.get(k) is not None}
+    # a test file read in place of train/val files not here (`attnzoo.run.rundir`): those stay the run's own
+    own = load([run_dir / "config.yaml"], run=True).section("data")
+    stood_in = [k for k in ("train", "val") if shown.get(k) == shown.get("test") and own.get(k) not in (None, shown[k])]
     report = {
         "checkpoint": str(run.checkpoint),
         "split": split,
         "split_examples": _count(loader),  # the split's size (trainer.limit_*_batches may score fewer)
-        "data": {k: data[k] for k in DATA_KEYS if data.get(k) is not None},
+        "data": shown | {k: own[k] for k in stood_in},
         "configs": [str(c) for c in configs],
         "overrides": list(overrides),
         "metrics": metrics,
     }
     if hint:
         report["hint"] = hint
+    if stood_in:
+        report["read_in_place"] = (
+            f"data.test was also read in place of data.{' and data.'.join(stood_in)} (the classes and token ids are "
+            "the run's own); the run was trained on the files above"
+        )
     ran = (trainer.num_val_batches if asked == "val" else trainer.num_test_batches) or []
     if ran and isinstance(ran[0], int) and ran[0] < len(loader):  # trainer.limit_*_batches cut the split
         key = f"trainer.limit_{'val' if asked == 'val' else 'test'}_batches"

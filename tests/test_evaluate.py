@@ -172,7 +172,12 @@ def test_a_shared_run_scores_data_test_without_the_train_files_it_was_trained_on
     rows = (tmp_path / "test.csv").read_text().splitlines()
     (tmp_path / "other.csv").write_text("\n".join(["sentence,category", *rows[1:]]) + "\n")
     columns = [f"data.test={tmp_path / 'other.csv'}", "data.text_column=sentence", "data.label_column=category"]
-    assert evaluate(run, "best", "test", [], columns)["metrics"] == here
+    report = evaluate(run, "best", "test", [], columns)
+    assert report["metrics"] == here
+    # the report named other.csv as the run's train and val files too (it read them in their place)
+    own = {"train": str(tmp_path / "train.csv"), "val": str(tmp_path / "val.csv"), "test": str(tmp_path / "other.csv")}
+    assert {k: report["data"][k] for k in own} == own, report["data"]
+    assert report["read_in_place"].startswith("data.test was also read in place of data.train and data.val")
 
 
 @pytest.mark.parametrize("recipe", ["lm", "mlm"])

@@ -3,6 +3,7 @@ synthesis."""
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,10 @@ def test_a_data_root_one_level_above_the_class_folders_names_the_folder_to_give(
     with pytest.raises(ValueError, match=r"data\.root: .* has one class folder, audio, which holds folders itself "
                                          r"\(down; go; yes\): .*did you mean data\.root=.*audio\?"):  # fmt: skip
         small(source="folder", root=str(tmp_path)).setup()
+    for other in ("go", "yes"):  # clips of one class
+        shutil.rmtree(tmp_path / "audio" / other)
+    with pytest.raises(ValueError, match=r"audio has one class folder, down: classification needs two or more"):
+        small(source="folder", root=str(tmp_path / "audio")).setup()
 
 
 def test_a_run_s_classes_read_clips_at_any_depth_of_a_class_folder(tmp_path):
@@ -215,12 +220,21 @@ def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):
     assert "1 file(s) in the class folders are not .wav" in caplog.text and "hoot.flac" in caplog.text
 
 
-def test_an_empty_val_split_is_said_at_setup(tmp_path, caplog):
+def test_an_empty_val_split_is_said_at_setup_and_a_fold_the_csv_lacks_is_refused(tmp_path, caplog):
     meta = esc50(tmp_path)
     columns = {"path": "filename", "label": "category"}
+    for i in (2, 6, 10):  # fold 3's clips, all unreadable and skipped
+        (tmp_path / "audio" / f"{i}.wav").write_bytes(b"not a wave file")
+    kw = dict(source="csv", csv=str(meta), root=str(tmp_path / "audio"), columns=columns, on_bad_file="skip")
     with caplog.at_level(logging.WARNING, logger="attnzoo"):
-        small(source="csv", csv=str(meta), root=str(tmp_path / "audio"), val_folds=[9], columns=columns).setup()
+        small(**kw, val_folds=[3]).setup()
     assert "the val split has no clip" in caplog.text
+    # a fold no row has: every clip trained, no validation, and the error said to set data.val_folds, which was set
+    with pytest.raises(ValueError, match=r"data.val_folds \[9\] names no fold of .*meta.csv \(column 'fold'\); its "
+                       r"folds: \[1, 2, 3, 4\]"):  # fmt: skip
+        small(**kw, val_folds=[9]).setup()
+    with pytest.raises(ValueError, match=r"data.test_folds \[7\] names no fold"):
+        small(**kw, val_folds=[3], test_folds=[7]).setup()
 
 
 def test_csv_errors_name_the_file_and_column(tmp_path):

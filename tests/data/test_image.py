@@ -78,6 +78,14 @@ def test_a_data_root_one_level_above_the_class_folders_names_the_folder_to_give(
     with pytest.raises(ValueError, match=r"has one class folder, photos, which holds folders itself \(cat; dog\): "
                                          rf".*did you mean data\.root={tmp_path}/photos\?"):  # fmt: skip
         data.setup()
+    # images of one class: "task.objective (multiclass): num_classes (1) must be >= 2", naming no folder
+    data = ImageDataModule(dataset="folder", root=str(tmp_path / "photos" / "cat"), img_size=16, val_fraction=0.25)
+    (tmp_path / "photos" / "cat" / "tabby").mkdir()
+    for image in list((tmp_path / "photos" / "cat").glob("*.png")):
+        image.rename(tmp_path / "photos" / "cat" / "tabby" / image.name)
+    with pytest.raises(ValueError, match=r"data\.root: .*cat has one class folder, tabby: classification needs two or "
+                       r"more classes, one folder each"):  # fmt: skip
+        data.setup()
 
 
 def test_image_folder_with_train_val_test_subfolders(tmp_path):

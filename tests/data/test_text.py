@@ -585,3 +585,9 @@ def test_a_single_class_a_class_held_out_whole_and_another_separator_are_named(t
         ValueError, match=r"separated by tabs; a \.csv file is read with commas .*rename it to tabs\.tsv"
     ):
         read_text_file(tmp_path / "tabs.csv", text_column="text", label_column="label")
+    # and the other way round: a CSV saved as .tsv said only "no text column 'text'; columns found: ['text,label']"
+    (tmp_path / "commas.tsv").write_text("text,label\nhello,pos\n")
+    with pytest.raises(
+        ValueError, match=r"separated by commas; a \.tsv file is read with tabs .*rename it to commas\.csv"
+    ):
+        read_text_file(tmp_path / "commas.tsv", text_column="text", label_column="label")

@@ -458,3 +458,18 @@ def test_a_few_lines_with_more_tabs_than_the_rest_are_named(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="attnzoo"):
         read_pairs(path, PairFormat(src_column=1, tgt_column=3))
     assert "more tab-separated fields" not in caplog.text
+
+
+def test_a_tatoeba_export_read_at_the_default_columns_is_refused_naming_the_columns_to_set(tmp_path):
+    # id<TAB>english<TAB>id<TAB>german read as columns 0 and 1: the model learned to turn sentence ids into English
+    lines = b"".join(f"{1000 + i}\tSentence {i}.\t{5000 + i}\tSatz {i}.\n".encode() for i in range(30))
+    path = _write(tmp_path / "tatoeba.tsv", lines)
+    with pytest.raises(ValueError, match=r"tatoeba.tsv: column 0, read as the source \(data.src_column\), is a whole "
+                       r"number in 30 of 30 lines: ids, not text.*data.src_column=1 data.tgt_column=3"):  # fmt: skip
+        read_pairs(path, PairFormat())
+    with pytest.raises(ValueError, match=r"column 2, read as the target \(data.tgt_column\), is a whole number"):
+        read_pairs(path, PairFormat(src_column=1, tgt_column=2))
+    assert read_pairs(path, PairFormat(src_column=1, tgt_column=3)).pairs[2] == ("Sentence 2.", "Satz 2.")
+    # two columns of numbers and words: a task of its own (numbers into words), read as given
+    words = _write(tmp_path / "numbers.tsv", b"".join(f"{i}\tnumber {i}\n".encode() for i in range(30)))
+    assert read_pairs(words, PairFormat()).pairs[3] == ("3", "number 3")

@@ -105,10 +105,10 @@ def require_train_split(root: Path, split_dirs: dict[str, Path], what: str) -> N
         )
 
 
-def one_level_up(root: Path, classes: list[str]) -> None:
-    """Raise when `root` holds one class folder that itself holds two or more folders: `data.root` given one level
-    above the class folders (`clips/audio/<class>/`), which would train one class on every file, or fail at the model
-    after reading them all."""
+def refuse_one_class(root: Path, classes: list[str]) -> None:
+    """Raise when `root` holds one class folder: one that itself holds two or more folders is `data.root` given one
+    level above the class folders (`clips/audio/<class>/`), which would train one class on every file; any other
+    is data of one class, which a classifier cannot learn (the error came from the model, naming no folder)."""
     if len(classes) != 1:
         return
     inner = class_folders(root / classes[0])
@@ -118,6 +118,10 @@ def one_level_up(root: Path, classes: list[str]) -> None:
             f"classes are the folders right under data.root, and it takes two or more; did you mean "
             f"data.root={root / classes[0]}?"
         )
+    raise ValueError(
+        f"data.root: {root} has one class folder, {classes[0]}: classification needs two or more classes, one "
+        f"folder each ({root}/<class>/...)"
+    )
 
 
 def class_folders(folder: Path) -> list[str]:

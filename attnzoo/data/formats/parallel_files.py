@@ -196,6 +196,7 @@ def read_pairs(path: str | Path, fmt: PairFormat) -> ParallelText:
     if not out.pairs:
         raise ValueError(f"{path}: no pairs" + (f" ({len(out.skipped)} bad lines skipped)" if out.skipped else ""))
     _say_extra_fields(path, widths, fmt)
+    _refuse_id_columns(path, out.pairs, widths, fmt)
     if parse is _tsv_pair and _header_like(out.pairs):
         log.warning(
             "data: %s: its first pair %r looks like a header row; pair files have none, so it is read as a pair "
@@ -220,6 +221,23 @@ def _say_extra_fields(path: Path, widths: dict[int, list[int]], fmt: PairFormat)
             "tab by a space where it is part of the text", path, len(more), usual, shown, fmt.src_column,
             fmt.tgt_column,
         )  # fmt: skip
+
+
+def _refuse_id_columns(path: Path, pairs: list[tuple[str, str]], widths: dict[int, list[int]], fmt: PairFormat) -> None:
+    """ValueError when the lines of a TSV hold 3 or more fields and a column read as a side holds a whole number on
+    nearly every line: sentence ids (a Tatoeba export: id<TAB>text<TAB>id<TAB>text), which the model would learn to
+    translate from or into."""
+    if not widths or max(widths, key=lambda w: len(widths[w])) < 3:
+        return
+    for side, (what, key, column) in enumerate((("source", "src", fmt.src_column), ("target", "tgt", fmt.tgt_column))):
+        numbers = sum(1 for pair in pairs if pair[side].isdigit())
+        if numbers * 10 >= len(pairs) * 9:
+            raise ValueError(
+                f"{path}: column {column}, read as the {what} (data.{key}_column), is a whole number in {numbers} "
+                f"of {len(pairs)} lines: ids, not text. Set data.src_column and data.tgt_column to the columns of the "
+                "texts (counted from 0; a Tatoeba export, id<TAB>text<TAB>id<TAB>text: data.src_column=1 "
+                "data.tgt_column=3)"
+            )
 
 
 def _header_like(pairs: list[tuple[str, str]]) -> bool:

@@ -189,7 +189,13 @@ SEPARATORS = {"\t": "tabs", ";": "semicolons", "|": "bars"}  # what a one-column
 
 
 def _separator_error(path: Path, header: str, where: str = "") -> ValueError | None:
-    """The error for a .csv file whose header (a line) separates its names by another character than a comma."""
+    """The error for a .csv file whose header (a line) separates its names by another character than a comma, or
+    a .tsv file whose header separates them by commas."""
+    if Path(path).suffix.lower() == ".tsv" and "," in header and "\t" not in header:
+        return ValueError(
+            f"{path}{where}: the header {header.strip()!r} is one column, its names separated by commas; a .tsv file "
+            f"is read with tabs between fields: rename it to {Path(path).stem}.csv"
+        )
     sep = next((s for s in SEPARATORS if s in header), None)
     if sep is None or "," in header or Path(path).suffix.lower() != ".csv":
         return None

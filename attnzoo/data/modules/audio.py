@@ -33,7 +33,7 @@ from ..embedded import synth_audio
 from ..formats.audio_io import CROPS, AudioFileError, fit_length, load_clip, probe_wav, read_clip
 from ..formats.folders import (
     class_folders,
-    one_level_up,
+    refuse_one_class,
     require_train_split,
     say_loose_files,
     split_folders,
@@ -447,7 +447,7 @@ class AudioDataModule(DataModule):
         if not classes:
             raise ValueError(f"data.root: {root} has no class folders (expected {root}/<class>/*.wav)")
         if self.labels is None:  # (a run's own classes: evaluate takes clips at any depth of a class folder)
-            one_level_up(root, classes)  # data.root=clips for clips/audio/<class>/
+            refuse_one_class(root, classes)  # data.root=clips for clips/audio/<class>/
         self.class_names = classes
         lists = {}
         for split, name in (("val", "validation_list.txt"), ("test", "testing_list.txt")):
@@ -542,6 +542,7 @@ class AudioDataModule(DataModule):
             has_fold = self.columns["fold"] in header
             if (self.val_folds or self.test_folds) and not has_fold:
                 raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
+            folds: set[int] = set()  # the folds the rows name
             entries, first, lines = [], {}, []  # first: label -> the line it first occurs on; lines: each entry's
             for row in reader:
                 line = reader.line_num  # the row's last line (a quoted field may span lines)
@@ -565,11 +566,18 @@ class AudioDataModule(DataModule):
                 split = self._hash_split(path.name)
                 if self.val_folds or self.test_folds:
                     fold = _parse_fold(row[self.columns["fold"]], csv_path, line)
+                    folds.add(fold)
                     split = "val" if fold in self.val_folds else "test" if fold in self.test_folds else "train"
                 entries.append((path, labels, split))
                 lines.append(line)
                 for label in labels:
                     first.setdefault(label, line)
+        for key, given in (("val_folds", self.val_folds), ("test_folds", self.test_folds)):
+            if given and not set(given) & folds:  # every row in train: no validation, the check said to turn it off
+                raise ValueError(
+                    f"data.{key} {list(given)} names no fold of {csv_path} (column {self.columns['fold']!r}); its "
+                    f"folds: {sorted(folds)}"
+                )
         check_label_forms(first, f"{csv_path}: column {self.columns['label']!r}")
         self._check_repeats(csv_path, entries, lines)
         joined = [label for label in first if self.label_sep in label] if not self.multilabel else []

@@ -28,7 +28,7 @@ from attnzoo.data.modules.base import (
 )
 
 from ...util.names import shortened, suggest
-from ..formats.folders import one_level_up, require_train_split, say_loose_files, split_folders
+from ..formats.folders import refuse_one_class, require_train_split, say_loose_files, split_folders
 from . import defaults
 from .batching import EpochShuffle, loader_generator, run_seed
 
@@ -495,7 +495,7 @@ class ImageDataModule(DataModule):
                     f"data.root {str(self.root)!r}: expected one subfolder of images per class in {d}: {err}"
                 ) from err
         if self.labels is None:  # the run's own classes (evaluate passes labels: another folder may lack some)
-            one_level_up(split_dirs["train"], out["train"].classes)  # before any image is decoded
+            refuse_one_class(split_dirs["train"], out["train"].classes)  # before any image is decoded
             _empty_classes(out["train"], split_dirs["train"], "ImageFolder reads")
         for s in [s for s in ("val", "test") if s in out and not out[s].samples]:
             instead = "the val split is drawn from train" if s == "val" else "the val split is tested"

@@ -387,10 +387,10 @@ def _input_folder(viz: Path, path: Path) -> Path:
     return folder
 
 
-def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int = 1) -> Path:
-    """`<out>/alignment.png`: the cross-attention of the run's translation of `text` (greedy, or beam search),
-    source tokens across and generated tokens down, per decoder layer; the maps also go to `<out>/maps.pt`. `data`
-    is the run's DataModule or its `RunInputs`."""
+def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int | None = None) -> Path:
+    """`<out>/alignment.png`: the cross-attention of the run's translation of `text` (beam search of `beam`, default
+    the run's `task.beam_size`: the translation `translate` gives), source tokens across and generated tokens down,
+    per decoder layer; the maps also go to `<out>/maps.pt`. `data` is the run's DataModule or its `RunInputs`."""
     from .attention import capture_attention
     from .data.tokenizers.subword import unknown_note
     from .drawing.alignment import draw_alignment
@@ -403,7 +403,7 @@ def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int =
         log.warning("viz: --text holds %s", unknown_note(unknown[0]))
     if lengths[0] > data.max_len:
         log.warning("viz: --text has %d tokens; cut to the model's %d (data.max_len)", lengths[0], data.max_len)
-    hyp = task.translate(src, mask, beam_size=beam)[0]  # [T]
+    hyp = task.translate(src, mask, beam_size=task.beam_size if beam is None else beam)[0]  # [T]
     hyp = hyp[hyp != data.tokenizer.pad_id]
     # teacher-forced pass over bos + the hypothesis: row t is what generated token t read
     tgt = torch.cat([torch.tensor([data.tokenizer.bos_id]), hyp[:-1]])[None]  # [1, T]
@@ -423,7 +423,8 @@ def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int =
     target = [_token(data.tokenizer, i) for i in hyp.tolist()]
     translation = data.decode(hyp)
     out.mkdir(parents=True, exist_ok=True)
-    torch.save({"cross_attention": cross, "source": source, "target": target}, out / "maps.pt")
+    torch.save({"cross_attention": cross, "source": source, "target": target, "translation": translation},
+               out / "maps.pt")  # fmt: skip
     title = f"{text}\n-> {translation}\n(cross-attention, heads averaged; captured on the eager backend)"
     path = draw_alignment(cross, source, target, out / "alignment.png", title=title)
     log.info("viz: %s -> %s", text, translation)

@@ -189,6 +189,8 @@ def test_viz_draws_the_cross_attention_alignment_of_a_translation(translation_ru
     for m in saved["cross_attention"]:  # [H, T, S]: each generated token's weights over the source sum to 1
         assert m.shape[1:] == (len(saved["target"]), len(saved["source"]))
         torch.testing.assert_close(m.sum(-1), torch.ones(m.shape[:2]))
+    # the translation drawn is the one `translate` gives (the run's beam; viz decoded greedily)
+    assert saved["translation"] == translate(translation_run, ["The meeting is on 3 March."])[0]
 
 
 # ---------------------------------------------------------------------------------------------- the run dir alone

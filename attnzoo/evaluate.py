@@ -184,7 +184,10 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     shown = {k: data[k] for k in DATA_KEYS if data.get(k) is not None}
     # a test file read in place of train/val files not here (`attnzoo.run.rundir`): those stay the run's own
     own = load([run_dir / "config.yaml"], run=True).section("data")
-    stood_in = [k for k in ("train", "val") if shown.get(k) == shown.get("test") and own.get(k) not in (None, shown[k])]
+    test = shown.get("test")
+    stood_in = [
+        k for k in ("train", "val") if test is not None and shown.get(k) == test and own.get(k) not in (None, test)
+    ]
     report = {
         "checkpoint": str(run.checkpoint),
         "split": split,

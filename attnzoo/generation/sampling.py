@@ -72,8 +72,10 @@ def sample(
         raise ValueError(f"temperature must be a number > 0, got {temperature!r} (greedy() is the temperature-0 limit)")
 
     def choose(logits: Tensor) -> Tensor:
-        # shifted to a maximum of 0 first: any temperature > 0 divides them without overflow (-inf, never nan)
-        sharpened = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+        # shifted to a maximum of 0 first: any temperature > 0 divides them without overflow (-inf, never nan),
+        # also one that is 0 in fp32 (below ~1e-45), where the maximum stays 0 instead of 0 / 0
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        sharpened = torch.where(shifted == 0, shifted, shifted / temperature)
         probs = filter_logits(sharpened, top_k=top_k, top_p=top_p).softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 

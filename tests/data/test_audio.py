@@ -235,6 +235,15 @@ def test_an_empty_val_split_is_said_at_setup_and_a_fold_the_csv_lacks_is_refused
         small(**kw, val_folds=[9]).setup()
     with pytest.raises(ValueError, match=r"data.test_folds \[7\] names no fold"):
         small(**kw, val_folds=[3], test_folds=[7]).setup()
+    # evaluate scores a CSV of its own with the run's folds, classes and statistics: one of fold 4 alone scores
+    (tmp_path / "fold4.csv").write_text("".join(line + "\n" for line in meta.read_text().splitlines() if
+                                                 line.startswith("filename") or ",4," in line))  # fmt: skip
+    stats = small(**kw, val_folds=[3]).compute_stats()
+    (tmp_path / "stats.json").write_text(json.dumps(stats))
+    kw |= dict(csv=str(tmp_path / "fold4.csv"), labels=["crow", "dog", "rain"], stats_file=str(tmp_path / "stats.json"))
+    scored = small(**kw, val_folds=[3], test_folds=[4])
+    scored.setup()
+    assert {k: len(ds) for k, ds in scored.datasets.items()} == {"train": 0, "val": 0, "test": 3}
 
 
 def test_csv_errors_name_the_file_and_column(tmp_path):
@@ -497,6 +506,11 @@ def test_train_val_test_folders_of_class_folders_are_splits_as_for_images(tmp_pa
     scored = small(source="folder", root=str(tmp_path / "d"), labels=["down", "go"], stats_file="stats.json")
     scored.setup()  # the run's classes and statistics, as evaluate passes them
     assert {k: len(ds) for k, ds in scored.datasets.items()} == {"train": 0, "val": 0, "test": 4}
+    # train/ of one class folder: refused for training, as class folders alone are
+    (tmp_path / "trained").rename(tmp_path / "d" / "train")
+    shutil.rmtree(tmp_path / "d" / "train" / "go")
+    with pytest.raises(ValueError, match=r"train has one class folder, down: classification needs two or more"):
+        small(source="folder", root=str(tmp_path / "d")).setup()
 
 
 def test_clip_lengths_are_logged_and_clips_mostly_longer_than_clip_seconds_are_warned_about(tmp_path, caplog):

@@ -470,6 +470,8 @@ def test_a_tatoeba_export_read_at_the_default_columns_is_refused_naming_the_colu
     with pytest.raises(ValueError, match=r"column 2, read as the target \(data.tgt_column\), is a whole number"):
         read_pairs(path, PairFormat(src_column=1, tgt_column=2))
     assert read_pairs(path, PairFormat(src_column=1, tgt_column=3)).pairs[2] == ("Sentence 2.", "Satz 2.")
-    # two columns of numbers and words: a task of its own (numbers into words), read as given
+    # two or three columns of numbers and words: a task of its own (numerals into words), read as given
     words = _write(tmp_path / "numbers.tsv", b"".join(f"{i}\tnumber {i}\n".encode() for i in range(30)))
     assert read_pairs(words, PairFormat()).pairs[3] == ("3", "number 3")
+    words = _write(tmp_path / "numerals.tsv", b"".join(f"{i}\tnumber {i}\tnombre {i}\n".encode() for i in range(30)))
+    assert read_pairs(words, PairFormat(src_column=0, tgt_column=2)).pairs[3] == ("3", "nombre 3")

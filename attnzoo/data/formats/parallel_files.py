@@ -224,10 +224,10 @@ def _say_extra_fields(path: Path, widths: dict[int, list[int]], fmt: PairFormat)
 
 
 def _refuse_id_columns(path: Path, pairs: list[tuple[str, str]], widths: dict[int, list[int]], fmt: PairFormat) -> None:
-    """ValueError when the lines of a TSV hold 3 or more fields and a column read as a side holds a whole number on
+    """ValueError when most lines of a TSV hold 4 or more fields and a column read as a side holds a whole number on
     nearly every line: sentence ids (a Tatoeba export: id<TAB>text<TAB>id<TAB>text), which the model would learn to
-    translate from or into."""
-    if not widths or max(widths, key=lambda w: len(widths[w])) < 3:
+    translate from or into. Two or three columns of numbers and words (numerals into words) are data."""
+    if not widths or max(widths, key=lambda w: len(widths[w])) < 4:
         return
     for side, (what, key, column) in enumerate((("source", "src", fmt.src_column), ("target", "tgt", fmt.tgt_column))):
         numbers = sum(1 for pair in pairs if pair[side].isdigit())

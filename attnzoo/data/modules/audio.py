@@ -493,6 +493,8 @@ class AudioDataModule(DataModule):
             self.class_names = class_folders(split_dirs["train"])  # an empty one is an error; in val/ or test/ not
             if not self.class_names:
                 raise ValueError(f"data.root: {split_dirs['train']} has no class folders (expected <class>/*.wav)")
+            if self.labels is None:
+                refuse_one_class(split_dirs["train"], self.class_names)
         drawn = "train" in split_dirs and "val" not in split_dirs  # a val split drawn from train/, by hash
         log.info("data: %s split by folders %s%s", root, ", ".join(f"{d.name}/ ({s})" for s, d in split_dirs.items()),
                  "; the val split drawn from train/ by file-name hash" if drawn else "")  # fmt: skip
@@ -573,7 +575,9 @@ class AudioDataModule(DataModule):
                 for label in labels:
                     first.setdefault(label, line)
         for key, given in (("val_folds", self.val_folds), ("test_folds", self.test_folds)):
-            if given and not set(given) & folds:  # every row in train: no validation, the check said to turn it off
+            # every row in train: no validation, and the check after it said to set the key that was set (evaluate
+            # scores a CSV of its own, which may hold the test folds alone)
+            if given and not set(given) & folds and not self.scoring_only:
                 raise ValueError(
                     f"data.{key} {list(given)} names no fold of {csv_path} (column {self.columns['fold']!r}); its "
                     f"folds: {sorted(folds)}"

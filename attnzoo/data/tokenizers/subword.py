@@ -32,6 +32,7 @@ from typing import Any
 
 from .specials import ALIASES, SPECIALS
 from .tokenize import ByteTokenizer, token_id
+from .vocab_files import TOKENIZER_FILE, read_tokenizer
 
 log = logging.getLogger("attnzoo")
 
@@ -168,8 +169,6 @@ class SubwordTokenizer:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"no tokenizer file {str(path)!r}")
-        from .vocab_files import read_tokenizer
-
         tok = read_tokenizer(path)
         kind = json.loads(tok.to_str())["model"].get("type", "").lower()
         return cls(tokenizer=tok, name=str(path), kind=kind if kind in KINDS else "file")
@@ -264,9 +263,6 @@ def _lowercases(record: dict[str, Any]) -> bool:
 def _splits_digits(record: dict[str, Any]) -> bool:
     pre = record.get("pre_tokenizer") or {}
     return any(p.get("type") == "Digits" for p in pre.get("pretokenizers", []))
-
-
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def tokenizer_digest(tok: Any) -> str:

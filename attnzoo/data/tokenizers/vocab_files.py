@@ -13,10 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .subword import TOKENIZER_FILE
-
 log = logging.getLogger("attnzoo")
 
+TOKENIZER_FILE = "tokenizer.json"  # a run's, and a Hugging Face folder's, `tokenizers` JSON
 WORDPIECE = "vocab.txt"
 BPE_VOCAB, BPE_MERGES = "vocab.json", "merges.txt"
 # tokenizer_config.json's tokenizer_class (or config.json's model_type) -> how a vocab.json + merges.txt wraps a text

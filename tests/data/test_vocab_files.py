@@ -17,6 +17,7 @@ TEXTS = [
     "",
     "emoji 🙂 and a control\x00char and a soft\u00adhyphen",
     "numbers 12345.678, don't stop-words; (brackets) [x]",
+    "Hello <mask> world and [E1] Smith [E2] met [NEW] here",
 ]
 CORPUS = [t for t in TEXTS if t] * 3 + ["the cat sat on the mat", "résumé café naïve", "stop words don't"] * 5
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -27,7 +28,9 @@ def _wordpiece_folder(path, settings):
     from tokenizers import BertWordPieceTokenizer
 
     trained = BertWordPieceTokenizer(lowercase=settings.get("do_lower_case", True))
-    trained.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=BERT_SPECIALS)
+    trained.train_from_iterator(
+        CORPUS, vocab_size=300, min_frequency=1, special_tokens=[*BERT_SPECIALS, "[E1]", "[E2]"]
+    )
     path.mkdir()
     trained.save_model(str(path))  # vocab.txt alone
     (path / "tokenizer_config.json").write_text(json.dumps(settings))
@@ -47,8 +50,27 @@ def _bpe_folder(path, model_type, settings):
     return path / "vocab.json"
 
 
+def _added(content: str, special: bool = True, lstrip: bool = False) -> dict:
+    """An added_tokens_decoder entry as transformers 4 writes it into tokenizer_config.json."""
+    return {"content": content, "lstrip": lstrip, "normalized": not special, "rstrip": False, "single_word": False,
+            "special": special}  # fmt: skip
+
+
 CASES = {
     "bert uncased (transformers' default)": ("bert", {}),
+    "bert with entity markers, one new (additional_special_tokens)": (
+        "bert",
+        {"additional_special_tokens": ["[E1]", "[E2]", "[NEW]"]},
+    ),
+    "roberta whose <mask> takes the space before it (added_tokens_decoder)": (
+        "roberta",
+        {"added_tokens_decoder": {str(i): _added(t, lstrip=t == "<mask>") for i, t in enumerate(BPE_SPECIALS)}},
+    ),
+    "roberta whose <mask> is an AddedToken object": (
+        "roberta",
+        {"mask_token": {"__type": "AddedToken", **_added("<mask>", lstrip=True)}},
+    ),
+    "gpt2 with a bos token first (add_bos_token)": ("gpt2", {"add_bos_token": True}),
     "bert cased": ("bert", {"do_lower_case": False}),
     "bert lowercased, accents kept": ("bert", {"do_lower_case": True, "strip_accents": False}),
     "bert without Chinese characters split": ("bert", {"tokenize_chinese_chars": False}),
@@ -78,7 +100,32 @@ def test_ids_equal_transformers_for_every_text(tmp_path, case):
         assert ours.encode(text).ids == expected, text
         assert ours.decode(expected, skip_special_tokens=True) == reference.decode(expected, skip_special_tokens=True)
     added = len(ours.encode("the cat").ids) - len(ours.encode("the cat", add_special_tokens=False).ids)
-    assert added == (0 if family == "gpt2" else 2)  # BERT, RoBERTa and BART wrap a text, GPT-2 does not
+    wraps = 2 if family != "gpt2" else 1 if settings.get("add_bos_token") else 0
+    assert added == wraps  # BERT, RoBERTa and BART wrap a text, GPT-2 does not (but for a bos token asked for)
+
+
+def test_a_word_added_after_the_vocabulary_takes_its_listed_id_and_a_wrong_id_is_named(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    file = _wordpiece_folder(tmp_path / "model", {})
+    size = len(file.read_text().splitlines())
+    settings = {"added_tokens_decoder": {str(size): _added("zorblax", special=False)}}
+    (file.parent / "tokenizer_config.json").write_text(json.dumps(settings))
+    reference = transformers.BertTokenizer.from_pretrained(str(file.parent))
+    text = "the zorblax sat on ZORBLAX"
+    assert read_tokenizer(file).encode(text).ids == reference(text)["input_ids"]
+    assert size in read_tokenizer(file).encode(text).ids
+    settings = {"added_tokens_decoder": {str(size + 5): _added("zorblax", special=False)}}
+    (file.parent / "tokenizer_config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match=rf"added token 'zorblax' has id {size + 5} there and {size} after the"):
+        read_tokenizer(file)
+
+
+def test_a_vocab_txt_of_another_tokenizer_class_is_refused(tmp_path):
+    # a BertJapaneseTokenizer folder (MeCab words, then WordPiece) would have been read as BERT's WordPiece
+    file = _wordpiece_folder(tmp_path / "model", {"tokenizer_class": "BertJapaneseTokenizer"})
+    with pytest.raises(ValueError, match=r"tokenizer_class 'BertJapaneseTokenizer' \(tokenizer_config.json\) is not "
+                       r"read from a vocab.txt"):  # fmt: skip
+        read_tokenizer(file)
 
 
 def test_tokenizer_json_comes_first_and_a_vocab_json_needs_its_merges(tmp_path):

@@ -21,8 +21,13 @@ BPE_VOCAB, BPE_MERGES = "vocab.json", "merges.txt"
 # tokenizer_config.json's tokenizer_class (or config.json's model_type) -> how a vocab.json + merges.txt wraps a text
 BPE_WRAPS = {"roberta": "roberta", "bart": "roberta", "gpt2": "none"}
 BPE_CLASSES = {"RobertaTokenizer": "roberta", "BartTokenizer": "roberta", "GPT2Tokenizer": "none"}
+# tokenizer_config.json's tokenizer_class that a vocab.txt is read for: BERT's WordPiece, [CLS] text [SEP]
+WORDPIECE_CLASSES = {"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "MobileBertTokenizer",
+                     "SqueezeBertTokenizer", "LayoutLMTokenizer"}  # fmt: skip
 # tokenizer_config.json keys that only the `transformers` tokenizer class uses (no token is split otherwise)
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
+TOKEN_OPTIONS = ("lstrip", "rstrip", "single_word", "normalized")  # an AddedToken's, as transformers saves them
+OPTIONS = "__token_options__"  # `_settings`' key for the options of the special tokens it names
 
 
 def is_vocab_file(path: str | Path) -> bool:
@@ -90,12 +95,25 @@ def _json(file: Path) -> dict[str, Any]:
 
 def _settings(folder: Path) -> dict[str, Any]:
     """tokenizer_config.json's settings, with special_tokens_map.json's token names over them; a token given as an
-    AddedToken object ({"content": "[CLS]", ...}) becomes its text."""
+    AddedToken object ({"content": "<mask>", "lstrip": true, ...}) becomes its text, its options kept under
+    `OPTIONS` (content -> options)."""
     settings = _json(folder / "tokenizer_config.json")
-    settings |= {k: v for k, v in _json(folder / "special_tokens_map.json").items() if k in SPECIAL_KEYS}
+    named = (*SPECIAL_KEYS, "additional_special_tokens")
+    settings |= {k: v for k, v in _json(folder / "special_tokens_map.json").items() if k in named}
+    options: dict[str, dict[str, bool]] = {}
+
+    def text(token: Any) -> Any:
+        if not isinstance(token, dict):
+            return token
+        if isinstance(token.get("content"), str):
+            options[token["content"]] = {k: bool(token[k]) for k in TOKEN_OPTIONS if k in token}
+        return token.get("content")
+
     for key in SPECIAL_KEYS:
-        if isinstance(settings.get(key), dict):
-            settings[key] = settings[key].get("content")
+        settings[key] = text(settings.get(key))
+    extra = settings.get("additional_special_tokens")
+    settings["additional_special_tokens"] = [text(t) for t in extra] if isinstance(extra, list) else []
+    settings[OPTIONS] = options
     return settings
 
 
@@ -124,6 +142,13 @@ def _wordpiece(file: Path, settings: dict[str, Any]) -> Any:
         vocab[token.rstrip("\r")] = number  # a token listed twice takes its last line's id, as transformers reads it
     if not vocab:
         raise ValueError(f"{str(file)!r} lists no token")
+    name = str(settings.get("tokenizer_class") or "BertTokenizer").removesuffix("Fast")
+    if name not in WORDPIECE_CLASSES:
+        raise ValueError(
+            f"{str(file)!r}: tokenizer_class {name!r} (tokenizer_config.json) is not read from a vocab.txt, which is "
+            f"read as BERT's WordPiece for {sorted(WORDPIECE_CLASSES)}; write the tokenizer as tokenizer.json where "
+            "`transformers` is installed (AutoTokenizer.from_pretrained(dir).save_pretrained(dir))"
+        )
     unk = _token(settings, "unk_token", "[UNK]", vocab, file)[0]
     cls, sep = _token(settings, "cls_token", "[CLS]", vocab, file), _token(settings, "sep_token", "[SEP]", vocab, file)
     lowercase = bool(settings.get("do_lower_case", True))
@@ -141,7 +166,7 @@ def _wordpiece(file: Path, settings: dict[str, Any]) -> Any:
         pair=f"{cls[0]}:0 $A:0 {sep[0]}:0 $B:1 {sep[0]}:1",
         special_tokens=[cls, sep],
     )
-    _add_specials(tok, settings, ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), vocab)
+    _add_specials(tok, settings, ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), vocab, file)
     log.info("tokenizer: %s read as BERT's WordPiece (%d tokens, %s)", file, len(vocab),
              "lowercased" if lowercase else "case kept")  # fmt: skip
     return tok
@@ -172,9 +197,10 @@ def _byte_bpe(file: Path, settings: dict[str, Any]) -> Any:
     if wraps == "roberta":
         cls, sep = _token(settings, "cls_token", "<s>", vocab, file), _token(settings, "sep_token", "</s>", vocab, file)
         tok.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets=True, add_prefix_space=prefix_space)
-        _add_specials(tok, settings, ("<s>", "<pad>", "</s>", "<unk>", "<mask>"), vocab)
+        _add_specials(tok, settings, ("<s>", "<pad>", "</s>", "<unk>", "<mask>"), vocab, file)
     else:
-        _add_specials(tok, settings, ("<|endoftext|>",), vocab)
+        _wrap_bos_eos(tok, settings, vocab, file)
+        _add_specials(tok, settings, ("<|endoftext|>",), vocab, file)
     log.info("tokenizer: %s read as %s byte-level BPE (%d tokens, %d merges)", file,
              "RoBERTa's" if wraps == "roberta" else "GPT-2's", len(vocab), len(merges))  # fmt: skip
     return tok
@@ -195,8 +221,58 @@ def _bpe_wraps(folder: Path, settings: dict[str, Any]) -> str:
     )
 
 
-def _add_specials(tok: Any, settings: dict[str, Any], defaults: tuple[str, ...], vocab: dict[str, int]) -> None:
-    """The special tokens of the vocabulary as special tokens of `tok` (never split, never normalized, left out of
-    decoded text), as a `transformers` tokenizer holds them."""
-    names = {settings.get(k) for k in SPECIAL_KEYS} | set(defaults)
-    tok.add_special_tokens(sorted((n for n in names if isinstance(n, str) and n in vocab), key=vocab.get))
+def _wrap_bos_eos(tok: Any, settings: dict[str, Any], vocab: dict[str, int], file: Path) -> None:
+    """GPT-2's tokenizer adds nothing to a text, but a folder's `add_bos_token` / `add_eos_token` (OPT's) put its
+    bos / eos token first / last, as `transformers` does."""
+    from tokenizers import processors
+
+    first = _token(settings, "bos_token", "<|endoftext|>", vocab, file) if settings.get("add_bos_token") else None
+    last = _token(settings, "eos_token", "<|endoftext|>", vocab, file) if settings.get("add_eos_token") else None
+    if first is None and last is None:
+        return
+    single = " ".join([*([f"{first[0]}:0"] if first else []), "$A:0", *([f"{last[0]}:0"] if last else [])])
+    pair = " ".join([single, *([f"{first[0]}:1"] if first else []), "$B:1", *([f"{last[0]}:1"] if last else [])])
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=sorted({t for t in (first, last) if t is not None})
+    )
+
+
+def _add_specials(
+    tok: Any, settings: dict[str, Any], defaults: tuple[str, ...], vocab: dict[str, int], file: Path
+) -> None:
+    """The folder's added tokens as `tok`'s, as a `transformers` tokenizer holds them: those tokenizer_config.json's
+    `added_tokens_decoder` lists, with its ids and options (a RoBERTa `<mask>` that takes the space before it:
+    `lstrip`), then the special tokens its settings name (`additional_special_tokens` too) and the family's that
+    the vocabulary holds (never split, never normalized, left out of decoded text). A token the vocabulary lacks
+    takes the next id, as it does in `transformers`; ValueError naming the file when a listed id is not the one it
+    gets."""
+    from tokenizers import AddedToken
+
+    declared = settings.get("added_tokens_decoder") or {}
+    if not isinstance(declared, dict):
+        raise ValueError(f"{str(file.parent / 'tokenizer_config.json')!r}: added_tokens_decoder is not an object")
+    listed = set()
+    for key in sorted(declared, key=lambda k: int(k) if str(k).lstrip("-").isdigit() else -1):
+        entry = declared[key]
+        if not str(key).isdigit() or not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise ValueError(f"{str(file.parent / 'tokenizer_config.json')!r}: added_tokens_decoder entry {key!r} is "
+                             "not an id and a token with its content")  # fmt: skip
+        special = bool(entry.get("special", False))
+        options = {k: bool(entry[k]) for k in TOKEN_OPTIONS if k in entry}
+        options.setdefault("normalized", not special)
+        added = AddedToken(entry["content"], special=special, **options)
+        (tok.add_special_tokens if special else tok.add_tokens)([added])
+        if tok.token_to_id(entry["content"]) != int(key):
+            raise ValueError(
+                f"{str(file.parent / 'tokenizer_config.json')!r}: added token {entry['content']!r} has id {key} there "
+                f"and {tok.token_to_id(entry['content'])} after the {len(vocab)} tokens of {file.name}"
+            )
+        listed.add(entry["content"])
+    # set in the folder's settings: added even where the vocabulary lacks them
+    named = [*(settings.get(k) for k in SPECIAL_KEYS), *settings.get("additional_special_tokens", [])]
+    names = [n for n in dict.fromkeys(named) if isinstance(n, str) and n not in listed]
+    names += [n for n in defaults if n in vocab and n not in listed and n not in names]
+    ordered = [*sorted((n for n in names if n in vocab), key=vocab.get), *(n for n in names if n not in vocab)]
+    options = settings.get(OPTIONS, {})  # a special token is never normalized, unless its own options say so
+    tok.add_special_tokens([AddedToken(n, special=True, **{"normalized": False, **options.get(n, {})})
+                            for n in ordered])  # fmt: skip

@@ -61,16 +61,7 @@ class MaskedLMTask(_SequenceTask):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         logits, labels = self._predict(batch)
         loss = sequence_loss(logits[None], labels[None])
-        self.log(
-            "train/loss",
-            loss,
-            on_step=True,
-            on_epoch=False,
-            prog_bar=True,
-            sync_dist=True,
-            batch_size=batch["tokens"].shape[0],
-        )
-        return loss
+        return self._logged_train_loss(loss, batch["tokens"].shape[0])
 
     def _evaluate(self, batch: dict[str, Tensor], split: str) -> None:
         logits, labels = self._predict(batch)  # [N, V], [N]

@@ -101,6 +101,11 @@ class _SequenceTask(L.LightningModule):
         """The names this task logs during fit (what `run.monitor` may name)."""
         return ["train/loss", "val/loss", *(f"val/{m}" for m in self.metric_names)]
 
+    def _logged_train_loss(self, loss: Tensor, batch_size: int) -> Tensor:
+        """`loss`, logged as the step's train/loss: the mean over DDP processes (each sees its part of the batch)."""
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, sync_dist=True, batch_size=batch_size)
+        return loss
+
     def _text(self) -> Any:
         """The DataModule that turns ids into text (`decode`, `encode_source` / `encode_prompt`)."""
         data = getattr(self.trainer, "datamodule", None)
@@ -245,16 +250,7 @@ class Seq2SeqTask(_SequenceTask):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         logits = self.net(**self.net_inputs(batch))  # [B, T, V]
         loss = sequence_loss(logits, batch["labels"], self.label_smoothing)
-        self.log(
-            "train/loss",
-            loss,
-            on_step=True,
-            on_epoch=False,
-            prog_bar=True,
-            sync_dist=True,
-            batch_size=batch["src"].shape[0],
-        )
-        return loss
+        return self._logged_train_loss(loss, batch["src"].shape[0])
 
     def translate(self, src: Tensor, src_padding_mask: Tensor | None, *, beam_size: int = 1) -> Tensor:
         """Token ids [B, T'] of the translations of src [B, S]: greedy (beam_size 1) or beam search."""
@@ -419,16 +415,7 @@ class LanguageModelTask(_SequenceTask):
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = sequence_loss(self.net(**self.net_inputs(batch)), batch["labels"])
-        self.log(
-            "train/loss",
-            loss,
-            on_step=True,
-            on_epoch=False,
-            prog_bar=True,
-            sync_dist=True,
-            batch_size=batch["tokens"].shape[0],
-        )
-        return loss
+        return self._logged_train_loss(loss, batch["tokens"].shape[0])
 
     def room(self, prompt_tokens: int) -> int:
         """How many tokens can continue a prompt of `prompt_tokens` (bos included): the context holds `max_len`

@@ -37,6 +37,18 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object a file holds (a folder from elsewhere: its reading must not fail with anything but this);
+    ValueError saying why not: unreadable, no JSON, nested too deep for the parser, or no object."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"cannot be read as JSON ({type(err).__name__})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"holds no JSON object (a {type(value).__name__})")
+    return value
+
+
 def write_json(path: Path, data: Any) -> None:
     """`data` as indented JSON at `path`, written whole (`replacing`)."""
     write_text(path, json.dumps(data, indent=2) + "\n")

@@ -158,9 +158,9 @@ def test_settings_come_from_special_tokens_map_and_added_token_objects(tmp_path)
         ({"vocab.txt": "[PAD]\n[UNK]\nword\n"}, r"vocab.txt' has no cls_token '\[CLS\]'"),
         ({"vocab.txt": ""}, "vocab.txt' lists no token"),
         ({"vocab.txt": "[UNK]\n[CLS]\n[SEP]\n", "added_tokens.json": '{"new": 3}'}, "added_tokens.json'.*not read"),
-        ({"vocab.txt": "[UNK]\n[CLS]\n[SEP]\n", "tokenizer_config.json": "{no"}, "tokenizer_config.json'.*not a JSON"),
+        ({"vocab.txt": "[UNK]\n[CLS]\n[SEP]\n", "tokenizer_config.json": "{no"}, "config.json' cannot be read as JSON"),
         ({"vocab.json": '{"a": 0}', "merges.txt": "a b\n"}, r"vocab.json'.*not known for model_type None.*'roberta'"),
-        ({"vocab.json": '["a"]', "merges.txt": "", "config.json": '{"model_type": "gpt2"}'}, "expected a JSON object"),
+        ({"vocab.json": '["a"]', "merges.txt": "", "config.json": '{"model_type": "gpt2"}'}, r"JSON object \(a list"),
         (
             {"vocab.json": '{"a": 0}', "merges.txt": "a b c\n", "config.json": '{"model_type": "gpt2"}'},
             r"merges.txt'.*'a b c' is not two tokens",

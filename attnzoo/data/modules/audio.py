@@ -830,10 +830,9 @@ def _synthetic_options(options: dict[str, Any] | None) -> dict[str, Any]:
 
 def _read_stats(path: Path) -> dict[str, Any]:
     """The JSON object of a log-mel statistics file (`data.stats_file`), or a ValueError naming it."""
+    from ...util.files import read_json_object
+
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
-        raise ValueError(f"data.stats_file: {path} cannot be read as JSON ({type(err).__name__})") from None
-    if not isinstance(saved, dict):
-        raise ValueError(f"data.stats_file: {path} holds no JSON object of statistics")
-    return saved
+        return read_json_object(path)
+    except ValueError as err:
+        raise ValueError(f"data.stats_file: {path} {err}") from None

@@ -8,7 +8,6 @@ runs no code: the files are text and JSON.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -84,13 +83,12 @@ def _json(file: Path) -> dict[str, Any]:
     """A JSON object file of a model folder; {} when absent. ValueError naming the file when it is not one."""
     if not file.is_file():
         return {}
+    from ...util.files import read_json_object
+
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"{str(file)!r}: not a JSON file ({err})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{str(file)!r}: expected a JSON object, got {type(value).__name__}")
-    return value
+        return read_json_object(file)
+    except ValueError as err:
+        raise ValueError(f"{str(file)!r} {err}") from None
 
 
 def _settings(folder: Path) -> dict[str, Any]:

@@ -605,3 +605,28 @@ def test_a_side_set_by_a_starts_weights_is_not_warned_about_as_one_set_by_hand(t
     with caplog.at_level(logging.WARNING, logger="attnzoo"):  # the same size set by hand is
         build(load([vit], [*folder, "data.img_size=96", "model.patch_size=16", "model.depth=1"]))
     assert "data.img_size 96 is 3x the largest side of the images (32 px" in caplog.text
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_training_crops_are_taken_from_the_image_evaluation_sees_in_memory_or_from_disk(tmp_path, monkeypatch, on_disk):
+    # over 1 GiB (read from disk every epoch) a training crop was cut from the original 4:1 image, where evaluation
+    # squashed the whole of it: a strip at the left edge that tells the class never reached training
+    monkeypatch.setattr("attnzoo.data.modules.image.MEMORY_BYTES", 0 if on_disk else 2**30)
+    for split in ("train", "val"):
+        for c, name in enumerate(["red", "green"]):
+            (tmp_path / split / name).mkdir(parents=True)
+            for i in range(6):
+                pixels = np.full((16, 64, 3), 30, np.uint8)
+                pixels[:, :8, c] = 250  # the left eighth of the width
+                Image.fromarray(pixels).save(tmp_path / split / name / f"{i}.png")
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=16, augment=True, crop_scale=0.5,
+                           hflip=False, trivial_augment=False, ink=False)  # fmt: skip
+    data.setup()
+    torch.manual_seed(0)
+    seen = 0
+    for _ in range(8):
+        for i in range(len(data.splits["train"])):
+            item = data.splits["train"][i]
+            channel = ["red", "green"].index(data.class_names[item["label"]])
+            seen += int(item["image"][channel, :, 0].mean() > 0)  # the class's strip at the left column
+    assert seen >= 8 * len(data.splits["train"]) // 4, seen  # kept in about half the crops (it was in none)

@@ -411,7 +411,9 @@ class ImageDataModule(DataModule):
 
             picks = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.seed))[:500].tolist()
             samples = [train[i] for i in picks]
-            images = [x if isinstance(x, Tensor) else v2.functional.pil_to_tensor(x) for x, _ in samples]
+            # as training sees them: resized to img_size square (images read from disk are decoded originals here)
+            resize = v2.Resize(self._size, antialias=True)
+            images = [x if isinstance(x, Tensor) else resize(v2.functional.pil_to_tensor(x)) for x, _ in samples]
             drawing, mixed, why = inspect_images(images, [int(label) for _, label in samples])
             log.info("data: %s", why)
         chosen = defaults.image_data(
@@ -602,8 +604,9 @@ class ImageDataModule(DataModule):
             random.append(v2.TrivialAugmentWide())
         if in_memory:
             return v2.Compose([*random, *self._fixed()])
-        resize = [] if train and self.augment else [v2.Resize(self._size, antialias=True)]
-        return v2.Compose([v2.ToImage(), *resize, *random, *self._fixed()])
+        # resized first, as images kept in memory are: a crop of the original took another aspect than evaluation's
+        # squared image (a 4:3 photo's objects 20% wider in training)
+        return v2.Compose([v2.ToImage(), v2.Resize(self._size, antialias=True), *random, *self._fixed()])
 
     def baseline_features(self, split: str) -> tuple[dict[str, Any], np.ndarray] | None:
         """The split's pixels [N, C * S * S] (resized and normalized, never augmented) and class indices, for a

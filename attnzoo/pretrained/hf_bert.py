@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .converted import Converted, read_hf_config, read_weights
+from .family import weights_name
 
 READS = "a Hugging Face bert or roberta folder"
 log = logging.getLogger("attnzoo")
@@ -134,48 +135,76 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
     rows = options["max_len"] + (0 if starts else 1)
     hf = _renamed(read_weights(path))
     used: set[str] = set()
+    weights = weights_name(path)
+    dim, hidden = options["dim"], int(cfg["intermediate_size"])
+    # [out, in] of each dense layer of an encoder layer (a LayerNorm's: [C]); its bias: [out]
+    dense = {
+        "attention.self.query": (dim, dim),
+        "attention.self.key": (dim, dim),
+        "attention.self.value": (dim, dim),
+        "attention.output.dense": (dim, dim),
+        "intermediate.dense": (hidden, dim),
+        "output.dense": (dim, hidden),
+    }
 
-    def take(key: str) -> torch.Tensor:
+    def take(key: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """The checkpoint's tensor `key` of the `shape` config.json implies; ValueError naming the file and tensor (a
+        k/v of half the rows loaded as grouped-query heads, a longer position table was cut without a word)."""
         if key not in hf:
-            raise ValueError(f"{str(path)!r}: the weights have no tensor {key!r} (expected a {family} encoder)")
+            raise ValueError(f"{weights}: tensor {key!r} is missing (expected a {family} encoder)")
+        if tuple(hf[key].shape) != shape:
+            raise ValueError(
+                f"{weights}: tensor {key!r} has shape {list(hf[key].shape)}, but config.json implies {list(shape)} "
+                "(a checkpoint of another architecture or size?)"
+            )
         used.add(key)
         return hf[key]
 
+    def layer_part(layer: int, name: str, part: str) -> torch.Tensor:
+        shape = dense.get(name, (dim,))
+        return take(f"encoder.layer.{layer}.{name}.{part}", shape if part == "weight" else shape[:1])
+
     first = options["pad_id"] + 1 if family == "roberta" else 0
-    words = take("embeddings.word_embeddings.weight")  # [V, C]
-    table = take("embeddings.position_embeddings.weight")  # [P, C]
+    words = take("embeddings.word_embeddings.weight", (options["vocab_size"], dim))  # [V, C]
+    table = take("embeddings.position_embeddings.weight", (int(cfg["max_position_embeddings"]), dim))  # [P, C]
     state = {
         "embed.weight": words,
         "pos_embed.table": table[first : first + rows].unsqueeze(0).clone(),  # [1, rows, C]
-        "type_embed.weight": take("embeddings.token_type_embeddings.weight"),
-        "embed_norm.weight": take("embeddings.LayerNorm.weight"),
-        "embed_norm.bias": take("embeddings.LayerNorm.bias"),
+        "type_embed.weight": take("embeddings.token_type_embeddings.weight", (options["token_types"], dim)),
+        "embed_norm.weight": take("embeddings.LayerNorm.weight", (dim,)),
+        "embed_norm.bias": take("embeddings.LayerNorm.bias", (dim,)),
     }
     if not starts:
         state["cls_token"] = words[cls_id].reshape(1, 1, -1).clone()  # [1, 1, C]
     for i in range(options["depth"]):
-        hf_layer, own = f"encoder.layer.{i}.", f"encoder.blocks.{i}."
+        own = f"encoder.blocks.{i}."
         for part in ("weight", "bias"):
-            q, k, v = (take(f"{hf_layer}attention.self.{name}.{part}") for name in ("query", "key", "value"))
+            q, k, v = (layer_part(i, f"attention.self.{name}", part) for name in ("query", "key", "value"))
             state[f"{own}attn.qkv.{part}"] = torch.cat([q, k, v], dim=0)  # [3C, C] / [3C]: q | k | v
-            state[f"{own}attn.proj.{part}"] = take(f"{hf_layer}attention.output.dense.{part}")
-            state[f"{own}norm1.{part}"] = take(f"{hf_layer}attention.output.LayerNorm.{part}")
-            state[f"{own}mlp.fc1.{part}"] = take(f"{hf_layer}intermediate.dense.{part}")
-            state[f"{own}mlp.fc2.{part}"] = take(f"{hf_layer}output.dense.{part}")
-            state[f"{own}norm2.{part}"] = take(f"{hf_layer}output.LayerNorm.{part}")
+            state[f"{own}attn.proj.{part}"] = layer_part(i, "attention.output.dense", part)
+            state[f"{own}norm1.{part}"] = layer_part(i, "attention.output.LayerNorm", part)
+            state[f"{own}mlp.fc1.{part}"] = layer_part(i, "intermediate.dense", part)
+            state[f"{own}mlp.fc2.{part}"] = layer_part(i, "output.dense", part)
+            state[f"{own}norm2.{part}"] = layer_part(i, "output.LayerNorm", part)
     if "pooler.dense.weight" in hf:
         options["pooler"] = True
-        state["pooler.weight"], state["pooler.bias"] = take("pooler.dense.weight"), take("pooler.dense.bias")
+        state["pooler.weight"] = take("pooler.dense.weight", (dim, dim))
+        state["pooler.bias"] = take("pooler.dense.bias", (dim,))
     architectures = cfg.get("architectures") or []  # BertForTokenClassification's classifier labels each token
     sequence_head = not architectures or any(str(a).endswith("ForSequenceClassification") for a in architectures)
     if family == "bert" and sequence_head and "classifier.weight" in hf:  # BertForSequenceClassification's labels
-        state["head.weight"], state["head.bias"] = take("classifier.weight"), take("classifier.bias")
-        options["num_classes"] = int(state["head.weight"].shape[0])
+        classes = int(hf["classifier.weight"].shape[0])
+        state["head.weight"] = take("classifier.weight", (classes, dim))
+        state["head.bias"] = take("classifier.bias", (classes,))
+        options["num_classes"] = classes
     if family == "roberta" and sequence_head and "classifier.out_proj.weight" in hf:  # RobertaForSequence...: dense
         options["pooler"] = True  # and tanh on <s>, then the head for its labels, as BERT's pooler and classifier
-        state["pooler.weight"], state["pooler.bias"] = take("classifier.dense.weight"), take("classifier.dense.bias")
-        state["head.weight"], state["head.bias"] = take("classifier.out_proj.weight"), take("classifier.out_proj.bias")
-        options["num_classes"] = int(state["head.weight"].shape[0])
+        state["pooler.weight"] = take("classifier.dense.weight", (dim, dim))
+        state["pooler.bias"] = take("classifier.dense.bias", (dim,))
+        classes = int(hf["classifier.out_proj.weight"].shape[0])
+        state["head.weight"] = take("classifier.out_proj.weight", (classes, dim))
+        state["head.bias"] = take("classifier.out_proj.bias", (classes,))
+        options["num_classes"] = classes
     left = sorted(k for k in hf if k not in used and not k.endswith("position_ids"))
     deeper = [k for k in left if k.startswith("encoder.layer.")]
     if deeper:  # config.json of another checkpoint, or one edited: the weights are not the model it describes

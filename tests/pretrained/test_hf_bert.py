@@ -132,6 +132,30 @@ def test_weights_deeper_than_config_json_says_are_refused(tmp_path):
         load(tmp_path, num_classes=2)
 
 
+def test_a_tensor_of_another_shape_than_config_json_implies_is_refused_naming_the_file_and_tensor(tmp_path):
+    # a key / value cut to half its rows loaded as grouped-query heads ("k/v heads repeated 2 -> 4 ... the same
+    # function"), and a position table longer than config.json says was cut without a word
+    from safetensors.torch import load_file, save_file
+
+    save_encoder("bert", tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    original = dict(weights)
+    for name in ("key", "value"):
+        for part in ("weight", "bias"):
+            key = f"encoder.layer.1.attention.self.{name}.{part}"
+            weights[key] = weights[key][:16].contiguous()
+    save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.safetensors: tensor 'encoder\.layer\.1\.attention\.self\.key\."
+                       r"weight' has shape \[16, 32\], but config\.json implies \[32, 32\]"):  # fmt: skip
+        load(tmp_path, num_classes=2)
+    save_file(original, tmp_path / "model.safetensors")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 12}))
+    with pytest.raises(ValueError, match=r"tensor 'embeddings\.position_embeddings\.weight' has shape \[24, 32\], but "
+                       r"config\.json implies \[12, 32\]"):  # fmt: skip
+        load(tmp_path, num_classes=2)
+
+
 def test_python_load_with_fewer_blocks_says_which_are_dropped(tmp_path, caplog):
     import logging
 

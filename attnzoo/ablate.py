@@ -48,15 +48,6 @@ if TYPE_CHECKING:
     from .ablation.runner import Launcher
 
 
-def _stored_seeds(out: Path) -> set[int]:
-    """The seeds of the variants the ablation in `out` recorded last (ablation.json), or none."""
-    try:
-        variants = json.loads((out / "ablation.json").read_text(encoding="utf-8")).get("variants") or []
-        return {v["seed"] for v in variants if isinstance(v, dict) and isinstance(v.get("seed"), int)}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return set()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="attnzoo ablate", description="Run a grid of variants of a recipe; one report.")
     p.add_argument("--config", action="append", default=[], help="a recipe YAML; repeat to overlay more files")
@@ -103,7 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo ablate: error: {err}", file=sys.stderr)
         return 2
     from .ablation.grid import load_grid
-    from .ablation.runner import AblationInterrupted, ablate, check_starts, failed_runs, plan, status, variant_records
+    from .ablation.runner import (
+        AblationInterrupted,
+        ablate,
+        check_reported,
+        check_starts,
+        failed_runs,
+        plan,
+        reported_runs,
+        status,
+        variant_records,
+    )
     from .run import show_log
 
     show_log()
@@ -118,14 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if Path(args.grid).is_file():  # a corrected grid's metric: and mode: (left out: the defaults) count
                 grid = load_grid(args.grid)
-                grid.seeds = args.seeds or grid.seeds  # every seed of the grid, not only the last command's --seeds
-                runs = plan(args.config, grid, args.overrides, out)
-                # without --seeds: the seeds that ran, of the grid's and those an earlier --seeds ran beyond them (a
-                # grid seed no command ran is not a row of missing runs)
-                ran = {r.variant.seed for r in runs if r.run_dir.exists()} | _stored_seeds(out)
-                if ran and not args.seeds and ran != {r.variant.seed for r in runs}:
-                    grid.seeds = sorted(ran)
+                if args.seeds:  # the seeds asked for
+                    grid.seeds = args.seeds
                     runs = plan(args.config, grid, args.overrides, out)
+                else:  # every seed that ran, as the report of a run covers them
+                    runs = reported_runs(args.config, grid, args.overrides, out)
+                check_reported(runs)
                 variants = variant_records(runs)
                 print(write_report(out, grid.metric, grid.mode, variants), file=sys.stderr)
             elif args.seeds:

@@ -78,6 +78,16 @@ def test_a_grid_value_holding_dollar_brace_stays_text(tmp_path, monkeypatch):
     assert OmegaConf.to_container(tree, resolve=True)["task"]["prompt"] == "${oc.env:ATTNZOO_TEST_SECRET}"
 
 
+def test_values_the_config_reads_apart_are_apart_in_a_grid(tmp_path):
+    # {one_batch: 1, all_batches: 1.0} was refused as "the same value (1)": Lightning reads int 1 as one batch, 1.0
+    # as all of them
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("axes:\n  trainer.limit_train_batches: {one_batch: 1, all_batches: 1.0}\n")
+    variants = load_grid(grid).variants()
+    given = [o for v in variants for o in v.overrides if o.startswith("trainer.")]
+    assert given == ["trainer.limit_train_batches=1", "trainer.limit_train_batches=1.0"]
+
+
 def test_a_very_long_id_is_cut_and_stays_unique(tmp_path):
     values = {f"w{'x' * 150}{i}": {"kind": kind} for i, kind in enumerate(["mha", "sinks"])}
     ids = [v.id for v in load_grid(write_grid(tmp_path, {"model.attention": values})).variants()]
@@ -467,7 +477,8 @@ def test_a_mistyped_metric_is_an_error_naming_the_reported_ones_and_report_only_
 
 def test_report_only_covers_the_grids_seeds_not_only_the_last_commands(tmp_path, monkeypatch, capsys):
     """After `--seeds 1`, --report-only (with or without --seeds 0 1) reported seed 1 alone: ablation.json kept the
-    variants of the last command that ran."""
+    variants of the last command that ran. And the report of that command covered seed 1 alone, where the same
+    command with --report-only covered seeds 0 and 1."""
     import attnzoo.ablation.runner as module
     from attnzoo.ablate import main
 
@@ -476,12 +487,17 @@ def test_report_only_covers_the_grids_seeds_not_only_the_last_commands(tmp_path,
     grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "auto"]}, seeds=(0, 1))
     out = tmp_path / "out"
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out)]
-    assert main(args) == 0 and main([*args, "--seeds", "1"]) == 0
-    assert "over seeds [1]" in (out / "report.md").read_text()
+    assert main([*args, "--seeds", "0"]) == 0 and main([*args, "--seeds", "1"]) == 0
+    assert "over seeds [0, 1]" in (out / "report.md").read_text()  # seed 0 ran before: it stays in the report
     for extra in ([], ["--seeds", "0", "1"]):
         assert main([*args, "--report-only", *extra]) == 0
         assert "over seeds [0, 1]" in (out / "report.md").read_text(), extra
     assert main([*args, "--report-only", "--seeds", "0"]) == 0 and "over seeds [0]" in (out / "report.md").read_text()
+    # other overrides than the runs were made with: their numbers were reported as those of this config
+    assert main([*args, "model.depth=2", "--report-only"]) == 2
+    assert "made from a different config (overrides [] then, ['model.depth=2'] now); --report-only" in (
+        capsys.readouterr().err
+    )
     grid.unlink()
     with pytest.raises(SystemExit):
         main([*args, "--report-only", "--seeds", "0"])

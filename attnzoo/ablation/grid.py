@@ -204,7 +204,9 @@ def load_grid(path: str | Path) -> Grid:
                     why += (f"; the values {' and '.join(repr(v) for _, v in group)} are both labelled {name!r} (a "
                             "mapping label -> value names them apart)")  # fmt: skip
             raise _fail(path, f"axes.{key}: needs at least one value, each with a distinct label; got {values!r}{why}")
-        same = [(a, b) for i, (a, x) in enumerate(named.items()) for b, y in list(named.items())[i + 1 :] if x == y]
+        # as the config reads them: 1, 1.0 and true are three values (Lightning's limit_train_batches: 1 batch, all)
+        typed = {label: json.dumps(value, sort_keys=True, default=str) for label, value in named.items()}
+        same = [(a, b) for i, (a, x) in enumerate(typed.items()) for b, y in list(typed.items())[i + 1 :] if x == y]
         if same:  # one config under two labels: the same run twice
             raise _fail(path, f"axes.{key}: {same[0][0]} and {same[0][1]} are the same value ({named[same[0][0]]!r}); "
                               "their runs would be one config twice (seeds: repeats a config)")  # fmt: skip

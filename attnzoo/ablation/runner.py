@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import hashlib
 import json
 import logging
@@ -196,22 +197,10 @@ def status(run: Planned) -> str:
     grid); an unfinished or failed one from another config is just run again.
     """
     record = read_record(run.run_dir)
-    same = record.get("config_sha") in (None, run.config_sha)
-    if not same and run.typed_sha is not None and record.get("config_sha") == run.typed_sha:
-        same = _same_files(run)  # planned from the paths as typed, by an earlier ablation: the same files?
+    same = _same_config(run, record)
     if finished(run.run_dir) and record.get("status", "ok") in ("ok", "running"):
         if not same:
-            then = [a for a in record.get("command", []) if OVERRIDE.match(a)]  # its key=value words
-            gone, added = [a for a in then if a not in run.overrides], [o for o in run.overrides if o not in then]
-            what = (
-                f"overrides {gone} then, {added} now"
-                if gone or added
-                else "the config files, or attnzoo's defaults, changed since"
-            )
-            raise ConfigError(
-                f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config "
-                f"({what}); use another --out, or delete that run directory to run it again"
-            )
+            raise _other_config(run, record, "use another --out, or delete that run directory to run it again")
         changed = _changed_data(run.run_dir)
         if changed:  # the same config, other data: its numbers would sit beside runs on the data as it is now
             raise ConfigError(
@@ -220,6 +209,41 @@ def status(run: Planned) -> str:
             )
         return "ok"  # fit writes summary.json last: it finished, and the ablation stopped before recording it
     return "failed" if record.get("status") == "failed" and same else "missing"
+
+
+def _same_config(run: Planned, record: dict[str, Any]) -> bool:
+    """Whether the run's directory (its `record`) was made from the config planned now (or by an ablation that
+    recorded none)."""
+    same = record.get("config_sha") in (None, run.config_sha)
+    if not same and run.typed_sha is not None and record.get("config_sha") == run.typed_sha:
+        same = _same_files(run)  # planned from the paths as typed, by an earlier ablation: the same files?
+    return same
+
+
+def _other_config(run: Planned, record: dict[str, Any], what_to_do: str) -> ConfigError:
+    """The error for a finished run made from another config than the one planned now, naming what differs."""
+    then = [a for a in record.get("command", []) if OVERRIDE.match(a)]  # its key=value words
+    gone, added = [a for a in then if a not in run.overrides], [o for o in run.overrides if o not in then]
+    what = (
+        f"overrides {gone} then, {added} now"
+        if gone or added
+        else "the config files, or attnzoo's defaults, changed since"
+    )
+    return ConfigError(
+        f"{run.run_dir} holds a finished run of variant {run.variant.id} made from a different config ({what}); "
+        f"{what_to_do}"
+    )
+
+
+def check_reported(runs: Sequence[Planned]) -> None:
+    """ConfigError when a finished run of the plan was made from another config (`--report-only` after the grid or
+    the overrides changed: its numbers would be reported as the plan's); the data is not checked (a report of runs
+    whose data is gone is still theirs)."""
+    for run in runs:
+        record = read_record(run.run_dir)
+        if finished(run.run_dir) and not _same_config(run, record):
+            raise _other_config(run, record, "--report-only reports the runs of the grid and overrides they were run "
+                                             "with: give those")  # fmt: skip
 
 
 def fit_command(configs: Sequence[str | Path], run: Planned) -> list[str]:
@@ -337,14 +361,36 @@ def ablate(
             queued ones not started, the report written).
     """
     grid = load_grid(grid_path)
+    out = Path(out)
     if seeds:
         grid.seeds = list(seeds)
-    out = Path(out)
     runs = plan(configs, grid, overrides, out)
+    reported = reported_runs(configs, load_grid(grid_path), overrides, out, grid.seeds)
     # one ablation at a time in `out`; its runs/ may be a link (each run checks its own directory)
     with RunLock(out, what="ablation directory", links=("runs",)):
         launcher = launcher or Runner(configs, slots)
-        return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line)
+        return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line, reported)
+
+
+def reported_runs(
+    configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path, running: Sequence[int] = ()
+) -> list[Planned]:
+    """The runs a report of the grid covers: those of the seeds `running` (what a command runs now) and of every seed
+    that ran in `out` (the grid's, and those an earlier --seeds ran beyond them); the grid's seeds when none did.
+    A grid seed no command ran is then no row of missing runs."""
+    wide = copy.copy(grid)  # a grid without seeds: (None), its runs the recipe's seed
+    wide.seeds = sorted(set(grid.seeds or ()) | set(running or ()) | _stored_seeds(out)) or grid.seeds
+    runs = plan(configs, wide, overrides, out)
+    ran = {r.variant.seed for r in runs if r.run_dir.exists() and r.variant.seed is not None} | set(running or ())
+    wide.seeds = sorted(ran) if ran else grid.seeds
+    return plan(configs, wide, overrides, out)
+
+
+def _stored_seeds(out: Path) -> set[int]:
+    """The seeds of the variants the ablation in `out` recorded last (ablation.json), or none."""
+    variants = _stored_plan(out).get("variants")
+    return {v["seed"] for v in variants if isinstance(v, dict) and isinstance(v.get("seed"), int)} if isinstance(
+        variants, list) else set()  # fmt: skip
 
 
 def _stored_plan(out: Path) -> dict[str, Any]:
@@ -385,6 +431,7 @@ def _ablate(
     launcher: Launcher,
     skip_failed: bool,
     command_line: str,
+    reported: list[Planned],
 ) -> Path:
     from .report import write_report
 
@@ -396,7 +443,7 @@ def _ablate(
         "axes": {grid.labels[k]: {"key": k, "values": list(v)} for k, v in grid.axes.items()},
         "metric": grid.metric,
         "mode": grid.mode,
-        "variants": variant_records(runs),
+        "variants": variant_records(reported),  # this command's runs, and those of seeds that ran before
         "data_axes": data_axes(grid),  # the report's baseline: one per value of these
     }
     states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was

@@ -194,6 +194,7 @@ def load(
         source=converted.source,
         source_kind=source_kind(converted.options),
         options=converted.options,
+        target=options,
     )
     log.info("loaded %s: %s", converted.source, done.describe())
     return net

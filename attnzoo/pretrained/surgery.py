@@ -169,5 +169,64 @@ def changes(
     return lines
 
 
+SPEC_PARTS = {"pattern": PATTERNS, "bias": BIASES, "rotary": ROTARY}  # an attention section's parts with options
+SWITCHES = ("qk_norm", "scale_norm")  # an attention section's switches that change the function
+
+
+def option_changes(source: Mapping[str, object], target: Mapping[str, object]) -> list[str]:
+    """What `changes` cannot see in the layers: a pattern of the checkpoint removed, or a part kept by kind with
+    other options (a window of 4 made 1, a rope base, T5's max_distance), or a switch (qk_norm) turned, between the
+    checkpoint's model options (`source`) and those the network was built with (`target`): one line each, naming
+    the key and both values. Options left out count as their class's defaults."""
+    from ..attention.specs import no_spec
+
+    lines = []
+    for key, section in target.items():
+        theirs = source.get(key)
+        if not (key.endswith("attention") and isinstance(section, Mapping) and isinstance(theirs, Mapping)):
+            continue
+        for part, table in SPEC_PARTS.items():
+            before, after = theirs.get(part), section.get(part)
+            if no_spec(before):
+                continue  # none there: one added here is named by `changes`
+            if no_spec(after):
+                if part == "pattern":  # a bias or rotary removed is named by `changes`
+                    lines.append(f"model.{key}.pattern {_kind(before)!r} of the checkpoint removed; it changes the "
+                                 "function")  # fmt: skip
+                continue
+            if _kind(before) == _kind(after) and _resolved(table, before) != _resolved(table, after):
+                lines.append(f"model.{key}.{part}: {_shown(before)} there, {_shown(after)} here; it changes the "
+                             "function")  # fmt: skip
+        for switch in SWITCHES:
+            if bool(theirs.get(switch)) != bool(section.get(switch)):
+                lines.append(f"model.{key}.{switch}: {bool(theirs.get(switch))} there, {bool(section.get(switch))} "
+                             "here; it changes the function")  # fmt: skip
+    return lines
+
+
+def _kind(spec: object) -> object:
+    return spec.get("kind") if isinstance(spec, Mapping) else spec
+
+
+def _resolved(table: Mapping[str, type], spec: object) -> dict[str, object]:
+    """A part's options with its class's defaults for those left out (a spec given as its kind name alone too)."""
+    import inspect
+
+    given = {k: v for k, v in spec.items() if k != "kind"} if isinstance(spec, Mapping) else {}
+    cls = table.get(str(_kind(spec)))
+    if cls is None:
+        return given
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.default is not p.empty and p.kind is not p.VAR_KEYWORD
+    }
+    return {**defaults, **given}
+
+
+def _shown(spec: object) -> str:
+    return repr(dict(spec)) if isinstance(spec, Mapping) else repr(spec)
+
+
 def _layers(n: int) -> str:
     return f"{n} layer{'s' if n != 1 else ''}"

@@ -86,6 +86,7 @@ def transfer(
     keep_fresh: bool = False,
     source_kind: str = "mha",
     options: Mapping[str, object] | None = None,
+    target: Mapping[str, object] | None = None,
 ) -> Transfer:
     """Copy the tensors of `state` into `net` where names and shapes match.
 
@@ -97,6 +98,8 @@ def transfer(
         source_kind: the attention kind the checkpoint was trained with (for the log of what an override changed).
         options: the checkpoint's model options (`Converted.options`), for a network whose load hooks need to know
             the checkpoint's sizes (`expect_checkpoint`: an AST's mel bins).
+        target: the model options `net` was built with: attention options that differ from `options` (a pattern
+            removed, a window or rope base changed) are named in the log (`surgery.option_changes`).
 
     Raises:
         ValueError naming `source` and the first tensor that does not fit, when a tensor outside `fresh` is
@@ -108,9 +111,10 @@ def transfer(
         module.expect_checkpoint(dict(options or {}))
     try:
         biases = source_biases(options or {})
-        return _transfer(
+        done = _transfer(
             net, own, state, source=source, fresh=fresh, keep_fresh=keep_fresh, source_kind=source_kind, biases=biases
         )
+        return done._replace(attention=[*done.attention, *surgery.option_changes(options or {}, target or {})])
     finally:
         for module in expecting:  # a later load (a resume, load_state_dict) reads the network's own sizes
             module.expect_checkpoint(None)

@@ -651,6 +651,7 @@ def apply_start(start: Start, net: Any, data: Any, cfg: Config) -> dict[str, Any
             keep_fresh=keep_fresh,
             source_kind=source_kind(start.converted.options),
             options=start.converted.options,
+            target=cfg.section("model"),
         )
     except ValueError as err:
         hint = differences(start, cfg)

@@ -258,3 +258,32 @@ def test_the_checkpoints_biases_are_read_from_each_of_its_attention_sections():
     assert source_biases({"attention": {"bias": {"kind": "t5", "num_buckets": 8}}}) == {"t5"}
     assert source_biases({"attention": {"rotary": "rope"}}) == {"rope"}  # a rope run into a rope model: no change
     assert source_biases({"attention": {"pattern": {"kind": "bigbird", "window": 4}}}) == {"bigbird"}
+
+
+@pytest.mark.parametrize(
+    ("after", "line"),
+    [
+        ({"rotary": "rope"},
+         "model.attention.pattern 'sliding_window' of the checkpoint removed; it changes the function"),
+        ({"pattern": {"kind": "sliding_window", "window": 1}, "rotary": "rope"},
+         "model.attention.pattern: {'kind': 'sliding_window', 'window': 4} there, {'kind': 'sliding_window', 'window': "
+         "1} here; it changes the function"),
+        ({"pattern": {"kind": "sliding_window", "window": 4}, "rotary": {"kind": "rope", "base": 100}},
+         "model.attention.rotary: 'rope' there, {'kind': 'rope', 'base': 100} here; it changes the function"),
+        ({"pattern": {"kind": "sliding_window", "window": 4}, "rotary": "rope", "qk_norm": True},
+         "model.attention.qk_norm: False there, True here; it changes the function"),
+    ],
+)  # fmt: skip
+def test_a_part_of_the_checkpoints_attention_removed_or_given_other_options_is_named(folders, after, line):
+    """An attnzoo run trained with a window of 4 and rope: the pattern removed, the window made 1, rope's base or
+    qk_norm changed, each changed the outputs with no word in the log or in summary.json's init_from.attention."""
+    before = {"pattern": {"kind": "sliding_window", "window": 4}, "rotary": "rope"}
+    net = pretrained.load(folders["bert"][0], num_classes=3, attention=before)
+    source = {"attention": before}
+    done = transfer(pretrained.load(folders["bert"][0], num_classes=3, attention=after), net.state_dict(),
+                    source="run", options=source, target={"attention": after})  # fmt: skip
+    assert line in done.attention, done.attention
+    same = transfer(pretrained.load(folders["bert"][0], num_classes=3, attention=before), net.state_dict(),
+                    source="run", options=source,
+                    target={"attention": {**before, "rotary": {"kind": "rope", "base": 10000.0}}})  # fmt: skip
+    assert same.attention == []  # rope's default base, spelled out: the same function

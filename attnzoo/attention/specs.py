@@ -136,4 +136,13 @@ def check_spec(spec: Any, table: Mapping[str, Any], what: str) -> None:
         try:
             cls(**kwargs)
         except (TypeError, ValueError) as err:
+            # a count the layer's context may give instead of its default 0 (a global pattern's num_prefix_tokens:
+            # a ViT's class token): refused only if it is wrong with that too
+            context = {p.name: 1 for p in params if p.name in CONTEXT_KEYS and p.name not in kwargs and p.default == 0}
+            try:
+                if context:
+                    cls(**kwargs, **context)
+                    return
+            except (TypeError, ValueError):
+                pass
             raise ValueError(f"{what} ({kind}): {err}") from err

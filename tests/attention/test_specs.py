@@ -62,3 +62,18 @@ def test_suggest_prefers_the_first_of_equally_close_choices():
     assert suggest("mah", ["mha", "talking_heads", "mla"]) == "; did you mean 'mha'?"  # as close to 'mla'
     assert suggest("sinkz", ["mha", "sinks"]) == "; did you mean 'sinks'?"
     assert suggest("xyz", ["mha", "sinks"]) == ""
+
+
+def test_a_global_pattern_takes_the_class_token_from_the_layer_shape():
+    # {kind: global} was refused by the config check ("needs at least one token") on a ViT with a class token, before
+    # the layer shape gave it num_prefix_tokens=1: the surgery variant could not run, from scratch either
+    from attnzoo.attention.patterns import PATTERNS
+    from attnzoo.attention.specs import check_spec
+
+    check_spec({"kind": "global"}, PATTERNS, "model.attention.pattern")
+    layer = attention_layer({"pattern": {"kind": "global"}}, **layer_shape(grid_size=(2, 2), num_prefix_tokens=1))
+    assert layer(16, 2).pattern.tokens == (0,)
+    with pytest.raises(ValueError, match="needs at least one token"):  # no class token: nothing to make global
+        attention_layer({"pattern": {"kind": "global"}}, **layer_shape(grid_size=(2, 2)))(16, 2)
+    with pytest.raises(ValueError, match=r"model\.attention\.pattern \(global\): .*each global token position"):
+        check_spec({"kind": "global", "tokens": [-1]}, PATTERNS, "model.attention.pattern")  # no context fixes it

@@ -380,6 +380,16 @@ def test_safe_trivial_augment_keeps_a_drawing_inside_and_its_polarity():
         assert out[:, 28:36, 28:36].float().mean() > 100  # the middle stays light: no inversion, not shifted out
         corners = torch.cat([out[:, :4, :4].flatten(), out[:, -4:, -4:].flatten()])
         assert corners.float().mean() < 100  # the background stays dark
+    # dark strokes on white paper: what a shift or rotation uncovers is paper, not black bars that read as strokes
+    paper = torch.full((3, 48, 48), 250, dtype=torch.uint8)
+    paper[:, 20:28, 8:40] = 0  # one black stroke across the middle
+    torch.manual_seed(0)
+    for _ in range(200):
+        out = augment(paper)
+        border = torch.cat(
+            [out[:, :2].flatten(), out[:, -2:].flatten(), out[:, :, :2].flatten(), out[:, :, -2:].flatten()]
+        )
+        assert (border < 128).float().mean() < 0.02, "black fill at the border"
 
 
 def test_ink_makes_both_polarities_alike():

@@ -71,8 +71,15 @@ class SafeTrivialAugment(v2.TrivialAugmentWide):
 
     Left out: Solarize and Posterize (strokes and background trade places or merge), Equalize; magnitudes are
     bounded: shifts up to 10% of the side, rotations up to 15 degrees, shears up to 0.2, brightness, colour,
-    contrast and sharpness changes up to 40%.
+    contrast and sharpness changes up to 40%. What a shift, rotation or shear uncovers is filled with the image's
+    background colour (`background`), not black: black bars on white paper read as strokes.
     """
+
+    def forward(self, *inputs: Any) -> Any:
+        image = inputs[0] if len(inputs) == 1 else None
+        if isinstance(image, Tensor) and image.dtype == torch.uint8 and image.dim() >= 3:
+            self._fill = {"others": [float(v) for v in background(image).flatten().tolist()]}  # one value a channel
+        return super().forward(*inputs)
 
     _AUGMENTATION_SPACE = {
         "Identity": (lambda num_bins, height, width: None, False),

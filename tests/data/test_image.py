@@ -640,3 +640,17 @@ def test_training_crops_are_taken_from_the_image_evaluation_sees_in_memory_or_fr
             channel = ["red", "green"].index(data.class_names[item["label"]])
             seen += int(item["image"][channel, :, 0].mean() > 0)  # the class's strip at the left column
     assert seen >= 8 * len(data.splits["train"]) // 4, seen  # kept in about half the crops (it was in none)
+
+
+def test_photos_of_many_sizes_take_their_median_side_not_that_of_a_few_that_match(tmp_path):
+    # 14 photos of sizes all their own and 4 thumbnails of 48x36: img_size 32 ("4 of 18 train images are 48x36"),
+    # every photo shrunk to 32 px
+    for c, name in enumerate(["cat", "dog"]):
+        (tmp_path / name).mkdir()
+        for i in range(7):
+            Image.new("RGB", (160 + 8 * i + c, 120 + 4 * i), color=(40 * c, 10, 200)).save(tmp_path / name / f"{i}.png")
+        for i in range(2):
+            Image.new("RGB", (48, 36), color=(40 * c, 10, 200)).save(tmp_path / name / f"thumb{i}.png")
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.01)
+    data.setup()
+    assert data.img_size == 128 and "the median shorter side of 17 train images of" in data.chosen["data.img_size"][1]

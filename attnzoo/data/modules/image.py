@@ -364,7 +364,8 @@ class ImageDataModule(DataModule):
                         batch)  # fmt: skip
 
     def _common_size(self, data: Dataset) -> tuple[int, str]:
-        """The side of the most common image size (the shorter side, at most 224), and why."""
+        """The shorter side (at most 224) of the size most train images share, or the median shorter side where no
+        size is shared by half of them (photos of many sizes), and why."""
         base, index = (data.dataset, data.indices) if isinstance(data, Subset) else (data, None)
         if isinstance(base, _Tensors):
             return int(base.images.shape[-1]), f"the images are {base.images.shape[-2]}x{base.images.shape[-1]}"
@@ -384,8 +385,16 @@ class ImageDataModule(DataModule):
             with Image.open(path) as img:
                 sizes[oriented_size(img)] += 1
         (w, h), n = sizes.most_common(1)[0]
-        side = min(w, h, 224)
-        why = f"{n} of {len(paths)} train images are {w}x{h}" + (", capped at 224" if min(w, h) > 224 else "")
+        if n * 2 >= len(paths):  # most images share a size: theirs
+            shortest = min(w, h)
+            why = f"{n} of {len(paths)} train images are {w}x{h}"
+        else:  # sizes of every kind (photos): the median shorter side, not that of the few that happen to match
+            sides = sorted(min(size) for size, count in sizes.items() for _ in range(count))
+            shortest = sides[len(sides) // 2]
+            why = (f"the median shorter side of {len(paths)} train images of {len(sizes)} sizes (the most common, "
+                   f"{w}x{h}, {n} of them)")  # fmt: skip
+        side = min(shortest, 224)
+        why += ", capped at 224" if shortest > 224 else ""
         # an 8x8 patch grid needs a multiple of 8; from 64 px one of 32, so its patch is one a conv stem reads, unless
         # the config sets the patch (a side it divides was chosen for it)
         step = 32 if side >= 64 and not isinstance(self.given.get("model.patch_size"), int) else 8

@@ -7,6 +7,7 @@ normalization statistics of its train split, so both always agree on the feature
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from torch.nn import functional as F
 Tensor = torch.Tensor
 
 FEATURE_KINDS = ("fbank", "melspec")
+MELSPEC_FLOOR = 1e-6  # added to mel energies before the log ("fbank": Kaldi's floor, float32's eps)
 
 
 class ClipTooShort(ValueError):
@@ -97,6 +99,12 @@ class LogMel(nn.Module):
         """Frames N for a clip of `num_samples` samples (frames never run past the clip's end)."""
         return max(0, 1 + (num_samples - self.win) // self.hop)
 
+    def silent_frames(self, feats: Tensor) -> Tensor:
+        """Frames [B, N] of features [B, F, N] whose every bin is at the log floor: digital silence, as the zeros a
+        clip shorter than the model's length is padded with give."""
+        floor = math.log(MELSPEC_FLOOR if self.kind == "melspec" else torch.finfo(torch.float32).eps)
+        return (feats <= floor + 1e-3).all(dim=1)
+
     def forward(self, wave: Tensor) -> Tensor:
         if wave.dim() != 2:
             raise ValueError(f"LogMel expects waveforms [B, T], got shape {tuple(wave.shape)}")
@@ -106,7 +114,7 @@ class LogMel(nn.Module):
         with torch.autocast(device_type=wave.device.type, enabled=False):
             wave = wave.float()
             if self.melspec is not None:
-                return (self.melspec(wave) + 1e-6).log()  # [B, F, N]
+                return (self.melspec(wave) + MELSPEC_FLOOR).log()  # [B, F, N]
             feats = torch.func.vmap(self._fbank)(wave)  # [B, N, F]
             return feats.transpose(1, 2)  # [B, F, N]
 

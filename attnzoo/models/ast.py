@@ -76,7 +76,8 @@ class AST(nn.Module):
             own mean over every bin and frame: its loudness goes away, the shape of its spectrum stays) or "clip"
             (subtract each clip's own mean of every mel bin over time, cepstral mean normalization: a microphone's
             colour goes away too, and with it a steady sound's whole spectrum: hum, engines and rain become alike);
-            each then divides by the train split's std.
+            each then divides by the train split's std. A clip's means leave out its frames of digital silence (the
+            zeros a short clip is padded with), so its length does not move its level.
         patch_size: square patch side in bins/frames.
         fstride, tstride: patch strides along frequency and time (< patch_size: overlapping patches).
         embed_dim, depth, num_heads, mlp_ratio: transformer size.
@@ -230,10 +231,13 @@ class AST(nn.Module):
     def features(self, audio: Tensor) -> Tensor:
         """Normalized (and, in training, SpecAugmented) log-mel features [B, F, N]."""
         feats = self.logmel(audio)  # [B, F, N]
-        if self.feature_norm == "clip":
-            center = feats.mean(2, keepdim=True)  # [B, F, 1]
-        elif self.feature_norm == "level":
-            center = feats.mean((1, 2), keepdim=True)  # [B, 1, 1]
+        if self.feature_norm in ("clip", "level"):
+            # the clip's own frames: the zeros a short clip is padded with would pull its level down by its length
+            sound = (~self.logmel.silent_frames(feats)).to(feats.dtype)[:, None]  # [B, 1, N]
+            sound = torch.where(sound.sum(2, keepdim=True) > 0, sound, torch.ones_like(sound))  # silence alone: all
+            center = (feats * sound).sum(2, keepdim=True) / sound.sum(2, keepdim=True)  # [B, F, 1]
+            if self.feature_norm == "level":
+                center = center.mean(1, keepdim=True)  # [B, 1, 1]
         else:
             center = self.feature_mean  # []
         feats = (feats - center) / self.feature_std

@@ -189,6 +189,22 @@ def test_level_normalization_removes_a_gain_and_keeps_a_steady_spectrum_that_cli
     assert apart > 1.0 and (clip.features(hum) - clip.features(hiss)).mean(2).abs().max() < 1e-4
 
 
+@pytest.mark.parametrize("norm", ["level", "clip"])
+def test_a_short_clips_padding_leaves_its_level_alone(norm):
+    # a 0.3 s tone padded with zeros to 1 s was read 1.04 std higher than the same tone lasting 1 s: the padding's
+    # log floor pulled its mean level down, so the level told its length
+    t = torch.arange(RATE) / RATE
+    noise = torch.randn(1, RATE, generator=torch.Generator().manual_seed(0))
+    tone = torch.sin(2 * torch.pi * 1000 * t)[None] * 0.3 + 0.05 * noise  # [1, T]: energy in every bin
+    short = tone * (t < 0.3)  # the same tone for 0.3 s, then the zeros a shorter file is padded with
+    model = tiny(feature_norm=norm).eval()
+    frames = model.logmel.num_frames(int(0.25 * RATE))  # frames inside the tone in both
+    apart = (model.features(short)[..., :frames] - model.features(tone)[..., :frames]).abs().mean()
+    assert apart < 0.2, apart  # the noise of 0.3 s against 1 s; the padding moved every feature by ~25 (std 1)
+    silence = model.features(torch.zeros(1, RATE))  # silence alone: its own level, no division by zero frames
+    assert torch.isfinite(silence).all() and silence.abs().max() < 1e-4
+
+
 @pytest.mark.parametrize("global_pool", ["token", "avg"])
 def test_pooling_choices_train(global_pool):
     model = tiny(global_pool=global_pool).train()

@@ -365,23 +365,21 @@ def ablate(
     if seeds:
         grid.seeds = list(seeds)
     runs = plan(configs, grid, overrides, out)
-    reported = reported_runs(configs, load_grid(grid_path), overrides, out, grid.seeds)
     # one ablation at a time in `out`; its runs/ may be a link (each run checks its own directory)
     with RunLock(out, what="ablation directory", links=("runs",)):
         launcher = launcher or Runner(configs, slots)
-        return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line, reported)
+        return _ablate(configs, grid, grid_path, overrides, out, runs, launcher, skip_failed, command_line)
 
 
-def reported_runs(
-    configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path, running: Sequence[int] = ()
-) -> list[Planned]:
-    """The runs a report of the grid covers: those of the seeds `running` (what a command runs now) and of every seed
-    that ran in `out` (the grid's, and those an earlier --seeds ran beyond them); the grid's seeds when none did.
-    A grid seed no command ran is then no row of missing runs."""
+def reported_runs(configs: Sequence[str | Path], grid: Grid, overrides: Sequence[str], out: Path) -> list[Planned]:
+    """The runs `--report-only` covers: those of every seed that ran in `out` (the grid's, and those an earlier
+    --seeds ran beyond them), the grid's seeds where none did: a grid seed no command ran is no row of missing runs.
+    A `seed=` override of a grid without seeds stays the runs' one seed."""
+    if any(o.startswith("seed=") for o in overrides):
+        return plan(configs, grid, overrides, out)
     wide = copy.copy(grid)  # a grid without seeds: (None), its runs the recipe's seed
-    wide.seeds = sorted(set(grid.seeds or ()) | set(running or ()) | _stored_seeds(out)) or grid.seeds
-    runs = plan(configs, wide, overrides, out)
-    ran = {r.variant.seed for r in runs if r.run_dir.exists() and r.variant.seed is not None} | set(running or ())
+    wide.seeds = sorted(set(grid.seeds or ()) | _stored_seeds(out)) or grid.seeds
+    ran = {r.variant.seed for r in plan(configs, wide, overrides, out) if r.run_dir.exists()} - {None}
     wide.seeds = sorted(ran) if ran else grid.seeds
     return plan(configs, wide, overrides, out)
 
@@ -431,7 +429,6 @@ def _ablate(
     launcher: Launcher,
     skip_failed: bool,
     command_line: str,
-    reported: list[Planned],
 ) -> Path:
     from .report import write_report
 
@@ -443,7 +440,7 @@ def _ablate(
         "axes": {grid.labels[k]: {"key": k, "values": list(v)} for k, v in grid.axes.items()},
         "metric": grid.metric,
         "mode": grid.mode,
-        "variants": variant_records(reported),  # this command's runs, and those of seeds that ran before
+        "variants": variant_records(runs),
         "data_axes": data_axes(grid),  # the report's baseline: one per value of these
     }
     states = {r.variant.id: status(r) for r in runs}  # before ablation.json: a refused plan leaves it as it was

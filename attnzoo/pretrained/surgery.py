@@ -194,7 +194,7 @@ def option_changes(source: Mapping[str, object], target: Mapping[str, object]) -
                     lines.append(f"model.{key}.pattern {_kind(before)!r} of the checkpoint removed; it changes the "
                                  "function")  # fmt: skip
                 continue
-            if _kind(before) == _kind(after) and _resolved(table, before) != _resolved(table, after):
+            if _kind(before) == _kind(after) and _same(_resolved(table, before)) != _same(_resolved(table, after)):
                 lines.append(f"model.{key}.{part}: {_shown(before)} there, {_shown(after)} here; it changes the "
                              "function")  # fmt: skip
         for switch in SWITCHES:
@@ -222,6 +222,13 @@ def _resolved(table: Mapping[str, type], spec: object) -> dict[str, object]:
         if p.default is not p.empty and p.kind is not p.VAR_KEYWORD
     }
     return {**defaults, **given}
+
+
+def _same(options: Mapping[str, object]) -> str:
+    """Options as JSON, so that a list and a tuple default of the same items compare equal (global_tokens [0])."""
+    import json
+
+    return json.dumps(options, sort_keys=True, default=str)
 
 
 def _shown(spec: object) -> str:

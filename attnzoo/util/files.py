@@ -42,8 +42,10 @@ def read_json_object(path: Path) -> dict[str, Any]:
     ValueError saying why not: unreadable, no JSON, nested too deep for the parser, or no object."""
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-        raise ValueError(f"cannot be read as JSON ({type(err).__name__})") from None
+    except RecursionError:
+        raise ValueError("cannot be read as JSON (RecursionError: nested too deep)") from None
+    except (OSError, ValueError) as err:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"cannot be read as JSON ({type(err).__name__}: {str(err)[:200]})") from None
     if not isinstance(value, dict):
         raise ValueError(f"holds no JSON object (a {type(value).__name__})")
     return value

@@ -390,6 +390,11 @@ def test_safe_trivial_augment_keeps_a_drawing_inside_and_its_polarity():
             [out[:, :2].flatten(), out[:, -2:].flatten(), out[:, :, :2].flatten(), out[:, :, -2:].flatten()]
         )
         assert (border < 128).float().mean() < 0.02, "black fill at the border"
+    # the fill is each call's own: a batch, a float image or a PIL grey image after a colour one work as before
+    for _ in range(20):
+        assert augment(paper.expand(4, -1, -1, -1)).shape == (4, 3, 48, 48)  # 12 border colours were 12 fills
+        assert augment(torch.full((3, 8, 8), 0.5)).max() <= 1.0  # a float image took the last uint8 image's 250
+        assert augment(Image.new("L", (8, 8), 200)).mode == "L"  # one channel took three fills
 
 
 def test_ink_makes_both_polarities_alike():
@@ -654,3 +659,23 @@ def test_photos_of_many_sizes_take_their_median_side_not_that_of_a_few_that_matc
     data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.01)
     data.setup()
     assert data.img_size == 128 and "the median shorter side of 17 train images of" in data.chosen["data.img_size"][1]
+
+
+def test_drawings_are_told_from_photos_alike_in_memory_and_read_from_disk(tmp_path, monkeypatch):
+    # read from disk, the inspection looked at the originals (not resized as training sees them): scans of drawings
+    # on grainy paper were "photographs" there (crop scale 0.5) and drawings in memory (0.8)
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(["ring", "bar"]):
+        (tmp_path / name).mkdir()
+        for i in range(6):
+            pixels = np.clip(200 + rng.normal(0, 40, (480, 640, 3)), 0, 255).astype(np.uint8)  # grainy paper
+            pixels[200 + 10 * i : 260 + 10 * i, 100 + 80 * c : 400 + 80 * c] = 0  # a dark stroke
+            Image.fromarray(pixels).save(tmp_path / name / f"{i}.png")
+    chosen = {}
+    for on_disk in (False, True):
+        monkeypatch.setattr("attnzoo.data.modules.image.MEMORY_BYTES", 0 if on_disk else 2**30)
+        data = ImageDataModule(dataset="folder", root=str(tmp_path), val_fraction=0.2, augment="auto",
+                               crop_scale="auto", trivial_augment="auto", ink="auto")  # fmt: skip
+        data.setup()
+        chosen[on_disk] = data.crop_scale
+    assert chosen[True] == chosen[False] == 0.8

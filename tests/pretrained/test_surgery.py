@@ -287,3 +287,6 @@ def test_a_part_of_the_checkpoints_attention_removed_or_given_other_options_is_n
                     source="run", options=source,
                     target={"attention": {**before, "rotary": {"kind": "rope", "base": 10000.0}}})  # fmt: skip
     assert same.attention == []  # rope's default base, spelled out: the same function
+    bigbird = {"kind": "bigbird", "window": 8, "global_tokens": [0]}  # the default global tokens (0,), as a list
+    assert surgery.option_changes({"attention": {"pattern": bigbird}},
+                                  {"attention": {"pattern": {"kind": "bigbird", "window": 8}}}) == []  # fmt: skip

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import PIL.Image
 import torch
 from torchvision.transforms import v2
 
@@ -75,11 +76,15 @@ class SafeTrivialAugment(v2.TrivialAugmentWide):
     background colour (`background`), not black: black bars on white paper read as strokes.
     """
 
-    def forward(self, *inputs: Any) -> Any:
-        image = inputs[0] if len(inputs) == 1 else None
-        if isinstance(image, Tensor) and image.dtype == torch.uint8 and image.dim() >= 3:
-            self._fill = {"others": [float(v) for v in background(image).flatten().tolist()]}  # one value a channel
-        return super().forward(*inputs)
+    def _apply_image_or_video_transform(
+        self, image: Any, transform_id: str, magnitude: float, interpolation: Any, fill: dict[Any, Any]
+    ) -> Any:
+        pixels = v2.functional.pil_to_tensor(image) if isinstance(image, PIL.Image.Image) else image
+        if isinstance(pixels, Tensor) and pixels.dtype == torch.uint8 and pixels.dim() >= 3:
+            colour = background(pixels).flatten(-3)  # [..., C]: per image (of a batch), per channel
+            colour = colour.reshape(-1, colour.shape[-1]).median(0).values  # [C]: one fill a call takes
+            fill = {"others": [float(v) for v in colour.tolist()]}  # this call's, never kept on the transform
+        return super()._apply_image_or_video_transform(image, transform_id, magnitude, interpolation, fill)
 
     _AUGMENTATION_SPACE = {
         "Identity": (lambda num_bins, height, width: None, False),

@@ -65,8 +65,7 @@ class MaskedLMTask(_SequenceTask):
 
     def _evaluate(self, batch: dict[str, Tensor], split: str) -> None:
         logits, labels = self._predict(batch)  # [N, V], [N]
-        n = batch["tokens"].shape[0]
-        self.log(f"{split}/loss", sequence_loss(logits[None], labels[None]), sync_dist=True, batch_size=n)
+        self._logged_eval_loss(split, logits[None], labels[None])
         self.ppl[split].update(logits[None].float(), labels[None])
         self.acc[split].update((logits.argmax(-1) == labels).float())
 

@@ -101,6 +101,14 @@ class _SequenceTask(L.LightningModule):
         """The names this task logs during fit (what `run.monitor` may name)."""
         return ["train/loss", "val/loss", *(f"val/{m}" for m in self.metric_names)]
 
+    def _logged_eval_loss(self, split: str, logits: Tensor, labels: Tensor) -> None:
+        """The split's loss, logged as the mean over its labelled tokens (each batch weighted by its token count:
+        by its sentence count, batches of short and of long sentences weighed alike, and the loss moved with
+        data.eval_batch_size)."""
+        tokens = int((labels != IGNORE_INDEX).sum())
+        if tokens:  # a batch without a labelled token adds nothing (its mean would be nan)
+            self.log(f"{split}/loss", sequence_loss(logits, labels), sync_dist=True, batch_size=tokens)
+
     def _logged_train_loss(self, loss: Tensor, batch_size: int) -> Tensor:
         """`loss`, logged as the step's train/loss: the mean over DDP processes (each sees its part of the batch)."""
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, sync_dist=True, batch_size=batch_size)
@@ -280,7 +288,7 @@ class Seq2SeqTask(_SequenceTask):
     def _evaluate(self, batch: dict[str, Any], split: str) -> None:
         n = batch["src"].shape[0]
         logits = self.net(**self.net_inputs(batch))
-        self.log(f"{split}/loss", sequence_loss(logits, batch["labels"]), sync_dist=True, batch_size=n)
+        self._logged_eval_loss(split, logits, batch["labels"])
         beam = 1 if split == "val" else self.beam_size
         ids = self.translate(batch["src"], batch["src_padding_mask"], beam_size=beam)
         data = self._text()
@@ -437,8 +445,7 @@ class LanguageModelTask(_SequenceTask):
 
     def _evaluate(self, batch: dict[str, Tensor], split: str) -> None:
         logits = self.net(**self.net_inputs(batch))  # [B, L, V]
-        n = batch["tokens"].shape[0]
-        self.log(f"{split}/loss", sequence_loss(logits, batch["labels"]), sync_dist=True, batch_size=n)
+        self._logged_eval_loss(split, logits, batch["labels"])
         self.ppl[split].update(logits.float(), batch["labels"])
 
     def _epoch_end(self, split: str) -> None:

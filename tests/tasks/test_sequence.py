@@ -154,6 +154,31 @@ def test_perplexity_is_exp_of_the_mean_token_loss_and_a_sample_is_written(tmp_pa
     assert sample["prompt"] == "the cat" and sample["sample"].startswith("the cat")
 
 
+def test_the_eval_loss_is_the_mean_over_tokens_whatever_the_batches(tmp_path):
+    # each batch's mean was weighted by its sentence count: batches of short and of long sentences weighed alike,
+    # and a translation run's test/loss moved from 0.58 to 0.69 with data.eval_batch_size (exp(loss) != ppl)
+    data = WordData()
+    net = CausalLM(vocab_size=len(WORDS), max_len=16, dim=16, depth=1, num_heads=2)
+    task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=16, prompt="the", sample_tokens=1)
+    whole = {
+        "tokens": data.batch["tgt_in"],
+        "labels": data.batch["labels"],
+        "padding_mask": data.batch["tgt_padding_mask"],
+    }
+    short = data.batch["labels"][:1].clone()
+    short[0, 3:] = -100  # the first sentence cut to 3 labelled tokens: a batch of few tokens beside one of many
+    parts = [{**{k: v[:1] for k, v in whole.items()}, "labels": short}, {k: v[1:] for k, v in whole.items()}]
+    data.val_dataloader = lambda: DataLoader(parts, batch_size=None)
+    task.examples_dir = tmp_path
+    (metrics,) = _trainer(tmp_path).validate(task, datamodule=data, verbose=False)
+    with torch.no_grad():
+        logits = net.eval()(whole["tokens"])
+    labels = torch.cat([short, whole["labels"][1:]])
+    expected = float(sequence_loss(logits, labels))  # one mean over every labelled token of the split
+    assert metrics["val/loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["val/ppl"] == pytest.approx(math.exp(expected), rel=1e-4)
+
+
 def test_lm_generation_is_greedy_at_temperature_zero_and_stops_at_the_context_length():
     net = CausalLM(vocab_size=len(WORDS), max_len=8, dim=16, depth=1, num_heads=2).eval()
     task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=8, temperature=0.0)

@@ -88,10 +88,11 @@ def fit_translation_memory(data: Any, *, deadline: float | None = None) -> dict[
             hyps, _ = nearest_targets(train, [s for s, _ in pairs], deadline=deadline)
             _check(deadline, f"scoring {split}")
             chrf = split == "test" or "test" not in splits
-            refs = [t for _, t in pairs]
+            scored = getattr(data, "scored", str.strip)  # both sides as the model's are scored (NFKC)
+            hyps, refs = [scored(h) for h in hyps], [scored(t) for _, t in pairs]
             for name, value in translation_scores(hyps, refs, chrf=chrf, tokenize=tokenize).items():
                 result[f"{split}/{name}"] = value
-            result[f"{split}/exact"] = sum(h == t for h, (_, t) in zip(hyps, pairs, strict=True)) / len(pairs)
+            result[f"{split}/exact"] = sum(h == t for h, t in zip(hyps, refs, strict=True)) / len(pairs)
     result["seconds"] = time.perf_counter() - start
     shown = ", ".join(f"{k} {result[k]:.2f}" for k in ("val/bleu", "test/bleu") if k in result)
     log.info("baseline: translation memory (nearest train source by %s): %s", result["features"], shown)

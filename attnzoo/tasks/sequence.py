@@ -293,7 +293,8 @@ class Seq2SeqTask(_SequenceTask):
         ids = self.translate(batch["src"], batch["src_padding_mask"], beam_size=beam)
         data = self._text()
         hyps = [data.decode(row) for row in ids]
-        refs = [[t] for t in batch["tgt_text"]]
+        scored = getattr(data, "scored", str.strip)  # references as the tokenizer normalizes text (NFKC)
+        refs = [[scored(t)] for t in batch["tgt_text"]]
         self.bleu[split].update(hyps, refs)
         self.chrf[split].update(hyps, refs)
         want = self.num_examples - len(self._kept)

@@ -475,3 +475,20 @@ def test_a_tatoeba_export_read_at_the_default_columns_is_refused_naming_the_colu
     assert read_pairs(words, PairFormat()).pairs[3] == ("3", "number 3")
     words = _write(tmp_path / "numerals.tsv", b"".join(f"{i}\tnumber {i}\tnombre {i}\n".encode() for i in range(30)))
     assert read_pairs(words, PairFormat(src_column=0, tgt_column=2)).pairs[3] == ("3", "nombre 3")
+
+
+def test_translations_are_scored_against_references_as_the_tokenizer_normalizes_text(tmp_path):
+    # NFKC wrote "…" as "...", "²" as "2" and no-break spaces as spaces: a perfect translation scored BLEU 57 against
+    # the raw references, while the translation memory, answering with raw train targets, was not penalized
+    from attnzoo.run.translation_memory import fit_translation_memory, translation_scores
+
+    targets = [f"Attends\u00a0{i}… 5 m² bitte\u202fjetzt" for i in range(40)]
+    train = _write(tmp_path / "train.tsv", [f"wait {i} please\t{t}" for i, t in enumerate(targets)])
+    test = _write(tmp_path / "test.tsv", [f"wait {i} please\t{targets[i]}" for i in range(5)])
+    dm = TranslationDataModule(train=str(train), val=str(test), test=str(test), tokenizer="bpe", vocab_size=200)
+    dm.setup()
+    refs = [tgt for _, tgt in dm.baseline_pairs("test")]
+    hyps = [dm.decode(dm.tokenizer.encode(t)) for t in refs]  # what a model writing each reference decodes to
+    assert hyps[0] != refs[0]  # the raw text holds what NFKC changes
+    assert translation_scores(hyps, [dm.scored(t) for t in refs])["bleu"] == pytest.approx(100.0)
+    assert fit_translation_memory(dm)["test/exact"] == 1.0  # the memory's exact matches, normalized alike

@@ -135,15 +135,18 @@ def test_translate_greedy_and_beam_return_generated_ids():
         assert ids.shape[0] == 3 and ids.dtype == torch.long and ids.shape[1] <= 16
 
 
+def _lm(data: WordData, prompt: str, sample_tokens: int) -> tuple[CausalLM, LanguageModelTask, dict]:
+    """A small LM, its task, and the word data's targets as one LM batch."""
+    net = CausalLM(vocab_size=len(WORDS), max_len=16, dim=16, depth=1, num_heads=2)
+    task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=16, prompt=prompt,
+                             sample_tokens=sample_tokens)  # fmt: skip
+    names = {"tokens": "tgt_in", "labels": "labels", "padding_mask": "tgt_padding_mask"}
+    return net, task, {key: data.batch[name] for key, name in names.items()}
+
+
 def test_perplexity_is_exp_of_the_mean_token_loss_and_a_sample_is_written(tmp_path):
     data = WordData()
-    net = CausalLM(vocab_size=len(WORDS), max_len=16, dim=16, depth=1, num_heads=2)
-    task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=16, prompt="the cat", sample_tokens=4)
-    batch = {
-        "tokens": data.batch["tgt_in"],
-        "labels": data.batch["labels"],
-        "padding_mask": data.batch["tgt_padding_mask"],
-    }
+    net, task, batch = _lm(data, "the cat", 4)
     data.val_dataloader = lambda: DataLoader([batch], batch_size=None)
     task.examples_dir = tmp_path
     (metrics,) = _trainer(tmp_path).validate(task, datamodule=data, verbose=False)
@@ -158,13 +161,7 @@ def test_the_eval_loss_is_the_mean_over_tokens_whatever_the_batches(tmp_path):
     # each batch's mean was weighted by its sentence count: batches of short and of long sentences weighed alike,
     # and a translation run's test/loss moved from 0.58 to 0.69 with data.eval_batch_size (exp(loss) != ppl)
     data = WordData()
-    net = CausalLM(vocab_size=len(WORDS), max_len=16, dim=16, depth=1, num_heads=2)
-    task = LanguageModelTask(net=net, pad_id=PAD, bos_id=BOS, eos_id=EOS, max_len=16, prompt="the", sample_tokens=1)
-    whole = {
-        "tokens": data.batch["tgt_in"],
-        "labels": data.batch["labels"],
-        "padding_mask": data.batch["tgt_padding_mask"],
-    }
+    net, task, whole = _lm(data, "the", 1)
     short = data.batch["labels"][:1].clone()
     short[0, 3:] = -100  # the first sentence cut to 3 labelled tokens: a batch of few tokens beside one of many
     parts = [{**{k: v[:1] for k, v in whole.items()}, "labels": short}, {k: v[1:] for k, v in whole.items()}]

@@ -2,8 +2,9 @@
 its kin) or a byte-level BPE `vocab.json` + `merges.txt` (RoBERTa, BART, GPT-2), as older `transformers` versions and
 many shared checkpoints save it. Read into a `tokenizers.Tokenizer` built as `transformers` builds its tokenizer from
 the same files, with the settings of the folder's `tokenizer_config.json` and `special_tokens_map.json`
-(`do_lower_case`, `strip_accents`, `tokenize_chinese_chars`, `add_prefix_space`, the special tokens' names). Reading
-runs no code: the files are text and JSON.
+(`do_lower_case`, `strip_accents`, `tokenize_chinese_chars`, `add_prefix_space`, `add_bos_token`, the special tokens
+and `added_tokens_decoder` with their options); ids tested equal to `transformers`'. Reading runs no code: the files
+are text and JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ BPE_CLASSES = {"RobertaTokenizer": "roberta", "BartTokenizer": "roberta", "GPT2T
 # tokenizer_config.json's tokenizer_class that a vocab.txt is read for: BERT's WordPiece, [CLS] text [SEP]
 WORDPIECE_CLASSES = {"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "MobileBertTokenizer",
                      "SqueezeBertTokenizer", "LayoutLMTokenizer"}  # fmt: skip
-# tokenizer_config.json keys that only the `transformers` tokenizer class uses (no token is split otherwise)
+# the special tokens a folder's settings may name (added as special tokens: never split, left out of decoded text)
 SPECIAL_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "bos_token", "eos_token")
 TOKEN_OPTIONS = ("lstrip", "rstrip", "single_word", "normalized")  # an AddedToken's, as transformers saves them
 OPTIONS = "__token_options__"  # `_settings`' key for the options of the special tokens it names

@@ -88,8 +88,7 @@ def fit_translation_memory(data: Any, *, deadline: float | None = None) -> dict[
             hyps, _ = nearest_targets(train, [s for s, _ in pairs], deadline=deadline)
             _check(deadline, f"scoring {split}")
             chrf = split == "test" or "test" not in splits
-            scored = getattr(data, "scored", str.strip)  # both sides as the model's are scored (NFKC)
-            hyps, refs = [scored(h) for h in hyps], [scored(t) for _, t in pairs]
+            hyps, refs = [data.scored(h) for h in hyps], [data.scored(t) for _, t in pairs]  # as the model's (NFKC)
             for name, value in translation_scores(hyps, refs, chrf=chrf, tokenize=tokenize).items():
                 result[f"{split}/{name}"] = value
             result[f"{split}/exact"] = sum(h == t for h, t in zip(hyps, refs, strict=True)) / len(pairs)

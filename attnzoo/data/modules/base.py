@@ -17,8 +17,8 @@ A DataModule is a LightningDataModule (dataloaders of dict batches) that, once `
 - `baseline_features(split)`: the split's inputs and labels for the classical baseline (`attnzoo.run.baseline`),
   or None for a split the data does not have; or, for data whose targets are text (translation),
   `baseline_pairs(split)`: its (source, target) pairs for the translation-memory baseline
-  (`attnzoo.run.translation_memory`), scored with BLEU of `bleu_tokenize` words. `baseline_kind()` says which one a
-  DataModule gives.
+  (`attnzoo.run.translation_memory`), scored with BLEU of `bleu_tokenize` words on texts as `scored(text)` gives
+  them (the tokenizer's normalization). `baseline_kind()` says which one a DataModule gives.
 
 The defaults below are for data that proposes nothing, saves nothing and has no baseline.
 """
@@ -156,6 +156,10 @@ class DataModule(L.LightningDataModule):
     def baseline_pairs(self, split: str) -> list[tuple[str, str]] | None:
         """(source, target) pairs of `split` for the translation-memory baseline; None: no such split."""
         raise ValueError(f"{type(self).__name__} has no translation-memory baseline; set run.baseline=false")
+
+    def scored(self, text: str) -> str:
+        """A target text as translations are scored against it (a tokenizer's normalization); here, stripped."""
+        return text.strip()
 
 
 def save_class_names(run_dir: str | Path, class_names: Sequence[str], source: str, **extra: Any) -> Path:

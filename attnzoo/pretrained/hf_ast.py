@@ -49,6 +49,11 @@ def options_from_config(config: dict, extractor: dict[str, Any], path: Path) -> 
     dim, inner = config_value(config, "hidden_size", 768), config_value(config, "intermediate_size", 3072)
     if int(dim * (inner / dim)) != inner:
         raise refuse(path, "intermediate_size", inner, f"not reachable as int(hidden_size * mlp_ratio), {dim}")
+    patch = config_value(config, "patch_size", 16)
+    for key in ("frequency_stride", "time_stride"):
+        stride = config_value(config, key, 10)
+        if not 1 <= stride <= patch:  # the model's own check named fstride/tstride, not the file or the key
+            raise refuse(path, key, stride, f"a patch stride is in [1, patch_size={patch}]")
     normalize = bool(extractor["do_normalize"])
     hidden_drop = config_value(config, "hidden_dropout_prob", 0.0)
     return dict(
@@ -58,7 +63,7 @@ def options_from_config(config: dict, extractor: dict[str, Any], path: Path) -> 
         feature_mean=float(extractor["mean"]) + KALDI_SCALE_SHIFT if normalize else KALDI_SCALE_SHIFT,
         feature_std=2.0 * float(extractor["std"]) if normalize else 1.0,
         feature_norm="dataset",  # the extractor's one mean and std for every clip (a fit would choose per clip)
-        patch_size=config_value(config, "patch_size", 16),
+        patch_size=patch,
         fstride=config_value(config, "frequency_stride", 10),
         tstride=config_value(config, "time_stride", 10),
         embed_dim=dim,

@@ -84,6 +84,11 @@ def test_wrong_checkpoints_name_file_and_tensor(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
     with pytest.raises(ValueError, match="hidden_act='relu' is not supported"):
         hf_ast.convert(tmp_path)
+    # a stride above the patch: "fstride (10) and tstride (10) must be in [1, patch_size=8]", no file or key named
+    (tmp_path / "config.json").write_text(json.dumps({**config, "patch_size": 8}))
+    with pytest.raises(ValueError, match=r"config\.json'\: frequency_stride=10 is not supported \(a patch stride is in "
+                       r"\[1, patch_size=8\]\)"):  # fmt: skip
+        hf_ast.convert(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "vit"}))
     assert not hf_ast.matches(tmp_path)
 

@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.seeds:  # the seeds asked for
                     grid.seeds = args.seeds
                     runs = plan(args.config, grid, args.overrides, out)
-                else:  # every seed that ran, as the report of a run covers them
+                else:  # every seed that ran in the ablation (a run's own report covers its command's seeds)
                     runs = reported_runs(args.config, grid, args.overrides, out)
                 check_reported(runs)
                 variants = variant_records(runs)

@@ -13,11 +13,12 @@ Notation: B batch, H query heads, Hkv key/value heads, L tokens, D head dim.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
+
+from ..util.checks import finite_number
 
 Tensor = torch.Tensor
 
@@ -39,7 +40,7 @@ def inverse_frequencies(channels: int, base: float) -> Tensor:
 def check_base(base: Any) -> float:
     """`base` as a float; ValueError unless it is a finite number > 1 (0 or less gives infinite or complex
     frequencies, nan angles; 1 gives every channel pair the same angle 0)."""
-    if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < math.inf:
+    if not finite_number(base) or base <= 1:
         raise ValueError(f"rotary base must be a finite number > 1 (RoFormer: 10000), got {base!r}")
     return float(base)
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .steps import Decodes, Steps, check_token_id, finite_number, prepare
+from ..util.checks import finite_number
+from .steps import Decodes, Steps, check_token_id, prepare
 
 Tensor = torch.Tensor
 

@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from .steps import Decodes, Steps, check_token_id, finite_number, prepare
+from ..util.checks import finite_number
+from .steps import Decodes, Steps, check_token_id, prepare
 
 Tensor = torch.Tensor
 

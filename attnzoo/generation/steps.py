@@ -6,7 +6,6 @@ Notation: B inputs, N rows (B, or B * beams), S source tokens, P prompt tokens, 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -155,11 +154,6 @@ def prepare(
         raise ValueError(f"the prompt has {prompt.shape[1]} tokens; the model reads at most {limit} (max_len)")
     room = limit - prompt.shape[1] + 1 if isinstance(limit, int) else max_new_tokens
     return memory, src_padding_mask, prompt, min(max_new_tokens, room)
-
-
-def finite_number(value: object) -> bool:
-    """An int or float (not a bool) that is finite: what a temperature or a length penalty must be."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_token_id(name: str, value: int | None, vocab: int) -> None:

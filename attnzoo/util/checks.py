@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -10,6 +11,11 @@ def at_least(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} ({value!r}) must be an int >= {low}")
     return value
+
+
+def finite_number(value: Any) -> bool:
+    """Whether `value` is an int or float (not a bool) that is finite: a rate, a temperature, a constant."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def divisors(n: int) -> str:

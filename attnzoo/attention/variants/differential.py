@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...util.checks import finite_number
 from ..attention import Attention, Call
 from ..backends import attend
 
@@ -68,9 +69,7 @@ class DifferentialAttention(Attention):
             )
         if isinstance(layer_index, bool) or not isinstance(layer_index, int) or layer_index < 0:
             raise ValueError(f"layer_index must be an int >= 0, got {layer_index!r}")
-        if lambda_init is not None and (
-            isinstance(lambda_init, bool) or not isinstance(lambda_init, int | float) or not math.isfinite(lambda_init)
-        ):
+        if lambda_init is not None and not finite_number(lambda_init):
             raise ValueError(f"lambda_init must be a finite number or None (by layer), got {lambda_init!r}")
         self.lambda_init = lambda_init_of(layer_index) if lambda_init is None else float(lambda_init)
         d = head_dim // 2

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ...util.checks import finite_number
 from ..attention import Attention
 from ..backends import Transform
 
@@ -83,7 +84,7 @@ class SigmoidAttention(Attention):
                     f"sequence; attnzoo's models pass it) as a positive int, or b itself; got seq_len={seq_len!r}"
                 )
             b = -math.log(seq_len)
-        elif isinstance(b, bool) or not isinstance(b, int | float) or not math.isfinite(b):
+        elif not finite_number(b):
             raise ValueError(f"b must be a finite number, got {b!r}")
         super().__init__(dim, num_heads, **kwargs)
         self.b = float(b)

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from torch.utils.data import Sampler
@@ -61,8 +63,9 @@ class ResumeDataPosition(L.Callback):
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return {"rng": rng}
         ranks: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, _tensors_as_lists(rng))  # tensors inside fail to unpickle there (torch 2.14)
-        return {"rng": rng, "rng_ranks": [_lists_as_tensors(state) for state in ranks]}
+        # as numpy arrays: tensors inside an object fail to unpickle in all_gather_object (torch 2.14)
+        dist.all_gather_object(ranks, apply_to_collection(rng, torch.Tensor, lambda t: t.cpu().numpy()))
+        return {"rng": rng, "rng_ranks": [apply_to_collection(r, np.ndarray, torch.from_numpy) for r in ranks]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._rng, self._ranks = state.get("rng"), state.get("rng_ranks")
@@ -140,28 +143,6 @@ class ResumeDataPosition(L.Callback):
         if trainer.is_global_zero:  # each DDP process skips its own batches; one line says so
             log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
         return True
-
-
-def _tensors_as_lists(value: Any) -> Any:
-    """`value` with every tensor inside it (in dicts, lists, tuples) as ("tensor", dtype name, values as a list)."""
-    if isinstance(value, torch.Tensor):
-        return ("tensor", str(value.dtype).removeprefix("torch."), value.cpu().tolist())
-    if isinstance(value, dict):
-        return {key: _tensors_as_lists(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_tensors_as_lists(item) for item in value)
-    return value
-
-
-def _lists_as_tensors(value: Any) -> Any:
-    """The inverse of `_tensors_as_lists`."""
-    if isinstance(value, tuple) and len(value) == 3 and value[0] == "tensor" and isinstance(value[1], str):
-        return torch.tensor(value[2], dtype=getattr(torch, value[1]))
-    if isinstance(value, dict):
-        return {key: _lists_as_tensors(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_lists_as_tensors(item) for item in value)
-    return value
 
 
 def _new_iterator(trainer: L.Trainer) -> None:

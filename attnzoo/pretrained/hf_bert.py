@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .converted import Converted, read_hf_config, read_weights
+from .family import take as family_take
 from .family import weights_name
 
 READS = "a Hugging Face bert or roberta folder"
@@ -134,7 +135,6 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
     options = _options(cfg, family, path / "config.json", starts)
     rows = options["max_len"] + (0 if starts else 1)
     hf = _renamed(read_weights(path))
-    used: set[str] = set()
     weights = weights_name(path)
     dim, hidden = options["dim"], int(cfg["intermediate_size"])
     # [out, in] of each dense layer of an encoder layer (a LayerNorm's: [C]); its bias: [out]
@@ -148,17 +148,9 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
     }
 
     def take(key: str, shape: tuple[int, ...]) -> torch.Tensor:
-        """The checkpoint's tensor `key` of the `shape` config.json implies; ValueError naming the file and tensor (a
-        k/v of half the rows loaded as grouped-query heads, a longer position table was cut without a word)."""
-        if key not in hf:
-            raise ValueError(f"{weights}: tensor {key!r} is missing (expected a {family} encoder)")
-        if tuple(hf[key].shape) != shape:
-            raise ValueError(
-                f"{weights}: tensor {key!r} has shape {list(hf[key].shape)}, but config.json implies {list(shape)} "
-                "(a checkpoint of another architecture or size?)"
-            )
-        used.add(key)
-        return hf[key]
+        # popped, shape checked against config.json (a k/v of half the rows loaded as grouped-query heads, a longer
+        # position table was cut without a word): what is left over is what the converter drops
+        return family_take(hf, key, shape, weights)
 
     def layer_part(layer: int, name: str, part: str) -> torch.Tensor:
         shape = dense.get(name, (dim,))
@@ -205,7 +197,7 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
         state["head.weight"] = take("classifier.out_proj.weight", (classes, dim))
         state["head.bias"] = take("classifier.out_proj.bias", (classes,))
         options["num_classes"] = classes
-    left = sorted(k for k in hf if k not in used and not k.endswith("position_ids"))
+    left = sorted(k for k in hf if not k.endswith("position_ids"))
     deeper = [k for k in left if k.startswith("encoder.layer.")]
     if deeper:  # config.json of another checkpoint, or one edited: the weights are not the model it describes
         raise ValueError(

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..util.files import compressed, unfinished
+from ..util.files import compressed, read_json_object, unfinished
 
 # a Hugging Face directory's weights, one file or an index of shards (`save_pretrained(max_shard_size=...)`)
 WRAPPERS = ("state_dict", "model")  # keys a checkpoint file may hold its tensors under
@@ -63,29 +63,26 @@ class Converted(NamedTuple):
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
-    """`config.json` of a Hugging Face model directory; ValueError naming the file when it is missing or broken."""
+    """`config.json` of a Hugging Face model directory; ValueError naming the file when it is missing, broken or no
+    JSON object."""
     file = Path(path) / "config.json"
     if not file.is_file():
         raise ValueError(f"{str(path)!r} is not a Hugging Face model directory (no config.json)")
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
+    return _json_config(file)
 
 
 def read_preprocessor_config(path: str | Path) -> dict[str, Any] | None:
     """A Hugging Face directory's `preprocessor_config.json` (its feature extractor or image processor), None when it
     has none; ValueError naming the file when it cannot be read as a JSON object."""
     file = Path(path) / "preprocessor_config.json"
-    if not file.is_file():
-        return None
+    return _json_config(file) if file.is_file() else None
+
+
+def _json_config(file: Path) -> dict[str, Any]:
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{str(file)!r}: not a readable JSON config ({err})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{str(file)!r}: not a JSON object")
-    return config
+        return read_json_object(file)
+    except ValueError as err:
+        raise ValueError(f"{str(file)!r}: {err}") from None
 
 
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:

@@ -24,13 +24,23 @@ from typing import Any
 import torch
 
 from .converted import Converted, read_hf_config, read_weights
+from .family import config_value, weights_name
 from .family import take as family_take
-from .family import weights_name
 
 READS = "a Hugging Face bert or roberta folder"
 log = logging.getLogger("attnzoo")
 
 FAMILIES = {"bert": "[CLS]", "roberta": "<s>"}  # model_type -> the token whose embedding starts a sequence
+PAD_IDS = {"bert": 0, "roberta": 1}  # model_type -> transformers' pad_token_id when config.json states none
+# what transformers' BertConfig / RobertaConfig take for a key config.json leaves out
+DEFAULTS = {
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 512,
+}
 NO_TOKENIZER = "tokenizer.json, vocab.txt or vocab.json + merges.txt"  # what a folder without its tokenizer lacks
 PREFIXES = ("bert.", "roberta.")  # the encoder's prefix in *For{SequenceClassification,MaskedLM,...} checkpoints
 
@@ -88,19 +98,22 @@ def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict
     positions = cfg.get("position_embedding_type", "absolute")
     if positions != "absolute":
         raise ValueError(f"{file}: position_embedding_type {positions!r} is not supported (only 'absolute')")
-    dim, hidden = cfg["hidden_size"], cfg["intermediate_size"]
+    dim, hidden = _value(cfg, "hidden_size"), _value(cfg, "intermediate_size")
     ratio = hidden / dim
     if int(dim * ratio) != hidden:
         raise ValueError(f"{file}: intermediate_size {hidden} is no whole multiple of hidden_size {dim}'s ratio")
-    pad_id = cfg.get("pad_token_id", 0) or 0
+    pad_id = cfg.get("pad_token_id", PAD_IDS[family])
+    if family == "roberta" and not isinstance(pad_id, int):  # RoBERTa numbers its positions from it
+        raise ValueError(f"{file}: pad_token_id {pad_id!r}: a roberta config needs an integer (RoBERTa's: 1)")
+    pad_id = pad_id if isinstance(pad_id, int) else 0  # BERT's positions do not depend on it
     first = pad_id + 1 if family == "roberta" else 0  # the position row of a sequence's first token
     return {
-        "vocab_size": cfg["vocab_size"],
+        "vocab_size": _value(cfg, "vocab_size"),
         "pad_id": pad_id,
-        "max_len": cfg["max_position_embeddings"] - first - (0 if starts else 1),  # a prepended cls takes a row
+        "max_len": _value(cfg, "max_position_embeddings") - first - (0 if starts else 1),  # a prepended cls takes a row
         "dim": dim,
-        "depth": cfg["num_hidden_layers"],
-        "num_heads": cfg["num_attention_heads"],
+        "depth": _value(cfg, "num_hidden_layers"),
+        "num_heads": _value(cfg, "num_attention_heads"),
         "mlp_ratio": ratio,
         "drop_rate": float(cfg.get("hidden_dropout_prob", 0.1)),  # fills an auto model.drop_rate (run/start.py)
         "position": "learned",
@@ -111,6 +124,11 @@ def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict
         "embed_norm": True,
         "attention": {"qkv_bias": True},
     }
+
+
+def _value(cfg: dict[str, Any], key: str) -> Any:
+    """`cfg[key]`, or transformers' default for BERT and RoBERTa when config.json leaves it out."""
+    return config_value(cfg, key, DEFAULTS[key])
 
 
 def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -136,7 +154,7 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
     rows = options["max_len"] + (0 if starts else 1)
     hf = _renamed(read_weights(path))
     weights = weights_name(path)
-    dim, hidden = options["dim"], int(cfg["intermediate_size"])
+    dim, hidden = options["dim"], int(_value(cfg, "intermediate_size"))
     # [out, in] of each dense layer of an encoder layer (a LayerNorm's: [C]); its bias: [out]
     dense = {
         "attention.self.query": (dim, dim),
@@ -158,7 +176,7 @@ def convert(path: str | Path, tokenizer: str | Path | None = None) -> Converted:
 
     first = options["pad_id"] + 1 if family == "roberta" else 0
     words = take("embeddings.word_embeddings.weight", (options["vocab_size"], dim))  # [V, C]
-    table = take("embeddings.position_embeddings.weight", (int(cfg["max_position_embeddings"]), dim))  # [P, C]
+    table = take("embeddings.position_embeddings.weight", (int(_value(cfg, "max_position_embeddings")), dim))  # [P, C]
     state = {
         "embed.weight": words,
         "pos_embed.table": table[first : first + rows].unsqueeze(0).clone(),  # [1, rows, C]

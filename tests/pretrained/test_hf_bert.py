@@ -687,3 +687,34 @@ def test_load_with_a_max_len_past_the_learned_positions_names_the_option(tmp_pat
                                          rf"tokens: .*Give max_len <= {rows}"):  # fmt: skip
         load(tmp_path / "bert", num_classes=2, max_len=rows + 1)
     assert load(tmp_path / "bert", num_classes=2, max_len=rows - 1) is not None  # a shorter table keeps its rows
+
+
+def test_a_config_json_leaving_out_keys_reads_transformers_defaults_for_them(tmp_path):
+    """RoBERTa numbers its positions from pad_token_id + 1, and transformers' RobertaConfig takes 1 when config.json
+    states none (BertConfig: 0); a head count left out is BERT's 12."""
+    import transformers
+
+    for family in ("roberta", "bert"):
+        folder = tmp_path / family
+        save_encoder(family, folder, sizes={**SIZES, "hidden_size": 48, "num_attention_heads": 12})
+        config = json.loads((folder / "config.json").read_text())
+        del config["pad_token_id"], config["num_attention_heads"]
+        (folder / "config.json").write_text(json.dumps(config))
+        hf = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+        ids, mask, tokens, padding = _inputs(family, folder)
+        net = load(folder, num_classes=2).eval()
+        assert net.pad_id == {"roberta": 1, "bert": 0}[family] and convert(folder).options["num_heads"] == 12
+        with torch.no_grad():
+            want, got = hf(input_ids=ids, attention_mask=mask).last_hidden_state, net.features(tokens, padding)
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], rtol=0, atol=1e-5)
+
+
+def test_a_roberta_config_without_a_pad_id_or_not_an_object_is_refused_naming_the_file(tmp_path):
+    save_encoder("roberta", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "pad_token_id": None}))
+    with pytest.raises(ValueError, match=r"config.json: pad_token_id None: a roberta config needs an integer"):
+        convert(tmp_path)
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"config.json': holds no JSON object \(a list\)"):
+        convert(tmp_path)

@@ -222,7 +222,7 @@ def test_a_path_that_is_nothing_attnzoo_reads_lists_what_it_expects(tmp_path):
 def test_a_folder_with_a_broken_or_foreign_config_json_says_what_its_config_json_holds(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     (tmp_path / "config.json").write_text('{"model_type": "bert", ')  # cut short
-    with pytest.raises(ConfigError, match=r"config.json': not a readable JSON config \(Expecting"):
+    with pytest.raises(ConfigError, match=r"config.json': cannot be read as JSON \(JSONDecodeError: Expecting"):
         build(load([TEXT], [*SMALL, f"model.init_from={tmp_path}"]))
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(ConfigError, match=r"no checkpoint attnzoo can read \(its config.json names 'llama'\)") as err:

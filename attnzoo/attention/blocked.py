@@ -232,7 +232,7 @@ class Blocked:
         bound = pattern.bind(lq, lk)
         groups = self.groups(pattern, lq, lk, q.device)
         if not groups:  # no query reads any key
-            return q.new_zeros(q.shape), None
+            return _reading_nothing(q, k, v, bias), None
         # heads first, so that (batch, block) pairs are one dim to gather along and to hand to SDPA as a view
         qb = _to_blocks(q, nqb * bq, bq)  # [H, B * nQb, bq, D]
         kb, vb = _to_blocks(k, nkb * bk, bk), _to_blocks(v, nkb * bk, bk)  # [Hkv, B * nKb, bk, D]
@@ -361,6 +361,13 @@ def _to_blocks(x: Tensor, padded: int, block: int) -> Tensor:
     if padded != length:
         x = F.pad(x, (0, 0, 0, padded - length))
     return x.reshape(h, b * (padded // block), block, d)
+
+
+def _reading_nothing(q: Tensor, k: Tensor, v: Tensor, bias) -> Tensor:
+    """Zeros shaped as q, still a function of q, k, v and a bias tensor (zero gradients, as eager's masked softmax
+    gives, not None: DDP and autograd.grad need every input used); an empty slice's sum adds 0 even to inf or NaN."""
+    inputs = [q, k, v] + ([bias] if isinstance(bias, Tensor) else [])
+    return q.new_zeros(q.shape) + sum(t.narrow(-1, 0, 0).sum() for t in inputs)
 
 
 def _gathered_bias(bias, g: Group, b: int, h: int, dtype) -> Tensor | None:

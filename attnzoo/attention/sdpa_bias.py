@@ -32,6 +32,13 @@ _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the fused CPU kernel takes here
 
 
+def unit_stride(*tensors: Tensor) -> tuple[Tensor, ...]:
+    """`tensors`, each copied when its last dimension is not unit-stride: the raw CPU flash op (unlike
+    F.scaled_dot_product_attention, which copies them itself) misreads such q, k, v (a transposed view; rotary's
+    head dimension 2)."""
+    return tuple(t if t.stride(-1) == 1 else t.contiguous() for t in tensors)
+
+
 def _chunked_backward(q, k, v, out, lse, dout, scale, bounds, fill, sink):
     """dq, dk, dv of attention with an additive bias and mask, one query-row range of `bounds` at a time.
 
@@ -100,6 +107,7 @@ class _DenseSink:
 class _SdpaBiasGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, scale):
+        q, k, v = unit_stride(q, k, v)
         out, lse = _FLASH(q, k, v, attn_mask=bias.detach(), scale=scale)  # out [B, H, Lq, D], lse [B, H, Lq]
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale = scale
@@ -222,8 +230,8 @@ class _SdpaRelative(torch.autograd.Function):
             bounds = [(0, lq)]  # the whole bias is one view: nothing to build
         else:
             bounds = row_chunks(lq, max(1, _FORWARD_CHUNK_ELEMENTS // (h * lk)), grid_q, p)
+        q, k, v = unit_stride(q.flip(2) if sequence else q, k, v)
         if sequence:
-            q = q.flip(2)
             allowed = None if allowed is None else allowed.flip(-2)
         rows = _bias_rows(table, prefix, grid_q, grid_k, p, sequence, lk, q.dtype, bounds)
         out = torch.empty_like(q)

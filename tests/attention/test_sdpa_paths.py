@@ -146,3 +146,48 @@ def test_choosing_the_path_makes_no_second_table(monkeypatch):
         attend(q, q, q, bias=bias)
         attend(q, q, q, bias=bias)
     assert made == [N, N]
+
+
+def _strided(*shape: int) -> torch.Tensor:
+    """A [B, H, L, D] tensor whose last dimension is not unit-stride (a transpose of [B, H, D, L])."""
+    return torch.randn(*shape[:2], shape[3], shape[2]).transpose(-1, -2).requires_grad_()
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "blocked"])
+@pytest.mark.parametrize("case", ["t5", "tensor learned", "sinks"])
+def test_fused_cpu_paths_equal_eager_on_queries_whose_last_dimension_is_strided(case, backend):
+    """The raw CPU flash op (sdpa_bias, sinks) misreads a last dimension of stride > 1, which F.sdpa copes with:
+    a query that is a transposed view (and rotary's head dimension 2) must give eager's output and gradients."""
+    from attnzoo.attention.biases import T5RelativeBias
+    from attnzoo.attention.variants import SinkAttention
+    from attnzoo.attention.variants.sinks import SinkWeights
+
+    torch.manual_seed(0)
+    b, h, n, d = 2, 2, 40, 8
+    q, k, v = _strided(b, h, n, d), torch.randn(b, h, n, d, requires_grad=True), _strided(b, h, n, d)
+    options = {
+        "t5": {"bias": T5RelativeBias(num_heads=h)},
+        "tensor learned": {"bias": torch.randn(1, h, n, n, requires_grad=True)},
+        "sinks": {"transform": SinkWeights(SinkAttention(h * d, h))},
+    }[case]
+    out, _, used = attend(q, k, v, backend=backend, **options)
+    ref = attend(q, k, v, backend="eager", **options)[0]
+    assert used != "eager" and used.startswith(backend)
+    grads = torch.autograd.grad((out * out.detach().cos()).sum(), (q, k, v))
+    want = torch.autograd.grad((ref * ref.detach().cos()).sum(), (q, k, v))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, expected in zip(grads, want, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_sinks_with_rotary_of_head_dimension_two_equal_eager():
+    from attnzoo.attention.rotary import Rotary
+    from attnzoo.attention.variants import SinkAttention
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 18, 4)
+    eager = SinkAttention(4, 2, backend="eager", rotary=Rotary(head_dim=2))
+    fused = SinkAttention(4, 2, backend="sdpa", rotary=Rotary(head_dim=2))
+    fused.load_state_dict(eager.state_dict())
+    for _ in range(2):
+        torch.testing.assert_close(fused(x), eager(x), rtol=1e-5, atol=1e-5)

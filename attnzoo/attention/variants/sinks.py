@@ -92,6 +92,7 @@ class _SinkFlash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sinks, mask, scale, is_causal):
         fixed = None if mask is None else mask.detach()
+        q, k, v = sdpa_bias.unit_stride(q, k, v)
         o, lse = _FLASH(q, k, v, is_causal=is_causal, attn_mask=fixed, scale=scale)  # lse [B, H, Lq], fp32
         total = torch.logaddexp(lse, sinks.detach().float()[:, None])  # L: the sink joins the denominator
         out = o * torch.exp(lse - total)[..., None].to(o.dtype)

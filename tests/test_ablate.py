@@ -475,6 +475,36 @@ def test_a_mistyped_metric_is_an_error_naming_the_reported_ones_and_report_only_
     assert main([*args, "--report-only"]) == 2 and "test/accc" in capsys.readouterr().err
 
 
+def test_a_finished_run_whose_metric_is_nan_or_infinite_is_counted_apart_not_averaged(tmp_path, monkeypatch):
+    """A run whose last steps diverged finishes with test/loss NaN (or test/ppl inf): the report crashed in
+    statistics.stdev, and with one seed a NaN mean took the best variant's bold away."""
+    import attnzoo.ablation.runner as module
+    from attnzoo.ablate import main
+
+    diverged = "{('sdpa', 0): float('nan'), ('blocked', 0): float('inf'), ('blocked', 1): float('inf')}"
+    fit = FAKE_FIT.replace(
+        '"test/acc": 0.5 + 0.1 * seed',
+        f'"test/acc": {diverged}.get((backend, seed), 0.5 + 0.1 * seed)',
+    ).replace(
+        "seed = int(",
+        "backend = next(a for a in args if a.startswith('model.attention.backend=')).split('=')[1].strip('\"')\n"
+        "seed = int(",
+    )
+    monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", fit, *run.overrides,
+                                                                      "--run-dir", str(run.run_dir)])  # fmt: skip
+    grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "blocked", "auto"]}, seeds=(0, 1))
+    out = tmp_path / "out"
+    args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out)]
+    assert main(args) == 0 and main([*args, "--report-only"]) == 0
+    rows = {r["variant"]: r for r in _csv(out / "report.csv")}
+    assert (rows["backend=sdpa"]["metric_mean"], rows["backend=sdpa"]["runs_ok"]) == ("0.6", "2")
+    assert rows["backend=blocked"]["metric_mean"] == "" and float(rows["backend=auto"]["metric_mean"]) == 0.55
+    report = (out / "report.md").read_text()
+    assert "| **`backend=sdpa`** | **0.6000** |" in report
+    assert "2/2 ok (1 with a NaN or infinite metric, left out of the mean)" in report
+    assert "| `backend=blocked` | - |" in report and "2/2 ok (2 with a NaN or infinite metric" in report
+
+
 def test_report_only_covers_the_grids_seeds_not_only_the_last_commands(tmp_path, monkeypatch, capsys):
     """After `--seeds 1`, --report-only (with or without --seeds 0 1) reported seed 1 alone: ablation.json kept the
     variants of the last command that ran."""

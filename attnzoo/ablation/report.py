@@ -48,6 +48,7 @@ class Row:
     wall: list[float] = field(default_factory=list)
     parameters: list[int] = field(default_factory=list)
     backends: set[str] = field(default_factory=set)
+    nonfinite: int = 0  # finished runs whose metric is NaN or infinite (diverged at the end): not averaged, counted
     baseline: bool = False  # the classical baseline's row, not an attention variant
 
     def count(self, status: str) -> int:
@@ -142,7 +143,9 @@ def collect(
                 continue
             s = run.summary
             value = metric_value(s, metric) if metric else None
-            if value is not None:
+            if value is not None and not math.isfinite(value):
+                row.nonfinite += 1
+            elif value is not None:
                 row.metric.append(value)
             if s.get("train_samples_per_second"):
                 row.throughput.append(float(s["train_samples_per_second"]))
@@ -203,6 +206,8 @@ def _fmt(values: Sequence[float], digits: int) -> str:
 
 def _runs_text(row: Row) -> str:
     text = f"{row.count('ok')}/{len(row.runs)} ok"
+    if row.nonfinite:
+        text += f" ({row.nonfinite} with a NaN or infinite metric, left out of the mean)"
     for state in ("failed", "missing"):
         if row.count(state):
             text += f", {row.count(state)} {state}"

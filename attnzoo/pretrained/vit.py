@@ -1,10 +1,11 @@
 """ViT checkpoints -> attnzoo's `ViT` (model kind "vit"): Hugging Face `ViTModel` / `ViTForImageClassification`
 directories, and timm ViT checkpoints (a `.safetensors` / `.pth` file, or a timm hub directory whose config.json
-names the `architecture`).
+names the `architecture` and, as timm's save_for_hf writes it, the `model_args` it was built with).
 
 timm keys map with `attnzoo.models.vit.timm_to_attnzoo`. The architecture's hyper-parameters are read from the
 tensors' shapes (width, depth, patch size, image size, MLP ratio, head, class token, `fc_norm` or final norm); the
-number of heads and the pooling are not in the shapes: they come from the timm name, given (a timm
+number of heads, the pooling and the norms' eps are not in the shapes: they come from the timm name (with a hub
+directory's `model_args`: keywords of timm's `VisionTransformer` only), given (a timm
 `VisionTransformer` of pre-norm `Block`s with exact GELU and token or avg pooling, e.g. `vit_medium_patch16_gap_256`;
 read from timm's registry, built on the meta device: nothing is downloaded or allocated; other architectures are
 refused by name), or the heads from the width of the classic sizes (192 tiny, 384 small, 768 base, 1024 large) and
@@ -69,10 +70,14 @@ def convert(path: str | Path, *, timm_name: str | None = None) -> Converted:
                 f"{str(path)!r} is a Hugging Face ViT directory: timm_name ({timm_name!r}) is for timm files"
             )
         return _convert_hf(path)
+    model_args: dict[str, Any] = {}
     if path.is_dir():
-        timm_name = timm_name or _timm_architecture(path)
+        own = _timm_architecture(path)
+        timm_name = timm_name or own
+        if own is not None and timm_name.split(".", 1)[0] == own.split(".", 1)[0]:
+            model_args = _timm_model_args(path)  # what the folder's model was built with beyond the name's defaults
     state = _strip_module(dict(read_weights(path)))
-    return _convert_timm(state, timm_name, weights_name(path) if path.is_dir() else str(path), path)
+    return _convert_timm(state, timm_name, weights_name(path) if path.is_dir() else str(path), path, model_args)
 
 
 # --- Hugging Face ------------------------------------------------------------------------------------------------
@@ -193,6 +198,30 @@ def _timm_architecture(path: Path) -> str | None:
     return arch if isinstance(arch, str) and arch.startswith("vit_") else None
 
 
+def _timm_model_args(path: Path) -> dict[str, Any]:
+    """The `model_args` of a timm hub directory's config.json (timm's save_for_hf records the keywords the model was
+    built with: num_heads, global_pool, act_layer, ...; timm's own loader builds with them), checked to be keywords of
+    timm's VisionTransformer: nothing else (checkpoint_path, pretrained_cfg_overlay, ...) reaches timm."""
+    import inspect
+
+    from timm.models.vision_transformer import VisionTransformer
+
+    file = path / "config.json"
+    args = read_hf_config(path).get("model_args")
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise ValueError(f"{str(file)!r}: model_args {args!r} is no mapping of keyword arguments")
+    known = set(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"}
+    unknown = sorted(k for k in args if k not in known)
+    if unknown:
+        raise ValueError(
+            f"{str(file)!r}: model_args {unknown} are no keyword arguments of timm's VisionTransformer (this timm's: "
+            f"{sorted(known)})"
+        )
+    return args
+
+
 def _keys(file: Path) -> set[str]:
     if file.suffix == ".safetensors":
         from safetensors import safe_open
@@ -220,9 +249,10 @@ class _Arch(NamedTuple):
     global_pool: str | None  # None: not known (no timm name), read from the tensors
     class_token: bool | None = None
     fc_norm: bool | None = None
+    norm_eps: float = 1e-6  # of every LayerNorm (timm's ViT: 1e-6)
 
 
-def _arch(timm_name: str | None, width: int, patch: int, file: str) -> _Arch:
+def _arch(timm_name: str | None, width: int, patch: int, file: str, model_args: dict[str, Any]) -> _Arch:
     """The architecture from the timm name, or its head count from the width when no name is given."""
     by_width = {w: (size, h) for size, (w, h) in TIMM_SIZES.items()}
     if timm_name is None:
@@ -235,7 +265,7 @@ def _arch(timm_name: str | None, width: int, patch: int, file: str) -> _Arch:
         size, heads = by_width[width]
         return _Arch(f"vit_{size}_patch{patch} (inferred from the width)", heads, None)
     name = timm_name.split(".", 1)[0]
-    arch, (want_width, want_patch) = _timm_arch(name, timm_name)
+    arch, (want_width, want_patch) = _timm_arch(name, timm_name, model_args, file)
     if (want_width, want_patch) != (width, patch):
         raise ValueError(
             f"{file} does not hold a {name}: its patch embedding is width {width}, patch {patch} "
@@ -244,8 +274,9 @@ def _arch(timm_name: str | None, width: int, patch: int, file: str) -> _Arch:
     return arch
 
 
-def _timm_arch(name: str, given: str) -> tuple[_Arch, tuple[int, int]]:
-    """The timm ViT architecture `name`, built on the meta device (no weights), and its (width, patch size).
+def _timm_arch(name: str, given: str, model_args: dict[str, Any], file: str) -> tuple[_Arch, tuple[int, int]]:
+    """The timm ViT architecture `name` built with `model_args` on the meta device (no weights), and its (width, patch
+    size).
     ValueError naming what attnzoo's ViT does not compute as the architecture does (blocks, activation, pooling):
     such options leave no tensor of their own, so the checkpoint cannot tell them."""
     import timm
@@ -258,9 +289,12 @@ def _timm_arch(name: str, given: str) -> tuple[_Arch, tuple[int, int]]:
         )
     try:
         with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False)
+            model = timm.create_model(name, pretrained=False, **model_args)
     except Exception as err:  # noqa: BLE001 (a registered model that cannot be built here is refused, not a crash)
-        raise ValueError(f"timm_name {given!r}: timm could not build it ({type(err).__name__}: {err})") from None
+        built = f" with the model_args of its config.json, {model_args}," if model_args else ""
+        raise ValueError(
+            f"{file}: timm_name {given!r}: timm could not build it{built} ({type(err).__name__}: {err})"
+        ) from None
     if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"timm_name {given!r} is not a supported timm ViT: timm builds it as {type(model).__name__}, "
@@ -268,11 +302,14 @@ def _timm_arch(name: str, given: str) -> tuple[_Arch, tuple[int, int]]:
         )
     block, pool = model.blocks[0], model.global_pool
     act = getattr(getattr(block, "mlp", None), "act", None)
+    norm = getattr(block, "norm1", None)
     unlike = (
         f"its blocks are timm's {type(block).__name__} (attnzoo's ViT: pre-norm blocks, timm's Block)"
         if type(block) is not Block
         else f"its MLP activation is {act!r} (attnzoo's ViT: GELU, exact)"
         if not (type(act) is torch.nn.GELU and act.approximate == "none")
+        else f"its norms are {type(norm).__name__} (attnzoo's ViT: LayerNorm)"
+        if not isinstance(norm, nn.LayerNorm)
         else f"it pools with global_pool={pool!r} (attnzoo's ViT: 'token' or 'avg')"
         if pool not in ("token", "avg")
         else "its average pool includes the class token (pool_include_prefix)"
@@ -280,14 +317,22 @@ def _timm_arch(name: str, given: str) -> tuple[_Arch, tuple[int, int]]:
         else None
     )
     if unlike:
-        raise ValueError(f"timm_name {given!r} is not a supported timm ViT: {unlike}")
+        built = f" built with the model_args of its config.json ({model_args})" if model_args else ""
+        raise ValueError(f"{file}: timm_name {given!r}{built} is not a supported timm ViT: {unlike}")
     arch = _Arch(
-        name, int(block.attn.num_heads), pool, model.cls_token is not None, not isinstance(model.fc_norm, nn.Identity)
+        name,
+        int(block.attn.num_heads),
+        pool,
+        model.cls_token is not None,
+        not isinstance(model.fc_norm, nn.Identity),
+        float(norm.eps),
     )
     return arch, (int(model.embed_dim), int(model.patch_embed.patch_size[0]))
 
 
-def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, path: Path) -> Converted:
+def _convert_timm(
+    state: dict[str, Tensor], timm_name: str | None, file: str, path: Path, model_args: dict[str, Any] | None = None
+) -> Converted:
     proj = state.get("patch_embed.proj.weight")
     if proj is None or proj.dim() != 4 or proj.shape[2] != proj.shape[3] or "blocks.0.mlp.fc1.weight" not in state:
         raise ValueError(f"{file}: not a timm ViT checkpoint (no square 'patch_embed.proj.weight' / 'blocks.0')")
@@ -301,7 +346,7 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
         if any(k.startswith(key) for k in state):
             raise ValueError(f"{file}: tensor {key!r}: timm ViTs with {what} are not supported")
     width, chans, patch = int(proj.shape[0]), int(proj.shape[1]), int(proj.shape[2])
-    arch = _arch(timm_name, width, patch, file)
+    arch = _arch(timm_name, width, patch, file, model_args or {})
     heads, name, pool = arch.heads, arch.name, arch.global_pool
     prefix = 1 if "cls_token" in state else 0
     fc_norm = "fc_norm.weight" in state  # else the final norm of every token (`norm.weight`; without: refused)
@@ -339,6 +384,7 @@ def _convert_timm(state: dict[str, Tensor], timm_name: str | None, file: str, pa
         fc_norm=fc_norm,
         attention={"qkv_bias": "blocks.0.attn.qkv.bias" in state},
         layer_scale=1e-5 if "blocks.0.ls1.gamma" in state else None,  # the checkpoint's scales replace the value
+        norm_eps=arch.norm_eps,
     )
     converted = timm_to_attnzoo(state)
     check_fits(MODEL_KIND, options, converted, file)

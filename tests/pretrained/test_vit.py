@@ -357,3 +357,38 @@ def test_a_timm_architecture_the_tensors_cannot_tell_apart_is_refused_by_name(tm
     save_file(theirs.state_dict(), file)
     with pytest.raises(ValueError, match=f"timm_name '{timm_name}' is not a supported timm ViT: {why}"):
         vit_family.convert(file, timm_name=timm_name)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"num_heads": 12}, {"global_pool": "avg", "fc_norm": False}, {"class_token": False, "global_pool": "avg"}],
+    ids=["heads", "avg-no-fc-norm", "no-class-token"],
+)
+def test_a_timm_hub_folder_is_built_with_the_model_args_its_config_json_records(tmp_path, kw):
+    """timm's save_for_hf records the keywords a model was built with (model_args), which timm's own loader builds
+    with; read without them, the registry's defaults (6 heads, token pooling) gave other outputs."""
+    from timm.models import save_for_hf
+
+    theirs = _timm("vit_small_patch16_224", **kw)
+    save_for_hf(theirs, tmp_path, safe_serialization=True)
+    assert json.loads((tmp_path / "config.json").read_text())["model_args"]  # as timm writes it
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(pretrained.load(tmp_path).eval()(x), theirs(x), atol=1e-5, rtol=0)
+
+
+def test_a_timm_hub_folder_whose_model_args_attnzoo_cannot_compute_or_timm_would_not_take_is_refused(tmp_path):
+    from timm.models import save_for_hf
+
+    save_for_hf(_timm("vit_small_patch16_224", act_layer="gelu_tanh"), tmp_path, safe_serialization=True)
+    with pytest.raises(ValueError, match=r"model_args .*'act_layer': 'gelu_tanh'.* is not a supported timm ViT: its "):
+        vit_family.convert(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["model_args"] = {"depth": 2, "checkpoint_path": "/elsewhere/evil.pth"}  # create_model's, not the model's
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json': model_args \['checkpoint_path'\] are no keyword arguments"):
+        vit_family.convert(tmp_path)
+    config["model_args"] = {"norm_layer": "rmsnorm"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"its norms are RmsNorm"):
+        vit_family.convert(tmp_path)

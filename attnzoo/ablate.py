@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.config:
         p.error("--config is required")
     out = Path(args.out or f"runs/ablate/{Path(args.config[0]).stem}-{Path(args.grid).stem}")
-    command_line = "python -m attnzoo.ablate " + " ".join(argv if argv is not None else sys.argv[1:])
+    command_line = "python -m attnzoo.ablate " + shlex.join(argv if argv is not None else sys.argv[1:])  # pasteable
     try:
         if args.report_only:
             from .ablation.report import write_report

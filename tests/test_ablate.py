@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -493,13 +494,14 @@ def test_a_finished_run_whose_metric_is_nan_or_infinite_is_counted_apart_not_ave
     monkeypatch.setattr(module, "fit_command", lambda configs, run: [sys.executable, "-c", fit, *run.overrides,
                                                                       "--run-dir", str(run.run_dir)])  # fmt: skip
     grid = write_grid(tmp_path, {"model.attention.backend": ["sdpa", "blocked", "auto"]}, seeds=(0, 1))
-    out = tmp_path / "out"
+    out = tmp_path / "my out"  # the report's command line is quoted so that it can be pasted
     args = ["--config", str(VIT), "--grid", str(grid), "--out", str(out)]
     assert main(args) == 0 and main([*args, "--report-only"]) == 0
     rows = {r["variant"]: r for r in _csv(out / "report.csv")}
     assert (rows["backend=sdpa"]["metric_mean"], rows["backend=sdpa"]["runs_ok"]) == ("0.6", "2")
     assert rows["backend=blocked"]["metric_mean"] == "" and float(rows["backend=auto"]["metric_mean"]) == 0.55
     report = (out / "report.md").read_text()
+    assert f"`python -m attnzoo.ablate {shlex.join(args)}`" in report, report[:400]
     assert "| **`backend=sdpa`** | **0.6000** |" in report
     assert "2/2 ok (1 with a NaN or infinite metric, left out of the mean)" in report
     assert "| `backend=blocked` | - |" in report and "2/2 ok (2 with a NaN or infinite metric" in report

@@ -186,6 +186,12 @@ def test_slurm_scripts_carry_the_options_and_run_the_shared_routine(tmp_path, ca
     script = (out / "slurm" / "backend=sdpa,seed=0.sbatch").read_text()
     assert "#SBATCH --ntasks=1\n#SBATCH --cpus-per-task=1\n#SBATCH --requeue\n" in script
     assert "--gres" not in script and " srun " not in script and "--partition" not in script
+    capsys.readouterr()
+    assert main([*args[:6], "--launcher", "slurm", "--dry-run", "trainer.accelerator=gpu"]) == 0  # GPUs asked of none
+    assert (
+        "2 run(s) train on a GPU (trainer.accelerator gpu; the first: backend=eager,seed=0) but their jobs ask "
+        "SLURM for none (--gpus-per-run 0)" in capsys.readouterr().err
+    )
     # trainer.devices auto or -1 takes every GPU the job holds; a CPU recipe on a Ray cluster with GPUs takes none
     assert main([*args[:6], "--launcher", "slurm", "--dry-run", "--gpus-per-run", "2", "trainer.accelerator=gpu",
                  "trainer.devices=-1"]) == 0  # fmt: skip

@@ -137,6 +137,13 @@ class SlurmLauncher:
     def write_scripts(self, configs: Sequence[str | Path], out: Path, runs: Sequence[Planned]) -> list[Path]:
         """Write the job script of every run into `<out>/slurm/`; returns their paths."""
         check_gpus(runs, self.gpus_per_run, "--gpus-per-run")
+        on_gpus = [r.variant.id for r in runs if r.devices[0] in ("gpu", "cuda")]
+        if on_gpus and not self.gpus_per_run:  # a partition may grant GPUs without --gres; most clusters do not
+            log.warning(
+                "--launcher slurm: %d run(s) train on a GPU (trainer.accelerator gpu; the first: %s) but their jobs "
+                "ask SLURM for none (--gpus-per-run 0): add --gpus-per-run N unless the partition gives its jobs GPUs "
+                "by itself", len(on_gpus), on_gpus[0],
+            )  # fmt: skip
         scripts = {run.variant.id: self.script(configs, out, run) for run in runs}  # checked before anything is made
         folder = out / "slurm"
         if folder.is_symlink():  # the scripts (and the jobs' logs) would go wherever it points

@@ -378,6 +378,36 @@ def test_negative_weights_are_drawn_on_a_diverging_scale_and_others_from_zero(tm
     assert image.norm.vmin == 0.0 and image.get_cmap().name == "viridis"
 
 
+def test_overlays_of_negative_weights_are_signed_and_a_grey_image_keeps_its_shades(tmp_path, monkeypatch):
+    # the prefix maps, rollout, alignment and cross-attention overlays drew negative weights as 0, and a panel with
+    # none above 0 stopped viz ("minvalue must be less than or equal to maxvalue"); a grey image was stretched
+    import matplotlib.axes
+
+    from attnzoo.drawing.alignment import draw_alignment
+    from attnzoo.drawing.cross_attention import draw_cross_attention
+    from attnzoo.drawing.matrices import image_canvas, plot_prefix_maps, plot_rollout
+
+    drawn = []
+    imshow = matplotlib.axes.Axes.imshow
+    monkeypatch.setattr(matplotlib.axes.Axes, "imshow", lambda ax, *a, **kw: drawn.append(imshow(ax, *a, **kw)))
+    maps = [-torch.rand(1, 2, 5, 5)]  # [B, H, 1 + 4 patches, 1 + 4]: every weight below 0
+    grey = torch.full((1, 8, 8), 0.47)
+    grey[:, 2:6, 2:6] = 0.55  # a faint square on a mid-grey ground
+    canvas = image_canvas(grey, (2, 2), ([0.0], [1.0]))
+    plot_prefix_maps(maps, canvas, 1, tmp_path / "p.png", title="differential")
+    plot_rollout(maps[0].mean(1), canvas, 1, tmp_path / "r.png", title="differential")  # [B, L, L]
+    backgrounds = [im for im in drawn if im.get_array().ndim == 2 and im.get_cmap().name == "gray"]
+    heats = [im for im in drawn if im.get_cmap().name != "gray"]
+    assert backgrounds and all(im.get_clim() == (0.0, 1.0) for im in backgrounds)
+    assert heats and all(im.get_cmap().name == "RdBu_r" and im.norm.vmin == -im.norm.vmax < 0 for im in heats)
+    drawn.clear()
+    draw_alignment([-torch.rand(2, 3, 4)], list("abcd"), list("xyz"), tmp_path / "a.png", title="t")
+    draw_cross_attention(torch.zeros(3, 16, 16), "red", [-torch.rand(2, 3, 16)], grid_size=(4, 4),
+                         path=tmp_path / "c.png")  # fmt: skip
+    signed = [im for im in drawn if im.get_cmap().name == "RdBu_r"]
+    assert len(signed) == 1 + 2 and all(im.norm.vmin < 0 for im in signed)
+
+
 SOURCE = ["\u2581The", "\u2581con", "cert", "\u2581is", "\u2581on", "\u2581Friday", ".", "</s>"]
 TARGET = ["\u2581Das", "\u2581Konzert", "\u2581ist", "\u2581am", "\u2581Freitag", ".", "</s>"]
 LONG = "(cross-attention, heads averaged; captured on the eager backend)"  # wider than a 1-layer alignment

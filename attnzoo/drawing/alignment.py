@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .matrices import _pyplot, save_figure
+from .matrices import _pyplot, heat_scale, save_figure
 
 Tensor = torch.Tensor
 
@@ -47,7 +47,7 @@ def draw_alignment(
     height = max(2.5, 0.3 * len(target) + 1.5)
     fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), height), squeeze=False)
     for ax, panel, name in zip(axes[0], panels, names, strict=True):
-        ax.imshow(panel.cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
+        ax.imshow(panel.cpu().numpy(), aspect="auto", **heat_scale(panel, "viridis"))
         ax.set_xticks(range(len(source)), list(source), rotation=90, fontsize=8)
         ax.set_yticks(range(len(target)), list(target), fontsize=8)
         ax.set_xlabel("source token")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .matrices import _pyplot, save_figure
+from .matrices import _pyplot, heat_scale, save_figure
 
 Tensor = torch.Tensor
 
@@ -108,7 +108,7 @@ def draw_cross_attention(
             heat = mean.reshape(1, 1, gh, gw)  # [1, 1, gh, gw]
             heat = torch.nn.functional.interpolate(heat, size=size, mode="bilinear", align_corners=False)[0, 0]
             axes[r, c].imshow(pixels * 0.45)
-            axes[r, c].imshow(heat.numpy(), cmap="inferno", alpha=0.65, vmin=0.0)
+            axes[r, c].imshow(heat.numpy(), alpha=0.65, **heat_scale(heat))
             axes[r, c].set_xlabel(f"max {mean.max():.2f}", fontsize=7)
             if r == 0:
                 axes[r, c].set_title(word, fontsize=10)
@@ -148,12 +148,12 @@ def text_image_maps(
         title = f"predicted: {names[int(logits[i].argmax())]}"
         if "label" in batch:
             title += f"   answer: {names[int(batch['label'][i])]}"
-        spans = length = None
+        spans = None
+        length = int((~batch["padding_mask"][i]).sum())  # the tokens the model read (a long text is cut)
         inner = getattr(tokenizer, "tok", None)  # the `tokenizers.Tokenizer` of a subword tokenizer
         if inner is not None:
             encoding = inner.encode(texts[i], add_special_tokens=False)
             spans = offset_spans(texts[i], encoding.offsets)
-            length = int((~batch["padding_mask"][i]).sum())
         paths.append(
             draw_cross_attention(
                 batch["image"][i],

@@ -71,11 +71,22 @@ def _stretch(values: Tensor, shape: Sequence[int]) -> np.ndarray:
     return torch.nn.functional.interpolate(values[None, None].float(), size=tuple(shape), mode="nearest")[0, 0].numpy()
 
 
+def heat_scale(heat: np.ndarray | Tensor, cmap: str = "inferno") -> dict[str, Any]:
+    """imshow's colour scale for attention values: from 0 up, or, where some are negative (differential attention
+    subtracts two maps), a diverging scale symmetric about 0, so that a negative weight is not drawn as a 0."""
+    low, high = float(heat.min()), float(heat.max())
+    if low < 0:
+        reach = max(-low, high, 1e-12)
+        return {"cmap": "RdBu_r", "vmin": -reach, "vmax": reach}
+    return {"cmap": cmap, "vmin": 0.0, "vmax": max(high, 1e-12)}
+
+
 def _show(ax: Any, canvas: Canvas, heat: np.ndarray | None = None, alpha: float = 0.6) -> None:
-    gray = canvas.background.ndim == 2
-    ax.imshow(canvas.background, cmap="gray" if gray else None, origin=canvas.origin, aspect=canvas.aspect)
+    gray = canvas.background.ndim == 2  # [0, 1] as drawn: a grey image keeps its own shades, not stretched
+    ax.imshow(canvas.background, cmap="gray" if gray else None, vmin=0.0, vmax=1.0, origin=canvas.origin,
+              aspect=canvas.aspect)  # fmt: skip
     if heat is not None:
-        ax.imshow(heat, cmap="inferno", alpha=alpha, vmin=0.0, origin=canvas.origin, aspect=canvas.aspect)
+        ax.imshow(heat, alpha=alpha, origin=canvas.origin, aspect=canvas.aspect, **heat_scale(heat))
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -194,11 +205,12 @@ def plot_rollout(roll: Tensor, canvas: Canvas, prefix: int, path: Path, *, title
     """Input | rollout of the prefix tokens (or of the mean token without one) over the patches | overlay."""
     plt = _pyplot()
     heat = roll[0, :prefix].mean(0)[prefix:] if prefix else roll[0].mean(0)  # [N]
-    heat = _stretch(canvas.to_grid(heat / heat.max().clamp_min(1e-12)), canvas.background.shape[:2])
+    heat = heat / heat.abs().max().clamp_min(1e-12)  # relative: the largest magnitude is 1 (signed: differential)
+    heat = _stretch(canvas.to_grid(heat), canvas.background.shape[:2])
     fig, axes = plt.subplots(1, 3, figsize=(8.4, 3.3), layout="constrained")  # before the colorbar takes room
     _show(axes[0], canvas)
     axes[0].set_title("input", fontsize=9)
-    im = axes[1].imshow(heat, cmap="inferno", vmin=0.0, vmax=1.0, origin=canvas.origin, aspect=canvas.aspect)
+    im = axes[1].imshow(heat, origin=canvas.origin, aspect=canvas.aspect, **heat_scale(heat))
     axes[1].set_xticks([])
     axes[1].set_yticks([])
     axes[1].set_title("rollout (relative)", fontsize=9)

@@ -63,3 +63,15 @@ def test_offset_spans_find_the_tokens_of_each_word():
     assert offset_spans(text, offsets) == [
         ("how", 0, 1), ("many", 1, 2), ("circles", 2, 4), ("are", 4, 5), ("there?", 5, 7)
     ]  # fmt: skip
+
+
+def test_a_question_longer_than_max_len_of_byte_tokens_draws_the_bytes_the_model_read(tmp_path):
+    """With byte tokens the drawn length was the text's bytes, not the tokens kept (data.max_len): a shape error."""
+    dm = TextImageDataModule(num_train=8, num_val=8, batch_size=4, image_size=32, tokenizer="bytes", max_len=6)
+    dm.setup("fit")
+    net = TextImageNet(**{**dm.model_inputs(), "patch_size": 8, "image_dim": 32, "text_dim": 32, "fusion_depth": 1})
+    batch = next(iter(dm.val_dataloader()))
+    texts = dm.datasets["val"].texts[:4]
+    assert len(texts[0].encode()) > 6 and batch["tokens"].shape[1] == 6
+    paths = text_image_maps(net, batch, texts, tmp_path, class_names=dm.class_names, count=1)
+    assert [p.name for p in paths] == ["cross_attention_000.png"]

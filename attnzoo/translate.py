@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -279,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo translate: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader stopped reading (`| head`): it has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit: no second error
+        return 0
     finally:
         if piped is not None:
             Path(piped.name).unlink(missing_ok=True)

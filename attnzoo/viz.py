@@ -288,6 +288,8 @@ def visualize(
         check_cross_split(data, split, count, cross_index)
     if kind == "translation":
         name = "text" if text is not None else f"{split}-{index}"  # as the other kinds name their folders
+        if out is None and text is not None:
+            out = _input_folder(run_dir / "viz", "text", text)
         if text is None:
             pairs = data.pairs.get(split) or []
             if not 0 <= index < len(pairs):
@@ -336,15 +338,18 @@ def visualize(
     else:  # a prediction per token (a language model)
         title = f"{run_label(run_dir)}: {name}, {maps[0].shape[-1]} tokens"
     title += "\n(weights captured on the eager backend)"
-    if out is None and input_path is not None:
-        out = _input_folder(run_dir / "viz", input_path)
+    if text is not None:
+        title += f"\ntext: {text if len(text) <= 80 else text[:77] + '...'}"
+    if out is None and (input_path is not None or text is not None):
+        source = text if text is not None else str(input_path.resolve())
+        out = _input_folder(run_dir / "viz", name if text is not None else input_path.stem, source)
     out = out or run_dir / "viz" / name
     out.mkdir(parents=True, exist_ok=True)
     prefix = int(getattr(net, "num_prefix_tokens", 0))
     written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix)]
     saved: dict[str, Any] = {"maps": maps, "logits": logits, "class_names": names}
-    if input_path is not None:
-        saved["input"] = str(input_path.resolve())
+    if input_path is not None or text is not None:
+        saved["input"] = text if text is not None else str(input_path.resolve())
     # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
     projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
     canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1], pixel_normalization(run.cfg))
@@ -368,13 +373,13 @@ def visualize(
     return written
 
 
-def _input_folder(viz: Path, path: Path) -> Path:
-    """`viz/<file name stem>`, or `viz/<stem>-<digest of its path>` when another file of that stem was drawn there
-    (class folders numbered alike: cat/4.jpg and dog/4.jpg); the drawings of one file are not overwritten by
-    another's."""
+def _input_folder(viz: Path, stem: str, resolved: str) -> Path:
+    """`viz/<stem>`, or `viz/<stem>-<digest of resolved>` when another input of that stem was drawn there (class
+    folders numbered alike: cat/4.jpg and dog/4.jpg; `--text` of two sentences); `resolved`: the input's absolute
+    path, or the text: the drawings of one input are not overwritten by another's."""
     import hashlib
 
-    plain, resolved = viz / path.stem, str(path.resolve())
+    plain = viz / stem
     try:
         maps = plain / "maps.pt"  # a compressed archive is no file viz wrote: drawn over
         drawn = None if compressed(maps) else torch.load(maps, map_location="cpu", weights_only=True).get("input")
@@ -382,8 +387,8 @@ def _input_folder(viz: Path, path: Path) -> Path:
         drawn = None
     if drawn is None or drawn == resolved:  # none there, one of an unrecorded input (an earlier viz), or this file's
         return plain
-    folder = viz / f"{path.stem}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
-    log.info("viz: %s holds the drawings of %s: %s goes to %s", plain, drawn, path, folder)
+    folder = viz / f"{stem}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+    log.info("viz: %s holds the drawings of %r: %r goes to %s", plain, drawn, resolved, folder)
     return folder
 
 
@@ -423,8 +428,8 @@ def translation_alignment(run: Any, data: Any, text: str, out: Path, beam: int |
     target = [_token(data.tokenizer, i) for i in hyp.tolist()]
     translation = data.decode(hyp)
     out.mkdir(parents=True, exist_ok=True)
-    torch.save({"cross_attention": cross, "source": source, "target": target, "translation": translation},
-               out / "maps.pt")  # fmt: skip
+    saved = {"cross_attention": cross, "source": source, "target": target, "translation": translation, "input": text}
+    torch.save(saved, out / "maps.pt")
     title = f"{text}\n-> {translation}\n(cross-attention, heads averaged; captured on the eager backend)"
     path = draw_alignment(cross, source, target, out / "alignment.png", title=title)
     log.info("viz: %s -> %s", text, translation)

@@ -296,6 +296,25 @@ def test_translate_file_keeps_line_alignment_strips_a_bom_and_says_what_it_cut(t
     assert f"{len(lines) + 1} lines translated; 1 cut to 64 tokens" in captured.err
 
 
+def test_translate_piped_into_a_reader_that_stops_ends_quietly(translation_run, tmp_path):
+    """`translate --file big.txt | head -1` ended with a BrokenPipeError traceback and exit status 1."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "in.txt"
+    path.write_text("42 kilometres\n" * 400)
+    command = [sys.executable, "-m", "attnzoo.translate", str(translation_run), "--file", str(path), "--beam", "1",
+               "--batch-size", "1"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0 and first.strip(), err[-2000:]
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
 @pytest.mark.parametrize(
     ("raw", "line", "what"),
     [(b"ok\nPreis: 5\xa4\n", 2, "not UTF-8"), (b"ok\n\x00\x00\x00\x0dIHDR\x00", 2, "binary file")],

@@ -233,6 +233,12 @@ def test_viz_command_draws_a_text_given_on_the_command_line(tmp_path, capsys):
     assert len(saved["maps"]) == 2 and saved["maps"][0].shape[-1] in (tokens, tokens + 1)  # (+ a class token)
     assert main([str(run), "--text", expression, "--input", str(tmp_path / "x.png")]) == 2
     assert "--text: for runs with data kind 'text'" in capsys.readouterr().err
+    # two texts drawn into the run's viz/: the second went over the first's drawings, which named no text
+    other = "[MIN 1 2 ]"
+    assert main([str(run), "--text", expression]) == 0 and main([str(run), "--text", other]) == 0
+    drawn = {p.parent.name: torch.load(p)["input"] for p in (run / "viz").glob("*/maps.pt")}
+    assert drawn["text"] == expression and sorted(drawn.values()) == sorted([expression, other])
+    assert main([str(run), "--text", expression]) == 0 and len(list((run / "viz").glob("*/maps.pt"))) == 2
 
 
 def test_a_text_is_read_as_training_reads_a_file_and_its_unknown_characters_are_named(tmp_path, capsys, caplog):

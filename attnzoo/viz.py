@@ -315,26 +315,27 @@ def visualize(
         name = input_path.stem
     from .models.ast import ClipTooShort
 
+    names: list[str] = []  # the module of each attention call
     try:
-        logits, maps = capture(net, inputs)
+        logits, maps = capture(net, inputs, names)
     except ClipTooShort as err:  # the input's fault (shorter than one feature window or patch): name the file
         if input_path is None:
             raise
         raise ConfigError(f"--input {str(input_path)!r}: {err}") from None
-    names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
+    class_names = list(getattr(data, "class_names", []) or [str(i) for i in range(logits.shape[-1])])
     if logits.dim() == 2 and getattr(data, "multilabel", False):  # a set of labels: a sigmoid per class
         probs = logits.float().sigmoid()[0]
         chosen = [i for i in probs.argsort(descending=True).tolist() if probs[i] >= 0.5] or [int(probs.argmax())]
-        title = f"{run_label(run_dir)}: predicted " + ", ".join(f"{names[i]} ({probs[i]:.2f})" for i in chosen)
+        title = f"{run_label(run_dir)}: predicted " + ", ".join(f"{class_names[i]} ({probs[i]:.2f})" for i in chosen)
         if len(chosen) == 1 and probs[chosen[0]] < 0.5:
             title += ": no class above 0.5"
         if label is not None and label.dim() == 1:
-            title += f", labels {', '.join(names[i] for i in label.nonzero().flatten().tolist()) or 'none'}"
+            title += f", labels {', '.join(class_names[i] for i in label.nonzero().flatten().tolist()) or 'none'}"
     elif logits.dim() == 2:  # one prediction per input (classification)
         probs = logits.float().softmax(-1)[0]
-        title = f"{run_label(run_dir)}: predicted {names[int(probs.argmax())]} ({probs.max():.2f})"
+        title = f"{run_label(run_dir)}: predicted {class_names[int(probs.argmax())]} ({probs.max():.2f})"
         if label is not None and label.dim() == 0:
-            title += f", label {names[int(label)]}"
+            title += f", label {class_names[int(label)]}"
     else:  # a prediction per token (a language model)
         title = f"{run_label(run_dir)}: {name}, {maps[0].shape[-1]} tokens"
     title += "\n(weights captured on the eager backend)"
@@ -346,20 +347,28 @@ def visualize(
     out = out or run_dir / "viz" / name
     out.mkdir(parents=True, exist_ok=True)
     prefix = int(getattr(net, "num_prefix_tokens", 0))
-    written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix)]
-    saved: dict[str, Any] = {"maps": maps, "logits": logits, "class_names": names}
+    # a multimodal model's calls are its image's, its question's and cross-attention: named by module, and only the
+    # image's own are drawn over the image
+    parts = getattr(net, "patch_attention", None)
+    patch_maps = maps if parts is None else [m for m, n in zip(maps, names, strict=True) if n.startswith(parts)]
+    labels = None if parts is None else names
+    written = [plot_matrices(maps, out / "attention_matrices.png", title=title, prefix=prefix, labels=labels)]
+    saved: dict[str, Any] = {"maps": maps, "modules": names, "logits": logits, "class_names": class_names}
     if input_path is not None or text is not None:
         saved["input"] = text if text is not None else str(input_path.resolve())
     # keys projected along the sequence (linformer) are not tokens, even when there are as many rows as tokens
     projected = any(getattr(m, "proj_len", None) is not None for m in net.modules())
-    canvas = None if projected else canvas_for(net, inputs, maps[0].shape[-1], pixel_normalization(run.cfg))
-    if canvas is not None and all(m.shape[-2:] == maps[0].shape[-2:] for m in maps):
+    canvas = None
+    if patch_maps and not projected:
+        canvas = canvas_for(net, inputs, patch_maps[0].shape[-1], pixel_normalization(run.cfg))
+    if canvas is not None and all(m.shape[-2:] == patch_maps[0].shape[-2:] for m in patch_maps):
         if prefix:
-            written.append(plot_prefix_maps(maps, canvas, prefix, out / "prefix_attention.png", title=title))
-        else:  # a ViT without a class token (global_pool avg)
-            log.info("viz: no prefix token (model.class_token false): no prefix_attention.png; the rollout is the mean "
-                     "token's, which the model's average pooling reads")  # fmt: skip
-        saved["rollout"] = rollout(maps, residual=residual, head_fusion=head_fusion)
+            written.append(plot_prefix_maps(patch_maps, canvas, prefix, out / "prefix_attention.png", title=title))
+        else:  # a ViT without a class token (global_pool avg), a text-image model's image
+            log.info("viz: no prefix token (a ViT's model.class_token false; a text-image model's patches): no "
+                     "prefix_attention.png; the rollout is the mean patch token's, which average pooling "
+                     "reads")  # fmt: skip
+        saved["rollout"] = rollout(patch_maps, residual=residual, head_fusion=head_fusion)
         written.append(plot_rollout(saved["rollout"], canvas, prefix, out / "rollout.png", title=title))
     else:
         log.info("viz: the keys are not patches of the input (e.g. text, or linformer's projected keys): matrices only")

@@ -126,7 +126,7 @@ def test_a_vit_without_a_class_token_gets_the_rollout_of_its_mean_token(tmp_path
         "rollout.png",
         "maps.pt",
     ]
-    assert "no prefix token (model.class_token false)" in caplog.text and "not patches" not in caplog.text
+    assert "no prefix token (a ViT's model.class_token false" in caplog.text and "not patches" not in caplog.text
     saved = torch.load(tmp_path / "out" / "maps.pt")
     torch.testing.assert_close(saved["rollout"], rollout(saved["maps"]))
 
@@ -267,9 +267,13 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
     run = _saved_run(tmp_path / "ti", ROOT / "recipes" / "text_image.yaml", [*small, "model.text_depth=1"])
     assert main([str(run), "--out", str(tmp_path / "out"), "--count", "2"]) == 0
     names = [Path(p).name for p in capsys.readouterr().out.split()]
-    assert names[:2] == ["attention_matrices.png", "maps.pt"]
-    assert names[2:] == ["cross_attention_000.png", "cross_attention_001.png"]
-    assert all((tmp_path / "out" / "cross_attention" / n).stat().st_size > 0 for n in names[2:])
+    assert names[:3] == ["attention_matrices.png", "rollout.png", "maps.pt"]  # the image's own attention, rolled out
+    assert names[3:] == ["cross_attention_000.png", "cross_attention_001.png"]
+    assert all((tmp_path / "out" / "cross_attention" / n).stat().st_size > 0 for n in names[3:])
+    saved = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)
+    image = [i for i, n in enumerate(saved["modules"]) if n.startswith(("image_encoder.", "image_blocks."))]
+    assert len(saved["modules"]) == len(saved["maps"]) > len(image) == 2  # text, cross-attention calls besides
+    torch.testing.assert_close(saved["rollout"], rollout([saved["maps"][i] for i in image]))
     assert main([str(run), "--count", "0"]) == 2
     assert "--count: 0" in capsys.readouterr().err
     # --index: the maps are of that example and the next, named by their index (they were of examples 0 and 1)
@@ -280,7 +284,7 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
         cross_attention, "draw_cross_attention", lambda image, text, maps, **k: drawn.append(text) or k["path"]
     )
     assert main([str(run), "--out", str(tmp_path / "out5"), "--count", "2", "--index", "5"]) == 0
-    assert [Path(p).name for p in capsys.readouterr().out.split()][2:] == [
+    assert [Path(p).name for p in capsys.readouterr().out.split()][3:] == [
         "cross_attention_005.png",
         "cross_attention_006.png",
     ]
@@ -305,8 +309,16 @@ def test_viz_command_draws_cross_attention_maps_of_a_text_image_run(tmp_path, ca
     inputs, _ = example_input(load_run(run), 1, "test")
     with torch.no_grad():
         torch.testing.assert_close(label, capture_net(**inputs), rtol=1e-4, atol=1e-5)
-    saved = torch.load(tmp_path / "out" / "maps.pt", weights_only=True)
-    assert saved["maps"]  # the text encoder's self-attention (learned bpe tokens), beside the cross-attention
+    # FiLM: the only attention is the question's; a question of as many tokens as the image has patches (3 x 3) was
+    # drawn as a rollout over the image
+    (tmp_path / "film").mkdir()
+    film = ["data.num_train=32", "data.num_val=8", "data.tokenizer=bytes", "data.max_len=9", "model.text_depth=1"]
+    run = _saved_run(tmp_path / "film", ROOT / "recipes" / "text_image.yaml", film)
+    capsys.readouterr()
+    assert main([str(run), "--out", str(tmp_path / "film_out")]) == 0
+    assert [Path(p).name for p in capsys.readouterr().out.split()] == ["attention_matrices.png", "maps.pt"]
+    saved = torch.load(tmp_path / "film_out" / "maps.pt", weights_only=True)
+    assert saved["maps"][0].shape[-1] == 9 and all(n.startswith("text_encoder.") for n in saved["modules"])
 
 
 def test_an_ast_run_evaluated_on_other_clips_normalizes_them_with_its_own_statistics(tmp_path):
@@ -498,7 +510,7 @@ def test_a_multilabel_run_is_titled_with_the_classes_its_sigmoids_choose(tmp_pat
     (tmp_path / "run").mkdir()
     run = _saved_run(tmp_path / "run", AST, data)
     titles = []
-    monkeypatch.setattr(viz, "plot_matrices", lambda maps, path, title, prefix: titles.append(title) or path)
+    monkeypatch.setattr(viz, "plot_matrices", lambda maps, path, title, prefix, labels: titles.append(title) or path)
     monkeypatch.setattr(viz, "plot_prefix_maps", lambda *a, **k: a[3])
     monkeypatch.setattr(viz, "plot_rollout", lambda *a, **k: a[3])
     assert main([str(run), "--out", str(tmp_path / "out")]) == 0

@@ -25,7 +25,8 @@ from .patterns import Causal, as_pattern
 log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 
-_capture: list[list[Tensor]] = []  # a stack of active `capture_attention()` lists
+# a stack of active `capture_attention()` records: (the weights, the modules that made them), in call order
+_capture: list[tuple[list[Tensor], list[nn.Module]]] = []
 _SMALL_MASK = 1 << 16  # a decoding call's mask this small is checked on the CPU for rows with nothing masked
 
 
@@ -325,7 +326,8 @@ class Attention(nn.Module):
         call = Call(x, context, pattern, bias, key_padding_mask, backend, returns, cache, attn_mask, layer_bias)
         out, weights = self.attend_heads(q, k, v, call)  # [B, H, Lq, D], [B, H, Lq, Lk] or None
         if capturing:
-            _capture[-1].append(weights.detach())
+            _capture[-1][0].append(weights.detach())
+            _capture[-1][1].append(self)
         out = self.proj(out.transpose(1, 2).reshape(b, lq, -1))  # [B, H, Lq, D] -> [B, Lq, C]
         if self.training:  # dropout is the identity in eval: no call (a decoding step is made of small calls)
             out = self.proj_drop(out)
@@ -516,18 +518,20 @@ def _dense(bias: Any, q: Tensor, k: Tensor) -> Tensor:
 
 
 @contextlib.contextmanager
-def capture_attention() -> Iterator[list[Tensor]]:
-    """Record the weights [B, H, Lq, Lk] of every `Attention` call inside the block, in call order.
+def capture_attention(modules: list[nn.Module] | None = None) -> Iterator[list[Tensor]]:
+    """Record the weights [B, H, Lq, Lk] of every `Attention` call inside the block, in call order; `modules`, when
+    given, gets the module of each call (a multimodal model's calls are not one stack of layers).
 
     Captured calls run on the eager backend (the only one that returns weights); this is logged.
     """
     records: list[Tensor] = []
+    entry = (records, [] if modules is None else modules)
     log.info("capture_attention: attention calls run on the eager backend while capturing weights")
-    _capture.append(records)
+    _capture.append(entry)
     try:
         yield records
     finally:
-        _capture.remove(records)
+        del _capture[next(i for i, e in enumerate(_capture) if e is entry)]  # by identity: == compares tensors
 
 
 # config short names -> attention kinds (see attnzoo.attention.factory); variants/ add theirs

@@ -145,8 +145,11 @@ def save_figure(fig: Any, path: str | Path, title: str, note: str = "", *, fonts
     return path
 
 
-def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int = 0) -> Path:
-    """Layers x heads of [Lq, Lk] attention matrices (example 0), one color scale per panel.
+def plot_matrices(
+    maps: Sequence[Tensor], path: Path, *, title: str, prefix: int = 0, labels: Sequence[str] | None = None
+) -> Path:
+    """Layers x heads of [Lq, Lk] attention matrices (example 0), one color scale per panel; `labels` names each
+    row (the module of each call, where the calls are not one stack of layers), else "layer i".
 
     Weights are drawn from 0 up; when some are negative (differential attention subtracts two maps), every panel
     takes a diverging scale symmetric about 0 instead, so a negative weight is not drawn as a 0.
@@ -173,7 +176,9 @@ def plot_matrices(maps: Sequence[Tensor], path: Path, *, title: str, prefix: int
             ax.set_yticks([])
             if i == 0:
                 ax.set_title(f"head {h}", fontsize=9)
-            if h == 0:
+            if h == 0 and labels is not None:
+                ax.set_ylabel(f"{labels[i].removesuffix('.attn')}\nquery", fontsize=7)
+            elif h == 0:
                 ax.set_ylabel(f"layer {i}\nquery", fontsize=9)
             if i == layers - 1:
                 ax.set_xlabel("key", fontsize=8)

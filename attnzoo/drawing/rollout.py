@@ -49,17 +49,24 @@ def rollout(maps: Sequence[Tensor], *, residual: float = 0.5, head_fusion: str =
     return out.float()
 
 
-def capture(net: torch.nn.Module, inputs: dict[str, Tensor]) -> tuple[Tensor, list[Tensor]]:
-    """(logits, one [B, H, Lq, Lk] map per attention call) for `inputs`, in eval mode without gradients."""
+def capture(
+    net: torch.nn.Module, inputs: dict[str, Tensor], names: list[str] | None = None
+) -> tuple[Tensor, list[Tensor]]:
+    """(logits, one [B, H, Lq, Lk] map per attention call) for `inputs`, in eval mode without gradients; `names`,
+    when given, gets the name in `net` of the module of each call ("blocks.0.attn")."""
     from ..attention import capture_attention
 
     was_training = net.training
     net.eval()
+    modules: list[torch.nn.Module] = []
     try:
-        with torch.no_grad(), capture_attention() as maps:
+        with torch.no_grad(), capture_attention(modules) as maps:
             logits = net(**inputs)
     finally:
         net.train(was_training)
     if not maps:
         raise ValueError(f"{type(net).__name__} made no attnzoo Attention call: nothing to draw")
+    if names is not None:
+        named = {id(m): name for name, m in net.named_modules()}
+        names += [named.get(id(m), type(m).__name__) for m in modules]
     return logits, [m.float() for m in maps]

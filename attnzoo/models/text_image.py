@@ -103,6 +103,10 @@ class TextImageNet(nn.Module):
         head_drop: dropout before the head.
     """
 
+    # the submodules whose attention reads the image's patches alone (what viz draws over the image); the others
+    # read the question (text self-attention) or both (cross-attention)
+    patch_attention = ("image_encoder.", "image_blocks.", "cell_encoder.")
+
     def __init__(
         self,
         *,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from typing import Any
 from .config import ConfigError
 from .fit import check_rank_format
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
+
+log = logging.getLogger("attnzoo")
 
 DATA_KEYS = ("train", "val", "test", "root", "csv")  # where the data section says the examples are
 
@@ -136,6 +139,12 @@ def _check_held_out_split(run_dir: Path, split: str, configs: Sequence[str], ove
         )
 
 
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
 
@@ -150,6 +159,9 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     asked = split
     keep = (*TRAINER_SCORED, "enable_progress_bar")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
+    if trainer_cfg.get("accelerator") in ("gpu", "cuda") and not _has_gpu():  # a run copied off its GPU machine
+        log.warning("trainer.accelerator %r: this machine has no GPU: scored on the CPU", trainer_cfg["accelerator"])
+        trainer_cfg["accelerator"] = "cpu"
     stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)
     trainer = L.Trainer(**trainer_cfg, devices=1, logger=False, callbacks=[stop])
     sizes = {s: split_size(run.data, s) for s in ("test", "val")}

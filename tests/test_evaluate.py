@@ -401,3 +401,28 @@ def test_a_missing_file_of_ones_own_is_not_called_the_runs_data(tmp_path):
     with pytest.raises(ConfigError, match="no such parallel text file") as err:
         evaluate(run, "best", "test", [], [f"data.test={tmp_path / 'nope.tsv'}"])
     assert f"The run's data {str(pairs)!r} is not here" in str(err.value)
+
+
+def test_a_run_trained_on_a_gpu_with_flash_attn_is_scored_on_a_machine_without_one(tmp_path, caplog, monkeypatch):
+    """A run directory copied off its GPU machine: evaluate stopped with Lightning's 'No supported gpu backend found!'
+    traceback, and flash-attn's 'runs on CUDA only' at the first batch."""
+    import logging
+
+    import torch
+    import yaml
+
+    from attnzoo.evaluate import evaluate
+    from attnzoo.run import load_run
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run_dir = fit(load([VIT], [*TINY_RUN, "trainer.max_epochs=1", f"run.dir={tmp_path}"]))
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["trainer"]["accelerator"] = "gpu"
+    config["model"]["attention"]["backend"] = "flash"
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        results = evaluate(run_dir, "best", "test", [], [])
+    assert 0.0 <= results["metrics"]["test/acc"] <= 1.0
+    assert "trainer.accelerator 'gpu': this machine has no GPU: scored on the CPU" in caplog.text
+    assert "model.attention.backend 'flash' runs on CUDA only, and this machine has none" in caplog.text
+    assert {m.backend for m in load_run(run_dir).net.modules() if hasattr(m, "backend")} == {"auto"}

@@ -410,7 +410,27 @@ def load_run(
         what = f"{run_dir}/config.yaml" + (f" with {', '.join(given)}" if given else "")
         hint = ": these change the model; leave out what the checkpoint was not trained with" if given else ""
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {what}{hint} ({shown})") from None
+    _attention_here(task)
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
+
+
+def _attention_here(task: Any) -> None:
+    """A run trained with flash-attn, read on a machine without CUDA (a run copied to a laptop): its attention runs
+    on `auto` here, the same attention on a kernel this machine has (logged; the run's config.yaml is not changed)."""
+    import torch
+
+    from ..attention import Attention
+
+    if torch.cuda.is_available():
+        return
+    moved = [m for m in task.modules() if isinstance(m, Attention) and m.backend == "flash"]
+    for module in moved:
+        module.backend = "auto"
+    if moved:
+        log.warning(
+            "model.attention.backend 'flash' runs on CUDA only, and this machine has none: the run's %d attention "
+            "layers run on 'auto' here (the same attention)", len(moved),
+        )  # fmt: skip
 
 
 def _saved_data(run_dir: Path) -> dict[str, Any]:

@@ -112,6 +112,18 @@ def test_remove_seen_paragraphs():
     assert kept == ["delta", "epsilon"] and removed == 2
 
 
+def test_a_val_file_with_windows_line_endings_loses_the_paragraphs_train_holds(tmp_path):
+    """ "\r\n\r\n" did not split paragraphs: a val paragraph also in train stayed in the held-out score."""
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "a.txt").write_bytes(b"seen paragraph, two lines\r\nlong.\r\n\r\nonly in train.\r\n")
+    (tmp_path / "val.txt").write_bytes(b"seen paragraph, two lines\nlong.\n\nnew in val.\r\n\r\nagain new.")
+    train = read_documents(str(tmp_path / "train"), documents="files")
+    val = read_documents(str(tmp_path / "val.txt"), documents="files", what="val")
+    assert "\r" not in train[0] + val[0]
+    kept, removed = remove_seen_paragraphs(val, train)
+    assert removed == 1 and kept == ["new in val.\n\nagain new."]
+
+
 def test_stream_and_batches(tmp_path):
     (tmp_path / "train.txt").write_text("\n".join(_docs(60)))
     (tmp_path / "val.txt").write_text("a new document about topic 3.\n")

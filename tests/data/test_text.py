@@ -3,6 +3,7 @@
 import builtins
 import json
 import logging
+import re
 
 import pytest
 import torch
@@ -313,6 +314,17 @@ def test_val_and_test_texts_found_in_train_are_counted(tmp_path, caplog):
         TextDataModule(train=train, val=val, test=train, text_column="sentence", tokenizer="bytes").setup()
     assert "1 of 2 val texts (50.0%) also occur in the train split" in caplog.text
     assert "test texts" not in caplog.text  # the train file itself given as test: evaluate scoring it, no leak
+    # no data.val: the val part held out of a train file that repeats its rows is mostly copies of them
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        TextDataModule(train=train, text_column="sentence", tokenizer="bytes").setup()
+    assert re.search(
+        r"(\d+) of \1 held-out val texts \(100\.0%\) also occur in the train split .*train part", caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        TextDataModule(train=train, val=val, test=val, text_column="sentence", tokenizer="bytes").setup()
+    assert "data.val and data.test are one file" in caplog.text
 
 
 def test_csv_with_a_byte_order_mark(tmp_path):

@@ -13,6 +13,7 @@ import io
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,11 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
                         f"{path}: the header names the column(s) {twice} more than once; give each column its own name"
                     )
                 continue
+            if [c.strip().lstrip("\ufeff") for c in row] == [c.strip() for c in columns]:
+                raise ValueError(
+                    f"{path} line {n}: the header again ({', '.join(columns)}), which would be a row labelled "
+                    f"{row[-1].strip()!r}: files joined with their headers (cat a.csv b.csv)? Keep the first one only"
+                )
             if len(row) > len(columns):
                 raise ValueError(f"{path} line {n}: more fields than the header's columns {columns}")
             padded = [*row, *[None] * (len(columns) - len(row))]  # None for a missing field
@@ -291,7 +297,8 @@ def check_label_forms(first: dict[str, int], where: str) -> None:
     """One class written several ways among the distinct labels of `first` (label -> the line it first occurs on, in
     `where`, a file and column): the same integer with and without a zero fraction (`same_number`) raises, as which
     form a run's labels.json would keep is a guess; the same letters in another case ("Red" and "red"), and a mark of
-    a missing value ("NA", "nan"; `MISSING_MARKS`), are warned about, as they may be classes of their own. Each form
+    a missing value ("NA", "nan"; `MISSING_MARKS`) and one written with composed and decomposed accents, are warned
+    about, as they may be classes of their own. Each form
     is named with its line."""
     forms = list(first)
 
@@ -313,13 +320,14 @@ def check_label_forms(first: dict[str, int], where: str) -> None:
             where, said(missing),
         )  # fmt: skip
     cased: dict[str, list[str]] = {}
-    for form in forms:
-        cased.setdefault(form.casefold(), []).append(form)
+    for form in forms:  # "café" composed (é) or decomposed (e + a combining accent) looks the same
+        cased.setdefault(unicodedata.normalize("NFC", form).casefold(), []).append(form)
     variants = [group for group in cased.values() if len(group) > 1]
     if variants:
         log.warning(
             "data: %s has labels that differ only in case, each a class of its own: %s%s; if they are one class, "
-            "write it one way", where, "; ".join(said(g) for g in variants[:5]), "; ..." * (len(variants) > 5),
+            "write it one way (labels that look alike may differ in how an accent is encoded: Unicode NFC and NFD)",
+            where, "; ".join(said(g) for g in variants[:5]), "; ..." * (len(variants) > 5),
         )  # fmt: skip
 
 
@@ -343,12 +351,13 @@ def read_texts(path: str | Path, *, text_column: str) -> list[str]:
 
 
 def label_vocabulary(labels: Sequence[str]) -> list[str]:
-    """Sorted distinct labels: numerically when all are integers ("2" before "10"), else as strings."""
+    """Sorted distinct labels: numerically when all are integers ("2" before "10"; "2.0" before "10.0", as pandas
+    writes an int column holding a NaN), else as strings."""
     distinct = set(labels)
-    try:  # ties ("01" and "1", two codes) by their text: a set's order changes with the process's hash seed
-        return sorted(distinct, key=lambda label: (int(label), label))
-    except ValueError:
-        return sorted(distinct)
+    if all(INTEGRAL.fullmatch(label) for label in distinct):
+        # ties ("01" and "1", two codes) by their text: a set's order changes with the process's hash seed
+        return sorted(distinct, key=lambda label: (int(label.split(".")[0]), label))
+    return sorted(distinct)
 
 
 def check_labels(labels: Sequence[str], class_names: Sequence[str], *, path: str | Path, column: str, source: str):

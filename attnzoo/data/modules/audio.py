@@ -546,8 +546,10 @@ class AudioDataModule(DataModule):
                 raise ValueError(f"{csv_path}: data.val_folds/test_folds need a {self.columns['fold']!r} column")
             folds: set[int] = set()  # the folds the rows name
             entries, first, lines = [], {}, []  # first: label -> the line it first occurs on; lines: each entry's
+            start = 2  # the line the next row starts on
             for row in reader:
                 line = reader.line_num  # the row's last line (a quoted field may span lines)
+                begun, start = start, line + 1
                 used = [self.columns[k] for k in ("path", "label", "fold") if self.columns[k] in header]
                 if None in row or any(row[column] is None for column in used):
                     # DictReader: None for each field a row lacks, the extra fields under the key None
@@ -555,6 +557,13 @@ class AudioDataModule(DataModule):
                     raise ValueError(
                         f"{csv_path}:{line}: {fields} field(s) where the header has {len(header)} "
                         f"({', '.join(header)}); quote a field that holds a comma"
+                    )
+                broken = [c for c in used if "\n" in row[c] or "\r" in row[c]]
+                if broken:  # a quoted field over several lines: the rows between became one path or label
+                    raise ValueError(
+                        f"{csv_path}:{begun}: the {broken[0]!r} field runs on to line {line} "
+                        f"({row[broken[0]][:60]!r}): a double quote that does not close where the field ends? A "
+                        'field holding a double quote is quoted whole, with the quote doubled inside ("")'
                     )
                 labels = (
                     [s.strip() for s in row[self.columns["label"]].split(self.label_sep)]

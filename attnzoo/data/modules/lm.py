@@ -47,7 +47,7 @@ log = logging.getLogger("attnzoo")
 Tensor = torch.Tensor
 DOCUMENTS = ("lines", "files")
 ARTIFACT = "lm.json"
-PARAGRAPH = re.compile(r"\n[ \t]*\n")
+PARAGRAPH = re.compile(r"\r?\n[ \t]*\r?\n")
 
 
 def embedded_documents() -> list[str]:
@@ -118,7 +118,8 @@ def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "tr
     docs, empty = [], []
     for path in _text_files(spec, what):
         text = _decode(path)
-        if documents == "files":
+        if documents == "files":  # line breaks as Python's text mode reads them: CRLF and CR files split alike
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
             docs += [text.strip()] if text.strip() else []
             empty += [] if text.strip() else [str(path)]
         else:

@@ -214,12 +214,11 @@ class TextDataModule(DataModule):
             splits[name] = (texts, labels, str(self.files[name]))
         seen = set(train_texts)
         for name in [s for s in ("val", "test") if s in read and not same_file(self.files[s], self.files["train"])]:
-            texts = read[name][0]
-            shared = sum(text in seen for text in texts)
-            if shared:  # scored on texts it trained on: the score measures memory too
-                log.warning("data: %d of %d %s texts (%.1f%%) also occur in the train split %s, word for word (after "
-                            "whitespace is made one space): remove them from one file for a held-out score", shared,
-                            len(texts), name, 100 * shared / len(texts), self.files["train"])  # fmt: skip
+            _say_shared(read[name][0], seen, name, self.files["train"])
+        if "val" in read and "test" in read and same_file(self.files["val"], self.files["test"]):
+            log.warning("data: data.val and data.test are one file, %s: the checkpoint val chose is scored on the "
+                        "texts that chose it (test/ is optimistic); give data.test a file of its own for a held-out "
+                        "score", self.files["test"])  # fmt: skip
         if "val" not in read:
             if len(train_texts) < 2:
                 raise ValueError(f"{self.files['train']}: one example: too few to hold out a val split")
@@ -232,6 +231,7 @@ class TextDataModule(DataModule):
             name = self.files["train"]
             splits["train"] = (pick(train, train_texts), pick(train, train_labels), f"{name} (train part)")
             splits["val"] = (pick(val, train_texts), pick(val, train_labels), f"{name} (held-out val part)")
+            _say_shared(splits["val"][0], set(splits["train"][0]), "held-out val", f"{name} (train part)")
             lost = sorted(set(pick(val, train_labels)) - set(pick(train, train_labels)))
             if lost:  # the model has an output for them that training never sees
                 log.warning("data: class(es) %s of %s are all in the held-out val part: training sees none of them; "
@@ -321,3 +321,12 @@ class TextDataModule(DataModule):
         labels = save_class_names(run_dir, self.class_names, self.files["train"] or "listops",
                                   label_column=label_column, tokenizer=self.tokenizer.describe())  # fmt: skip
         return [labels, *save_run_tokenizer(self.tokenizer, Path(run_dir))[0]]
+
+
+def _say_shared(texts: list[str], seen: set[str], name: str, train: Any) -> None:
+    """A warning when `texts` of split `name` also occur in the train split's (`seen`): the score measures memory."""
+    shared = sum(text in seen for text in texts)
+    if shared:
+        log.warning("data: %d of %d %s texts (%.1f%%) also occur in the train split %s, word for word (after "
+                    "whitespace is made one space): remove them from one file for a held-out score", shared,
+                    len(texts), name, 100 * shared / len(texts), train)  # fmt: skip

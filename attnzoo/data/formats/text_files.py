@@ -351,13 +351,13 @@ def read_texts(path: str | Path, *, text_column: str) -> list[str]:
 
 
 def label_vocabulary(labels: Sequence[str]) -> list[str]:
-    """Sorted distinct labels: numerically when all are integers ("2" before "10"; "2.0" before "10.0", as pandas
-    writes an int column holding a NaN), else as strings."""
+    """Sorted distinct labels: numerically when all are integers ("2" before "10"), else as strings. (Integers
+    written as floats, "2.0", sort as strings: a rule changed here would renumber the classes of runs resumed.)"""
     distinct = set(labels)
-    if all(INTEGRAL.fullmatch(label) for label in distinct):
-        # ties ("01" and "1", two codes) by their text: a set's order changes with the process's hash seed
-        return sorted(distinct, key=lambda label: (int(label.split(".")[0]), label))
-    return sorted(distinct)
+    try:  # ties ("01" and "1", two codes) by their text: a set's order changes with the process's hash seed
+        return sorted(distinct, key=lambda label: (int(label), label))
+    except ValueError:
+        return sorted(distinct)
 
 
 def check_labels(labels: Sequence[str], class_names: Sequence[str], *, path: str | Path, column: str, source: str):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             after = (
                 f": started again, the same command continues {run_dir}"
                 if err.requeued
-                else f"; continue with --resume {run_dir}"
+                else f"; continue with --resume {shlex.quote(str(run_dir))}"
             )
             print(f"attnzoo fit: {err}{after}", file=sys.stderr)
         return err.exit_code

@@ -666,3 +666,13 @@ def test_an_example_of_a_moved_image_folder_is_drawn_where_it_is_now(tmp_path, c
     with pytest.raises(SystemExit):
         main([str(run), "model.depth=3"])
     assert "viz takes data.* overrides" in capsys.readouterr().err
+
+
+def test_a_title_holding_dollar_signs_is_drawn_as_written_not_as_mathtext(tmp_path):
+    # viz --text puts the user's text in the title: "a_b $\frac{$" stopped viz, "$5 and $6" lost its dollar signs
+    from attnzoo.drawing.matrices import _pyplot, save_figure
+
+    fig = _pyplot().figure(figsize=(3, 2))
+    fig.add_subplot(1, 1, 1)
+    path = save_figure(fig, tmp_path / "t.png", "text: a_b $\\frac{$ costs $5 and $6")
+    assert path.stat().st_size > 0 and fig._suptitle.get_text().count("\\$") == 4

@@ -367,7 +367,7 @@ def _reading_nothing(q: Tensor, k: Tensor, v: Tensor, bias) -> Tensor:
     """Zeros shaped as q, still a function of q, k, v and a bias tensor (zero gradients, as eager's masked softmax
     gives, not None: DDP and autograd.grad need every input used); an empty slice's sum adds 0 even to inf or NaN."""
     inputs = [q, k, v] + ([bias] if isinstance(bias, Tensor) else [])
-    return q.new_zeros(q.shape) + sum(t.narrow(-1, 0, 0).sum() for t in inputs)
+    return q.new_zeros(q.shape) + sum((t.narrow(-1, 0, 0) if t.dim() else t.reshape(1)[:0]).sum() for t in inputs)
 
 
 def _gathered_bias(bias, g: Group, b: int, h: int, dtype) -> Tensor | None:

@@ -129,8 +129,8 @@ def save_figure(fig: Any, path: str | Path, title: str, note: str = "", *, fonts
     fig.set_dpi(DPI)  # the title is wrapped, and the layout found, at the resolution written
     if fig.get_layout_engine() is None:  # figures with a colorbar come constrained (made so before the colorbar)
         fig.set_layout_engine("constrained")
-    if title:
-        title = wrap_to_width(fig, title, fontsize)
+    if title:  # a user's text in it ("$5 and $6"): read as written, not as mathtext
+        title = wrap_to_width(fig, title.replace("$", r"\$"), fontsize)
         width, height = fig.get_size_inches()
         fig.set_size_inches(width, height + 1.25 * fontsize / 72 * title.count("\n"))  # the room of wrapped lines
         fig.suptitle(title, fontsize=fontsize)

@@ -128,7 +128,8 @@ def _options(cfg: dict[str, Any], family: str, file: Path, starts: bool) -> dict
 
 def _value(cfg: dict[str, Any], key: str) -> Any:
     """`cfg[key]`, or transformers' default for BERT and RoBERTa when config.json leaves it out."""
-    return config_value(cfg, key, DEFAULTS[key])
+    roberta = cfg.get("model_type") == "roberta" and key == "vocab_size"
+    return config_value(cfg, key, 50265 if roberta else DEFAULTS[key])  # RobertaConfig's vocabulary: 50,265
 
 
 def _renamed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

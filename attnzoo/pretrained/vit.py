@@ -212,11 +212,12 @@ def _timm_model_args(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(args, dict):
         raise ValueError(f"{str(file)!r}: model_args {args!r} is no mapping of keyword arguments")
-    known = set(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs"}
+    # where the model is built is attnzoo's (the meta device: nothing allocated)
+    known = set(inspect.signature(VisionTransformer.__init__).parameters) - {"self", "kwargs", "device", "dtype"}
     unknown = sorted(k for k in args if k not in known)
     if unknown:
         raise ValueError(
-            f"{str(file)!r}: model_args {unknown} are no keyword arguments of timm's VisionTransformer (this timm's: "
+            f"{str(file)!r}: model_args {unknown} are not taken (those that shape a timm VisionTransformer are: "
             f"{sorted(known)})"
         )
     return args
@@ -280,6 +281,7 @@ def _timm_arch(name: str, given: str, model_args: dict[str, Any], file: str) -> 
     ValueError naming what attnzoo's ViT does not compute as the architecture does (blocks, activation, pooling):
     such options leave no tensor of their own, so the checkpoint cannot tell them."""
     import timm
+    from timm.layers import GELU as TimmGELU  # act_layer "gelu": F.gelu, exact
     from timm.models.vision_transformer import Block, VisionTransformer
 
     if not (TIMM_NAME.fullmatch(name) and timm.is_model(name)):
@@ -307,7 +309,7 @@ def _timm_arch(name: str, given: str, model_args: dict[str, Any], file: str) -> 
         f"its blocks are timm's {type(block).__name__} (attnzoo's ViT: pre-norm blocks, timm's Block)"
         if type(block) is not Block
         else f"its MLP activation is {act!r} (attnzoo's ViT: GELU, exact)"
-        if not (type(act) is torch.nn.GELU and act.approximate == "none")
+        if not (type(act) is torch.nn.GELU and act.approximate == "none" or type(act) is TimmGELU)
         else f"its norms are {type(norm).__name__} (attnzoo's ViT: LayerNorm)"
         if not isinstance(norm, nn.LayerNorm)
         else f"it pools with global_pool={pool!r} (attnzoo's ViT: 'token' or 'avg')"

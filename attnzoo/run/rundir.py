@@ -14,6 +14,7 @@ import inspect
 import json
 import logging
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,8 +112,8 @@ def resume_target(path: str | Path) -> tuple[Path, Path]:
     if not ckpt.is_file():
         raise ConfigError(
             f"--resume: {str(run_dir)!r} has no checkpoint to continue from ({str(ckpt)!r} does not exist): the run "
-            f"stopped before its first checkpoint. Start it again there with --config {run_dir / 'config.yaml'} "
-            f"--run-dir {run_dir}"
+            f"stopped before its first checkpoint. Start it again there with --config "
+            f"{shlex.quote(str(run_dir / 'config.yaml'))} --run-dir {shlex.quote(str(run_dir))}"
         )
     return run_dir, ckpt
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ class StoppedAtOnce(Exception):
         self.run_dir = run_dir
         super().__init__(
             f"stopped at once by a second Ctrl+C (the batch in progress was not saved); continue from the last "
-            f"checkpoint with --resume {run_dir}"
+            f"checkpoint with --resume {shlex.quote(str(run_dir))}"
             if trained  # before training, Lightning's own handler answers the first Ctrl+C so
             else "stopped by Ctrl+C before training started: nothing was trained; start the run again (same command)"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -100,6 +101,22 @@ def fit(
             # to continue (--resume says so and sends the user here), so it starts again in its own directory
             log.info("%s holds the config.yaml of a run that stopped before training; starting it again there", run_dir)
             held = []
+        if (
+            "config.yaml" in held
+            and lock is not None
+            and not slurm_restarts()
+            and not any((run_dir / "checkpoints").glob("*.ckpt"))
+            and read_summary(run_dir).get("finished") is not True
+            and _written_by_a_run(run_dir / "config.yaml")
+        ):
+            # a run that stopped before its first checkpoint (killed, out of memory, a NaN loss at its first steps):
+            # nothing to continue (--resume says so and sends the user here), so it starts again in its own directory
+            log.warning("%s holds a run that stopped before its first checkpoint (%s): nothing to continue; starting "
+                        "it again there (its metrics.csv and summary.json begin anew)",
+                        run_dir, ", ".join(held))  # fmt: skip
+            for name in ("metrics.csv", "summary.json"):  # the rows of the attempt would stay above the new run's
+                (run_dir / name).unlink(missing_ok=True)
+            held = []
         if held and slurm_restarts():
             ckpt_path, finished = _after_requeue(run_dir, clear=lock is not None)
             if finished:
@@ -107,8 +124,8 @@ def fit(
         elif held and lock is not None:
             job = slurm_job()
             raise ConfigError(
-                f"{run_dir} already holds a run ({', '.join(held)}); continue it with --resume {run_dir}, "
-                "or write the new run elsewhere"
+                f"{run_dir} already holds a run ({', '.join(held)}); continue it with --resume "
+                f"{shlex.quote(str(run_dir))}, or write the new run elsewhere"
                 + (f" (each run of SLURM job {job} needs its own run.name or --run-dir)" if job is not None else "")
             )
         return _fit(cfg, run_dir, ckpt_path, extra_callbacks)

@@ -380,7 +380,7 @@ def test_cuda_flex_trains_a_learned_bias_at_head_dim_64_in_bf16():
 
 
 @pytest.mark.parametrize("backend", ["blocked", "auto"])
-@pytest.mark.parametrize("case", ["all padding", "global tokens past the end", "learned bias"])
+@pytest.mark.parametrize("case", ["all padding", "global tokens past the end", "learned bias", "scalar bias"])
 def test_blocked_where_no_query_reads_any_key_gives_zeros_that_autograd_reaches(backend, case):
     """Eager's zeros are a function of q, k, v (zero gradients); blocked's must be too (`auto` picks it here),
     else autograd.grad raises and DDP finds the layer's parameters unused."""
@@ -391,11 +391,12 @@ def test_blocked_where_no_query_reads_any_key_gives_zeros_that_autograd_reaches(
     pattern, padding, bias = {
         "all padding": (SlidingWindow(window=3) & KeyPadding(everything), None, None),
         "global tokens past the end": (GlobalTokens(tokens=[100]), None, None),
-        "learned bias": (SlidingWindow(window=3), everything, torch.randn(2, 70, 70, requires_grad=True)),
+        "learned bias": (GlobalTokens(tokens=[100]), None, torch.randn(2, 70, 70, requires_grad=True)),
+        "scalar bias": (GlobalTokens(tokens=[100]), None, torch.tensor(0.5, requires_grad=True)),
     }[case]
     out, _, used = attend(q, k, v, pattern=pattern, key_padding_mask=padding, bias=bias, backend=backend)
     ref = attend(q, k, v, pattern=pattern, key_padding_mask=padding, bias=bias, backend="eager")[0]
-    assert used.startswith("blocked" if bias is None or backend == "blocked" else "sdpa")
+    assert used.startswith("blocked")
     assert (out == 0).all() and (ref == 0).all()
     inputs_ = (q, k, v) if bias is None else (q, k, v, bias)
     grads, wants = torch.autograd.grad(out.sum(), inputs_), torch.autograd.grad(ref.sum(), inputs_)

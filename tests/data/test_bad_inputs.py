@@ -449,5 +449,5 @@ def test_a_header_row_repeated_inside_a_file_is_named_not_read_as_a_class(tmp_pa
     from attnzoo.data.formats.text_files import read_text_file
 
     (tmp_path / "t.csv").write_text(f"text,label\na,pos\nb,neg\n{bom}text,label\nc,pos\n")
-    with pytest.raises(ValueError, match=r"t\.csv line 4: the header again \(text, label\), which would be a row"):
+    with pytest.raises(ValueError, match=r"t\.csv line 4: the header again \(text, label\), which would be read"):
         read_text_file(tmp_path / "t.csv", text_column="text", label_column="label")

@@ -679,3 +679,14 @@ def test_drawings_are_told_from_photos_alike_in_memory_and_read_from_disk(tmp_pa
         data.setup()
         chosen[on_disk] = data.crop_scale
     assert chosen[True] == chosen[False] == 0.8
+
+
+def test_one_mean_and_std_value_normalizes_every_channel_and_two_for_three_channels_are_refused():
+    # a folder of grey files is read as RGB: data.mean=[0.13] data.std=[0.31] (MNIST's) was refused as "one value per
+    # channel (3)"
+    from attnzoo.data.modules.image import normalization
+
+    assert normalization(3, [0.13], [0.31]) == ([0.13] * 3, [0.31] * 3)
+    assert normalization(1, [0.13], [0.31]) == ([0.13], [0.31])
+    with pytest.raises(ValueError, match=r"need one value per channel \(3\)"):
+        normalization(3, [0.1, 0.2], [0.3, 0.4])

@@ -361,8 +361,13 @@ def test_a_timm_architecture_the_tensors_cannot_tell_apart_is_refused_by_name(tm
 
 @pytest.mark.parametrize(
     "kw",
-    [{"num_heads": 12}, {"global_pool": "avg", "fc_norm": False}, {"class_token": False, "global_pool": "avg"}],
-    ids=["heads", "avg-no-fc-norm", "no-class-token"],
+    [
+        {"num_heads": 12},
+        {"global_pool": "avg", "fc_norm": False},
+        {"class_token": False, "global_pool": "avg"},
+        {"act_layer": "gelu"},  # timm's own GELU class (exact), not torch's
+    ],
+    ids=["heads", "avg-no-fc-norm", "no-class-token", "timm-gelu"],
 )
 def test_a_timm_hub_folder_is_built_with_the_model_args_its_config_json_records(tmp_path, kw):
     """timm's save_for_hf records the keywords a model was built with (model_args), which timm's own loader builds
@@ -386,7 +391,11 @@ def test_a_timm_hub_folder_whose_model_args_attnzoo_cannot_compute_or_timm_would
     config = json.loads((tmp_path / "config.json").read_text())
     config["model_args"] = {"depth": 2, "checkpoint_path": "/elsewhere/evil.pth"}  # create_model's, not the model's
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"config.json': model_args \['checkpoint_path'\] are no keyword arguments"):
+    with pytest.raises(ValueError, match=r"config.json': model_args \['checkpoint_path'\] are not taken"):
+        vit_family.convert(tmp_path)
+    config["model_args"] = {"depth": 2, "device": "cpu"}  # built on the meta device, whatever the folder says
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"model_args \['device'\] are not taken"):
         vit_family.convert(tmp_path)
     config["model_args"] = {"norm_layer": "rmsnorm"}
     (tmp_path / "config.json").write_text(json.dumps(config))

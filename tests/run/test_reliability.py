@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,6 +324,19 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_
     code, err = _fit_main(["--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), *overrides], capsys)
     assert code == 0, err
     assert _summary(run_dir)["finished"] and (run_dir / "checkpoints" / "last.ckpt").is_file()
+    # one that wrote metrics.csv and a summary of its failure before its first checkpoint (a NaN loss, out of
+    # memory): --resume sent the user to start it again, which said it "already holds a run" and sent them back
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "summary.json").write_text(json.dumps({"finished": False, "stopped": {"reason": "failed"}}))
+    (run_dir / "metrics.csv").write_text("epoch,step,train/loss\n0,0,123456.0\n")
+    code, err = _fit_main(["--resume", str(run_dir)], capsys)
+    assert code == 2 and "stopped before its first checkpoint" in err, err
+    code, err = _fit_main(["--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), *overrides], capsys)
+    assert code == 0, err
+    assert _summary(run_dir)["finished"] and "123456.0" not in (run_dir / "metrics.csv").read_text()
+    # a finished run is never started over
+    code, err = _fit_main(["--config", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), *overrides], capsys)
+    assert code == 2 and "already holds a run" in err, err
 
 
 def test_a_run_dir_of_the_users_own_files_is_refused_not_written_over(tmp_path, capsys, monkeypatch):
@@ -843,3 +857,15 @@ def test_progress_is_logged_where_stderr_is_no_terminal(tmp_path, monkeypatch, c
     line = r"epoch 0: batch 1/4, step 1, train/loss \d+\.\d{4}, \d+\.\d\d s a batch, the epoch ends in ~\d+ s"
     assert re.search(line, caplog.text) and "epoch 1: batch 4/4, step 8" in caplog.text, caplog.text
     assert re.search(r"epoch 1, step 8: val/acc \d\.\d{4}, val/acc5 \d\.\d{4}, val/f1", caplog.text), caplog.text
+
+
+def test_commands_a_message_gives_for_a_run_dir_with_a_space_paste_as_one_argument(tmp_path, capsys):
+    import shlex
+
+    from attnzoo.run.train import CONFIG_HEADER
+
+    run_dir = tmp_path / "my runs" / "killed"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(CONFIG_HEADER + load([VIT], TINY).to_yaml())
+    code, err = _fit_main(["--resume", str(run_dir)], capsys)
+    assert code == 2 and f"--run-dir {shlex.quote(str(run_dir))}" in err and "'" in err.split("--run-dir")[1], err

@@ -79,8 +79,8 @@ def _rows(path: Path, used: Sequence[str] = ()) -> Iterator[tuple[int, dict, lis
                 continue
             if [c.strip().lstrip("\ufeff") for c in row] == [c.strip() for c in columns]:
                 raise ValueError(
-                    f"{path} line {n}: the header again ({', '.join(columns)}), which would be a row labelled "
-                    f"{row[-1].strip()!r}: files joined with their headers (cat a.csv b.csv)? Keep the first one only"
+                    f"{path} line {n}: the header again ({', '.join(columns)}), which would be read as an example: "
+                    "files joined with their headers (cat a.csv b.csv)? Keep the first one only"
                 )
             if len(row) > len(columns):
                 raise ValueError(f"{path} line {n}: more fields than the header's columns {columns}")

@@ -660,11 +660,13 @@ def normalization(
 ) -> tuple[list[float], list[float]]:
     """(mean, std) per channel that images are normalized by (`data.mean` / `data.std`; None: 0.5 for every
     channel). Grey images given an RGB normalization (ImageNet's, from pretrained weights) take the mean of its
-    channels'."""
+    channels'; one value (a grey dataset's, MNIST's [0.1307]) is every channel's."""
     mean = list(mean) if mean is not None else [0.5] * in_chans
     std = list(std) if std is not None else [0.5] * in_chans
     if in_chans == 1 and len(mean) == len(std) == 3:
         mean, std = [sum(mean) / 3], [sum(std) / 3]
+    if len(mean) == len(std) == 1:  # a folder of grey files is read as RGB (3 equal channels)
+        mean, std = mean * in_chans, std * in_chans
     if len(mean) != in_chans or len(std) != in_chans:
         raise ValueError(f"data.mean/std ({mean}, {std}) need one value per channel ({in_chans})")
     return mean, std

@@ -118,8 +118,7 @@ def read_documents(spec: str | Sequence[str], *, documents: str, what: str = "tr
     docs, empty = [], []
     for path in _text_files(spec, what):
         text = _decode(path)
-        if documents == "files":  # line breaks as Python's text mode reads them: CRLF and CR files split alike
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if documents == "files":
             docs += [text.strip()] if text.strip() else []
             empty += [] if text.strip() else [str(path)]
         else:
@@ -151,15 +150,22 @@ def _say_wrapped(lines: list[str], what: str) -> None:
 
 def remove_seen_paragraphs(docs: list[str], train: list[str]) -> tuple[list[str], int]:
     """`docs` without the paragraphs that occur verbatim in `train`, and how many were removed."""
-    seen = {p.strip() for doc in train for p in PARAGRAPH.split(doc)}
+    seen = {_paragraph_key(p) for doc in train for p in PARAGRAPH.split(doc)}
     out, removed = [], 0
     for doc in docs:
         paragraphs = PARAGRAPH.split(doc)
-        kept = [p for p in paragraphs if p.strip() not in seen]
+        kept = [p for p in paragraphs if _paragraph_key(p) not in seen]
         removed += len(paragraphs) - len(kept)
-        if kept:
+        if len(kept) == len(paragraphs):
+            out.append(doc)  # as read (a CRLF file keeps its line breaks)
+        elif kept:
             out.append("\n\n".join(kept))
     return out, removed
+
+
+def _paragraph_key(paragraph: str) -> str:
+    """A paragraph as compared across files: its line breaks written one way (CRLF files and LF files alike)."""
+    return paragraph.replace("\r\n", "\n").strip()
 
 
 def unseen_held_out(

@@ -61,15 +61,15 @@ class StoppedAtOnce(Exception):
     """A second Ctrl+C stopped training at once, without saving the batch in progress (Lightning exits 1 after a
     KeyboardInterrupt); the run continues from its last checkpoint with `--resume <run dir>`."""
 
-    exit_code = 128 + signal.SIGINT
-
-    def __init__(self, run_dir: str | Path, *, trained: bool = True) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: str | Path, *, trained: bool = True, signum: int = signal.SIGINT) -> None:
+        self.run_dir, self.exit_code = run_dir, 128 + signum
+        what = "a second Ctrl+C" if signum == signal.SIGINT else signal.Signals(signum).name
         super().__init__(
-            f"stopped at once by a second Ctrl+C (the batch in progress was not saved); continue from the last "
+            f"stopped at once by {what} (the batch in progress was not saved); continue from the last "
             f"checkpoint with --resume {shlex.quote(str(run_dir))}"
-            if trained  # before training, Lightning's own handler answers the first Ctrl+C so
-            else "stopped by Ctrl+C before training started: nothing was trained; start the run again (same command)"
+            if trained  # before training (the sanity check's validation), Lightning's own handlers answer a signal
+            else f"stopped by {'Ctrl+C' if signum == signal.SIGINT else what} before training started: nothing was "
+            "trained; start the run again (same command)"
         )
 
 

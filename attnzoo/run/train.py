@@ -13,6 +13,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -342,11 +343,16 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
         raise
     except SystemExit as err:  # Lightning's answer to a KeyboardInterrupt (our second Ctrl+C) is sys.exit(1)
-        if err.code != 1:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        term = isinstance(err, SIGTERMException)  # before our handlers (the sanity check): exit code None, status 0
+        if err.code != 1 and not term:
             raise
         from .signals import StoppedAtOnce
 
-        raise StoppedAtOnce(run_dir, trained=summary.started) from None
+        signum = signal.SIGTERM if term else signal.SIGINT
+        trained = any((run_dir / "checkpoints").glob("*.ckpt")) if term else summary.started  # something to resume
+        raise StoppedAtOnce(run_dir, trained=trained, signum=signum) from None
     except ValueError as err:  # Lightning checks some arguments only when fit sets up (val_check_interval, ...)
         if summary.started or isinstance(err, ConfigError):
             _record_failure(trainer, summary, run_dir, err)

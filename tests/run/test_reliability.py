@@ -869,3 +869,20 @@ def test_commands_a_message_gives_for_a_run_dir_with_a_space_paste_as_one_argume
     (run_dir / "config.yaml").write_text(CONFIG_HEADER + load([VIT], TINY).to_yaml())
     code, err = _fit_main(["--resume", str(run_dir)], capsys)
     assert code == 2 and f"--run-dir {shlex.quote(str(run_dir))}" in err and "'" in err.split("--run-dir")[1], err
+
+
+def test_a_sigterm_during_the_sanity_check_stops_with_143_not_0(tmp_path):
+    """Before training, Lightning's own SIGTERM handler raises a SystemExit of code None: fit ended with status 0
+    (one step trained if it came in the last sanity batch), no checkpoint and nothing said."""
+    from attnzoo.run.signals import StoppedAtOnce
+
+    class TermInSanityCheck(L.Callback):
+        def on_validation_batch_start(self, trainer, *args):
+            if trainer.sanity_checking:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    cfg = load([VIT], [*TINY, "trainer.num_sanity_val_steps=1", f"run.dir={tmp_path}"])
+    with pytest.raises(StoppedAtOnce) as err:
+        fit(cfg, extra_callbacks=[TermInSanityCheck()])
+    assert err.value.exit_code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM before training started" in str(err.value)

@@ -62,11 +62,26 @@ class _KeepingWriter(ExperimentWriter):
                 kept.append(row)
         if len(kept) == len(on_disk):
             return
+        self._replace_rows(kept, self.metrics_keys)
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        """Lightning's rewrite when a column appears (the first validation, the test pass), made whole: it rewrote
+        the file in place, so a full disk left it cut short and the rows logged before were lost."""
+        with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+            rows = list(csv.DictReader(f))
+        self._replace_rows(rows, fieldnames)
+
+    def _replace_rows(self, rows: list[dict[str, Any]], fieldnames: list[str]) -> None:
+        """metrics.csv holding `rows` under `fieldnames`: written beside it, then renamed over it."""
         tmp = f"{self.metrics_file_path}.tmp"
-        with self._fs.open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
-            writer.writeheader()
-            writer.writerows(kept)
+        try:
+            with self._fs.open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=fieldnames)
+                writer.writeheader()
+                writer.writerows(rows)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)  # the file stays as it was
+            raise
         os.replace(tmp, self.metrics_file_path)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TRAINED_FILES, Config, ConfigError
+from ..util.files import write_text
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
@@ -188,7 +189,7 @@ def _record_failure(
     stopped["message"] = f"{type(err).__name__}: {err}"
     record = {**(trained or {"run_dir": str(run_dir)}), "finished": False, "stopped": stopped}
     try:
-        (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_text(run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
     except OSError as write_err:  # the error that stopped training is the one to report
         log.warning("could not record the failure in %s: %s", run_dir / "summary.json", write_err)
 
@@ -326,7 +327,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         extra_callbacks = [*extra_callbacks, TrainedAlready()]
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
-        (run_dir / "config.yaml").write_text(CONFIG_HEADER + cfg.to_yaml())
+        write_text(run_dir / "config.yaml", CONFIG_HEADER + cfg.to_yaml())
         record_data_files(cfg.section("data"), run_dir)  # a data file moved later is known again on --resume
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
         if ckpt_path is None and getattr(task.net, "started_from", None) is not None:
@@ -340,7 +341,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         if trainer.is_global_zero:
             stopped = {"reason": "signal", "epoch": trainer.current_epoch, "step": err.step, "message": str(err)}
             record = {"run_dir": str(run_dir), "finished": False, "stopped": stopped}
-            (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+            write_text(run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
         raise
     except SystemExit as err:  # Lightning's answer to a KeyboardInterrupt (our second Ctrl+C) is sys.exit(1)
         from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -396,7 +397,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             if trainer.is_global_zero:
                 stopped = {"reason": "signal", "phase": "test", "step": err.step, "message": str(err)}
                 record = {**result, "finished": False, "stopped": stopped}
-                (run_dir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+                write_text(run_dir / "summary.json", json.dumps(record, indent=2) + "\n")
             raise
         except Exception as err:  # recorded as an error in training is, with what training measured; --resume tests
             _record_failure(trainer, summary, run_dir, err, trained=result)
@@ -415,5 +416,5 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         threads = cfg.section("trainer").get("num_threads")
         result["baseline"] = bounded_baseline(data, num_threads=threads, budget_s=budget_seconds(training_seconds))
     if trainer.is_global_zero:
-        (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+        write_text(run_dir / "summary.json", json.dumps(result, indent=2) + "\n")
     return run_dir

@@ -131,3 +131,34 @@ def test_a_full_disk_when_writing_a_checkpoint_is_a_clear_error(tmp_path, monkey
     err = capsys.readouterr().err
     assert "attnzoo fit: error: could not write" in err and "No space left on device" in err
     assert "Traceback" not in err
+
+
+def test_metrics_csv_gaining_a_column_on_a_full_disk_keeps_the_rows_it_had(tmp_path, monkeypatch):
+    """Lightning rewrites metrics.csv in place when a column appears (the first validation, the test pass): a full
+    disk then left it cut short, the rows logged before lost."""
+    import errno
+
+    from attnzoo.run.metrics import _KeepingWriter
+
+    writer = _KeepingWriter(str(tmp_path))
+    for step in range(3):
+        writer.log_metrics({"train/loss": 1.0 / (step + 1)}, step=step)
+        writer.save()
+    before = (tmp_path / "metrics.csv").read_text()
+    real_open = writer._fs.open
+
+    def full_disk(path, mode="rb", **kwargs):
+        f = real_open(path, mode, **kwargs)
+        if "w" in mode:  # opened (and so emptied), then nothing fits
+
+            def write(*args):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            f.write = write
+        return f
+
+    monkeypatch.setattr(writer._fs, "open", full_disk)
+    writer.log_metrics({"val/acc": 0.5}, step=2)
+    with pytest.raises(OSError, match="No space left"):
+        writer.save()
+    assert (tmp_path / "metrics.csv").read_text() == before and not list(tmp_path.glob("*.tmp"))

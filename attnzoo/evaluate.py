@@ -156,6 +156,15 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
 
     _check_held_out_split(run_dir, split, configs, overrides)
     run = load_run(run_dir, checkpoint, configs, overrides)
+    from .run.paths import changed_data
+
+    changed = changed_data(Path(run_dir), run.cfg.section("data"))
+    if changed:  # a split held out of a folder or file by the run's rule is drawn again from what is there now
+        log.warning(
+            "evaluate: the run's data changed since it was trained (%s): a val or test part held out of it by the "
+            "run's rule is held out of the data as it is now, and may hold examples the run trained on",
+            "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else ""),
+        )  # fmt: skip
     asked = split
     keep = (*TRAINER_SCORED, "enable_progress_bar")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
@@ -211,6 +220,8 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     }
     if hint:
         report["hint"] = hint
+    if changed:
+        report["data_changed"] = changed
     if stood_in:
         report["read_in_place"] = (
             f"data.test was also read in place of data.{' and data.'.join(stood_in)} (the classes and token ids are "

@@ -426,3 +426,29 @@ def test_a_run_trained_on_a_gpu_with_flash_attn_is_scored_on_a_machine_without_o
     assert "trainer.accelerator 'gpu': this machine has no GPU: scored on the CPU" in caplog.text
     assert "model.attention.backend 'flash' runs on CUDA only, and this machine has none" in caplog.text
     assert {m.backend for m in load_run(run_dir).net.modules() if hasattr(m, "backend")} == {"auto"}
+
+
+def test_evaluate_on_the_runs_own_folder_after_files_were_added_says_the_held_out_part_changed(tmp_path, caplog):
+    """A folder without split folders: its val part is held out by hashing its file list, which a file added
+    reshuffles; evaluate scored training images as val without a word (--resume already refuses it)."""
+    import logging
+
+    from PIL import Image
+
+    from attnzoo.evaluate import evaluate
+
+    for name in ("a", "b"):
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (16, 16), (20 * i, 200 if name == "a" else 0, 0)).save(
+                tmp_path / "imgs" / name / f"{i}.png"
+            )
+    folder = ["data.dataset=folder", f"data.root={tmp_path / 'imgs'}", "data.img_size=28"]
+    run = fit(load([VIT], [*TINY_RUN, *folder, "trainer.max_epochs=1", "run.baseline=false",
+                           f"run.dir={tmp_path / 'r'}"]))  # fmt: skip
+    assert "data_changed" not in evaluate(run, "best", "val", [], [])
+    Image.new("RGB", (16, 16), (1, 2, 3)).save(tmp_path / "imgs" / "a" / "new.png")
+    with caplog.at_level(logging.WARNING, logger="attnzoo"):
+        report = evaluate(run, "best", "val", [], [])
+    assert "the run's data changed since it was trained (data.root:" in caplog.text
+    assert report["data_changed"][0].startswith(f"data.root: {tmp_path / 'imgs'}")

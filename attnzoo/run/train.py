@@ -410,11 +410,12 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
             result["test"]["checkpoint_step"] = int(step)
     if resumes:
         result["resumes"] = resumes
+    if trainer.is_global_zero:  # before the baseline: a Ctrl+C or SIGTERM while it fits keeps what training measured
+        write_text(run_dir / "summary.json", json.dumps(result, indent=2) + "\n")
     if cfg.section("run").get("baseline") and trainer.is_global_zero:
         from .baseline import bounded_baseline, budget_seconds
 
         threads = cfg.section("trainer").get("num_threads")
         result["baseline"] = bounded_baseline(data, num_threads=threads, budget_s=budget_seconds(training_seconds))
-    if trainer.is_global_zero:
         write_text(run_dir / "summary.json", json.dumps(result, indent=2) + "\n")
     return run_dir

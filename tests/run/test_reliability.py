@@ -886,3 +886,22 @@ def test_a_sigterm_during_the_sanity_check_stops_with_143_not_0(tmp_path):
         fit(cfg, extra_callbacks=[TermInSanityCheck()])
     assert err.value.exit_code == 128 + signal.SIGTERM
     assert "stopped by SIGTERM before training started" in str(err.value)
+
+
+def test_a_ctrl_c_while_the_baseline_fits_keeps_the_summary_of_training(tmp_path, monkeypatch):
+    """The baseline runs after training and the test; summary.json was written after it, so a Ctrl+C there lost
+    what training measured (a --resume then wrote empty metrics)."""
+    import attnzoo.run.baseline as baseline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(baseline, "bounded_baseline", interrupted)
+    cfg = load(
+        [VIT], [*TINY, "run.baseline=true", "run.test=true", "trainer.limit_test_batches=1", f"run.dir={tmp_path}"]
+    )
+    with pytest.raises(KeyboardInterrupt):
+        fit(cfg)
+    (summary_file,) = tmp_path.glob("vit/*/summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["finished"] and summary["metrics"] and "test" in summary and "baseline" not in summary

@@ -139,14 +139,9 @@ def _check_held_out_split(run_dir: Path, split: str, configs: Sequence[str], ove
         )
 
 
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str], overrides: Sequence[str]) -> dict:
     import lightning as L
+    import torch
 
     from .config import load
     from .run import load_run
@@ -168,7 +163,7 @@ def evaluate(run_dir: Path, checkpoint: str, split: str, configs: Sequence[str],
     asked = split
     keep = (*TRAINER_SCORED, "enable_progress_bar")
     trainer_cfg = {k: v for k, v in run.cfg.section("trainer").items() if k in keep}
-    if trainer_cfg.get("accelerator") in ("gpu", "cuda") and not _has_gpu():  # a run copied off its GPU machine
+    if trainer_cfg.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():  # copied off its GPU
         log.warning("trainer.accelerator %r: this machine has no GPU: scored on the CPU", trainer_cfg["accelerator"])
         trainer_cfg["accelerator"] = "cpu"
     stop = StopAtOnce(checkpoint=run.checkpoint, phase="evaluate", validation=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import csv
-import os
 import resource
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..config import ConfigError
+from ..util.files import replacing
 from .checkpoint_io import metric_value, tie_wins
 
 
@@ -72,17 +72,11 @@ class _KeepingWriter(ExperimentWriter):
         self._replace_rows(rows, fieldnames)
 
     def _replace_rows(self, rows: list[dict[str, Any]], fieldnames: list[str]) -> None:
-        """metrics.csv holding `rows` under `fieldnames`: written beside it, then renamed over it."""
-        tmp = f"{self.metrics_file_path}.tmp"
-        try:
-            with self._fs.open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=fieldnames)
-                writer.writeheader()
-                writer.writerows(rows)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)  # the file stays as it was
-            raise
-        os.replace(tmp, self.metrics_file_path)
+        """metrics.csv holding `rows` under `fieldnames`: written beside it, then renamed over it (`replacing`)."""
+        with replacing(Path(self.metrics_file_path)) as tmp, self._fs.open(str(tmp), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 def check_history(path: Path) -> None:

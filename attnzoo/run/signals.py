@@ -59,7 +59,8 @@ class Interrupted(Exception):
 
 class StoppedAtOnce(Exception):
     """A second Ctrl+C stopped training at once, without saving the batch in progress (Lightning exits 1 after a
-    KeyboardInterrupt); the run continues from its last checkpoint with `--resume <run dir>`."""
+    KeyboardInterrupt), or a signal came before attnzoo's handlers (Lightning's SIGTERMException in the sanity check);
+    the run continues from its last checkpoint with `--resume <run dir>`. Exit status 128 + the signal."""
 
     def __init__(self, run_dir: str | Path, *, trained: bool = True, signum: int = signal.SIGINT) -> None:
         self.run_dir, self.exit_code = run_dir, 128 + signum

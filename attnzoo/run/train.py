@@ -98,11 +98,6 @@ def fit(
                 f"{run_dir} holds no run but files a run writes ({', '.join(theirs)}): they would be replaced; give "
                 "fit another --run-dir (or a new folder)"
             )
-        if held == ["config.yaml"] and lock is not None and not slurm_restarts():
-            # a run that stopped before training wrote anything but its config (killed while it set up): nothing
-            # to continue (--resume says so and sends the user here), so it starts again in its own directory
-            log.info("%s holds the config.yaml of a run that stopped before training; starting it again there", run_dir)
-            held = []
         if (
             "config.yaml" in held
             and lock is not None
@@ -111,8 +106,9 @@ def fit(
             and read_summary(run_dir).get("finished") is not True
             and _written_by_a_run(run_dir / "config.yaml")
         ):
-            # a run that stopped before its first checkpoint (killed, out of memory, a NaN loss at its first steps):
-            # nothing to continue (--resume says so and sends the user here), so it starts again in its own directory
+            # a run that stopped before its first checkpoint (killed while it set up, out of memory, a NaN loss at its
+            # first steps): nothing to continue (--resume says so and sends the user here), so it starts again in its
+            # own directory
             log.warning("%s holds a run that stopped before its first checkpoint (%s): nothing to continue; starting "
                         "it again there (its metrics.csv and summary.json begin anew)",
                         run_dir, ", ".join(held))  # fmt: skip

@@ -161,4 +161,4 @@ def test_metrics_csv_gaining_a_column_on_a_full_disk_keeps_the_rows_it_had(tmp_p
     writer.log_metrics({"val/acc": 0.5}, step=2)
     with pytest.raises(OSError, match="No space left"):
         writer.save()
-    assert (tmp_path / "metrics.csv").read_text() == before and not list(tmp_path.glob("*.tmp"))
+    assert (tmp_path / "metrics.csv").read_text() == before and [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]

@@ -298,8 +298,7 @@ def check_label_forms(first: dict[str, int], where: str) -> None:
     `where`, a file and column): the same integer with and without a zero fraction (`same_number`) raises, as which
     form a run's labels.json would keep is a guess; the same letters in another case ("Red" and "red"), and a mark of
     a missing value ("NA", "nan"; `MISSING_MARKS`) and one written with composed and decomposed accents, are warned
-    about, as they may be classes of their own. Each form
-    is named with its line."""
+    about, as they may be classes of their own. Each form is named with its line."""
     forms = list(first)
 
     def said(group: list[str]) -> str:

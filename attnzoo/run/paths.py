@@ -30,7 +30,6 @@ def same_path(key: str, old: Any, new: Any) -> bool:
 DATA_FILES_RECORD = "data_files.json"  # a run's data files as they were: a moved one is known again on --resume
 FILE_KEYS = ("train", "val", "test", "csv", "root")  # data options that name files or, `root`, a folder
 ENDS = 1 << 20  # bytes read at each end of a file for its fingerprint
-RUNS = ("config.yaml", "ablate.json", "ablation.json")  # a folder holding one is a run's or an ablation's, not data
 LISTS = ("validation_list.txt", "testing_list.txt")  # Speech Commands' split lists, read from an audio data.root
 
 
@@ -70,7 +69,7 @@ def _listing(root: Path, *, texts: bool = False) -> list[str]:
     written inside (`data.root=.`), which change as they go."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
-    from ..data.formats.folders import hidden
+    from ..data.formats.folders import hidden, run_output
 
     suffixes = (".txt",) if texts else (*IMG_EXTENSIONS, ".wav")
     found, folders = [], [root]
@@ -80,8 +79,7 @@ def _listing(root: Path, *, texts: bool = False) -> list[str]:
             entries = list(os.scandir(folder))
         except OSError:
             continue
-        names = {e.name for e in entries}
-        if folder != root and names & set(RUNS):
+        if folder != root and run_output(folder):
             continue
         for entry in entries:
             if hidden(entry.name):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TRAINED_FILES, Config, ConfigError
-from ..util.files import write_text
+from ..util.files import RUN_CONFIG_HEADER, write_text, written_by_a_run
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
 from .lock import RunLock
@@ -46,7 +46,6 @@ from .start import keep_start, recorded_start
 log = logging.getLogger("attnzoo")
 # what a run directory holds once a run has started in it (an ablation's fresh run dir holds only its own logs)
 RUN_FILES = ("config.yaml", *TRAINED_FILES)
-CONFIG_HEADER = "# attnzoo fit: the run's resolved config\n"  # tells the config.yaml a run wrote from a user's own
 # the files a run writes besides: in a folder that holds no run (`--run-dir`), a user's own file of such a name stays
 ARTIFACT_FILES = ("labels.json", "tokenizer.json", "audio_stats.json", "lm.json", "mlm.json", "translation.json",
                   "init_from.json", "resumes.json", "examples.txt", "examples.json", DATA_FILES_RECORD)  # fmt: skip
@@ -87,7 +86,7 @@ def fit(
         if lock is not None:
             lock.acquire()
         held = [name for name in RUN_FILES if (run_dir / name).exists()] if ckpt_path is None else []
-        if held == ["config.yaml"] and not slurm_restarts() and not _written_by_a_run(run_dir / "config.yaml"):
+        if held == ["config.yaml"] and not slurm_restarts() and not written_by_a_run(run_dir / "config.yaml"):
             raise ConfigError(
                 f"{run_dir} holds a config.yaml that no attnzoo run wrote (a file of yours?): a run would write its "
                 "own there; give fit another --run-dir (or a new folder)"
@@ -104,7 +103,7 @@ def fit(
             and not slurm_restarts()
             and not any((run_dir / "checkpoints").glob("*.ckpt"))
             and read_summary(run_dir).get("finished") is not True
-            and _written_by_a_run(run_dir / "config.yaml")
+            and written_by_a_run(run_dir / "config.yaml")
         ):
             # a run that stopped before its first checkpoint (killed while it set up, out of memory, a NaN loss at its
             # first steps): nothing to continue (--resume says so and sends the user here), so it starts again in its
@@ -156,15 +155,6 @@ def _build_resumed(cfg: Config, run_dir: Path, *, started: bool) -> Any:
         **(saved_tokenizer(cfg, run_dir) if isinstance(spec, str) and spec not in KINDS else {}),
     }
     return build(cfg, preset=preset or None, init=not started, unrecorded=("data.tokenizer",))
-
-
-def _written_by_a_run(path: Path) -> bool:
-    """Whether `path` is the config.yaml a run wrote (its first line is `CONFIG_HEADER`)."""
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return f.readline() == CONFIG_HEADER
-    except OSError:
-        return False
 
 
 def _record_failure(
@@ -323,7 +313,7 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         extra_callbacks = [*extra_callbacks, TrainedAlready()]
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if trainer.is_global_zero and is_rank_zero():
-        write_text(run_dir / "config.yaml", CONFIG_HEADER + cfg.to_yaml())
+        write_text(run_dir / "config.yaml", RUN_CONFIG_HEADER + cfg.to_yaml())
         record_data_files(cfg.section("data"), run_dir)  # a data file moved later is known again on --resume
         data.save_artifacts(run_dir)  # what the data derived and a run must keep (label vocabulary, audio stats)
         if ckpt_path is None and getattr(task.net, "started_from", None) is not None:

@@ -13,6 +13,7 @@ from typing import Any
 
 # the mode of files written through a temporary file: mkstemp's 0600 would keep them from others who read the run
 SHARED_MODE = 0o644
+RUN_CONFIG_HEADER = "# attnzoo fit: the run's resolved config\n"  # the first line of the config.yaml a run writes
 
 
 @contextlib.contextmanager
@@ -54,6 +55,15 @@ def read_json_object(path: Path) -> dict[str, Any]:
 def write_json(path: Path, data: Any) -> None:
     """`data` as indented JSON at `path`, written whole (`replacing`)."""
     write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def written_by_a_run(path: Path) -> bool:
+    """Whether `path` is the config.yaml a run wrote (its first line is `RUN_CONFIG_HEADER`)."""
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace") as f:
+            return f.readline() == RUN_CONFIG_HEADER
+    except OSError:
+        return False
 
 
 def unfinished(path: Path) -> str | None:

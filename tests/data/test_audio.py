@@ -16,6 +16,7 @@ from attnzoo.data.embedded.synth_audio import class_names, synthesize
 from attnzoo.data.formats.audio_io import AudioFileError, fit_length, load_clip, read_wav
 from attnzoo.data.modules.audio import AudioDataModule, Mixup
 from attnzoo.layers.audio_features import LogMel
+from tests.helpers import runs_inside
 from tests.helpers.audio import RATE, WRITERS, small, speech_commands, tone, write_float32, write_pcm16
 
 
@@ -201,6 +202,18 @@ def test_a_run_s_classes_read_clips_at_any_depth_of_a_class_folder(tmp_path):
     dm = small(source="folder", root=str(tmp_path), labels=["cat", "dog"])
     dm.setup()
     assert sum(len(ds) for ds in dm.datasets.values()) == 2
+
+
+def test_runs_made_inside_the_data_folder_are_not_a_class(tmp_path):
+
+    for c, name in enumerate(["cat", "dog"]):
+        (tmp_path / name).mkdir()
+        for i in range(4):
+            write_pcm16(tmp_path / name / f"s{i}_nohash_0.wav", tone(RATE, 0.5, 200.0 * (c + 1), 1), RATE)
+    runs_inside(tmp_path)
+    dm = small(source="folder", root=str(tmp_path))
+    dm.setup()
+    assert dm.class_names == ["cat", "dog"]
 
 
 def test_a_class_without_training_clips_is_an_error_naming_it(tmp_path, caplog):

@@ -14,6 +14,7 @@ from attnzoo.data import DATAMODULES, ImageDataModule
 from attnzoo.data.modules import defaults
 from attnzoo.data.modules.batching import EpochShuffle
 from attnzoo.data.modules.image import load_mnist5k
+from tests.helpers import runs_inside
 
 
 def _indices(split):  # indices of a split's samples in the underlying dataset
@@ -470,6 +471,33 @@ def test_what_tools_leave_beside_the_data_is_neither_a_class_nor_an_image(tmp_pa
     data.setup()
     assert data.class_names == ["cat", "dog"]
     assert len(data.splits["train"]) + len(data.splits["val"]) == 8 and not data.skipped
+
+
+def test_runs_made_inside_the_data_folder_are_not_a_class(tmp_path, caplog):
+    # `data.root=.` in the folder of cat/ and dog/: the second run trained a third class, runs/, on the first one's
+    # plots (ImageFolder reads a class folder to any depth)
+    _write_folder(tmp_path)
+    runs_inside(tmp_path)
+    with caplog.at_level(logging.INFO, logger="attnzoo"):
+        data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.25)
+        data.setup()
+    assert data.class_names == ["cat", "dog"]
+    assert len(data.splits["train"]) + len(data.splits["val"]) == 8
+    assert f"{tmp_path / 'runs'} holds attnzoo runs or ablations" in caplog.text
+    for split in ("train", "val"):  # the split layout: runs/ beside train/ and val/ is no class folder left unread
+        _write_folder(tmp_path / "split" / split)
+    runs_inside(tmp_path / "split")
+    data = ImageDataModule(dataset="folder", root=str(tmp_path / "split"), img_size=8)
+    data.setup()
+    assert data.class_names == ["cat", "dog"] and len(data.splits["val"]) == 8
+
+
+def test_a_class_folder_holding_a_config_of_its_own_is_still_a_class(tmp_path):
+    _write_folder(tmp_path)
+    (tmp_path / "cat" / "config.yaml").write_text("camera: x100\n")  # no run wrote it, and no run's files beside it
+    data = ImageDataModule(dataset="folder", root=str(tmp_path), img_size=8, val_fraction=0.25)
+    data.setup()
+    assert data.class_names == ["cat", "dog"]
 
 
 def test_an_empty_class_folder_is_a_class_val_lacks_and_an_error_in_train(tmp_path, caplog):

@@ -18,6 +18,8 @@ from attnzoo.data.modules.lm import (
     remove_seen_paragraphs,
 )
 from attnzoo.data.tokenizers.factory import make_tokenizer
+from attnzoo.run.paths import fingerprint
+from tests.helpers import runs_inside
 
 
 def _docs(n: int) -> list[str]:
@@ -234,6 +236,15 @@ def test_a_folders_txt_files_in_any_letter_case_are_read_and_a_csv_is_refused(tm
     (tmp_path / "t.csv").write_text("text,label\nhello there,pos\n")
     with pytest.raises(ValueError, match=r"data.train: '.*t\.csv' is a \.csv file of columns.*data.text_column"):
         read_documents(str(tmp_path / "t.csv"), documents="lines")
+
+
+def test_runs_made_inside_a_folder_of_texts_are_not_read(tmp_path):
+    # data.train=. in a folder of .txt files: the second run trained on the first one's examples.txt
+    (tmp_path / "a.txt").write_text("first line\n")
+    listing = fingerprint(tmp_path, "data.train")
+    runs_inside(tmp_path)
+    assert read_documents(str(tmp_path), documents="lines") == ["first line"]
+    assert fingerprint(tmp_path, "data.train") == listing  # a resume sees the data unchanged
 
 
 def test_a_tokenizer_file_is_not_said_to_split_digits(tmp_path, caplog):

@@ -53,3 +53,22 @@ def smoke_overrides(cfg: Config, *, started: bool = False) -> list[str]:
     (`START_SIZES`)."""
     overrides = [f"{k}={json.dumps(v)}" for k, v in cfg.section("smoke").items()]
     return [o for o in overrides if not o.startswith(START_SIZES)] if started else overrides
+
+
+def runs_inside(root):
+    """What fit and ablate leave in a data folder given as data.root=. (run.dir runs/ made there): a run directory,
+    its attention plots of viz, and an ablation's report plots."""
+    from PIL import Image
+
+    from attnzoo.util.files import RUN_CONFIG_HEADER
+
+    run = root / "runs" / "vit" / "20261128-090000"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(RUN_CONFIG_HEADER + "model: {}\n")
+    (run / "viz").mkdir()
+    Image.new("RGB", (8, 8)).save(run / "viz" / "rollout.png")
+    (run / "examples.txt").write_text("an example the run wrote\n")
+    ablation = root / "runs" / "ablate" / "vit-window"
+    ablation.mkdir(parents=True)
+    (ablation / "ablation.json").write_text("{}")
+    Image.new("RGB", (8, 8)).save(ablation / "metric.png")

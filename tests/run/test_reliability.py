@@ -313,9 +313,9 @@ def _fit_main(args: list[str], capsys) -> tuple[int, str]:
 def test_resuming_a_run_killed_before_its_first_checkpoint_says_how_to_start_it_again(tmp_path, capsys):
     run_dir = tmp_path / "vit" / "killed"
     run_dir.mkdir(parents=True)
-    from attnzoo.run.train import CONFIG_HEADER
+    from attnzoo.util.files import RUN_CONFIG_HEADER
 
-    (run_dir / "config.yaml").write_text(CONFIG_HEADER + load([VIT], TINY).to_yaml())  # what fit writes first
+    (run_dir / "config.yaml").write_text(RUN_CONFIG_HEADER + load([VIT], TINY).to_yaml())  # what fit writes first
     code, err = _fit_main(["--resume", str(run_dir)], capsys)
     assert code == 2 and "stopped before its first checkpoint" in err, err
     assert f"--config {run_dir / 'config.yaml'} --run-dir {run_dir}" in err and "Traceback" not in err  # not a new dir
@@ -733,6 +733,7 @@ def test_a_resume_refuses_data_changed_since_the_run_started_before_reading_it(t
 
 def test_a_data_folder_is_fingerprinted_by_the_data_files_it_lists(tmp_path, monkeypatch):
     from attnzoo.run.paths import changed_data, moved_data, record_data_files
+    from attnzoo.util.files import RUN_CONFIG_HEADER
 
     root = tmp_path / "clips"
     for cls in ("dog", "cat"):
@@ -747,7 +748,7 @@ def test_a_data_folder_is_fingerprinted_by_the_data_files_it_lists(tmp_path, mon
     (root / "__pycache__").mkdir()
     (root / "__pycache__" / "x.png").write_bytes(b"z")
     (root / "runs" / "r1").mkdir(parents=True)
-    (root / "runs" / "r1" / "config.yaml").write_text("seed: 0\n")
+    (root / "runs" / "r1" / "config.yaml").write_text(RUN_CONFIG_HEADER + "seed: 0\n")
     (root / "runs" / "r1" / "attention.png").write_bytes(b"png")
     (root / "abl" / "x").mkdir(parents=True)  # an ablation's folder: its report and its runs' records
     (root / "abl" / "ablation.json").write_text("{}")
@@ -862,11 +863,11 @@ def test_progress_is_logged_where_stderr_is_no_terminal(tmp_path, monkeypatch, c
 def test_commands_a_message_gives_for_a_run_dir_with_a_space_paste_as_one_argument(tmp_path, capsys):
     import shlex
 
-    from attnzoo.run.train import CONFIG_HEADER
+    from attnzoo.util.files import RUN_CONFIG_HEADER
 
     run_dir = tmp_path / "my runs" / "killed"
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(CONFIG_HEADER + load([VIT], TINY).to_yaml())
+    (run_dir / "config.yaml").write_text(RUN_CONFIG_HEADER + load([VIT], TINY).to_yaml())
     code, err = _fit_main(["--resume", str(run_dir)], capsys)
     assert code == 2 and f"--run-dir {shlex.quote(str(run_dir))}" in err and "'" in err.split("--run-dir")[1], err
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
+from ...util.files import written_by_a_run
 from ...util.names import shortened
 
 log = logging.getLogger("attnzoo")
@@ -18,6 +20,51 @@ def hidden(name: str) -> bool:
     """Whether a file or folder named `name` is not data: hidden (".DS_Store", ".ipynb_checkpoints/", macOS's
     "._photo.png" copies of a file's metadata) or one of `NOT_DATA`."""
     return name.startswith(".") or name in NOT_DATA
+
+
+ABLATION_FILES = ("ablation.json", "ablate.json")  # an ablation directory's record (ablate.json: its earlier name)
+RUN_WRITTEN = ("checkpoints", "metrics.csv", "summary.json")  # what a run writes beside its config.yaml
+
+
+def run_output(folder: Path | str) -> bool:
+    """Whether `folder` is a directory attnzoo wrote: a run's (its config.yaml written by a run, or beside what a run
+    writes) or an ablation's. A run made inside the data (`data.root=.`: runs/ among the class folders) is no data."""
+    folder = Path(folder)
+    if any((folder / name).is_file() for name in ABLATION_FILES):
+        return True
+    config = folder / "config.yaml"
+    return config.is_file() and (written_by_a_run(config) or any((folder / n).exists() for n in RUN_WRITTEN))
+
+
+def holds_runs(folder: Path | str, depth: int = 3) -> bool:
+    """Whether `folder`, or a folder at most `depth` levels under it (not a hidden one), is a `run_output`: the
+    run.dir of runs made inside the data (`runs/<run.name>/<timestamp>/`, `runs/ablate/<name>/`)."""
+    if run_output(folder):
+        return True
+    if depth <= 0:
+        return False
+    try:
+        inner = [e.path for e in os.scandir(folder) if e.is_dir() and not hidden(e.name)]
+    except OSError:
+        return False
+    return any(holds_runs(path, depth - 1) for path in inner)
+
+
+_said_runs: set[str] = set()
+
+
+def data_folders(folder: Path) -> list[Path]:
+    """The subfolders of `folder` that may hold data, sorted by name: not hidden (`hidden`) and not holding attnzoo's
+    runs (`holds_runs`), which the log names once."""
+    found = []
+    for path in sorted(p for p in folder.iterdir() if p.is_dir() and not hidden(p.name)):
+        if not holds_runs(path):
+            found.append(path)
+        elif str(path) not in _said_runs:
+            _said_runs.add(str(path))
+            log.info("data: %s holds attnzoo runs or ablations (run.dir inside the data folder): not read as data",
+                     path)  # fmt: skip
+    return found
 
 
 def under_hidden(path: Path | str, root: Path | str) -> bool:
@@ -125,6 +172,6 @@ def refuse_one_class(root: Path, classes: list[str]) -> None:
 
 
 def class_folders(folder: Path) -> list[str]:
-    """The class folder names under `folder`: subfolders that are not hidden (`hidden`) and not named _* (Speech
-    Commands' `_background_noise_`)."""
-    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not hidden(p.name) and p.name[0] != "_")
+    """The class folder names under `folder`: its `data_folders` not named _* (Speech Commands'
+    `_background_noise_`)."""
+    return [p.name for p in data_folders(folder) if p.name[0] != "_"]

@@ -41,18 +41,19 @@ EMBEDDED_SIDE = 28  # the embedded digits' side in pixels
 
 def _image_folder(directory: Path) -> Any:
     """torchvision's `ImageFolder` of `directory` read through `load_rgb`, without what is not data (hidden files and
-    folders: `.ipynb_checkpoints/`, macOS's `._x.png`, `__MACOSX/`; `attnzoo.data.formats.folders.hidden`). A class
+    folders: `.ipynb_checkpoints/`, macOS's `._x.png`, `__MACOSX/`; `attnzoo.data.formats.folders.hidden`; runs/ of
+    attnzoo's runs made inside it, `data_folders`). A class
     folder without an image is kept with no sample (a val or test folder may lack a class); the train split's are
     an error (`_empty_classes`)."""
     from torchvision.datasets import ImageFolder
     from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
-    from ..formats.folders import hidden, under_hidden
+    from ..formats.folders import data_folders, under_hidden
     from ..formats.image_io import load_rgb
 
     class Folder(ImageFolder):
         def find_classes(self, root: str) -> tuple[list[str], dict[str, int]]:
-            classes = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not hidden(p.name))
+            classes = [p.name for p in data_folders(Path(root))]
             if not classes:
                 raise FileNotFoundError(f"no class folder in {root}")
             return classes, {name: i for i, name in enumerate(classes)}

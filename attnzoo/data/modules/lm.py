@@ -62,10 +62,10 @@ def embedded_documents() -> list[str]:
 
 
 def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
-    """The files of `spec`: each file as given, and the .txt files (any letter case, hidden ones left out) under each
-    folder, which the log names with the files it leaves out. A CSV/TSV/JSONL file is an error: read as text, its
-    header and labels would become text."""
-    from ..formats.folders import under_hidden
+    """The files of `spec`: each file as given, and the .txt files (any letter case; hidden ones and attnzoo's runs
+    made inside left out) under each folder, which the log names with the files it leaves out. A CSV/TSV/JSONL file
+    is an error: read as text, its header and labels would become text."""
+    from ..formats.folders import run_output, under_hidden
     from ..formats.text_files import FORMATS
 
     specs = [spec] if isinstance(spec, str) else list(spec)
@@ -73,7 +73,9 @@ def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
     for s in specs:
         path = Path(s)
         if path.is_dir():
-            every = [p for p in sorted(path.rglob("*")) if p.is_file() and not under_hidden(p, path)]
+            tree = sorted(path.rglob("*"))
+            runs = {d for d in tree if d.is_dir() and run_output(d)}  # a run's examples.txt is no training text
+            every = [p for p in tree if p.is_file() and not under_hidden(p, path) and not runs.intersection(p.parents)]
             found = [p for p in every if p.suffix.lower() == ".txt"]
             other = [str(p.relative_to(path)) for p in every if p.suffix.lower() != ".txt"]
             if not found:

@@ -382,3 +382,23 @@ def test_a_prompt_longer_than_the_context_is_refused_before_evaluating(lm_run, t
     err = capsys.readouterr().err
     assert "task.prompt ('The The" in err and "no room to sample" in err and "task.num_examples=0" in err
     assert not list(run.glob("evaluate-*.json"))
+
+
+def test_a_runs_loader_workers_and_threads_stay_within_this_machines_cores(lm_run, tmp_path, caplog):
+    # evaluate forked as many loader workers as a run's config.yaml asked (10**6: hundreds of processes a minute)
+    from attnzoo.run import load_run
+
+    run = tmp_path / "run"
+    shutil.copytree(lm_run, run)
+    cfg = OmegaConf.load(run / "config.yaml")
+    cfg.data.num_workers, cfg.trainer.num_threads = 10**6, 10**6
+    OmegaConf.save(cfg, run / "config.yaml")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = torch.get_num_threads()
+    try:
+        with caplog.at_level("INFO", logger="attnzoo"):
+            loaded = load_run(run, with_data=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert loaded.cfg.section("data")["num_workers"] == loaded.cfg.section("trainer")["num_threads"] == cores
+    assert f"data.num_workers: 1000000 (set in {run / 'config.yaml'}) is more than the {cores} core(s)" in caplog.text

@@ -376,6 +376,9 @@ def load_run(
     ckpt = run_checkpoint(run_dir, checkpoint)
     try:
         cfg = load([run_dir / "config.yaml", *configs], overrides, run=True)
+        fitted = _within_cores(cfg)
+        if fitted:
+            cfg = load([run_dir / "config.yaml", *configs], [*overrides, *fitted], run=True)
     except ConfigError as err:  # an image folder that is not here is refused as the config is read
         raise ConfigError(f"{err}{_gone_data_hint(_saved_data(run_dir))}") from None
     preset = {**added_options(cfg), **_saved_labels(cfg, run_dir), **_saved_stats(cfg, run_dir),
@@ -413,6 +416,22 @@ def load_run(
         raise ConfigError(f"checkpoint {str(ckpt)!r} does not fit the model of {what}{hint} ({shown})") from None
     _attention_here(task)
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
+
+
+def _within_cores(cfg: Config) -> list[str]:
+    """Overrides bringing the run's `data.num_workers` and `trainer.num_threads` (set for the machine it trained on,
+    or by whoever made a run directory from elsewhere) within the cores this process may use, each said in the log;
+    [] when they are within them or were given on the command line. Neither changes what is computed."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    fitted = []
+    for key in ("data.num_workers", "trainer.num_threads"):
+        section, name = key.split(".")
+        value = cfg.section(section).get(name)
+        if isinstance(value, int) and value > cores and not cfg.typed(key):
+            log.info("%s: %d (set in %s) is more than the %d core(s) here: %d", key, value, cfg.where(key), cores,
+                     cores)  # fmt: skip
+            fitted.append(f"{key}={cores}")
+    return fitted
 
 
 def _attention_here(task: Any) -> None:

@@ -192,3 +192,14 @@ def test_a_padding_token_named_only_by_the_files_settings_survives_the_runs_copy
     copy = SubwordTokenizer.load(tok.save(tmp_path / "copy.json"))
     assert copy.pad_id == 0 and tokenizer_digest(copy) == tokenizer_digest(tok)
     assert tok.tok.padding is None  # the DataModules pad, not the tokenizer
+
+
+def test_a_file_whose_ids_leave_gaps_sizes_the_embedding_table_by_its_largest_id(tmp_path):
+    # vocab_size was the count of tokens (4): id 9 then indexed past the embedding table (a raw IndexError in generate)
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    raw = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2, "b": 9}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.save(str(tmp_path / "gaps.json"))
+    tok = SubwordTokenizer.load(tmp_path / "gaps.json")
+    assert tok.encode("a b") == [2, 9] and tok.vocab_size == 10

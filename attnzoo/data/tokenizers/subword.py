@@ -66,7 +66,9 @@ class SubwordTokenizer:
         self.tok.no_padding()
         self.tok.no_truncation()  # the DataModules cut or drop long texts, and log how many
         self.name, self.kind = name, kind
-        self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
+        # the rows an embedding table needs: one past the largest id (a file's ids may leave gaps), not their count
+        ids_end = max(self.tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+        self.vocab_size = max(self.tok.get_vocab_size(with_added_tokens=True), ids_end)
         ids = {role: token_id(self.tok, names) for role, names in ALIASES.items()}
         if ids["pad"] is None and padding and padding.get("pad_id") is not None:  # a padding token of another name
             ids["pad"] = int(padding["pad_id"])

@@ -24,6 +24,7 @@ import torch
 from .config import ConfigError
 from .fit import check_rank_format
 from .translate import check_kind
+from .util.files import discard_stdout
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 log = logging.getLogger("attnzoo")
@@ -146,10 +147,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides=args.overrides,
             **options,
         )
+        print(text, flush=True)
     except ConfigError as err:
         print(f"attnzoo generate: error: {err}", file=sys.stderr)
         return 2
-    print(text)
+    except BrokenPipeError:  # the reader stopped reading (`| head`): it has what it wanted
+        discard_stdout()
+    except KeyboardInterrupt:
+        print("attnzoo generate: interrupted; nothing generated", file=sys.stderr)
+        return 130
     return 0
 
 

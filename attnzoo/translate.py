@@ -21,8 +21,8 @@ Notation: B sentences, S source tokens.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -35,6 +35,7 @@ import torch
 
 from .config import ConfigError
 from .fit import check_rank_format
+from .util.files import discard_stdout
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
 Tensor = torch.Tensor
@@ -249,12 +250,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_log()
     piped = None
     try:
-        if str(args.file) == "-":  # standard input, kept whole: its lines are checked before any is translated
-            if sys.stdin.isatty():
+        given = args.file
+        stream = given is not None and (
+            str(given) == "-" or given.exists() and not given.is_file() and not given.is_dir()
+        )
+        if stream:  # standard input or a pipe (/dev/stdin, <(cmd)), kept whole: its lines are checked first
+            if str(given) == "-" and sys.stdin.isatty():
                 raise ConfigError("--file -: standard input is a terminal; pipe the lines in, or give --file FILE")
+            source = contextlib.nullcontext(sys.stdin.buffer) if str(given) == "-" else open(given, "rb")
             piped = tempfile.NamedTemporaryFile(prefix="attnzoo-translate-", suffix=".txt", delete=False)
-            with piped:
-                shutil.copyfileobj(sys.stdin.buffer, piped)
+            with piped, source as lines:
+                shutil.copyfileobj(lines, piped)
             args.file = Path(piped.name)
         if args.file is not None and not args.file.is_file():
             what = "is a directory" if args.file.is_dir() else "does not exist"
@@ -263,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError("translate: give at least one sentence (--text or --file)")
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size ({args.batch_size}) must be >= 1")
-        shown = "-" if piped is not None else None  # messages name standard input as the user gave it
+        shown = str(given) if piped is not None else None  # messages name standard input or a pipe as given
         total = count_lines(args.file, shown) if args.file is not None else 0
         if args.file is not None and not total and not args.text:
             raise ConfigError(f"--file {shown or args.file}: no line to translate (the input is empty)")
@@ -281,8 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnzoo translate: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader stopped reading (`| head`): it has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit: no second error
+        discard_stdout()
         return 0
+    except KeyboardInterrupt:
+        print("attnzoo translate: interrupted; the translations written so far are whole lines", file=sys.stderr)
+        return 130
     finally:
         if piped is not None:
             Path(piped.name).unlink(missing_ok=True)

@@ -315,6 +315,21 @@ def test_translate_piped_into_a_reader_that_stops_ends_quietly(translation_run, 
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
+def test_generate_piped_into_a_reader_that_stopped_ends_quietly(lm_run):
+    # `generate ... | true`: a BrokenPipeError traceback from print, exit status 1
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "attnzoo.generate", str(lm_run), "--prompt", "The", "--max-new-tokens", "4"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    proc.stdout.close()  # as `true` does: gone before the text is printed
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err[-2000:]
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
 @pytest.mark.parametrize(
     ("raw", "line", "what"),
     [(b"ok\nPreis: 5\xa4\n", 2, "not UTF-8"), (b"ok\n\x00\x00\x00\x0dIHDR\x00", 2, "binary file")],
@@ -533,6 +548,37 @@ def test_translate_reads_piped_lines_with_file_dash(translation_run, tmp_path, c
     assert not list(Path(tempfile.gettempdir()).glob("attnzoo-translate-*"))  # nothing left in the temp folder
     assert translate_main([str(translation_run), "--file", str(path.parent)]) == 2  # was "no file at" a folder
     assert f"--file: {str(path.parent)!r} is a directory; give a text file" in capsys.readouterr().err
+    import os
+    import threading
+
+    fifo = tmp_path / "fifo"  # a pipe by name (--file /dev/stdin, --file <(cmd)) was refused: "does not exist"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(path.read_bytes()))
+    writer.start()
+    assert translate_main([str(translation_run), "--file", str(fifo), "--beam", "1"]) == 0
+    writer.join()
+    assert capsys.readouterr().out == from_file
+
+
+def test_ctrl_c_while_translating_or_generating_is_one_line_and_status_130(
+    translation_run, lm_run, tmp_path, capsys, monkeypatch
+):
+    # a KeyboardInterrupt traceback ending in the attention kernel, exit status 1
+    import attnzoo.generate
+    import attnzoo.translate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attnzoo.translate, "translate_file", interrupted)
+    monkeypatch.setattr(attnzoo.generate, "generate", interrupted)
+    path = tmp_path / "in.txt"
+    path.write_text("5 May 2021\n")
+    assert translate_main([str(translation_run), "--file", str(path), "--beam", "1"]) == 130
+    assert capsys.readouterr().err.endswith("attnzoo translate: interrupted; the translations written so far are whole "
+                                            "lines\n")  # fmt: skip
+    assert generate_main([str(lm_run), "--prompt", "The"]) == 130
+    assert capsys.readouterr().err == "attnzoo generate: interrupted; nothing generated\n"
 
 
 def test_translate_strips_its_input_as_training_strips_its_pairs(translation_run, capsys):

@@ -121,3 +121,11 @@ def runs_in(folder: Path) -> str:
     runs.sort(key=lambda d: d.name, reverse=True)  # timestamped names: the newest first
     more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
     return f"; it holds runs: {', '.join(str(d) for d in runs[:3])}{more}: give one of them"
+
+
+def discard_stdout() -> None:
+    """Standard output's reader stopped reading (`| head`: a BrokenPipeError): what Python flushes at exit goes to
+    the null device, not into a second error."""
+    import sys
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -442,6 +442,8 @@ def check_kind(cfg: Config, section: str, table: Mapping[str, Any]) -> Any:
     where = cfg.where(f"{section}.kind")
     if kind is None:
         raise ConfigError(f"{section}.kind is missing ({cfg.where(section)}); valid: {sorted(table)}")
+    if not isinstance(kind, str):  # a list or mapping cannot be looked up (TypeError), a number names nothing
+        raise ConfigError(f"{section}.kind: expected a name of {sorted(table)}, got {kind!r} (set in {where})")
     if kind not in table:
         valid = sorted(table)
         raise ConfigError(f"{section}.kind: unknown {kind!r} (set in {where}); valid: {valid}{suggest(kind, valid)}")
@@ -558,7 +560,7 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
     """Attention, objective, scheduler and optimizer specs: kinds, argument names, and the values that can be
     checked without the data (the model's own context fills in the rest when it is built)."""
     from .attention.factory import attention_builder
-    from .attention.specs import check_spec
+    from .attention.specs import check_spec, no_spec
     from .tasks.objectives import OBJECTIVES
     from .tasks.optim import SCHEDULES, check_optimizer
 
@@ -582,7 +584,7 @@ def _check_parts(cfg: Config, auto: set[str] = frozenset()) -> None:
                 check_spec(task[key], table, f"task.{key}")
             except ValueError as err:
                 raise ConfigError(f"{err} (set in {cfg.where(f'task.{key}')})") from err
-    if "objective" in task and task["objective"] in (None, "none"):
+    if "objective" in task and no_spec(task["objective"]):  # {kind: null} too: the task needs one
         raise ConfigError(
             f"task.objective: {task['objective']!r} (set in {cfg.where('task.objective')}) is not an objective; "
             f"valid: {sorted(OBJECTIVES)}, e.g. {{kind: multiclass, label_smoothing: 0.1}}"
@@ -704,8 +706,19 @@ def check_model_sizes(cfg: Config, builder: Callable[..., Any]) -> None:
 
 
 def check_processes(cfg: Config, trainer: Mapping[str, Any]) -> None:
-    """`trainer.devices` as Lightning reads it (a count, -1, "auto", or device indices) and a strategy whose
-    processes attnzoo can start: spawned processes must pickle the task, which holds closures (schedules)."""
+    """`trainer.accelerator` and `trainer.devices` as Lightning reads them (an accelerator's name; a count, -1,
+    "auto", or device indices) and a strategy whose processes attnzoo can start: spawned processes must pickle the
+    task, which holds closures (schedules)."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    accelerator = trainer.get("accelerator", "auto")
+    names = ["auto", "gpu", *sorted(AcceleratorRegistry.available_accelerators())]  # as lightning.Trainer takes
+    if not isinstance(accelerator, str) or accelerator not in names:  # else Lightning's ValueError, or a TypeError
+        hint = suggest(accelerator, names) if isinstance(accelerator, str) else ""
+        raise ConfigError(
+            f"trainer.accelerator: {accelerator!r} (set in {cfg.where('trainer.accelerator')}) is not an "
+            f"accelerator's name; valid: {names}{hint}"
+        )
     devices = trainer.get("devices", "auto")
     text = str(devices).replace(" ", "")
     ok = (

@@ -72,6 +72,21 @@ def test_every_overlay_validates_on_a_recipe(overlay):
         ("model.patch_size=5", ["model.patch_size (5", "does not divide the images' side, 28 px", "[1, 2, 4, 7, 14]"]),
         ("data.batch_size=0", ["data.batch_size: 0", "must be >= 1"]),
         ("trainer.max_epochs=-1", ["trainer.max_epochs: -1", "task.scheduler", "set trainer.max_steps too"]),
+        # values that are no name stopped with a raw TypeError (unhashable list) or AttributeError (no rpartition)
+        ("data.kind=[image]", ["data.kind: expected a name of", "'image'", "got ['image']"]),
+        ("model.kind={a: 1}", ["model.kind: expected a name of", "'vit'", "got {'a': 1}"]),
+        ("task.kind=[classification]", ["task.kind: expected a name of", "'classification'"]),
+        ("model.attention.backend=[auto]", ["model.attention", "attention backend name of ['auto', 'eager'"]),
+        ("task.objective.kind=[multiclass]", ["task.objective.kind: expected a name of", "'multilabel'"]),
+        ("task.objective.kind=1.5", ["task.objective.kind: expected a name of", "got 1.5"]),
+        ("task.scheduler.kind=1.5", ["task.scheduler.kind: expected a name of", "'cosine'", "got 1.5"]),
+        ("task.scheduler.kind={a: 1}", ["task.scheduler.kind: expected a name of", "got {'a': 1}"]),
+        # passed the check, then an AttributeError when the classification task was built
+        ("task.objective.kind=null", ["task.objective: {'kind': None", "is not an objective", "'multiclass'"]),
+        # Lightning's own ValueError (or TypeError for a list) when the trainer was made, after the run directory
+        ("trainer.accelerator=zz", ["trainer.accelerator: 'zz'", "valid: ['auto', 'gpu', 'cpu', 'cuda'"]),
+        ("trainer.accelerator=[cpu]", ["trainer.accelerator: ['cpu']", "valid: ['auto', 'gpu'"]),
+        ("trainer.accelerator=cpuu", ["trainer.accelerator: 'cpuu'", "did you mean 'cpu'"]),
     ],
 )
 def test_bad_override_names_key_origin_and_choices(override, fragments):

@@ -268,11 +268,14 @@ def register_backend(backend: Backend, *, before: str | None = None) -> None:
 
 
 def check_backend_name(name: str) -> None:
+    """Raise ValueError unless `name` is "auto" or a registered backend's name."""
+    valid = ["auto", *BACKENDS]
+    if not isinstance(name, str):  # a list or mapping from a config cannot be looked up
+        raise ValueError(f"expected an attention backend name of {valid}, got {name!r}")
     if name != "auto" and name not in BACKENDS:
         from ..util.names import suggest
 
-        valid = ["auto", *BACKENDS]
-        raise ValueError(f"unknown attention backend {name!r}; valid: {valid}{suggest(str(name), valid)}")
+        raise ValueError(f"unknown attention backend {name!r}; valid: {valid}{suggest(name, valid)}")
 
 
 def with_path(name: str, req: Request) -> str:

@@ -82,9 +82,12 @@ def _resolve(spec: Any, table: Mapping[str, Any], what: str) -> tuple[Any, str, 
     kind = spec["kind"]
     if kind in (None, "none"):
         return None
+    if not isinstance(kind, str):  # a list or mapping cannot be looked up, nor a number imported
+        valid = list(dict.fromkeys(["none", *table]))
+        raise ValueError(f"{what}.kind: expected a name of {valid} or a dotted import path, got {kind!r}")
     if kind in table:
         cls = table[kind]
-    elif "." in str(kind):
+    elif "." in kind:
         cls = import_path(kind, f"{what}.kind")
     else:
         valid = list(dict.fromkeys(["none", *table]))

@@ -340,6 +340,27 @@ def test_a_checkpoint_whose_entries_are_compressed_is_refused(tmp_path):
         read_weights(bin_file)
 
 
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        ({"w": torch.zeros(1), 5: torch.zeros(1)}, "its key 5 is not a parameter name"),
+        ({"w": torch.zeros(1), "b": [1.0]}, "its key 'b' holds a list"),
+    ],
+    ids=["int_key", "list_value"],
+)
+def test_a_checkpoint_whose_state_dict_is_not_names_to_tensors_is_refused(tmp_path, state, message):
+    # weights_only loads int keys and lists: generate, evaluate and resume stopped with a raw AttributeError
+    # ('int' object has no attribute 'startswith') from torch's load_state_dict, or a TypeError from the shape check
+    from attnzoo.run.checkpoint_io import read_checkpoint
+
+    path = tmp_path / "odd.ckpt"
+    torch.save({"state_dict": state}, path)
+    with pytest.raises(ValueError) as err:
+        read_checkpoint(path)
+    assert f"{str(path)!r} is not a checkpoint written by attnzoo fit" in str(err.value)
+    assert f"its state_dict maps parameter names to tensors, but {message}" in str(err.value)
+
+
 def test_a_huge_lock_file_is_read_no_further_than_a_record(tmp_path, monkeypatch):
     # a downloaded run's .lock of a gigabyte (sparse: a few bytes in a tarball) was read whole, quadratically
     import attnzoo.run.lock as lock

@@ -161,7 +161,8 @@ class RunCheckpoint(ModelCheckpoint):
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     """The Lightning checkpoint at `path` (tensors memory-mapped with `mmap`); ValueError saying why a file is
-    not one (empty, not a PyTorch file, unreadable, no `state_dict`), naming the file."""
+    not one (empty, not a PyTorch file, unreadable, no `state_dict` of parameter names to tensors), naming the file
+    and, in a state_dict, the first key that is wrong."""
     path = Path(path)
     what = f"{str(path)!r} is not a checkpoint"
     try:
@@ -186,6 +187,13 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
         raise ValueError(f"{what} that can be read ({type(err).__name__}: {first[:300]})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("state_dict"), dict):
         raise ValueError(f"{what} written by attnzoo fit (it holds no state_dict)")
+    for key, value in obj["state_dict"].items():  # torch's loader and the shape check read names and tensors only
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            why = "is not a parameter name" if not isinstance(key, str) else f"holds a {type(value).__name__}"
+            raise ValueError(
+                f"{what} written by attnzoo fit: its state_dict maps parameter names to tensors, but its key {key!r} "
+                f"{why}"
+            )
     return obj
 
 

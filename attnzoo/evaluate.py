@@ -270,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
         return 2
+    from .generation import NonFiniteScores
     from .run import show_log
     from .run.signals import Interrupted
     from .tasks.preflight import SetupError
@@ -281,6 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, SetupError) as err:  # SetupError: the task's check before the pass (no metric written)
         print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteScores as err:  # a translation run's decoding of the split
+        print(f"attnzoo evaluate: error: {err}", file=sys.stderr)
+        return 1
     except Interrupted as err:  # during the pass: its metrics would be those of part of the split
         print(f"attnzoo evaluate: {err}", file=sys.stderr)
         return err.exit_code

@@ -135,8 +135,13 @@ class Translator:
                         self.max_len,
                         "; further cut sentences are only counted" if self.cut == SHOWN_CUTS else "",
                     )
-        with torch.inference_mode():
-            ids = self.task.translate(src, mask, beam_size=self.beam)  # [B, T]
+        from .generation import NonFiniteScores
+
+        try:
+            with torch.inference_mode():
+                ids = self.task.translate(src, mask, beam_size=self.beam)  # [B, T]
+        except NonFiniteScores as err:
+            raise ConfigError(str(err)) from None
         # one line per sentence: a line break the tokenizer may decode would break the alignment
         return [" ".join(decode_generated(self.tok, row.tolist()).splitlines()) for row in ids]
 

@@ -104,6 +104,36 @@ def test_translate_command_prints_one_line_per_sentence_and_refuses_lm_runs(tran
     assert "use python -m attnzoo.generate" in capsys.readouterr().err
 
 
+def _nan_weights(run: Path, dest: Path) -> Path:
+    """A copy of `run` whose best.ckpt holds NaN in every floating-point weight (a run that diverged)."""
+    shutil.copytree(run, dest)
+    ckpt = dest / "checkpoints" / "best.ckpt"
+    saved = torch.load(ckpt, weights_only=True)
+    nan = {k: v.float().fill_(float("nan")) if v.is_floating_point() else v for k, v in saved["state_dict"].items()}
+    torch.save({**saved, "state_dict": nan}, ckpt)
+    return dest
+
+
+def test_a_checkpoint_of_nan_weights_is_named_by_translate_generate_and_evaluate(
+    translation_run, lm_run, tmp_path, capsys
+):
+    # generate stopped in torch.multinomial's raw RuntimeError, translate --beam 2 in an IndexError, translate and
+    # generate --temperature 0 printed the tokens greedy chose from NaN scores, evaluate a raw traceback
+    from attnzoo.evaluate import main as evaluate_main
+
+    said = "the model's next-token scores are NaN or infinite, so no token can be chosen: the checkpoint's weights"
+    translation = _nan_weights(translation_run, tmp_path / "translation")
+    for beam in ("1", "2"):
+        assert translate_main([str(translation), "--text", "twelve", "--beam", beam]) == 2
+        assert said in capsys.readouterr().err
+    assert evaluate_main([str(translation)]) == 1
+    assert said in capsys.readouterr().err
+    lm = _nan_weights(lm_run, tmp_path / "lm")
+    for temperature in ("1.0", "0"):
+        assert generate_main([str(lm), "--prompt", "The", "--max-new-tokens", "2", "--temperature", temperature]) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_a_beam_wider_than_the_vocabulary_is_refused(translation_run, capsys, tmp_path):
     # --beam 100000 with a 500-token vocabulary ran for minutes on one sentence, gigabytes growing
     vocab = load_run(translation_run).tokenizer.vocab_size

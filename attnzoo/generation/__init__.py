@@ -7,6 +7,16 @@ memory_padding_mask, cache)` and, for an encoder-decoder, `encode(src, src_paddi
 
 from .beam import BeamSearchOutput, Hypothesis, beam_search
 from .sampling import filter_logits, greedy, sample
-from .steps import Decodes, Steps
+from .steps import Decodes, NonFiniteScores, Steps
 
-__all__ = ["BeamSearchOutput", "Decodes", "Hypothesis", "Steps", "beam_search", "filter_logits", "greedy", "sample"]
+__all__ = [
+    "BeamSearchOutput",
+    "Decodes",
+    "Hypothesis",
+    "NonFiniteScores",
+    "Steps",
+    "beam_search",
+    "filter_logits",
+    "greedy",
+    "sample",
+]

@@ -17,6 +17,17 @@ from ..attention.cache import DecodingCache
 Tensor = torch.Tensor
 
 
+class NonFiniteScores(ValueError):
+    """The model's next-token scores held NaN or +inf, or only -inf: no token can be chosen from them."""
+
+
+NON_FINITE = (
+    "the model's next-token scores are NaN or infinite, so no token can be chosen: the checkpoint's weights are not "
+    "finite (a run that diverged, or a damaged file), or half precision overflowed (trainer.precision 16-mixed). "
+    "Try the run's other checkpoint (best or last) or train it again; under 16-mixed, use bf16-mixed or 32-true"
+)
+
+
 @runtime_checkable
 class Decodes(Protocol):
     """What generation needs of a model (`attnzoo.models.Seq2Seq` and `CausalLM` have it).
@@ -65,13 +76,19 @@ class Steps:
         self._layout.close()
 
     def __call__(self, tokens: Tensor) -> Tensor:
-        """The next tokens [N, L] -> fp32 logits [N, V] at the last of them."""
+        """The next tokens [N, L] -> fp32 logits [N, V] at the last of them; `NonFiniteScores` when a row holds NaN
+        or +inf, or only -inf (a token some model masks to -inf is fine)."""
         if self.cache is not None:
             logits = self.model.decode_step(tokens, self.memory, self.memory_padding_mask, self.cache)
         else:
             self.prefix = tokens if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
             logits = self.model.decode_step(self.prefix, self.memory, self.memory_padding_mask, None)
-        return logits[:, -1].float()
+        last = logits[:, -1].float()  # [N, V]
+        # amax is NaN when a row holds one: sampling stopped in torch.multinomial's RuntimeError, and greedy and
+        # beam search chose tokens from NaN with no word said
+        if not bool(last.amax(dim=-1).isfinite().all()):
+            raise NonFiniteScores(NON_FINITE)
+        return last
 
     def reorder(self, index: Tensor) -> None:
         """Rows become rows[index] (beam search). Memory, and the cross-attention caches made from it, are left alone:

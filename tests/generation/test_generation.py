@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnzoo.attention import ATTENTION_KINDS, capture_attention
-from attnzoo.generation import Steps, beam_search, filter_logits, greedy, sample
+from attnzoo.generation import NonFiniteScores, Steps, beam_search, filter_logits, greedy, sample
 from attnzoo.models import CausalLM, Seq2Seq
 
 VOCAB, BOS, EOS, PAD = 24, 1, 2, 0
@@ -324,6 +324,58 @@ def test_generation_errors_are_clear():
     for alpha in (float("nan"), float("inf"), "1"):
         with pytest.raises(ValueError, match="length_penalty must be a finite number"):
             beam_search(model, src=src, bos_id=BOS, eos_id=EOS, max_new_tokens=3, length_penalty=alpha)
+
+
+SEARCHES = {
+    "greedy": lambda model, prompt, **kw: greedy(model, prompt=prompt, eos_id=EOS, max_new_tokens=4, **kw),
+    "sample": lambda model, prompt, **kw: sample(
+        model, prompt=prompt, eos_id=EOS, max_new_tokens=4, generator=torch.Generator().manual_seed(0), **kw
+    ),
+    "beam": lambda model, prompt, **kw: (
+        beam_search(model, prompt=prompt, eos_id=EOS, max_new_tokens=4, beam_size=2, **kw).tokens
+    ),
+}
+MASKED = 5  # a token a model may score -inf (never to be chosen)
+
+
+def _scores_edited(model, value):
+    """`model` whose decode_step scores token MASKED as `value` (None: every token -inf)."""
+    step = model.decode_step
+
+    def edited(*args, **kwargs):
+        logits = step(*args, **kwargs).clone()  # [B, L, V]
+        if value is None:
+            return torch.full_like(logits, float("-inf"))
+        logits[..., MASKED] = value
+        return logits
+
+    model.decode_step = edited
+    return model
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("broken", ["nan_weights", "inf_score", "all_minus_inf"])
+def test_non_finite_scores_stop_every_search_with_a_clear_error(search, use_cache, broken):
+    # sampling stopped in torch.multinomial's raw RuntimeError, beam search in an IndexError, and greedy returned
+    # tokens chosen from NaN (or +inf, half precision's overflow) as if they were the model's
+    model = lm()
+    if broken == "nan_weights":
+        with torch.no_grad():
+            for param in model.parameters():
+                param.fill_(float("nan"))
+    else:
+        model = _scores_edited(model, float("inf") if broken == "inf_score" else None)
+    prompt = torch.randint(3, VOCAB, (2, 3), generator=torch.Generator().manual_seed(4))
+    with pytest.raises(NonFiniteScores, match="scores are NaN or infinite.*weights are not finite.*half precision"):
+        SEARCHES[search](model, prompt, use_cache=use_cache)
+
+
+@pytest.mark.parametrize("search", list(SEARCHES))
+def test_a_token_scored_minus_inf_is_never_chosen_and_no_error(search):
+    prompt = torch.randint(3, VOCAB, (2, 3), generator=torch.Generator().manual_seed(4))
+    out = SEARCHES[search](_scores_edited(lm(), float("-inf")), prompt)
+    assert out.shape[0] == 2 and not (out == MASKED).any()
 
 
 def test_generation_stops_at_the_models_max_len():

@@ -361,6 +361,34 @@ def test_a_checkpoint_whose_state_dict_is_not_names_to_tensors_is_refused(tmp_pa
     assert f"its state_dict maps parameter names to tensors, but {message}" in str(err.value)
 
 
+@pytest.mark.parametrize("reader", ["labels.json", "data record", "resumes.json", "hf config.json"])
+def test_json_nested_too_deep_for_the_parser_is_bad_json_not_a_recursion_error(tmp_path, reader):
+    # viz --text (labels.json), generate (lm.json), fit --resume (resumes.json) and pretrained.load (a Hugging Face
+    # config.json) stopped with a raw RecursionError from json.loads
+    from attnzoo.data.modules.base import given_class_names
+    from attnzoo.pretrained.family import hf_model_type
+    from attnzoo.run.rundir import RESUMES_FILE, read_resumes
+    from attnzoo.run.tokenizer_stamp import RECORDS, expected_digest
+
+    deep = "[" * 100_000 + "]" * 100_000
+    if reader == "labels.json":
+        (tmp_path / "labels.json").write_text('{"class_names": ' + deep + "}")
+        with pytest.raises(ValueError, match=r"data.labels: '.*labels\.json' is not a labels.json of class names"):
+            given_class_names(str(tmp_path / "labels.json"))
+    elif reader == "data record":
+        for name in RECORDS:
+            (tmp_path / name).write_text(deep)
+        assert expected_digest(tmp_path, {}) == (None, "")  # as for any record that is not JSON
+        (tmp_path / RECORDS[-1]).write_text('{"tokenizer": ["sha256"]}')  # an AttributeError ('list' has no get)
+        assert expected_digest(tmp_path, {}) == (None, "")
+    elif reader == "resumes.json":
+        (tmp_path / RESUMES_FILE).write_text(deep)
+        assert read_resumes(tmp_path) == []
+    else:
+        (tmp_path / "config.json").write_text(deep)
+        assert hf_model_type(tmp_path) is None
+
+
 def test_a_huge_lock_file_is_read_no_further_than_a_record(tmp_path, monkeypatch):
     # a downloaded run's .lock of a gigabyte (sparse: a few bytes in a tarball) was read whole, quadratically
     import attnzoo.run.lock as lock

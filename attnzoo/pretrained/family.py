@@ -3,7 +3,6 @@ against the shapes the config implies, and a converted state dict checked agains
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..util.files import read_json_object
 from .converted import WEIGHT_FILES
 
 log = logging.getLogger("attnzoo")
@@ -21,11 +21,11 @@ Tensor = torch.Tensor
 def hf_model_type(path: str | Path) -> str | None:
     """`model_type` of a Hugging Face model directory's config.json; None for anything else (never raises)."""
     file = Path(path) / "config.json"
-    try:
-        config = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
-    except (OSError, ValueError):
+    try:  # unreadable, no JSON object, or nested too deep for the parser
+        config = read_json_object(file) if file.is_file() else {}
+    except ValueError:
         return None
-    return config.get("model_type") if isinstance(config, dict) else None
+    return config.get("model_type")
 
 
 def tokenizer_file(path: str | Path) -> Path | None:

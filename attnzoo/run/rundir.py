@@ -266,7 +266,7 @@ def read_resumes(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / RESUMES_FILE
     try:
         records = json.loads(path.read_text()) if path.is_file() else []
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep for the parser
         records = []
     return records if isinstance(records, list) else []
 

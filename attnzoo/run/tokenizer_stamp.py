@@ -11,7 +11,6 @@ Checkpoints written before the stamp existed are checked against the digest in t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import lightning as L
 
 from ..config import Config, ConfigError
+from ..util.files import read_json_object
 
 log = logging.getLogger("attnzoo")
 STAMP_KEY = "attnzoo_tokenizer_sha256"
@@ -70,11 +70,12 @@ def expected_digest(run_dir: Path, checkpoint: dict[str, Any]) -> tuple[str | No
     if isinstance(stamp, str):
         return stamp, "the checkpoint"
     for name in RECORDS:
-        try:
-            record = json.loads((run_dir / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        try:  # unreadable, no JSON object, or nested too deep for the parser: no digest there
+            record = read_json_object(run_dir / name)
+        except ValueError:
             continue
-        digest = record.get("tokenizer", {}).get("sha256") if isinstance(record, dict) else None
+        tokenizer = record.get("tokenizer")
+        digest = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
         if isinstance(digest, str):
             return digest, str(run_dir / name)
     return None, ""

@@ -181,9 +181,11 @@ def given_class_names(labels: str | Sequence[Any], key: str = "data.labels") -> 
         path = Path(labels)
         if not path.is_file():
             raise ValueError(f"{key}: no such file {labels!r} (give a list of class names or a labels.json)")
-        try:
-            names = json.loads(path.read_text(encoding="utf-8"))["class_names"]
-        except (ValueError, KeyError, TypeError):
+        from ...util.files import read_json_object
+
+        try:  # read_json_object: a file nested too deep is a ValueError too, not a RecursionError
+            names = read_json_object(path)["class_names"]
+        except (ValueError, KeyError):
             raise ValueError(f"{key}: {labels!r} is not a labels.json of class names") from None
     if not isinstance(names, (list, tuple)) or not names:
         raise ValueError(f"{key}: expected a list of class names, got {names!r}")

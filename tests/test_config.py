@@ -201,6 +201,17 @@ def test_booleans_given_for_a_number_get_no_word_about_quoting(override):
 
 
 @pytest.mark.parametrize(
+    "value, why",
+    [(".nan", "(nan) must be a finite number"), ("400", "(400) must be within +-10"), ("-1e400", "(-inf) must be")],
+)
+def test_a_length_penalty_beam_search_cannot_use_is_refused_before_training(value, why):
+    # nan trained the whole run, then the test pass stopped in beam search; 400 overflowed (OverflowError)
+    with pytest.raises(ConfigError) as err:
+        load([ROOT / "recipes" / "translation.yaml"], [f"task.length_penalty={value}"])
+    assert f"task.length_penalty {why}" in str(err.value) and "command line" in str(err.value)
+
+
+@pytest.mark.parametrize(
     "files, overrides, match",
     [
         (["missing.yaml"], [], "does not exist"),

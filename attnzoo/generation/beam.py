@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -57,6 +58,21 @@ def too_wide(beam_size: int, vocab_size: int) -> str | None:
     )
 
 
+LENGTH_PENALTY_BOUND = 10.0  # |alpha| beyond it: length ** alpha outweighs every log-probability (and overflows)
+
+
+def bad_length_penalty(alpha: Any) -> str | None:
+    """Why `alpha` is refused as a length penalty (None: it is not); the caller names the option before it."""
+    if not finite_number(alpha):
+        return f"({alpha!r}) must be a finite number"
+    if abs(alpha) > LENGTH_PENALTY_BOUND:
+        return (
+            f"({alpha}) must be within +-{LENGTH_PENALTY_BOUND:g}: beyond it the length decides alone; 0 scores the "
+            "raw log-probability, 0.6-1.0 are usual"
+        )
+    return None
+
+
 @torch.no_grad()
 def beam_search(
     model: Decodes,
@@ -87,8 +103,9 @@ def beam_search(
     """
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    if not finite_number(length_penalty):
-        raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    why = bad_length_penalty(length_penalty)
+    if why:
+        raise ValueError(f"length_penalty {why}")
     memory, memory_padding_mask, prompt, max_new_tokens = prepare(
         model, src=src, src_padding_mask=src_padding_mask, prompt=prompt, bos_id=bos_id, max_new_tokens=max_new_tokens
     )

@@ -235,9 +235,15 @@ class Seq2SeqTask(_SequenceTask):
 
     @classmethod
     def check_config(cls, options: Mapping[str, Any]) -> None:
-        """Raise ValueError for `task.label_smoothing`, `beam_size` or `num_examples` out of range (the test-time beam
-        search would refuse after training); config validation calls it with the `task:` options."""
+        """Raise ValueError for `task.label_smoothing`, `beam_size`, `length_penalty` or `num_examples` out of range
+        (the test-time beam search would refuse after training); config validation calls it with the `task:`
+        options."""
+        from ..generation.beam import bad_length_penalty
+
         smoothing, beam = options.get("label_smoothing", 0.1), options.get("beam_size", 4)
+        why = bad_length_penalty(options.get("length_penalty", 1.0))
+        if why:
+            raise ValueError(f"task.length_penalty {why}")
         if _number(smoothing) and not 0.0 <= smoothing < 1.0:
             raise ValueError(f"task.label_smoothing ({smoothing}) must be in [0, 1)")
         if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:

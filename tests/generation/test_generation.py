@@ -322,7 +322,10 @@ def test_generation_errors_are_clear():
         with pytest.raises(ValueError, match=rf"eos_id must be a token id in \[0, {VOCAB}\).*got {eos_id}"):
             beam_search(model, src=src, bos_id=BOS, eos_id=eos_id, max_new_tokens=3)
     for alpha in (float("nan"), float("inf"), "1"):
-        with pytest.raises(ValueError, match="length_penalty must be a finite number"):
+        with pytest.raises(ValueError, match=r"length_penalty \(.*\) must be a finite number"):
+            beam_search(model, src=src, bos_id=BOS, eos_id=EOS, max_new_tokens=3, length_penalty=alpha)
+    for alpha in (400, -11.0):  # length ** 400 overflowed: OverflowError from the score, after training
+        with pytest.raises(ValueError, match=rf"length_penalty \({alpha}\) must be within \+-10"):
             beam_search(model, src=src, bos_id=BOS, eos_id=EOS, max_new_tokens=3, length_penalty=alpha)
 
 

@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(PRINTED_CONFIG + (PRINTED_START if cfg.section("model").get("init_from") else ""), end="")
         print(cfg.to_yaml(), end="")
         return 0
+    from .generation import NonFiniteScores
     from .run.nan_guard import NonFiniteLossError
     from .run.signals import Interrupted, StoppedAtOnce
 
@@ -122,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err.exit_code
     except NonFiniteLossError as err:
         print(f"attnzoo fit: error: {err}", file=sys.stderr)
+        return 1
+    except NonFiniteScores as err:  # decoding the val or test split (translation), or an LM's sample
+        print(f"attnzoo fit: error: while decoding: {err}; the checkpoints already written are kept", file=sys.stderr)
         return 1
     except OSError as err:  # a full disk, a quota, a directory made read-only while training
         where = f" {err.filename}" if err.filename else ""

@@ -906,3 +906,31 @@ def test_a_ctrl_c_while_the_baseline_fits_keeps_the_summary_of_training(tmp_path
     (summary_file,) = tmp_path.glob("vit/*/summary.json")
     summary = json.loads(summary_file.read_text())
     assert summary["finished"] and summary["metrics"] and "test" in summary and "baseline" not in summary
+
+
+def test_scores_that_decoding_cannot_choose_from_stop_fit_with_one_line(tmp_path, capsys, monkeypatch):
+    # a half-precision overflow in the val split's decoding ended fit with a NonFiniteScores traceback
+    from attnzoo.fit import main
+    from attnzoo.generation import NonFiniteScores, steps
+    from attnzoo.tasks.sequence import Seq2SeqTask
+    from tests.helpers import ROOT, smoke_overrides
+
+    trained, step, scores = [], Seq2SeqTask.training_step, steps.Steps.__call__
+
+    def training_step(self, *args, **kwargs):
+        trained.append(1)
+        return step(self, *args, **kwargs)
+
+    def overflowed(self, tokens):  # the check before training decodes as it should; the val split's does not
+        if trained:
+            raise NonFiniteScores(steps.NON_FINITE)
+        return scores(self, tokens)
+
+    monkeypatch.setattr(Seq2SeqTask, "training_step", training_step)
+    monkeypatch.setattr(steps.Steps, "__call__", overflowed)
+    recipe = ROOT / "recipes" / "translation.yaml"
+    overrides = [*smoke_overrides(load([recipe])), f"run.dir={tmp_path}", "trainer.precision=32-true"]
+    assert main(["--config", str(recipe), *overrides]) == 1
+    err = capsys.readouterr().err
+    assert "attnzoo fit: error: while decoding: the model's next-token scores are NaN or infinite" in err
+    assert "Traceback" not in err

@@ -508,7 +508,7 @@ def make_trainer(cfg: Config, run_dir: Path, task: Any, extra_callbacks: Sequenc
         MetricsCheckpointSync(logger),
         summary,
         LearningCheck(augmentation=augmentation_off(cfg)),
-        *run_callbacks.callbacks(ckpt_dir / "last.ckpt", slurm_job=slurm_job()),
+        *run_callbacks.callbacks(ckpt_dir / "last.ckpt", model=cfg.section("model"), slurm_job=slurm_job()),
         *extra_callbacks,
     ]
     stopping = early_stopping_options(run.get("early_stopping"))

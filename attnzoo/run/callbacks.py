@@ -12,6 +12,7 @@ import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
+from .model_stamp import ModelStamp
 from .nan_guard import FiniteLoss
 from .resume_position import ResumeDataPosition
 from .signals import GracefulStop
@@ -20,14 +21,16 @@ from .tokenizer_stamp import TokenizerStamp
 log = logging.getLogger("attnzoo")
 
 
-def callbacks(checkpoint: str | Path, *, slurm_job: str | None = None) -> list[L.Callback]:
+def callbacks(checkpoint: str | Path, *, model: dict[str, Any], slurm_job: str | None = None) -> list[L.Callback]:
     """Stop on a non-finite loss, stop cleanly on a signal (`slurm_job`: the job to requeue on SIGUSR1), resume at
-    the position in the epoch, and record the tokenizer's digest in every checkpoint."""
+    the position in the epoch, and record the tokenizer's digest and the run's resolved model section (`model`) in
+    every checkpoint."""
     return [
         FiniteLoss(),
         GracefulStop(checkpoint=checkpoint, slurm_job=slurm_job),
         ResumeDataPosition(),
         TokenizerStamp(),
+        ModelStamp(model),
     ]
 
 

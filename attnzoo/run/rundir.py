@@ -363,13 +363,16 @@ def load_run(
     """Rebuild a run from its `config.yaml` (plus overlays and overrides) and load a checkpoint's weights.
 
     This is the one way every command (evaluate, viz, translate, ...) reads a run. The tokenizer is the run's own
-    `tokenizer.json`, checked against the digest its checkpoint records (`attnzoo.run.tokenizer_stamp`).
+    `tokenizer.json`, checked against the digest its checkpoint records (`attnzoo.run.tokenizer_stamp`), and the
+    model section of its config.yaml against the one the checkpoint records (`attnzoo.run.model_stamp`: a
+    checkpoint of another run is refused).
     `with_data=False` (translate, generate; viz of one input to a classifier) builds the model from the run
     directory alone (a classifier's only with `classifiers`): the DataModule is not built and no data file is read,
     so a run directory can be copied elsewhere and used there.
     """
     from .build import build
     from .checkpoint_io import read_checkpoint
+    from .model_stamp import check_model
     from .tokenizer_stamp import check_saved_tokenizer, check_tokenizer, saved_tokenizer
 
     run_dir = Path(run_dir)
@@ -390,6 +393,7 @@ def load_run(
     except ValueError as err:
         raise ConfigError(str(err)) from None
     checked = check_saved_tokenizer(run_dir, ckpt, saved)  # before anything is built from it
+    check_model(run_dir, ckpt, saved, _saved_section(run_dir, "model"))  # config.yaml's, not the overrides'
     if with_data:
         try:
             data, task, cfg = build(cfg, preset=preset, init=False)  # the run's own weights, not model.init_from's
@@ -455,11 +459,16 @@ def _attention_here(task: Any) -> None:
 
 def _saved_data(run_dir: Path) -> dict[str, Any]:
     """The data section of a run's config.yaml as written ({} where it cannot be read)."""
+    return _saved_section(run_dir, "data")
+
+
+def _saved_section(run_dir: Path, name: str) -> dict[str, Any]:
+    """The section `name` of a run's config.yaml as written ({} where it cannot be read)."""
     try:
-        data = OmegaConf.to_container(read_yaml(run_dir / "config.yaml", run=True), resolve=True).get("data")
+        section = OmegaConf.to_container(read_yaml(run_dir / "config.yaml", run=True), resolve=True).get(name)
     except (ConfigError, OSError, ValueError, AttributeError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return section if isinstance(section, dict) else {}
 
 
 def _gone_data_hint(data: dict[str, Any], blocked: str | None = None, given: set[str] = frozenset()) -> str:

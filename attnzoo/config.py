@@ -532,6 +532,19 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"smoke.{key}: expected a dotted config key (set in {cfg.where('smoke')})")
 
 
+def validate_model(cfg: Config) -> None:
+    """The options of the model section of `cfg` alone, checked as `validate` checks them (the kind, each option's
+    type, the sizes and widths): a run's config.yaml read for its weights (`attnzoo.pretrained.run_dir`), whose
+    data may not be here. Its attention specs are checked where they are taken over (`attnzoo.run.start`)."""
+    from .models import MODELS
+
+    builder = check_kind(cfg, "model", MODELS)
+    model = cfg.section("model")
+    options = {k: v for k, v in model.items() if k != "kind"}
+    check_options(cfg, "model", options, {**_schema(builder), **MODEL_EXTRAS}, f" for model.kind {model['kind']!r}")
+    check_model_sizes(cfg, builder)
+
+
 AUTO = "auto"
 
 

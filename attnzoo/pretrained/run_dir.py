@@ -68,6 +68,24 @@ def run_config(path: str | Path) -> dict[str, Any]:
     return tree
 
 
+def check_model(model: Any, file: Path) -> None:
+    """ConfigError naming `file` (a run's config.yaml) and the key when its model section `model` does not hold the
+    options the run's model kind takes, checked as a config's are (`attnzoo.config.validate_model`): a value of the
+    wrong type or out of range stopped deep in the model's constructor (a ZeroDivisionError for num_heads 0). Keys
+    the kind does not take are left to the reader (`attnzoo.pretrained.load` names them; a start drops them)."""
+    from ..config import AUTO, MODEL_EXTRAS, Config, ConfigError, parameters, validate_model
+    from ..models import MODELS
+
+    model = {} if model is None else model  # no model section: its kind is missing
+    if not isinstance(model, dict):
+        raise ConfigError(f"{file}: its model section is {model!r}, not a mapping of the model's kind and options")
+    kind = model.get("kind")
+    takes = parameters(MODELS[kind]) if isinstance(kind, str) and kind in MODELS else {}
+    # a value left to the data (auto: a recipe's, not what a run resolved) is not checked, as a config's is not
+    known = {k: v for k, v in model.items() if (k == "kind" or k in takes or k in MODEL_EXTRAS) and v != AUTO}
+    validate_model(Config.of_values({"model": known}, {"model": str(file)}))
+
+
 def class_names(path: str | Path) -> list[str] | None:
     """The labels the run's head was trained on (`labels.json`), when it recorded them."""
     run = run_of(path)
@@ -87,11 +105,13 @@ def convert(path: str | Path) -> Converted:
     if not net:
         raise ValueError(f"{str(ckpt)!r} holds no network tensors (no {NET_PREFIX}* keys): not an attnzoo checkpoint")
     saved = run_config(path)
+    run = run_of(path)
+    if run is not None:
+        check_model(saved.get("model"), run / "config.yaml")
     model = dict(saved.get("model") or {})
     kind = str(model.pop("kind", ""))
     model.pop("init_from", None)
     model.pop("timm_name", None)
-    run = run_of(path)
     tokenizer = run / "tokenizer.json" if run is not None and (run / "tokenizer.json").is_file() else None
     data = saved.get("data") or {}
     pixels = {k: list(data[k]) for k in ("mean", "std") if isinstance(data.get(k), list)}  # a ViT's normalization

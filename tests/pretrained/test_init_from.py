@@ -289,6 +289,39 @@ def test_python_load_names_an_option_of_the_runs_config_that_its_model_does_not_
         load_pretrained(copy)
 
 
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("num_heads", 0, "model.num_heads: 0 (set in {config}) must be >= 1"),
+        ("dim", "abc", "model.dim: 'abc' is not a valid int (set in {config})"),
+        ("drop_rate", "x", "model.drop_rate: 'x' is not a valid float (set in {config})"),
+        ("mlp_ratio", -2.0, "model.mlp_ratio: -2.0 (set in {config}) must be > 0"),
+    ],
+)
+def test_the_model_options_of_a_runs_config_are_checked_naming_its_config_yaml(run_a, tmp_path, key, value, message):
+    # pretrained.load stopped deep in the model (ZeroDivisionError, TypeError, torch's RuntimeError) naming no file or
+    # key, and model.init_from said the value was set in the new run's recipe
+    import shutil
+
+    import yaml
+
+    from attnzoo.pretrained import load as load_pretrained
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_a, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["model"][key] = value
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    said = message.format(config=copy / "config.yaml")
+    with pytest.raises(ConfigError) as err:
+        load_pretrained(copy)
+    assert said in str(err.value)
+    overrides = [*SMALL, *_files(tmp_path, "data", ["a", "b", "c"]), f"run.dir={tmp_path}", f"model.init_from={copy}"]
+    with pytest.raises(ConfigError) as err:
+        build(load([TEXT], overrides))
+    assert str(err.value).startswith(f"model.init_from: {said}")
+
+
 def test_a_run_of_the_same_kind_gives_its_architecture_and_the_data_keeps_its_sizes(tmp_path, caplog):
     sizes = ["model.dim=16", "model.depth=1", "model.num_heads=2", "model.mlp_ratio=1.0"]
     rest = [o for o in SMALL if o not in sizes]

@@ -30,7 +30,6 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .util.files import written_by_a_run
 from .util.names import suggest
 
 log = logging.getLogger("attnzoo")
@@ -140,6 +139,16 @@ def escaped(node: Any) -> Any:
     return re.sub(r"(\\*)\$\{", lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", node)
 
 
+def dotted_leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: value} of the leaves of plain nested mappings (an empty mapping below the top is a leaf)."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(dotted_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out if out or not prefix else {prefix: {}}
+    return {prefix: node}
+
+
 def _flatten(node: Any, prefix: str = "") -> list[str]:
     if isinstance(node, DictConfig):
         keys = []
@@ -196,8 +205,6 @@ def load(
             merged = OmegaConf.merge(merged, layer)
         except OmegaConfBaseException as err:
             raise ConfigError(f"override {item!r}: {err}") from err
-    if not run:
-        merged, origins = _runs_go_here(merged, origins)
     try:
         cfg = Config(*_renamed(merged, origins))
         validate(cfg)
@@ -207,26 +214,6 @@ def load(
         text = str(getattr(err, "msg", None) or err).splitlines()[0]  # OmegaConf's own lines after it name the key
         raise ConfigError(f"{key or 'config'}: {text}{where}") from None
     return cfg
-
-
-def _runs_go_here(tree: DictConfig, origins: dict[str, str]) -> tuple[DictConfig, dict[str, str]]:
-    """`tree` without a run.dir that another run's config.yaml gave (`--config <run>/config.yaml`, which starts a new
-    run like it) when that config does not lie inside it: a run from elsewhere records the folder its maker's
-    runs went to (/home/them/runs), and new runs go to `runs` instead, as the log says. A run of this machine's
-    run.dir keeps it (the new run goes beside it)."""
-    source = origins.get("run.dir")
-    value = OmegaConf.select(tree, "run.dir", throw_on_missing=False)
-    if not source or source.startswith(COMMAND_LINE) or not isinstance(value, str):
-        return tree, origins
-    if not (is_run_config(Path(source)) or written_by_a_run(Path(source))):
-        return tree, origins
-    if Path(source).resolve().is_relative_to(Path(value).expanduser().resolve()):
-        return tree, origins
-    log.warning("run.dir: %s (set in %s, a run's config.yaml that does not lie in it: a run from elsewhere) is "
-                "not used: the new run goes to runs/ (give run.dir=<folder> or --run-dir to choose)",
-                value, source)  # fmt: skip
-    tree.run.dir = "runs"
-    return tree, {**origins, "run.dir": "the default (a run's config.yaml from elsewhere named another run.dir)"}
 
 
 def _renamed(tree: DictConfig, origins: dict[str, str]) -> tuple[DictConfig, dict[str, str]]:

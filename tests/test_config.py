@@ -149,26 +149,6 @@ def test_overlays_then_overrides_win_in_order(tmp_path):
     assert "b.yaml" in cfg.where("trainer.max_epochs") and "command line" in cfg.where("model.depth")
 
 
-def test_a_run_from_elsewhere_does_not_choose_where_the_new_run_goes(tmp_path, caplog):
-    # fit --config <downloaded run>/config.yaml created the new run under the absolute run.dir of its maker's machine
-    from attnzoo.util.files import RUN_CONFIG_HEADER
-
-    def a_run(folder, runs):
-        folder.mkdir(parents=True)
-        (folder / "config.yaml").write_text(RUN_CONFIG_HEADER + load([VIT], [f"run.dir={runs}"]).to_yaml())
-        return folder / "config.yaml"
-
-    theirs = a_run(tmp_path / "downloads" / "run", tmp_path / "home" / "them" / "runs")
-    with caplog.at_level("WARNING", logger="attnzoo"):
-        cfg = load([theirs], ["trainer.max_epochs=1"])
-    assert cfg.tree.run.dir == "runs" and "the default" in cfg.where("run.dir")
-    assert f"run.dir: {tmp_path / 'home' / 'them' / 'runs'} (set in {theirs}" in caplog.text
-    assert load([theirs], [f"run.dir={tmp_path}"]).tree.run.dir == str(tmp_path)  # chosen on the command line
-    mine = a_run(tmp_path / "runs" / "vit" / "20261128-090000", tmp_path / "runs")  # a run of this run.dir
-    assert load([mine]).tree.run.dir == str(tmp_path / "runs")
-    assert load([VIT], [f"run.dir={tmp_path}"]).tree.run.dir == str(tmp_path)  # a recipe's or overlay's stays
-
-
 TEXT_IMAGE = ROOT / "recipes" / "text_image.yaml"
 
 

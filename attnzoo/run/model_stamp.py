@@ -3,7 +3,7 @@
 A checkpoint's weights compute what they were trained to compute only in the model they were trained in. `ModelStamp`
 writes the run's resolved `model` section (plain data, as config.yaml holds it) into each checkpoint under
 `MODEL_KEY`, and `check_model` refuses a checkpoint whose section differs from the run's config.yaml in what its
-weights depend on (`attnzoo.run.start._architecture`: not the dropout rates, training choices or attention
+weights depend on (`attnzoo.run.start.architecture`: not the dropout rates, training choices or attention
 backends): `--checkpoint FILE` of another run with the same tokenizer loaded into this run's model, another
 attention computing with its weights (key/value heads regrouped on load, `attnzoo.attention.kv_heads`), and no
 error. The section compared is config.yaml's as written, not the command's overrides of it: `evaluate` and `viz`
@@ -19,7 +19,7 @@ from typing import Any
 
 import lightning as L
 
-from ..config import ConfigError
+from ..config import ConfigError, dotted_leaves
 
 MODEL_KEY = "attnzoo_model"
 SHOWN = 6  # differing keys named in an error
@@ -39,15 +39,14 @@ def model_differences(theirs: Mapping[str, Any], mine: Mapping[str, Any]) -> lis
     """The dotted keys (`model.attention.bias`, ...) whose values differ between two model sections in what the
     weights depend on, each with both values: `theirs` the checkpoint's, `mine` the run's config.yaml's."""
     from ..models import MODELS
-    from .rundir import _leaves
-    from .start import _architecture
+    from .start import architecture
 
     kind = theirs.get("kind")
     if kind != mine.get("kind"):
         return [f"model.kind ({kind!r} in the checkpoint, {mine.get('kind')!r} in config.yaml)"]
     if kind not in MODELS:  # nothing to build either way: load_run names the kind
         return []
-    before, after = (_leaves(_architecture(section, kind), "model") for section in (theirs, mine))
+    before, after = (dotted_leaves(architecture(section, kind), "model") for section in (theirs, mine))
     gone = "<not set>"
     return [
         f"{key} ({before.get(key, gone)!r} in the checkpoint, {after.get(key, gone)!r} in config.yaml)"

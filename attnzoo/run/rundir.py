@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ..config import AUTO, Config, ConfigError, load, read_yaml
+from ..config import AUTO, Config, ConfigError, dotted_leaves, load, read_yaml
 from ..util.files import runs_in, write_json
 from .paths import DATA_FILES_RECORD, moved_data, same_path, unlike_recorded
 from .paths import gone as gone_files
@@ -56,7 +56,7 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
     if os.environ.get(RUN_DIR_ENV):
         return Path(os.environ[RUN_DIR_ENV]), False
     run = cfg.section("run")
-    root = Path(run.get("dir", "runs")).expanduser()  # Lightning's loggers expand "~" themselves: the run would split
+    root = _runs_here(cfg, Path(run.get("dir", "runs")).expanduser())  # Lightning's loggers expand "~" themselves
     name = str(run.get("name", cfg.section("model").get("kind", "run")))
     base = root / name
     if Path(name).is_absolute() or ".." in Path(name).parts or not name.strip() or name.strip() in (".",):
@@ -86,6 +86,26 @@ def _run_dir(cfg: Config, *, claim: bool) -> tuple[Path, bool]:
         elif not path.exists():
             return path, False
         path, n = base / f"{stamp}-{n}", n + 1
+
+
+def _runs_here(cfg: Config, root: Path) -> Path:
+    """`root` (run.dir), or `runs` when another run's config.yaml set it (`--config <run>/config.yaml`, which starts
+    a new run like it) and that config does not lie inside it: a run from elsewhere records the folder its maker's
+    runs went to (/home/them/runs, created with its parents), which is not for it to choose here; the log says so.
+    A run of this machine's run.dir keeps it (the new run goes beside it)."""
+    from ..config import COMMAND_LINE, is_run_config
+    from ..util.files import written_by_a_run
+
+    source = cfg.where("run.dir")
+    if source.startswith(COMMAND_LINE) or source == "defaults":
+        return root
+    config = Path(source)
+    if not (is_run_config(config) or written_by_a_run(config)) or config.resolve().is_relative_to(root.resolve()):
+        return root
+    log.warning("run.dir: %s (set in %s, a run's config.yaml that does not lie in it: a run from elsewhere) is not "
+                "used: the new run goes to runs/ (give run.dir=<folder> or --run-dir to choose)",
+                root, source)  # fmt: skip
+    return Path("runs")
 
 
 def resume_target(path: str | Path) -> tuple[Path, Path]:
@@ -153,15 +173,6 @@ def added_options(cfg: Config) -> dict[str, Any]:
     }
 
 
-def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out if out or not prefix else {prefix: {}}
-    return {prefix: node}
-
-
 DATA_FILES = ("data.train", "data.val", "data.test", "data.root", "data.csv")  # where the data is read from
 
 
@@ -188,8 +199,8 @@ def resume_changes(run_dir: Path, cfg: Config, *, given_only: bool = False) -> d
     """
     saved = OmegaConf.to_container(read_yaml(run_dir / "config.yaml", run=True), resolve=True)
     old, new = (
-        _leaves(saved if isinstance(saved, dict) else {}),
-        _leaves(OmegaConf.to_container(cfg.tree, resolve=True)),
+        dotted_leaves(saved if isinstance(saved, dict) else {}),
+        dotted_leaves(OmegaConf.to_container(cfg.tree, resolve=True)),
     )
     unset = "<not set>"
     kind = old.get("data.kind")

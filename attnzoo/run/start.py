@@ -119,12 +119,12 @@ def read_start(cfg: Config, *, converted: Any = None) -> Start | None:
     if converted.tokenizer is None:
         _refuse_lost_tokenizer(cfg, converted, given, own_run if attnzoo_run else False, where)
     preset = _tokenizer(cfg, converted) | _normalization(cfg, converted)
-    architecture = _architecture(converted.options, kind) if attnzoo_run else converted.options
+    arch = architecture(converted.options, kind) if attnzoo_run else converted.options
     if attnzoo_run:
-        _refuse_imports(cfg, architecture, f"{own_run}/config.yaml")
+        _refuse_imports(cfg, arch, f"{own_run}/config.yaml")
     options = _options(
         cfg,
-        architecture,
+        arch,
         preset,
         heads_stated=pretrained.heads_stated(given, timm_name),
         sized_by=None if attnzoo_run else converted.source,
@@ -326,7 +326,7 @@ def _refuse_imports(cfg: Config, options: Mapping[str, Any], origin: str, prefix
             )
 
 
-def _architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
+def architecture(options: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """An attnzoo run's model options that its weights depend on and `kind`'s builder takes (`TRAINING_CHOICES`,
     dropout rates, the attention sections' too, the attention backends and the data's sizes stay the new run's)."""
     from ..config import parameters
@@ -726,8 +726,8 @@ def differences(start: Start, cfg: Config) -> str:
     if start.own_run is None:
         return ""
     kind = cfg.section("model")["kind"]
-    before = _architecture(start.converted.options, kind)  # what the run fixes, as `read_start` takes it
-    now = _architecture({k: v for k, v in cfg.section("model").items() if k not in ("kind", *MODEL_EXTRAS)}, kind)
+    before = architecture(start.converted.options, kind)  # what the run fixes, as `read_start` takes it
+    now = architecture({k: v for k, v in cfg.section("model").items() if k not in ("kind", *MODEL_EXTRAS)}, kind)
     before["data.tokenizer"] = (run_dir.run_config(start.given).get("data") or {}).get("tokenizer")
     now["data.tokenizer"] = cfg.section("data").get("tokenizer")
     if start.converted.tokenizer is not None and now["data.tokenizer"] == str(start.converted.tokenizer):

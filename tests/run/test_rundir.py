@@ -27,6 +27,29 @@ def test_a_nested_run_name_stays_inside_run_dir(tmp_path):
     assert new_run_dir(cfg).parent == tmp_path / "study" / "vit-small"
 
 
+def test_a_run_from_elsewhere_does_not_choose_where_the_new_run_goes(tmp_path, caplog, monkeypatch):
+    # fit --config <downloaded run>/config.yaml created the new run under the absolute run.dir of its maker's machine
+    from attnzoo.util.files import RUN_CONFIG_HEADER
+
+    def a_run(folder, runs):
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text(RUN_CONFIG_HEADER + load([VIT], [f"run.dir={runs}"]).to_yaml())
+        return folder / "config.yaml"
+
+    monkeypatch.chdir(tmp_path)
+    theirs = a_run(tmp_path / "downloads" / "run", tmp_path / "home" / "them" / "runs")
+    with caplog.at_level("WARNING", logger="attnzoo"):
+        assert new_run_dir(load([theirs])).parent == Path("runs") / "vit"
+    assert f"run.dir: {tmp_path / 'home' / 'them' / 'runs'} (set in {theirs}" in caplog.text
+    assert new_run_dir(load([theirs], [f"run.dir={tmp_path}"])).parent == tmp_path / "vit"  # chosen on the command line
+    mine = a_run(tmp_path / "runs" / "vit" / "20261128-090000", tmp_path / "runs")  # a run of this run.dir
+    assert new_run_dir(load([mine])).parent == tmp_path / "runs" / "vit"
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(f"run:\n  dir: {tmp_path / 'elsewhere'}\n")  # a recipe's or overlay's stays
+    assert new_run_dir(load([VIT, overlay])).parent == tmp_path / "elsewhere" / "vit"
+    assert not (tmp_path / "home").exists()
+
+
 def test_runs_started_in_the_same_second_claim_their_own_directories(tmp_path, monkeypatch):
     import datetime
     import types

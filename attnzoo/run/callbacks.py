@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
 from .model_stamp import ModelStamp
 from .nan_guard import FiniteLoss
+from .resume_check import WRITES, is_integer, shown
 from .resume_position import ResumeDataPosition
 from .signals import GracefulStop
 from .tokenizer_stamp import TokenizerStamp
@@ -65,6 +67,20 @@ class RunEarlyStopping(EarlyStopping):
         super().load_state_dict(state_dict)
         self.patience = patience
         self.stopping_reason, self.stopping_reason_message = EarlyStoppingReason.NOT_STOPPED, None
+
+    @staticmethod
+    def saved_state_error(state: dict[str, Any]) -> str | None:
+        """What in a saved state (`state_dict`) is not what attnzoo fit writes (Lightning's EarlyStopping's), or
+        None."""
+        for key in ("wait_count", "stopped_epoch", "patience"):
+            if not is_integer(state.get(key)):
+                return f"holds {key} {shown(state.get(key))}, where {WRITES} is an integer"
+        if not isinstance(state.get("best_score"), torch.Tensor) or state["best_score"].numel() != 1:
+            return f"holds best_score {shown(state.get('best_score'))}, where {WRITES} is a one-number tensor"
+        reasons = [r.value for r in EarlyStoppingReason]
+        if state.get("stopping_reason", reasons[0]) not in reasons:
+            return f"holds stopping_reason {shown(state['stopping_reason'])}, where {WRITES} is one of {reasons}"
+        return None
 
     def _evaluate_stopping_criteria(self, current: Any) -> tuple[bool, str | None]:
         if self.floor is not None and float(current) == self.floor and not bool(abs(self.best_score) < float("inf")):

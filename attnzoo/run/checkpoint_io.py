@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..util.files import SHARED_MODE, compressed, unfinished
+from .resume_check import WRITES, is_count, is_number, shown
 
 log = logging.getLogger("attnzoo")
 
@@ -140,12 +141,7 @@ class RunCheckpoint(ModelCheckpoint):
         replaces, and a checkpoint from a stranger could name any file or folder (`local://~/Documents`, which fsspec
         deletes recursively; `important.ckpt`, a folder beside the run's checkpoints)."""
 
-        def inside(path: Any) -> str:  # this callback's own file (no version counter: one name), or nothing
-            if not isinstance(path, str) or not path or "://" in path or self.dirpath is None:
-                return ""
-            name = Path(path).name
-            return str(Path(self.dirpath) / name) if name == f"{self.filename}{self.FILE_EXTENSION}" else ""
-
+        inside = self._own_path
         best_k = {inside(k): v for k, v in (state_dict.get("best_k_models") or {}).items()}
         state_dict = {
             **state_dict,
@@ -157,6 +153,32 @@ class RunCheckpoint(ModelCheckpoint):
         }
         super().load_state_dict(state_dict)
         self.floor_tie = state_dict.get("floor_tie")
+
+    def _own_path(self, path: Any) -> str:
+        """`path` as this callback's own file in this run (no version counter: one name), or "" for any other."""
+        if not isinstance(path, str) or not path or "://" in path or self.dirpath is None:
+            return ""
+        name = Path(path).name
+        return str(Path(self.dirpath) / name) if name == f"{self.filename}{self.FILE_EXTENSION}" else ""
+
+    def saved_state_error(self, state: dict[str, Any]) -> str | None:
+        """What in a saved state (`state_dict`) is not what attnzoo fit writes, or None: the scores are numbers (or
+        None), and a best checkpoint of a monitored metric has its score (the summary reports it)."""
+        for key in ("best_model_score", "best_model_path"):  # Lightning reads both
+            if key not in state:
+                return f"has no {key}, which {WRITES} holds"
+        for key in ("best_model_score", "kth_value", "current_score", "floor_tie"):
+            if state.get(key) is not None and not is_number(state[key]):
+                return f"holds {key} {shown(state[key])}, where {WRITES} is None or a number"
+        best_k = state.get("best_k_models")
+        if best_k is not None and (not isinstance(best_k, dict) or not all(is_number(v) for v in best_k.values())):
+            return f"holds best_k_models {shown(best_k)}, where {WRITES} is a dict of checkpoint paths to scores"
+        if self.monitor is not None and state["best_model_score"] is None and self._own_path(state["best_model_path"]):
+            return (
+                f"names a best checkpoint ({state['best_model_path']!r}) without its score (best_model_score None), "
+                f"where {WRITES} holds both"
+            )
+        return None
 
 
 def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
@@ -214,4 +236,7 @@ def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module) -> int:
             f"checkpoint {str(path)!r} is from a model of another shape ({len(shapes)} mismatched, {len(missing)} "
             f"missing, {len(unexpected)} unexpected keys): {' | '.join(parts)}. Resume with the run's own config.yaml."
         )
-    return int(checkpoint.get("global_step", 0))
+    step = checkpoint.get("global_step", 0)
+    if not is_count(step):
+        raise ValueError(f"checkpoint {str(path)!r}: its global_step is {shown(step)}, where {WRITES} is a count")
+    return step

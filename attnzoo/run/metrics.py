@@ -29,6 +29,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from ..config import ConfigError
 from ..util.files import replacing
 from .checkpoint_io import metric_value, tie_wins
+from .resume_check import WRITES, is_count, is_integer, is_number, shown
 
 
 class _KeepingWriter(ExperimentWriter):
@@ -161,6 +162,13 @@ class MetricsCheckpointSync(L.Callback):
         if resuming and writer is not None and "rows" in state:
             writer.truncate(state["rows"], state["step"])
 
+    @staticmethod
+    def saved_state_error(state: dict[str, Any]) -> str | None:
+        """What in a saved state (`state_dict`) is not what attnzoo fit writes, or None: metrics.csv is cut to it."""
+        if "rows" in state and not (is_count(state["rows"]) and is_integer(state.get("step"))):
+            return f"holds rows {shown(state['rows'])} and step {shown(state.get('step'))}, where {WRITES} is integers"
+        return None
+
 
 class RunSummary(L.Callback):
     """Measures training throughput (samples/s over all processes, training batches only) and the share of
@@ -214,6 +222,18 @@ class RunSummary(L.Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best = tuple(state["best"]) if state.get("best") else None
         self.best_tie = state.get("best_tie")
+
+    @staticmethod
+    def saved_state_error(state: dict[str, Any]) -> str | None:
+        """What in a saved state (`state_dict`) is not what attnzoo fit writes, or None."""
+        best, tie = state.get("best"), state.get("best_tie")
+        if best and not (
+            isinstance(best, list | tuple) and len(best) == 2 and is_count(best[0]) and is_number(best[1])
+        ):
+            return f"holds best {shown(best)}, where {WRITES} is None or [epoch, value]"
+        if tie is not None and not is_number(tie):
+            return f"holds best_tie {shown(tie)}, where {WRITES} is None or a number"
+        return None
 
     def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, idx: int) -> None:
         self._t0 = time.perf_counter()

@@ -8,6 +8,7 @@ batch), and continues the random number generators (augmentation, dropout) from 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,8 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from torch.utils.data import Sampler
+
+from .resume_check import shown
 
 log = logging.getLogger("attnzoo")
 
@@ -69,6 +72,19 @@ class ResumeDataPosition(L.Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._rng, self._ranks = state.get("rng"), state.get("rng_ranks")
+
+    @staticmethod
+    def saved_state_error(state: dict[str, Any]) -> str | None:
+        """What in a saved state (`state_dict`) no random number generator takes, or None (checked before a resume:
+        `attnzoo.run.resume_check`)."""
+        ranks = state.get("rng_ranks")
+        if ranks is not None and not isinstance(ranks, list):
+            return f"holds rng_ranks {shown(ranks)}, where what attnzoo fit writes is a list of random states"
+        for where, rng in [("rng", state.get("rng")), *((f"rng_ranks[{i}]", r) for i, r in enumerate(ranks or []))]:
+            why = _rng_error(rng) if rng is not None else None
+            if why:
+                return f"holds an {where} {why}"
+        return None
 
     def on_save_checkpoint(self, trainer: L.Trainer, module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         """A checkpoint written when `trainer.max_steps` or `max_time` cut an epoch short is saved as a mid-epoch
@@ -143,6 +159,29 @@ class ResumeDataPosition(L.Callback):
         if trainer.is_global_zero:  # each DDP process skips its own batches; one line says so
             log.info("resume: skipping the %d batches of this epoch the saved run trained on", done)
         return True
+
+
+def _rng_error(rng: Any) -> str | None:
+    """Why the random state `rng` (as `ResumeDataPosition.state_dict` writes it) cannot be restored, or None: tried
+    on generators of its own, the process's left as they are."""
+    form = "a dict of the random states of torch (a byte tensor), python and numpy (the lists their get_state returns)"
+    if not isinstance(rng, dict) or not {"torch", "python", "numpy"} <= set(rng):
+        return f"{shown(rng)}, where what attnzoo fit writes is {form}"
+    cuda = rng.get("torch.cuda", [])
+    if not isinstance(cuda, list | tuple) or not all(
+        isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda
+    ):
+        return f"whose torch.cuda is {shown(cuda)}, where what attnzoo fit writes is a list of byte tensors"
+    try:
+        torch.Generator().set_state(rng["torch"])
+        version, state, gauss = rng["python"]
+        random.Random().setstate((version, tuple(state), gauss))
+        name, keys, pos, has_gauss, gauss = rng["numpy"]
+        np.random.RandomState().set_state((name, keys.numpy(), pos, has_gauss, gauss))
+    except Exception as err:  # noqa: BLE001 (each generator refuses a state in its own way)
+        why = f"{type(err).__name__}: {str(err)[:200]}"
+        return f"that the generators do not take ({why}), where what attnzoo fit writes is {form}"
+    return None
 
 
 def _new_iterator(trainer: L.Trainer) -> None:

@@ -298,10 +298,6 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
 
             hint = "the training data it is learned from changed since; resume with the data the run was trained on"
             check_tokenizer(tokenizer, run_dir, ckpt_path, read_checkpoint(ckpt_path, mmap=True), hint=hint)
-        if is_rank_zero():
-            resumes = record_resume(run_dir, ckpt_path, step, changes)
-            shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
-            log.info("resume: from %s (step %d)%s", ckpt_path, step, f"; changed {shown}" if shown else "")
     tested_split = test_split(data) if cfg.section("run").get("test") else None  # decided before training
     reused = scored_on_train(cfg.section("data")) if ckpt_path is None else []  # `evaluate` may read one file
     for key in [k for k in reused if k == "val" or tested_split is not None]:  # a test the run makes
@@ -312,6 +308,18 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
 
         extra_callbacks = [*extra_callbacks, TrainedAlready()]
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
+    if ckpt_path is not None:  # the training state, against this trainer's loops and callbacks, before any write
+        from .checkpoint_io import read_checkpoint
+        from .resume_check import check_resume_state
+
+        try:
+            check_resume_state(ckpt_path, read_checkpoint(ckpt_path, mmap=True), trainer, task)
+        except ValueError as err:
+            raise ConfigError(f"--resume: {err}") from None
+        if is_rank_zero():
+            resumes = record_resume(run_dir, ckpt_path, step, changes)
+            shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+            log.info("resume: from %s (step %d)%s", ckpt_path, step, f"; changed {shown}" if shown else "")
     if trainer.is_global_zero and is_rank_zero():
         write_text(run_dir / "config.yaml", RUN_CONFIG_HEADER + cfg.to_yaml())
         record_data_files(cfg.section("data"), run_dir)  # a data file moved later is known again on --resume

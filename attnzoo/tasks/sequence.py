@@ -87,6 +87,39 @@ class _SequenceTask(L.LightningModule):
             self.examples = {split: list(rows) for split, rows in kept["examples"].items()}
             self._made_at = {split: (int(at[0]), int(at[1])) for split, at in kept["made_at"].items()}
 
+    @staticmethod
+    def saved_state_error(checkpoint: dict[str, Any]) -> str | None:
+        """What in a checkpoint's copy of the examples (`on_save_checkpoint`) is not what attnzoo fit writes, or None
+        (checked before a resume: `attnzoo.run.resume_check`); a checkpoint without one is fine."""
+
+        def shown(value: Any) -> str:
+            return f"{value!r:.60} (a {type(value).__name__})"
+
+        kept = checkpoint.get(EXAMPLES_KEY)
+        if not kept:
+            return None
+        form = (
+            "where what attnzoo fit writes is a dict of 'examples' (split -> a list of dicts of text) and 'made_at' "
+            "(split -> [epoch, step])"
+        )
+        if (
+            not isinstance(kept, dict)
+            or not isinstance(kept.get("examples"), dict)
+            or not isinstance(kept.get("made_at"), dict)
+        ):
+            return f"its {EXAMPLES_KEY} is {shown(kept)}, {form}"
+        for split, rows in kept["examples"].items():
+            texts = isinstance(rows, list) and all(
+                isinstance(row, dict) and all(isinstance(t, str) for t in (*row, *row.values())) for row in rows
+            )
+            if not isinstance(split, str) or not texts:
+                return f"its {EXAMPLES_KEY}['examples'][{split!r}] is {shown(rows)}, {form}"
+        for split, at in kept["made_at"].items():
+            counts = isinstance(at, list | tuple) and len(at) == 2
+            if not isinstance(split, str) or not counts or not all(type(n) is int and n >= 0 for n in at):
+                return f"its {EXAMPLES_KEY}['made_at'][{split!r}] is {shown(at)}, {form}"
+        return None
+
     def on_fit_end(self) -> None:
         # a test of the final weights (no best checkpoint) shows those of the last validation, when it saw them;
         # not the checkpoint a resume started from, nor current_epoch, which counts the epoch just ended

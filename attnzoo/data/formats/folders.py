@@ -62,8 +62,8 @@ def data_folders(folder: Path) -> list[Path]:
             found.append(path)
         elif str(path) not in _said_runs:
             _said_runs.add(str(path))
-            log.info("data: %s holds attnzoo runs or ablations (run.dir inside the data folder): not read as data",
-                     path)  # fmt: skip
+            log.warning("data: %s holds attnzoo runs or ablations (run.dir inside the data folder): not read as "
+                        "data", path)  # fmt: skip
     return found
 
 

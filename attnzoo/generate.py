@@ -23,6 +23,7 @@ import torch
 
 from .config import ConfigError
 from .fit import check_rank_format
+from .generation import NonFiniteScores
 from .translate import check_kind
 from .util.files import discard_stdout
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
@@ -96,6 +97,8 @@ def generate(
     try:
         with torch.inference_mode():
             new = task.generate(ids, max_new_tokens=min(max_new_tokens, room), seed=seed)  # [1, T]
+    except NonFiniteScores:  # the checkpoint's weights, not the options: main says it
+        raise
     except ValueError as err:
         raise ConfigError(str(err)) from None
     return decode_generated(tok, torch.cat([ids[0], new[0]]).tolist())
@@ -151,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo generate: error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteScores as err:  # as fit, evaluate and translate say it
+        print(f"attnzoo generate: error: {err}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # the reader stopped reading (`| head`): it has what it wanted
         discard_stdout()
     except KeyboardInterrupt:

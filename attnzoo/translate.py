@@ -35,6 +35,7 @@ import torch
 
 from .config import ConfigError
 from .fit import check_rank_format
+from .generation import NonFiniteScores
 from .util.files import discard_stdout
 from .util.imports import ALLOW_IMPORTS_HELP, allow_imports
 
@@ -135,13 +136,8 @@ class Translator:
                         self.max_len,
                         "; further cut sentences are only counted" if self.cut == SHOWN_CUTS else "",
                     )
-        from .generation import NonFiniteScores
-
-        try:
-            with torch.inference_mode():
-                ids = self.task.translate(src, mask, beam_size=self.beam)  # [B, T]
-        except NonFiniteScores as err:
-            raise ConfigError(str(err)) from None
+        with torch.inference_mode():
+            ids = self.task.translate(src, mask, beam_size=self.beam)  # [B, T]; NonFiniteScores: main says it
         # one line per sentence: a line break the tokenizer may decode would break the alignment
         return [" ".join(decode_generated(self.tok, row.tolist()).splitlines()) for row in ids]
 
@@ -291,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"attnzoo translate: error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteScores as err:  # the checkpoint's weights, not the command: as fit and evaluate say it
+        print(f"attnzoo translate: error: {err}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # the reader stopped reading (`| head`): it has what it wanted
         discard_stdout()
         return 0

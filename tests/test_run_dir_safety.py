@@ -451,3 +451,9 @@ def test_a_runs_loader_workers_and_threads_stay_within_this_machines_cores(lm_ru
         torch.set_num_threads(threads)
     assert loaded.cfg.section("data")["num_workers"] == loaded.cfg.section("trainer")["num_threads"] == cores
     assert f"data.num_workers: 1000000 (set in {run / 'config.yaml'}) is more than the {cores} core(s)" in caplog.text
+    overlay = tmp_path / "mine.yaml"  # the user's own choice, in an overlay, is taken as given
+    overlay.write_text(f"data:\n  num_workers: {cores + 1}\n")
+    try:
+        assert load_run(run, configs=[overlay], with_data=False).cfg.section("data")["num_workers"] == cores + 1
+    finally:
+        torch.set_num_threads(threads)

@@ -13,9 +13,9 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 
+from ..util.checks import WRITES, is_integer, shown
 from .model_stamp import ModelStamp
 from .nan_guard import FiniteLoss
-from .resume_check import WRITES, is_integer, shown
 from .resume_position import ResumeDataPosition
 from .signals import GracefulStop
 from .tokenizer_stamp import TokenizerStamp

@@ -22,8 +22,8 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from ..util.checks import WRITES, is_count, is_number, shown
 from ..util.files import SHARED_MODE, compressed, unfinished
-from .resume_check import WRITES, is_count, is_number, shown
 
 log = logging.getLogger("attnzoo")
 

@@ -27,9 +27,9 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..config import ConfigError
+from ..util.checks import WRITES, is_count, is_integer, is_number, shown
 from ..util.files import replacing
 from .checkpoint_io import metric_value, tie_wins
-from .resume_check import WRITES, is_count, is_integer, is_number, shown
 
 
 class _KeepingWriter(ExperimentWriter):

@@ -30,6 +30,9 @@ def same_path(key: str, old: Any, new: Any) -> bool:
 DATA_FILES_RECORD = "data_files.json"  # a run's data files as they were: a moved one is known again on --resume
 FILE_KEYS = ("train", "val", "test", "csv", "root")  # data options that name files or, `root`, a folder
 ENDS = 1 << 20  # bytes read at each end of a file for its fingerprint
+# a folder holding one is a run's or an ablation's, not data (the fingerprint's rule since runs recorded it: a
+# folder of the data holding a config.yaml of its own is passed over too)
+RUNS = ("config.yaml", "ablate.json", "ablation.json")
 LISTS = ("validation_list.txt", "testing_list.txt")  # Speech Commands' split lists, read from an audio data.root
 
 
@@ -69,7 +72,7 @@ def _listing(root: Path, *, texts: bool = False) -> list[str]:
     written inside (`data.root=.`), which change as they go."""
     from torchvision.datasets.folder import IMG_EXTENSIONS
 
-    from ..data.formats.folders import hidden, run_output
+    from ..data.formats.folders import hidden
 
     suffixes = (".txt",) if texts else (*IMG_EXTENSIONS, ".wav")
     found, folders = [], [root]
@@ -79,7 +82,8 @@ def _listing(root: Path, *, texts: bool = False) -> list[str]:
             entries = list(os.scandir(folder))
         except OSError:
             continue
-        if folder != root and run_output(folder):
+        names = {e.name for e in entries}
+        if folder != root and names & set(RUNS):
             continue
         for entry in entries:
             if hidden(entry.name):

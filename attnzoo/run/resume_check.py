@@ -13,9 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-WRITES = "what attnzoo fit writes"
+from ..util.checks import WRITES, is_count, is_integer, is_number, shown
 
 
 def check_resume_state(path: str | Path, checkpoint: dict[str, Any], trainer: Any, task: Any) -> None:
@@ -42,29 +40,6 @@ def _state_error(checkpoint: dict[str, Any], trainer: Any, task: Any) -> str | N
         return why
     own = getattr(task, "saved_state_error", None)
     return own(checkpoint) if own is not None else None
-
-
-def is_integer(value: Any) -> bool:
-    """Whether `value` is an int (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_count(value: Any) -> bool:
-    """Whether `value` is an integer >= 0 (not a bool)."""
-    return is_integer(value) and value >= 0
-
-
-def is_number(value: Any) -> bool:
-    """Whether `value` is an int or float (not a bool) or a one-element tensor."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() == 1
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def shown(value: Any) -> str:
-    """`value` as an error message shows it: its start and its type (a tensor: its shape)."""
-    text = repr(value) if not isinstance(value, torch.Tensor) else f"a tensor of shape {list(value.shape)}"
-    return f"{text[:60]}{'...' if len(text) > 60 else ''} (a {type(value).__name__})"
 
 
 def _loops_error(loops: Any, trainer: Any) -> str | None:

@@ -20,7 +20,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from torch.utils.data import Sampler
 
-from .resume_check import shown
+from ..util.checks import WRITES, shown
 
 log = logging.getLogger("attnzoo")
 
@@ -79,7 +79,7 @@ class ResumeDataPosition(L.Callback):
         `attnzoo.run.resume_check`)."""
         ranks = state.get("rng_ranks")
         if ranks is not None and not isinstance(ranks, list):
-            return f"holds rng_ranks {shown(ranks)}, where what attnzoo fit writes is a list of random states"
+            return f"holds rng_ranks {shown(ranks)}, where {WRITES} is a list of random states"
         for where, rng in [("rng", state.get("rng")), *((f"rng_ranks[{i}]", r) for i, r in enumerate(ranks or []))]:
             why = _rng_error(rng) if rng is not None else None
             if why:
@@ -166,12 +166,12 @@ def _rng_error(rng: Any) -> str | None:
     on generators of its own, the process's left as they are."""
     form = "a dict of the random states of torch (a byte tensor), python and numpy (the lists their get_state returns)"
     if not isinstance(rng, dict) or not {"torch", "python", "numpy"} <= set(rng):
-        return f"{shown(rng)}, where what attnzoo fit writes is {form}"
+        return f"{shown(rng)}, where {WRITES} is {form}"
     cuda = rng.get("torch.cuda", [])
     if not isinstance(cuda, list | tuple) or not all(
         isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda
     ):
-        return f"whose torch.cuda is {shown(cuda)}, where what attnzoo fit writes is a list of byte tensors"
+        return f"whose torch.cuda is {shown(cuda)}, where {WRITES} is a list of byte tensors"
     try:
         torch.Generator().set_state(rng["torch"])
         version, state, gauss = rng["python"]
@@ -180,7 +180,7 @@ def _rng_error(rng: Any) -> str | None:
         np.random.RandomState().set_state((name, keys.numpy(), pos, has_gauss, gauss))
     except Exception as err:  # noqa: BLE001 (each generator refuses a state in its own way)
         why = f"{type(err).__name__}: {str(err)[:200]}"
-        return f"that the generators do not take ({why}), where what attnzoo fit writes is {form}"
+        return f"that the generators do not take ({why}), where {WRITES} is {form}"
     return None
 
 

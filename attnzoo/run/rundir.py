@@ -100,7 +100,9 @@ def _runs_here(cfg: Config, root: Path) -> Path:
     if source.startswith(COMMAND_LINE) or source == "defaults":
         return root
     config = Path(source)
-    if not (is_run_config(config) or written_by_a_run(config)) or config.resolve().is_relative_to(root.resolve()):
+    if root == Path("runs") or not (is_run_config(config) or written_by_a_run(config)):
+        return root
+    if config.resolve().is_relative_to(root.resolve()):
         return root
     log.warning("run.dir: %s (set in %s, a run's config.yaml that does not lie in it: a run from elsewhere) is not "
                 "used: the new run goes to runs/ (give run.dir=<folder> or --run-dir to choose)",
@@ -390,7 +392,7 @@ def load_run(
     ckpt = run_checkpoint(run_dir, checkpoint)
     try:
         cfg = load([run_dir / "config.yaml", *configs], overrides, run=True)
-        fitted = _within_cores(cfg)
+        fitted = _within_cores(cfg, run_dir / "config.yaml")
         if fitted:
             cfg = load([run_dir / "config.yaml", *configs], [*overrides, *fitted], run=True)
     except ConfigError as err:  # an image folder that is not here is refused as the config is read
@@ -433,16 +435,17 @@ def load_run(
     return LoadedRun(run_dir, ckpt, cfg, data, task, tokenizer)
 
 
-def _within_cores(cfg: Config) -> list[str]:
-    """Overrides bringing the run's `data.num_workers` and `trainer.num_threads` (set for the machine it trained on,
-    or by whoever made a run directory from elsewhere) within the cores this process may use, each said in the log;
-    [] when they are within them or were given on the command line. Neither changes what is computed."""
+def _within_cores(cfg: Config, config: Path) -> list[str]:
+    """Overrides bringing the run's `data.num_workers` and `trainer.num_threads` (set in its `config` for the machine
+    it trained on, or by whoever made a run directory from elsewhere) within the cores this process may use, each
+    said in the log; [] when they are within them or were given here (an overlay, the command line). Neither
+    changes what is computed."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     fitted = []
     for key in ("data.num_workers", "trainer.num_threads"):
         section, name = key.split(".")
         value = cfg.section(section).get(name)
-        if isinstance(value, int) and value > cores and not cfg.typed(key):
+        if isinstance(value, int) and value > cores and cfg.where(key) == str(config):
             log.info("%s: %d (set in %s) is more than the %d core(s) here: %d", key, value, cfg.where(key), cores,
                      cores)  # fmt: skip
             fitted.append(f"{key}={cores}")

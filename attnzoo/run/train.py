@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import TRAINED_FILES, Config, ConfigError
+from ..data.formats.folders import note_run_dir
 from ..util.files import RUN_CONFIG_HEADER, write_text, written_by_a_run
 from .build import build, make_trainer
 from .cluster import check_rank_variables, is_rank_zero, slurm_job, slurm_restarts
@@ -81,6 +82,7 @@ def fit(
         run_dir, claimed = claim_new_run_dir(cfg) if is_rank_zero() else (new_run_dir(cfg), False)
         what = f"run directory (run.dir={cfg.section('run').get('dir', 'runs')})"
     created = claimed or not run_dir.exists()  # ours to remove if the run never trains in it
+    note_run_dir(run_dir)  # made inside the data folder (data.root=.): not read as data
     lock = RunLock(run_dir, what=what) if is_rank_zero() else None  # DDP workers work under rank 0's lock
     try:
         if lock is not None:

@@ -27,6 +27,7 @@ from ..attention.specs import build
 from ..data.modules.batching import IGNORE_INDEX
 from ..data.tokenizers.subword import unknown_note
 from ..generation import beam_search, greedy, sample
+from ..util.checks import WRITES, is_count, shown
 from .optim import SCHEDULES, configure_optimizers, optimizer_spec
 from .preflight import SetupError, check_trainable_backends
 
@@ -91,15 +92,11 @@ class _SequenceTask(L.LightningModule):
     def saved_state_error(checkpoint: dict[str, Any]) -> str | None:
         """What in a checkpoint's copy of the examples (`on_save_checkpoint`) is not what attnzoo fit writes, or None
         (checked before a resume: `attnzoo.run.resume_check`); a checkpoint without one is fine."""
-
-        def shown(value: Any) -> str:
-            return f"{value!r:.60} (a {type(value).__name__})"
-
         kept = checkpoint.get(EXAMPLES_KEY)
         if not kept:
             return None
         form = (
-            "where what attnzoo fit writes is a dict of 'examples' (split -> a list of dicts of text) and 'made_at' "
+            f"where {WRITES} is a dict of 'examples' (split -> a list of dicts of text) and 'made_at' "
             "(split -> [epoch, step])"
         )
         if (
@@ -116,7 +113,7 @@ class _SequenceTask(L.LightningModule):
                 return f"its {EXAMPLES_KEY}['examples'][{split!r}] is {shown(rows)}, {form}"
         for split, at in kept["made_at"].items():
             counts = isinstance(at, list | tuple) and len(at) == 2
-            if not isinstance(split, str) or not counts or not all(type(n) is int and n >= 0 for n in at):
+            if not isinstance(split, str) or not counts or not all(is_count(n) for n in at):
                 return f"its {EXAMPLES_KEY}['made_at'][{split!r}] is {shown(at)}, {form}"
         return None
 

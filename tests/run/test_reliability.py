@@ -733,7 +733,6 @@ def test_a_resume_refuses_data_changed_since_the_run_started_before_reading_it(t
 
 def test_a_data_folder_is_fingerprinted_by_the_data_files_it_lists(tmp_path, monkeypatch):
     from attnzoo.run.paths import changed_data, moved_data, record_data_files
-    from attnzoo.util.files import RUN_CONFIG_HEADER
 
     root = tmp_path / "clips"
     for cls in ("dog", "cat"):
@@ -748,7 +747,7 @@ def test_a_data_folder_is_fingerprinted_by_the_data_files_it_lists(tmp_path, mon
     (root / "__pycache__").mkdir()
     (root / "__pycache__" / "x.png").write_bytes(b"z")
     (root / "runs" / "r1").mkdir(parents=True)
-    (root / "runs" / "r1" / "config.yaml").write_text(RUN_CONFIG_HEADER + "seed: 0\n")
+    (root / "runs" / "r1" / "config.yaml").write_text("seed: 0\n")
     (root / "runs" / "r1" / "attention.png").write_bytes(b"png")
     (root / "abl" / "x").mkdir(parents=True)  # an ablation's folder: its report and its runs' records
     (root / "abl" / "ablation.json").write_text("{}")

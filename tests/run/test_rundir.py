@@ -50,6 +50,25 @@ def test_a_run_from_elsewhere_does_not_choose_where_the_new_run_goes(tmp_path, c
     assert not (tmp_path / "home").exists()
 
 
+def test_runs_made_inside_the_image_folder_they_train_on_are_not_a_class(tmp_path, monkeypatch):
+    # data.root=. with run.dir runs/ made there: the first run stopped with "class folder(s) runs ... hold no image"
+    # (its own directory, holding only its lock, was read as a class), a later one trained a class runs/ on plots
+    import json
+
+    from PIL import Image
+
+    for c, name in enumerate(("cat", "dog")):
+        (tmp_path / name).mkdir()
+        for i in range(6):
+            Image.new("RGB", (32, 32), color=(120 * c, 10 * i, 200)).save(tmp_path / name / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    overrides = ["data.dataset=folder", "data.root=.", "data.img_size=32", "model.patch_size=8", "model.embed_dim=16",
+                 "model.depth=1", "model.num_heads=2", "trainer.max_epochs=1", "run.baseline=false"]  # fmt: skip
+    for _ in range(2):
+        run_dir = fit(load([VIT], overrides))
+        assert json.loads((run_dir / "labels.json").read_text())["class_names"] == ["cat", "dog"]
+
+
 def test_runs_started_in_the_same_second_claim_their_own_directories(tmp_path, monkeypatch):
     import datetime
     import types

@@ -51,14 +51,27 @@ def holds_runs(folder: Path | str, depth: int = 3) -> bool:
 
 
 _said_runs: set[str] = set()
+_runs_here: set[Path] = set()  # the run directories this process trains in (`note_run_dir`)
+
+
+def note_run_dir(path: Path | str) -> None:
+    """Record a run directory this process trains in (`attnzoo.run.train.fit`): a data folder holding it
+    (`data.root=.`, run.dir runs/ made there) is no data from the start, when the run has written nothing in it."""
+    _runs_here.add(Path(path).resolve())
+
+
+def within_run_here(path: Path | str) -> bool:
+    """Whether `path` is or holds a run directory this process trains in (`note_run_dir`)."""
+    path = Path(path).resolve()
+    return any(run == path or run.is_relative_to(path) for run in _runs_here)
 
 
 def data_folders(folder: Path) -> list[Path]:
     """The subfolders of `folder` that may hold data, sorted by name: not hidden (`hidden`) and not holding attnzoo's
-    runs (`holds_runs`), which the log names once."""
+    runs (`holds_runs`, or the run this process trains in: `within_run_here`), which the log names once."""
     found = []
     for path in sorted(p for p in folder.iterdir() if p.is_dir() and not hidden(p.name)):
-        if not holds_runs(path):
+        if not holds_runs(path) and not within_run_here(path):
             found.append(path)
         elif str(path) not in _said_runs:
             _said_runs.add(str(path))

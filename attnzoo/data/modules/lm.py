@@ -65,7 +65,7 @@ def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
     """The files of `spec`: each file as given, and the .txt files (any letter case; hidden ones and attnzoo's runs
     made inside left out) under each folder, which the log names with the files it leaves out. A CSV/TSV/JSONL file
     is an error: read as text, its header and labels would become text."""
-    from ..formats.folders import run_output, under_hidden
+    from ..formats.folders import run_output, under_hidden, within_run_here
     from ..formats.text_files import FORMATS
 
     specs = [spec] if isinstance(spec, str) else list(spec)
@@ -74,7 +74,8 @@ def _text_files(spec: str | Sequence[str], what: str) -> list[Path]:
         path = Path(s)
         if path.is_dir():
             tree = sorted(path.rglob("*"))
-            runs = {d for d in tree if d.is_dir() and run_output(d)}  # a run's examples.txt is no training text
+            # a run's examples.txt is no training text, nor anything in the run this process trains in
+            runs = {d for d in tree if d.is_dir() and (run_output(d) or within_run_here(d))}
             every = [p for p in tree if p.is_file() and not under_hidden(p, path) and not runs.intersection(p.parents)]
             found = [p for p in every if p.suffix.lower() == ".txt"]
             other = [str(p.relative_to(path)) for p in every if p.suffix.lower() != ".txt"]

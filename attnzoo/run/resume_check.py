@@ -84,11 +84,11 @@ def _form_error(saved: Any, own: Any, where: str, *, every_key: bool) -> str | N
 
 def _optimizers_error(states: Any) -> str | None:
     """Each optimizer's `state_dict`: a dict of `state` (parameter id -> a dict) and `param_groups` (dicts, each
-    with the list of its parameter ids and a numeric lr). What a parameter's dict holds is the optimizer's own
+    with the list of its parameter ids and a numeric lr or None). What a parameter's dict holds is the optimizer's own
     (timm's kron keeps lists of tensors, muon flags), so it is not checked."""
     form = (
         f"where {WRITES} is a list of optimizer states (dicts of 'state', per parameter a dict, and "
-        "'param_groups', dicts of a numeric 'lr' and a list of integer 'params')"
+        "'param_groups', dicts of a numeric 'lr' or None and a list of integer 'params')"
     )
     if not isinstance(states, list):
         return f"its optimizer_states is {shown(states)}, {form}"
@@ -109,7 +109,7 @@ def _optimizers_error(states: Any) -> str | None:
                 isinstance(group, dict)
                 and isinstance(group.get("params"), list)
                 and all(is_count(p) for p in group["params"])
-                and is_number(group.get("lr"))
+                and (group.get("lr") is None or is_number(group["lr"]))  # None: timm's adafactor sets its own
             )
             if not good:
                 return f"its {where}['param_groups'][{j}] is {shown(group)}, {form}"

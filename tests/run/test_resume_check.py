@@ -102,15 +102,15 @@ def test_a_checkpoint_without_the_keys_older_attnzoo_did_not_write_resumes(lm_ru
     assert torch.load(last, weights_only=True)["epoch"] == 1
 
 
-@pytest.mark.parametrize("kind", ["adamw", "muon", "kron"])
+@pytest.mark.parametrize("kind", ["adamw", "muon", "kron", "adafactor"])
 def test_the_state_an_optimizer_keeps_per_parameter_is_its_own(kind):
-    # timm's kron keeps lists of tensors per parameter, muon a flag: a check of tensors and numbers refused them
+    # timm's kron keeps lists of tensors per parameter, muon a flag, adafactor without lr a group lr None
     import timm.optim
 
     from attnzoo.run.resume_check import _optimizers_error
 
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
-    optimizer = timm.optim.create_optimizer_v2(net, opt=kind, lr=1e-3)
+    optimizer = timm.optim.create_optimizer_v2(net, opt=kind, lr=None if kind == "adafactor" else 1e-3)
     net(torch.randn(3, 4)).pow(2).sum().backward()
     optimizer.step()
     assert _optimizers_error([optimizer.state_dict()]) is None

@@ -19,13 +19,15 @@ Tensor = torch.Tensor
 
 
 def hf_model_type(path: str | Path) -> str | None:
-    """`model_type` of a Hugging Face model directory's config.json; None for anything else (never raises)."""
+    """`model_type` of a Hugging Face model directory's config.json; None for anything else, a model_type that is no
+    name included (never raises)."""
     file = Path(path) / "config.json"
     try:  # unreadable, no JSON object, or nested too deep for the parser
         config = read_json_object(file) if file.is_file() else {}
     except ValueError:
         return None
-    return config.get("model_type")
+    kind = config.get("model_type")
+    return kind if isinstance(kind, str) else None
 
 
 def tokenizer_file(path: str | Path) -> Path | None:

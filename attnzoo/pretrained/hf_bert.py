@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .converted import Converted, read_hf_config, read_weights
-from .family import config_value, weights_name
+from .family import config_value, hf_model_type, weights_name
 from .family import take as family_take
 
 READS = "a Hugging Face bert or roberta folder"
@@ -47,13 +47,7 @@ PREFIXES = ("bert.", "roberta.")  # the encoder's prefix in *For{SequenceClassif
 
 def matches(path: str | Path) -> bool:
     """A Hugging Face model directory whose config.json says model_type bert or roberta."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        return False
-    try:
-        return read_hf_config(path).get("model_type") in FAMILIES
-    except ValueError:
-        return False
+    return Path(path).is_dir() and hf_model_type(path) in FAMILIES
 
 
 def _tokenizer(path: Path, family: str, given: str | Path | None = None) -> tuple[Path, int, bool]:

@@ -230,6 +230,9 @@ def test_a_folder_with_a_broken_or_foreign_config_json_says_what_its_config_json
     # the families by what they read (model types a user can check against config.json), not by module names
     assert "bert or roberta folder" in str(err.value) and "gpt2 folder" in str(err.value), err.value
     assert "hf_bert" not in str(err.value)
+    (tmp_path / "config.json").write_text('{"model_type": ["bert"]}')  # a TypeError (unhashable list) from hf_bert
+    with pytest.raises(ConfigError, match=r"no checkpoint attnzoo can read \(its config.json names \['bert'\]\)"):
+        build(load([TEXT], [*SMALL, f"model.init_from={tmp_path}"]))
 
 
 def test_python_load_builds_the_runs_network_with_its_weights(run_a):

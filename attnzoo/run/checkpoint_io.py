@@ -219,10 +219,11 @@ def read_checkpoint(path: str | Path, *, mmap: bool = False) -> dict[str, Any]:
     return obj
 
 
-def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module) -> int:
-    """Raise ValueError naming every parameter whose shape differs between `module` and the checkpoint at `path`,
-    and the keys only one of them has (a checkpoint of another model or model size); returns its global step."""
-    checkpoint = read_checkpoint(path, mmap=True)
+def check_checkpoint_shapes(path: str | Path, module: torch.nn.Module, checkpoint: dict[str, Any] | None = None) -> int:
+    """Raise ValueError naming every parameter whose shape differs between `module` and the checkpoint at `path`
+    (`checkpoint`: as `read_checkpoint` read it already), and the keys only one of them has (a checkpoint of another
+    model or model size); returns its global step."""
+    checkpoint = read_checkpoint(path, mmap=True) if checkpoint is None else checkpoint
     saved = checkpoint["state_dict"]
     own = module.state_dict()
     shapes = [f"{k} {list(saved[k].shape)} in the checkpoint vs {list(v.shape)} here" for k, v in own.items()

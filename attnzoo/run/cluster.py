@@ -140,6 +140,11 @@ def planned_processes(trainer: Mapping[str, Any]) -> int:
     return max(1, count) * (nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1)
 
 
+def usable_cores() -> int:
+    """The cores this process may use (its CPU affinity; macOS has no affinity call: all of them)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def is_rank_zero() -> bool:
     """Whether this process is global rank 0 (also before Lightning has set up its strategy)."""
     if os.environ.get("RANK") is not None:  # torchrun

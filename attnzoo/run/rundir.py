@@ -440,7 +440,9 @@ def _within_cores(cfg: Config, config: Path) -> list[str]:
     it trained on, or by whoever made a run directory from elsewhere) within the cores this process may use, each
     said in the log; [] when they are within them or were given here (an overlay, the command line). Neither
     changes what is computed."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from .cluster import usable_cores
+
+    cores = usable_cores()
     fitted = []
     for key in ("data.num_workers", "trainer.num_threads"):
         section, name = key.split(".")

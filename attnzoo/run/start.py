@@ -553,9 +553,10 @@ def finetune_budget(start: Start | None, data: Any, cfg: Config) -> dict[str, An
     one thread would compute such a model."""
     if start is None or start.origin is None:
         return {}
-    # the cores this process may use (macOS has no affinity call: all of them)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from .cluster import usable_cores
     from .switches import uses_cuda
+
+    cores = usable_cores()
 
     trainer = cfg.section("trainer")
     gpu = uses_cuda(trainer.get("accelerator", "auto"))

@@ -282,24 +282,24 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
     resumes = read_resumes(run_dir)
     resumed_step, before, changes = None, {}, {}
     if ckpt_path is not None:
-        from .checkpoint_io import check_checkpoint_shapes
+        from .checkpoint_io import check_checkpoint_shapes, read_checkpoint
         from .metrics import check_history
 
         changes = resume_changes(run_dir, cfg)  # first: it names the changed keys a shape mismatch comes from
         check_history(run_dir / "metrics.csv")
         try:
-            step = resumed_step = check_checkpoint_shapes(ckpt_path, task)
+            saved = read_checkpoint(ckpt_path, mmap=True)  # read once: the checks below all look into it
+            step = resumed_step = check_checkpoint_shapes(ckpt_path, task, saved)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from err
         before = read_summary(run_dir)
         _say_early_stop(before, changes)
         tokenizer = data.tokenizer
         if tokenizer is not None:  # learned again from the training data: it must be the one the weights know
-            from .checkpoint_io import read_checkpoint
             from .tokenizer_stamp import check_tokenizer
 
             hint = "the training data it is learned from changed since; resume with the data the run was trained on"
-            check_tokenizer(tokenizer, run_dir, ckpt_path, read_checkpoint(ckpt_path, mmap=True), hint=hint)
+            check_tokenizer(tokenizer, run_dir, ckpt_path, saved, hint=hint)
     tested_split = test_split(data) if cfg.section("run").get("test") else None  # decided before training
     reused = scored_on_train(cfg.section("data")) if ckpt_path is None else []  # `evaluate` may read one file
     for key in [k for k in reused if k == "val" or tested_split is not None]:  # a test the run makes
@@ -311,13 +311,13 @@ def _fit(cfg: Config, run_dir: Path, ckpt_path: Path | None, extra_callbacks: Se
         extra_callbacks = [*extra_callbacks, TrainedAlready()]
     trainer, summary = make_trainer(cfg, run_dir, task, extra_callbacks)
     if ckpt_path is not None:  # the training state, against this trainer's loops and callbacks, before any write
-        from .checkpoint_io import read_checkpoint
         from .resume_check import check_resume_state
 
         try:
-            check_resume_state(ckpt_path, read_checkpoint(ckpt_path, mmap=True), trainer, task)
+            check_resume_state(ckpt_path, saved, trainer, task)
         except ValueError as err:
             raise ConfigError(f"--resume: {err}") from None
+        del saved  # memory-mapped: not held while training replaces last.ckpt
         if is_rank_zero():
             resumes = record_resume(run_dir, ckpt_path, step, changes)
             shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())

@@ -9,7 +9,7 @@ from typing import Any
 
 def at_least(name: str, value: Any, low: int) -> int:
     """`value` when it is an int >= `low` (not a bool, not a float or string); ValueError naming `name` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_integer(value) or value < low:
         raise ValueError(f"{name} ({value!r}) must be an int >= {low}")
     return value
 
